@@ -1,0 +1,223 @@
+"""The `farm` command: parses arguments and calls the API in `farm.render`; nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from farm.errors import FarmError
+
+
+def _tiles(text: str) -> tuple[int, int, int]:
+    from farm.render import parse_triple
+
+    return parse_triple(text, "--tiles", minimum=1)
+
+
+def _overlap(text: str) -> tuple[int, int, int]:
+    from farm.render import parse_triple
+
+    return parse_triple(text, "--overlap", minimum=0)
+
+
+def _chunk(text: str) -> tuple[int, int, int]:
+    from farm.render import parse_triple
+
+    return parse_triple(text, "--chunk", minimum=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="farm",
+        description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("synth", help="write a synthetic job (random latents, random-weight decoder)")
+    p.add_argument("job", help="path of the job store to create (Zarr v3)")
+    p.add_argument("--decoder", default="ltx2-tiny", help="named decoder config: ltx2-tiny or ltx2")
+    p.add_argument("--shots", type=int, default=1, help="number of shots (default 1)")
+    p.add_argument("--frames", type=int, default=17, help="pixel frames per shot: 1 + 8k (default 17)")
+    p.add_argument("--height", type=int, default=128, help="pixel height, a multiple of 32 (default 128)")
+    p.add_argument("--width", type=int, default=192, help="pixel width, a multiple of 32 (default 192)")
+    p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights (default 0)")
+    p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot (default 24)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
+    p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
+
+    def cluster_options(p: argparse.ArgumentParser) -> None:
+        g = p.add_mutually_exclusive_group()
+        g.add_argument(
+            "--workers", type=int, help="start a local cluster of N workers (default: one per GPU)"
+        )
+        g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
+        g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
+
+    def plan_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--tiles",
+            type=_tiles,
+            default=(1, 1, 1),
+            metavar="F,H,W",
+            help="tiles per shot along frames, height, width (default 1,1,1: whole shots)",
+        )
+        p.add_argument(
+            "--overlap",
+            type=_overlap,
+            metavar="F,H,W",
+            help="overlap of neighbouring tiles in latent units (default 1,2,2 where split)",
+        )
+        p.add_argument(
+            "--batch-frames",
+            type=int,
+            default=32,
+            metavar="N",
+            help="pixel frames per output batch: one blend task, Zarr chunk and video segment",
+        )
+        p.add_argument("--chunk", type=_chunk, metavar="F,H,W",
+                       help="largest latent block one decode call takes inside a worker (0 = no limit), "
+                            "to bound GPU memory")  # fmt: skip
+        p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
+
+    p = sub.add_parser("render", help="render every shot of a job to frames (Zarr) and videos (mp4)")
+    p.add_argument("job", help="job store (Zarr v3) to render")
+    p.add_argument("--out", required=True, help="output folder")
+    cluster_options(p)
+    plan_options(p)
+    p.add_argument("--window", type=int, help="decoded tiles held at once (default: 2 per worker)")
+    p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
+    p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
+
+    p = sub.add_parser("plan", help="print the tile plan of a job without decoding anything")
+    p.add_argument("job", help="job store (Zarr v3)")
+    p.add_argument("--workers", type=int, default=1, help="number of workers to plan for (default 1)")
+    plan_options(p)
+
+    p = sub.add_parser("demo", help="synthesize a small ltx2-tiny job and render it")
+    p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
+    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    return parser
+
+
+def _plan_options(args: argparse.Namespace):
+    from farm.render import PlanOptions
+    from farm.tiling import ChunkSize
+
+    chunk = ChunkSize()
+    if args.chunk:
+        f, h, w = (v or None for v in args.chunk)
+        chunk = ChunkSize(frames=f, height=h, width=w)
+    return PlanOptions(tiles=args.tiles, overlap=args.overlap, batch_frames=args.batch_frames, chunk=chunk)
+
+
+def _progress_bar():
+    """A one-line progress bar on a terminal (tiles decoded, batches written); nothing otherwise."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(stats) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=stats.batches_total, unit="batch", disable=None, dynamic_ncols=True)
+        bar.set_postfix_str(f"tiles {stats.tiles_decoded}/{stats.tiles_total}", refresh=False)
+        bar.n = stats.batches_written
+        bar.refresh()
+        if stats.seconds:
+            bar.close()
+
+    return update
+
+
+def _report(stats, out: Path) -> int:
+    print(
+        f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
+        f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s"
+    )
+    print(f"  frames: {out / 'frames.zarr'}")
+    for shot in stats.shots.values():
+        if shot.video:
+            print(f"  video:  {shot.video}")
+    if stats.failed:
+        for shot in stats.failed:
+            print(f"farm: error: shot {shot.shot!r} failed: {shot.error}", file=sys.stderr)
+        done = len(stats.shots) - len(stats.failed)
+        print(
+            f"farm: {done} of {len(stats.shots)} shots finished; rerun to retry the others", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from farm.render import synth
+
+    job = synth(
+        args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
+        width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
+        overwrite=args.overwrite,
+    )  # fmt: skip
+    print(f"farm: wrote job {job.path} with {len(job.shots)} shot(s), decoder {job.spec.describe()}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from farm.render import render
+    from farm.tasks import VideoSettings
+
+    stats = render(
+        args.job, args.out, workers=args.workers, scheduler=args.scheduler,
+        scheduler_file=args.scheduler_file, options=_plan_options(args),
+        shots=args.shots.split(",") if args.shots else None,
+        video=VideoSettings(crf=args.crf, preset=args.preset), window=args.window,
+        on_progress=_progress_bar(),
+    )  # fmt: skip
+    return _report(stats, Path(args.out))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from farm.render import describe_plans, plan_job
+    from farm.store import open_job
+
+    if args.workers < 1:
+        raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
+    job = open_job(args.job)
+    plans = plan_job(job, _plan_options(args), args.workers, args.shots.split(",") if args.shots else None)
+    print(describe_plans(plans, job.spec, args.workers))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from farm.render import PlanOptions, render, synth
+
+    root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
+    job_path, out = root / "job.zarr", root / "render"
+    job = synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=128, width=192, overwrite=True)
+    print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
+    stats = render(
+        job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
+        on_progress=_progress_bar(),
+    )  # fmt: skip
+    return _report(stats, out)
+
+
+COMMANDS = {"synth": cmd_synth, "render": cmd_render, "plan": cmd_plan, "demo": cmd_demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except FarmError as exc:
+        print(f"farm: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("farm: interrupted; finished batches are kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Where farm runs: an existing Dask scheduler, a local CUDA cluster (one worker per GPU), or a local CPU
+cluster.
+
+Choosing is pure (:func:`choose_cluster`, testable anywhere); starting is :func:`connect`. dask-cuda is
+imported only inside the branch that starts a local CUDA cluster: it does not import on a machine
+without CUDA, and the CPU path never needs it.
+
+>>> with connect(workers=2) as client:  # doctest: +SKIP
+...     client.submit(sum, [1, 2]).result()
+3
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import dask
+from distributed import Client, LocalCluster
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from farm import transport
+from farm.errors import FarmError
+
+# Local CPU clusters start at most this many workers unless asked for more: each worker holds its
+# own copy of the decoder, so more processes cost memory and rarely speed up one shot.
+MAX_DEFAULT_CPU_WORKERS = 4
+
+UCX_WARNING = (
+    "UCX is not installed (distributed-ucxx; pip install 'farm[cuda]'): workers talk over TCP, so "
+    "decoded tiles travel between GPUs through host memory"
+)
+
+
+@dataclass(frozen=True)
+class ClusterChoice:
+    """What :func:`connect` will start or join.
+
+    ``threads_per_worker`` is Dask's task threads per worker; ``torch_threads`` is how many intra-op
+    threads torch may use in each worker process of a local CPU cluster (so that workers together
+    use the machine's cores without oversubscribing them).
+    """
+
+    kind: Literal["existing", "local-cpu", "local-cuda"]
+    n_workers: int
+    protocol: str
+    threads_per_worker: int
+    warning: str | None
+    torch_threads: int = 1
+
+
+def choose_cluster(
+    *,
+    scheduler: str | None,
+    scheduler_file: str | None,
+    workers: int | None,
+    gpu_count: int,
+    ucx_available: bool,
+    cpu_count: int,
+    threads_per_worker: int | None = None,
+) -> ClusterChoice:
+    """Decide, without starting anything, which cluster to use.
+
+    - ``scheduler`` or ``scheduler_file``: join that cluster (``n_workers`` 0: it has what it has).
+    - GPUs present: a local CUDA cluster, one worker per GPU (``workers`` uses the first N GPUs),
+      over UCX when distributed-ucxx is installed, else TCP with a warning.
+    - no GPU: a local CPU cluster of ``workers`` processes (default ``min(cpu_count, 4)``) with one
+      task thread each; torch's threads split the cores between them.
+    """
+    if scheduler is not None and scheduler_file is not None:
+        raise FarmError(
+            f"both --scheduler ({scheduler}) and --scheduler-file ({scheduler_file}) were given; "
+            "give one of them to join a running cluster, or neither to start a local one"
+        )
+    if workers is not None and workers < 1:
+        raise FarmError(f"--workers must be at least 1, got {workers}")
+    if threads_per_worker is not None and threads_per_worker < 1:
+        raise FarmError(f"threads per worker must be at least 1, got {threads_per_worker}")
+    cpu_count = max(1, cpu_count)
+
+    if scheduler is not None or scheduler_file is not None:
+        flag = "--scheduler" if scheduler is not None else "--scheduler-file"
+        if workers is not None:
+            raise FarmError(
+                f"--workers starts a local cluster; it cannot be combined with {flag}: the running "
+                "cluster's workers are what you get (leave out --workers, or leave out "
+                f"{flag} to start a local cluster of {workers} workers)"
+            )
+        if threads_per_worker is not None:
+            raise FarmError(
+                f"threads per worker apply to a local cluster; they cannot be combined with {flag}: "
+                "set them where the running cluster's workers are started (dask worker --nthreads)"
+            )
+        address = scheduler if scheduler is not None else scheduler_file
+        assert address is not None
+        if scheduler_file is not None:
+            protocol = ""  # in the file; known once connected
+        else:
+            protocol = address.split("://", 1)[0] if "://" in address else "tcp"
+        return ClusterChoice("existing", 0, protocol, 0, None, 0)
+
+    if gpu_count > 0:
+        if workers is not None and workers > gpu_count:
+            raise FarmError(
+                f"--workers {workers} asks for more workers than GPUs: this machine has {gpu_count} "
+                f"GPU{'s' if gpu_count != 1 else ''} and a local CUDA cluster runs one worker per GPU; "
+                f"use --workers 1..{gpu_count}"
+            )
+        n = workers if workers is not None else gpu_count
+        protocol = "ucx" if ucx_available else "tcp"
+        warning = None if ucx_available else UCX_WARNING
+        return ClusterChoice("local-cuda", n, protocol, threads_per_worker or 1, warning, 1)
+
+    n = workers if workers is not None else min(cpu_count, MAX_DEFAULT_CPU_WORKERS)
+    tpw = threads_per_worker or 1
+    warning = None
+    if n * tpw > cpu_count:
+        warning = (
+            f"{n} workers × {tpw} thread{'s' if tpw != 1 else ''} on {cpu_count} CPU "
+            f"core{'s' if cpu_count != 1 else ''}: tasks will compete for cores"
+        )
+    torch_threads = max(1, cpu_count // (n * tpw))
+    return ClusterChoice("local-cpu", n, "tcp", tpw, warning, torch_threads)
+
+
+def detect_gpus() -> int:
+    """Number of CUDA devices torch can see (0 on a CPU-only machine or a CPU build of torch)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return 0
+        return int(torch.cuda.device_count())
+    except Exception:
+        return 0
+
+
+def ucx_available() -> bool:
+    """Whether distributed's UCX backend (package distributed-ucxx, module ``distributed_ucxx``) is
+    installed. Looks the module up without importing it."""
+    try:
+        return importlib.util.find_spec("distributed_ucxx") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return os.cpu_count() or 1
+
+
+class TorchThreadsPlugin(WorkerPlugin):
+    """Sets torch's intra-op thread count in each worker of a local CPU cluster.
+
+    distributed already starts worker processes with ``OMP_NUM_THREADS=1`` (its
+    ``distributed.nanny.pre-spawn-environ``), which keeps numpy/BLAS to one thread per worker but
+    leaves cores idle when there are fewer workers than cores. An environment variable cannot fix
+    that reliably (OpenMP reads it when the library loads, which may be before the Nanny applies its
+    ``env``), so this plugin calls :func:`torch.set_num_threads` in every worker, including workers
+    restarted later.
+    """
+
+    name = "farm-torch-threads"
+    idempotent = True
+
+    def __init__(self, n_threads: int):
+        self.n_threads = n_threads
+
+    def setup(self, worker: Any) -> None:
+        import torch
+
+        torch.set_num_threads(self.n_threads)
+
+
+@contextlib.contextmanager
+def connect(
+    *,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int | None = None,
+    memory_limit: str | int | float | None = "auto",
+    on_warning: Any = None,
+) -> Iterator[Client]:
+    """Yield a :class:`distributed.Client` with farm's tensor transport installed.
+
+    Joins the cluster at ``scheduler`` (an address) or ``scheduler_file``, or starts a local one
+    (see :func:`choose_cluster`): local clusters listen on 127.0.0.1 only, dashboard on a free port.
+    On exit, closes the client and whatever cluster this call started; a cluster it joined keeps
+    running. ``memory_limit`` is each local worker's host-memory limit (Dask's syntax: ``"auto"``,
+    ``"8GiB"``, a fraction, ``None`` for no limit). ``on_warning(message)`` receives the choice's
+    warning (default: :func:`warnings.warn`).
+    """
+    choice = choose_cluster(
+        scheduler=scheduler,
+        scheduler_file=scheduler_file,
+        workers=workers,
+        gpu_count=0 if scheduler or scheduler_file else detect_gpus(),
+        ucx_available=ucx_available(),
+        cpu_count=_cpu_count(),
+        threads_per_worker=threads_per_worker,
+    )
+    if choice.warning:
+        if on_warning is None:
+            import warnings
+
+            warnings.warn(choice.warning, stacklevel=3)
+        else:
+            on_warning(choice.warning)
+
+    with contextlib.ExitStack() as stack:
+        if choice.kind == "existing":
+            client = _join(scheduler=scheduler, scheduler_file=scheduler_file)
+            stack.callback(client.close)
+        else:
+            cluster = _start_local(choice, memory_limit, stack)
+            client = Client(cluster)
+            stack.callback(client.close)
+            if choice.kind == "local-cpu":
+                client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
+        transport.install(client)
+        yield client
+
+
+def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
+    if scheduler_file is not None:
+        # Client(scheduler_file=...) waits for a missing file to appear; a typo should fail now.
+        if not os.path.isfile(scheduler_file):
+            raise FarmError(
+                f"scheduler file {scheduler_file} does not exist; give the file a running scheduler "
+                "wrote (dask scheduler --scheduler-file PATH), or --scheduler ADDRESS"
+            )
+        where = f"the scheduler in {scheduler_file}"
+        kwargs: dict[str, Any] = {"scheduler_file": scheduler_file}
+    else:
+        where = f"a scheduler at {scheduler}"
+        kwargs = {"address": scheduler}
+    try:
+        return Client(**kwargs)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise FarmError(
+            f"could not connect to {where}: {e}; check that it is running and reachable "
+            "(dask scheduler prints its address), or leave out --scheduler to start a local cluster"
+        ) from e
+
+
+def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> Any:
+    if choice.kind == "local-cpu":
+        cluster = LocalCluster(
+            n_workers=choice.n_workers,
+            threads_per_worker=choice.threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            memory_limit=memory_limit,
+        )
+        stack.callback(cluster.close)
+        return cluster
+
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as e:
+        raise FarmError(
+            f"found {detect_gpus()} GPU(s) but dask-cuda does not import ({e}); install the GPU extras "
+            "(pip install 'farm[cuda]'), or connect to a running cluster with --scheduler"
+        ) from e
+    if choice.protocol == "ucx":
+        # UCX must create the CUDA context before it initialises, on the client and scheduler side too
+        # (the scheduler of a local cluster runs in this process). Workers get it from dask-cuda.
+        stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
+    cluster = LocalCUDACluster(
+        n_workers=choice.n_workers,
+        threads_per_worker=choice.threads_per_worker,
+        protocol=choice.protocol,
+        memory_limit=memory_limit,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    )
+    stack.callback(cluster.close)
+    return cluster
+
+
+def dashboard_link(client: Client) -> str | None:
+    """The scheduler's dashboard URL, or None when it has none (bokeh missing, dashboard disabled)."""
+    try:
+        link = client.dashboard_link
+    except Exception:
+        return None
+    return link or None

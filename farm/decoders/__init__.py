@@ -1,0 +1,45 @@
+"""Decoder adapters over diffusers video VAEs, and the decoder spec stored in a job.
+
+A decoder spec is a JSON object:
+
+    {"family": "ltx2",                      # which adapter
+     "config": "ltx2-tiny" | {...},          # a named config or the model's constructor arguments
+     "weights": {"path": "/models/vae"} | {"random_seed": 0},
+     "dtype": "bfloat16",                    # compute dtype: float32, bfloat16 or float16
+     "latents": "denormalized"}              # or "normalized": farm applies the VAE's mean/std first
+
+Adding a model: one module with a class implementing `VideoDecoder`, plus an entry in `FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
+from farm.decoders.ltx2 import LTX2Decoder
+
+FAMILIES: dict[str, type[VideoDecoder]] = {"ltx2": LTX2Decoder}
+
+_cache: dict[tuple[str, str], VideoDecoder] = {}
+
+
+def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
+    return FAMILIES[spec.family]
+
+
+def load_decoder(spec: DecoderSpec | dict[str, Any], device: str = "cpu") -> VideoDecoder:
+    """The decoder for `spec` on `device`, built once per process and reused across tiles and shots."""
+    if not isinstance(spec, DecoderSpec):
+        spec = parse_spec(spec, families=FAMILIES)
+    key = (json.dumps(spec.to_json(), sort_keys=True), device)
+    if key not in _cache:
+        _cache[key] = decoder_class(spec).load(spec, device)
+    return _cache[key]
+
+
+def spec_from_json(raw: dict[str, Any], where: str = "decoder spec") -> DecoderSpec:
+    return parse_spec(raw, families=FAMILIES, where=where)
+
+
+__all__ = ["FAMILIES", "DecoderSpec", "VideoDecoder", "load_decoder", "spec_from_json", "parse_spec"]

@@ -1,0 +1,134 @@
+"""The decoder spec and the interface every decoder adapter implements."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from farm.errors import FarmError
+from farm.tiling import Geometry
+
+DTYPES = ("float32", "bfloat16", "float16")
+LATENT_CONVENTIONS = ("denormalized", "normalized")
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    family: str
+    config_name: str | None  # a named config ("ltx2-tiny"), or None when `config` was given in full
+    config: dict[str, Any]  # the model's constructor arguments (resolved from the name when named)
+    weights: dict[str, Any]  # {"path": ...} or {"random_seed": N}
+    dtype: str = "float32"
+    latents: str = "denormalized"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def random_weights(self) -> bool:
+        return "random_seed" in self.weights
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "family": self.family,
+            "config": self.config_name if self.config_name else self.config,
+            "weights": self.weights,
+            "dtype": self.dtype,
+            "latents": self.latents,
+        }
+        out.update(self.extra)
+        return out
+
+    def describe(self) -> str:
+        weights = (
+            f"RANDOM weights (seed {self.weights['random_seed']})"
+            if self.random_weights
+            else f"weights from {self.weights['path']}"
+        )
+        return f"{self.family} [{self.config_name or 'custom config'}], {self.dtype}, {weights}"
+
+
+class VideoDecoder(Protocol):
+    """What farm needs of a video VAE decoder."""
+
+    family: ClassVar[str]
+    named_configs: ClassVar[dict[str, dict[str, Any]]]
+    spec: DecoderSpec
+    geometry: Geometry
+    latent_channels: int
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry: ...
+
+    @classmethod
+    def latent_channels_for(cls, config: dict[str, Any]) -> int: ...
+
+    @classmethod
+    def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
+
+    def decode(self, latent: Any) -> Any:
+        """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1]."""
+        ...
+
+    @classmethod
+    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+        """Estimated peak device memory to decode a tile of `pixel_volume` pixel-frames."""
+        ...
+
+
+def parse_spec(raw: Any, *, families: dict[str, type], where: str = "decoder spec") -> DecoderSpec:
+    """Validate a decoder spec from a job store or the command line; errors name the field and the fix."""
+    if not isinstance(raw, dict):
+        raise FarmError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    family = raw.get("family")
+    if family not in families:
+        raise FarmError(f"{where}: unknown decoder family {family!r}; known families: {sorted(families)}")
+    cls = families[family]
+    config = raw.get("config", family)
+    if isinstance(config, str):
+        if config not in cls.named_configs:
+            raise FarmError(
+                f"{where}: unknown {family} config {config!r}; named configs: {sorted(cls.named_configs)} "
+                "(or give the model's constructor arguments as a JSON object)"
+            )
+        config_name, resolved = config, dict(cls.named_configs[config])
+    elif isinstance(config, dict):
+        config_name, resolved = None, dict(config)
+    else:
+        raise FarmError(f"{where}: 'config' must be a config name or a JSON object, got {config!r}")
+    weights = raw.get("weights")
+    if not isinstance(weights, dict) or not (
+        ("path" in weights and isinstance(weights["path"], str))
+        or ("random_seed" in weights and isinstance(weights["random_seed"], int))
+    ):
+        raise FarmError(
+            f'{where}: \'weights\' must be {{"path": "/local/folder/or/file.safetensors"}} or, for '
+            f'tests and benchmarks only, {{"random_seed": N}}; got {weights!r}. farm never initialises '
+            "a decoder with random weights unless the spec asks for it"
+        )
+    if "path" in weights:
+        path = Path(weights["path"])
+        if not path.exists():
+            raise FarmError(
+                f"{where}: weights path {str(path)!r} does not exist; give a local diffusers folder "
+                "(config.json + *.safetensors) or one .safetensors file (farm runs offline: no hub downloads)"
+            )
+    dtype = raw.get("dtype", "float32")
+    if dtype not in DTYPES:
+        raise FarmError(f"{where}: dtype {dtype!r} is not supported; use one of {list(DTYPES)}")
+    latents = raw.get("latents", "denormalized")
+    if latents not in LATENT_CONVENTIONS:
+        raise FarmError(f"{where}: 'latents' {latents!r} is invalid; use one of {list(LATENT_CONVENTIONS)}")
+    known = {"family", "config", "weights", "dtype", "latents"}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    return DecoderSpec(family, config_name, resolved, dict(weights), dtype, latents, extra)
+
+
+def dtype_bytes(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def human_bytes(n: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    k = 0 if n <= 0 else min(int(math.log(n, 1024)), len(units) - 1)
+    return f"{n / 1024**k:.1f} {units[k]}"

@@ -1,0 +1,251 @@
+"""Turn shot plans into Dask tasks and drive them through a bounded window.
+
+Decode tasks are pinned to workers (round-robin, `allow_other_workers=True` so a lost worker's tiles run
+elsewhere), which takes them out of the scheduler's root-task queuing: this module keeps at most
+`window` decoded tiles alive at once, submitting the next tile only when a held one has been blended
+into every batch it feeds. Blends run as soon as all their pieces exist; a shot's video is joined
+once its last batch is written.
+
+Task keys read as what they are in the dashboard: ``("decode-tile", render, shot, i)``,
+``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("finish-shot", render, shot)``.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from farm.store import Output
+from farm.tasks import Placement, VideoSettings, blend_batch, decode_tile, finish_shot
+from farm.tiling import ShotPlan, Tile, required_window
+
+
+@dataclass
+class ShotOutcome:
+    shot: str
+    batches_total: int
+    batches_written: int = 0
+    video: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class RenderStats:
+    tiles_total: int = 0
+    tiles_decoded: int = 0
+    batches_total: int = 0
+    batches_written: int = 0
+    frames_written: int = 0
+    window: int = 0
+    max_tiles_held: int = 0
+    seconds: float = 0.0
+    blend_s: float = 0.0
+    write_s: float = 0.0
+    encode_s: float = 0.0
+    shots: dict[str, ShotOutcome] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[ShotOutcome]:
+        return [s for s in self.shots.values() if s.error]
+
+
+ProgressCallback = Callable[[RenderStats], None]
+
+
+@dataclass
+class _TileState:
+    plan: ShotPlan
+    tile: Tile
+    worker: str
+    pending_batches: int
+    decode: Any = None
+    pieces: dict[int, Any] = field(default_factory=dict)
+
+
+def run_graph(
+    client: Any,
+    plans: Sequence[ShotPlan],
+    *,
+    job_path: str,
+    spec_json: dict,
+    out: Output,
+    fps: dict[str, float],
+    video: VideoSettings = VideoSettings(),
+    metadata: dict[str, str] | None = None,
+    window: int | None = None,
+    on_progress: ProgressCallback | None = None,
+    retries: int = 1,
+) -> RenderStats:
+    """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`."""
+    from distributed import as_completed
+
+    started = time.perf_counter()
+    render_id = uuid.uuid4().hex[:8]
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if not workers:
+        raise RuntimeError("the cluster has no workers")
+    metadata = dict(metadata or {})
+    stats = RenderStats(
+        tiles_total=sum(len(p.tiles) for p in plans),
+        batches_total=sum(len(p.batches) for p in plans),
+        shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
+    )
+    stats.window = max(window or 2 * len(workers), required_window(plans))
+
+    order: list[_TileState] = []
+    for plan in plans:
+        feeds = {t.index: 0 for t in plan.tiles}
+        for batch in plan.batches:
+            for i in batch.tiles:
+                feeds[i] += 1
+        for tile in plan.tiles:
+            order.append(_TileState(plan, tile, workers[tile.worker % len(workers)], feeds[tile.index]))
+    by_key = {(s.plan.shot, s.tile.index): s for s in order}
+    tiles_submitted: dict[str, set[int]] = {p.shot: set() for p in plans}
+    batches_left = {p.shot: len(p.batches) for p in plans}
+    failed_shots: set[str] = set()
+    futures = as_completed(with_results=False)
+    meaning: dict[str, tuple[str, Any]] = {}
+    blend_slot = 0
+    held = 0
+
+    def submit_tile(state: _TileState) -> None:
+        plan, tile = state.plan, state.tile
+        cuts = [(b.index, frames) for b, frames in plan.batch_pieces(tile)]
+        state.decode = client.submit(
+            decode_tile, job_path, spec_json, tile, plan.chunk, cuts,
+            key=("decode-tile", render_id, plan.shot, tile.index),
+            workers=[state.worker], allow_other_workers=True, retries=retries,
+            priority=-tile.index,
+        )  # fmt: skip
+        for b, _ in cuts:
+            state.pieces[b] = client.submit(
+                operator.getitem, state.decode, b,
+                key=("tile-piece", render_id, plan.shot, tile.index, b), priority=10,
+            )  # fmt: skip
+        futures.add(state.decode)
+        meaning[state.decode.key] = ("decode", state)
+        tiles_submitted[plan.shot].add(tile.index)
+
+    def submit_ready_blends(plan: ShotPlan, newly: int) -> None:
+        nonlocal blend_slot
+        for batch in plan.batches:
+            if newly not in batch.tiles or not set(batch.tiles) <= tiles_submitted[plan.shot]:
+                continue
+            states = [by_key[(plan.shot, i)] for i in batch.tiles]
+            placements = [placement(plan, s.tile, batch.start) for s in states]
+            pieces = [s.pieces[batch.index] for s in states]
+            if len(states) == 1:
+                target = states[0].worker  # whole-batch tile: blend where it was decoded, no transfer
+            else:
+                target = workers[blend_slot % len(workers)]
+                blend_slot += 1
+            fut = client.submit(
+                blend_batch, str(out.root), batch, plan.pixel_shape[1:], placements, pieces,
+                fps[plan.shot], video, metadata,
+                key=("blend-batch", render_id, plan.shot, batch.index),
+                workers=[target], allow_other_workers=True, priority=100,
+            )  # fmt: skip
+            futures.add(fut)
+            meaning[fut.key] = ("blend", (plan, batch))
+
+    def release(state: _TileState) -> None:
+        nonlocal held
+        if state.decode is not None:
+            state.decode = None
+            state.pieces.clear()
+            held -= 1
+
+    def fail_shot(shot: str, error: BaseException) -> None:
+        if shot in failed_shots:
+            return
+        failed_shots.add(shot)
+        stats.shots[shot].error = f"{type(error).__name__}: {error}"
+        for state in order:
+            if state.plan.shot == shot and state.decode is not None:
+                client.cancel([state.decode, *state.pieces.values()])
+                release(state)
+
+    cursor = 0
+
+    def fill_window() -> None:
+        nonlocal cursor, held
+        while cursor < len(order) and held < stats.window:
+            state = order[cursor]
+            cursor += 1
+            if state.plan.shot in failed_shots:
+                continue
+            submit_tile(state)
+            held += 1
+            stats.max_tiles_held = max(stats.max_tiles_held, held)
+            submit_ready_blends(state.plan, state.tile.index)
+
+    fill_window()
+    for fut in futures:
+        kind, what = meaning.pop(fut.key)
+        if kind == "decode":
+            if fut.status == "finished":
+                stats.tiles_decoded += 1
+            continue  # a failed decode surfaces through the blends that need it
+        if kind == "blend":
+            plan, batch = what
+            if plan.shot in failed_shots:
+                continue
+            if fut.status != "finished":
+                fail_shot(plan.shot, _exception(fut))
+                fill_window()
+                continue
+            result = fut.result()
+            stats.batches_written += 1
+            stats.frames_written += result["frames"]
+            stats.blend_s += result["blend_s"]
+            stats.write_s += result["write_s"]
+            stats.encode_s += result["encode_s"]
+            stats.shots[plan.shot].batches_written += 1
+            for i in batch.tiles:
+                state = by_key[(plan.shot, i)]
+                state.pending_batches -= 1
+                if state.pending_batches == 0:
+                    release(state)
+            batches_left[plan.shot] -= 1
+            if batches_left[plan.shot] == 0:
+                done = client.submit(
+                    finish_shot, str(out.root), plan.shot, len(plan.batches), metadata,
+                    key=("finish-shot", render_id, plan.shot), priority=50,
+                )  # fmt: skip
+                futures.add(done)
+                meaning[done.key] = ("finish", plan)
+            fill_window()
+        elif kind == "finish":
+            plan = what
+            if fut.status != "finished":
+                fail_shot(plan.shot, _exception(fut))
+            else:
+                stats.shots[plan.shot].video = fut.result()["video"]
+        if on_progress:
+            on_progress(stats)
+    stats.seconds = time.perf_counter() - started
+    if on_progress:
+        on_progress(stats)
+    return stats
+
+
+def placement(plan: ShotPlan, tile: Tile, batch_start: int) -> Placement:
+    span_f, span_h, span_w = tile.pixels
+    return Placement(
+        frame=max(span_f.start - batch_start, 0),
+        rows=(span_h.start, span_h.stop),
+        cols=(span_w.start, span_w.stop),
+    )
+
+
+def _exception(fut: Any) -> BaseException:
+    try:
+        exc = fut.exception()
+    except Exception as err:  # cancelled futures raise instead of returning
+        return err
+    return exc if exc is not None else RuntimeError(f"task {fut.key} ended as {fut.status}")

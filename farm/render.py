@@ -1,0 +1,272 @@
+"""The farm API: plan a job, render it on a cluster, make synthetic jobs.
+
+>>> import farm.render as fr
+>>> fr.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=128, width=192)  # doctest: +SKIP
+>>> stats = fr.render("job.zarr", "out", workers=2)                                        # doctest: +SKIP
+>>> stats.frames_written                                                                    # doctest: +SKIP
+34
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
+from farm.decoders.base import human_bytes
+from farm.errors import FarmError
+from farm.graph import ProgressCallback, RenderStats, run_graph
+from farm.store import Job, Output, create_job, open_job, prepare_output, write_shot
+from farm.tasks import VideoSettings
+from farm.tiling import (
+    AXES,
+    ChunkSize,
+    Geometry,
+    ShotPlan,
+    Tile,
+    TileGrid,
+    assign_round_robin,
+    plan_chunks,
+    plan_shot,
+)
+
+DEFAULT_OVERLAP = (1, 2, 2)  # latent units, used where an axis is split and no overlap was given
+DEFAULT_BATCH_FRAMES = 32
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    tiles: tuple[int, int, int] = (1, 1, 1)
+    overlap: tuple[int, int, int] | None = None
+    batch_frames: int = DEFAULT_BATCH_FRAMES
+    chunk: ChunkSize = ChunkSize()
+
+
+def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
+    """The tile grid for a shot: explicit overlaps as given; default overlaps shrunk to fit small axes."""
+    if options.overlap is not None:
+        return TileGrid(tuple(options.tiles), tuple(options.overlap))  # type: ignore[arg-type]
+    overlap = []
+    for size, count, default in zip(latent_fhw, options.tiles, DEFAULT_OVERLAP, strict=True):
+        if count <= 1:
+            overlap.append(0)
+            continue
+        o = default
+        while o > 0 and o >= (size + (count - 1) * o) // count:
+            o -= 1
+        overlap.append(o)
+    return TileGrid(tuple(options.tiles), tuple(overlap))  # type: ignore[arg-type]
+
+
+def plan_job(
+    job: Job, options: PlanOptions, n_workers: int, shots: Sequence[str] | None = None
+) -> list[ShotPlan]:
+    """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots."""
+    cls = decoder_class(job.spec)
+    geometry = cls.geometry_for(job.spec.config)
+    channels = cls.latent_channels_for(job.spec.config)
+    names = list(job.shots) if shots is None else list(shots)
+    plans = []
+    for name in names:
+        if name not in job.shots:
+            raise FarmError(f"shot {name!r} is not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+        info = job.shots[name]
+        if len(info.latent_shape) != 4:
+            raise FarmError(
+                f"shot {name!r}: latent has shape {info.latent_shape}; expected 4 dimensions [C, F, H, W]"
+            )
+        if info.latent_shape[0] != channels:
+            raise FarmError(
+                f"shot {name!r}: latent has {info.latent_shape[0]} channels but the decoder "
+                f"({job.spec.describe()}) takes {channels}; the latent and the decoder spec do not match"
+            )
+        grid = grid_for(info.latent_shape[1:], options)
+        plans.append(
+            plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
+                      chunk=options.chunk)
+        )  # fmt: skip
+    return assign_round_robin(plans, n_workers)
+
+
+def render(
+    job_path: str | Path,
+    out_path: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    options: PlanOptions = PlanOptions(),
+    shots: Sequence[str] | None = None,
+    video: VideoSettings = VideoSettings(),
+    window: int | None = None,
+    log: Callable[[str], None] = print,
+    on_progress: ProgressCallback | None = None,
+) -> RenderStats:
+    """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``; returns what was done."""
+    from farm.cluster import connect, dashboard_link
+
+    job = open_job(job_path)
+    out = Output(Path(out_path))
+    plans = plan_job(job, options, 1, shots)  # validates everything before a cluster starts
+    prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
+    if job.spec.random_weights:
+        log(f"warning: {job.spec.describe()}: the frames are not a real decode")
+    with connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client:
+        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        link = dashboard_link(client)
+        log(f"farm: {len(plans)} shot(s), {n_workers} worker(s)" + (f", dashboard {link}" if link else ""))
+        plans = assign_round_robin(plans, n_workers)
+        metadata = {"comment": "farm render: " + job.spec.describe()}
+        stats = run_graph(
+            client, plans, job_path=str(job.path), spec_json=job.spec.to_json(), out=out,
+            fps={name: info.fps for name, info in job.shots.items()}, video=video,
+            metadata=metadata, window=window, on_progress=on_progress,
+        )  # fmt: skip
+    return stats
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic jobs (demos, tests, benchmarks)
+# --------------------------------------------------------------------------------------------------
+
+
+def resolve_decoder(name: str) -> tuple[str, str]:
+    """A named config ('ltx2-tiny') → (family, config name)."""
+    for family, cls in FAMILIES.items():
+        if name in cls.named_configs:
+            return family, name
+    known = sorted(n for cls in FAMILIES.values() for n in cls.named_configs)
+    raise FarmError(f"unknown decoder {name!r}; choose one of {known}")
+
+
+def synth_spec(
+    decoder: str, *, seed: int = 0, dtype: str | None = None, weights: str | None = None
+) -> DecoderSpec:
+    family, config = resolve_decoder(decoder)
+    raw = {
+        "family": family,
+        "config": config,
+        "weights": {"path": str(weights)} if weights else {"random_seed": seed},
+        "dtype": dtype or ("float32" if config.endswith("-tiny") else "bfloat16"),
+    }
+    return spec_from_json(raw, where="--decoder")
+
+
+def synth(
+    job_path: str | Path,
+    *,
+    decoder: str = "ltx2-tiny",
+    shots: int = 1,
+    frames: int = 17,
+    height: int = 128,
+    width: int = 192,
+    seed: int = 0,
+    fps: float = 24.0,
+    dtype: str | None = None,
+    weights: str | None = None,
+    overwrite: bool = False,
+) -> Job:
+    """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels."""
+    spec = synth_spec(decoder, seed=seed, dtype=dtype, weights=weights)
+    cls = decoder_class(spec)
+    g = cls.geometry_for(spec.config)
+    channels = cls.latent_channels_for(spec.config)
+    if shots < 1:
+        raise FarmError(f"--shots {shots} is invalid; use 1 or more")
+    valid_f = (frames - 1) % g.temporal_scale == 0 if g.causal else frames % g.temporal_scale == 0
+    if frames < 1 or not valid_f:
+        lo = (max(frames - 1, 0) // g.temporal_scale) * g.temporal_scale + 1
+        raise FarmError(
+            f"--frames {frames} cannot be produced by {decoder}: use 1 + {g.temporal_scale}k frames "
+            f"(e.g. {lo} or {lo + g.temporal_scale})"
+        )
+    for name, value in (("--height", height), ("--width", width)):
+        if value < g.spatial_scale or value % g.spatial_scale:
+            raise FarmError(
+                f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
+                f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
+            )
+    f = (frames - 1) // g.temporal_scale + 1 if g.causal else frames // g.temporal_scale
+    h, w = height // g.spatial_scale, width // g.spatial_scale
+    create_job(job_path, spec, overwrite=overwrite)
+    rng = np.random.default_rng(seed)
+    for k in range(shots):
+        write_shot(job_path, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
+                   attrs={"synthetic": True, "seed": seed})  # fmt: skip
+    return open_job(job_path)
+
+
+def smooth_latent(rng: np.random.Generator, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """Random latents that vary slowly in space and time (a coarse grid, linearly interpolated)."""
+    c, f, h, w = shape
+    coarse = rng.standard_normal((c, max(2, math.ceil(f / 2) + 1), max(2, h // 2 + 1), max(2, w // 2 + 1)))
+    out = coarse
+    for axis, n in ((1, f), (2, h), (3, w)):
+        src = np.linspace(0, out.shape[axis] - 1, n)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, out.shape[axis] - 1)
+        t = (src - lo).reshape([-1 if a == axis else 1 for a in range(4)])
+        out = np.take(out, lo, axis=axis) * (1 - t) + np.take(out, hi, axis=axis) * t
+    return out.astype(np.float32)
+
+
+def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
+    """The `farm plan` table: tiles, workers, latent and pixel ranges, redundant work, memory per tile."""
+    cls = decoder_class(spec)
+    lines = [f"decoder: {spec.describe()}", f"workers: {n_workers}"]
+    total_decoded = total_latent = 0
+    for plan in plans:
+        c, f, h, w = plan.latent_shape
+        pf, ph, pw = plan.pixel_shape
+        lines.append("")
+        lines.append(
+            f"shot {plan.shot}: latent {c}x{f}x{h}x{w} -> {pf} frames {pw}x{ph}; tiles "
+            f"{'x'.join(map(str, plan.grid.tiles))} overlap {','.join(map(str, plan.grid.overlap))}; "
+            f"{len(plan.batches)} batches; redundant work {plan.redundancy:.2f}x" + normalised_note(plan)
+        )
+        lines.append(
+            f"  {'tile':>4} {'worker':>6}  {'latent F,H,W ranges':<28} {'pixel F,H,W ranges':<34} "
+            f"{'peak mem':>10}"
+        )
+        for tile in plan.tiles:
+            lat = " ".join(f"{iv.start}:{iv.end}" for iv in tile.latent)
+            pix = " ".join(f"{s.start}:{s.stop}" for s in tile.pixels)
+            mem = cls.peak_bytes(spec, tile_chunk_volume(tile, plan.chunk, cls.geometry_for(spec.config)))
+            lines.append(f"  {tile.index:>4} {tile.worker:>6}  {lat:<28} {pix:<34} {human_bytes(mem):>10}")
+        total_decoded += sum(t.latent_volume for t in plan.tiles)
+        total_latent += f * h * w
+    lines.append("")
+    lines.append(
+        f"job: {sum(len(p.tiles) for p in plans)} tiles, redundant work {total_decoded / total_latent:.2f}x"
+    )
+    return "\n".join(lines)
+
+
+def normalised_note(plan: ShotPlan) -> str:
+    axes = [a for a, done in zip(AXES, plan.complementary, strict=True) if not done]
+    return f" (ramps normalised on {', '.join(axes)})" if axes else ""
+
+
+def tile_chunk_volume(tile: Tile, chunk: ChunkSize, geometry: Geometry) -> int:
+    """Pixel volume of the largest single decode call of a tile (its chunk, or the whole tile)."""
+    chunks = plan_chunks([iv.size for iv in tile.latent], geometry, chunk)
+    return max(c.pixel_volume for c in chunks)
+
+
+def parse_triple(text: str, option: str, *, minimum: int) -> tuple[int, int, int]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < minimum:
+        raise FarmError(
+            f"{option} {text!r} is invalid; give three whole numbers ≥ {minimum} as F,H,W (e.g. 1,2,2)"
+        )
+    return values  # type: ignore[return-value]
+
+
+__all__ = ["PlanOptions", "RenderStats", "describe_plans", "parse_triple", "plan_job", "render", "synth"]

@@ -1,0 +1,224 @@
+"""The job store (latents in) and the render output (frames, segments, videos out), both on disk.
+
+Job store: a Zarr v3 group.
+
+    JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...}}}
+      <shot>/                         attrs: {"fps": 24.0, ...}
+        latent                        float array [C, F, H, W], the decoder's latent space
+
+Render output:
+
+    OUT/frames.zarr/                  attrs: {"farm": {"format": 1, "decoder": {...}, "random_weights": bool}}
+      <shot>/frames                   uint8 [F, H, W, 3], one chunk per temporal batch
+    OUT/videos/<shot>.mp4             H.264, yuv420p, the shot's fps
+    OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
+    OUT/.farm/done/<shot>/NNNNN       marker written after batch NNNNN's frames and segment are in place
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.decoders import DecoderSpec, spec_from_json
+from farm.errors import FarmError
+
+FORMAT = 1
+SHOT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def check_shot_name(name: str) -> str:
+    if not isinstance(name, str) or not SHOT_NAME.match(name) or set(name) == {"."}:
+        raise FarmError(
+            f"shot name {name!r} is not allowed: use letters, digits, '-', '_' and '.' only "
+            "(and not '.' or '..')"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ShotInfo:
+    name: str
+    latent_shape: tuple[int, int, int, int]
+    latent_dtype: str
+    fps: float
+    attrs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    spec: DecoderSpec
+    shots: dict[str, ShotInfo]
+
+
+# --------------------------------------------------------------------------------------------------
+# Job store
+# --------------------------------------------------------------------------------------------------
+
+
+def create_job(path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False) -> None:
+    import zarr
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FarmError(f"job store {str(path)!r} already exists; choose a new path or remove it first")
+    root = zarr.open_group(store=str(path), mode="w", zarr_format=3)
+    root.attrs["farm"] = {"format": FORMAT, "decoder": spec.to_json()}
+
+
+def write_shot(
+    path: str | os.PathLike, name: str, latent: np.ndarray, *, fps: float, attrs: dict | None = None
+) -> None:
+    """Add one shot's latent ``[C, F, H, W]`` to a job store."""
+    import zarr
+
+    check_shot_name(name)
+    if latent.ndim != 4:
+        raise FarmError(f"shot {name!r}: latent has {latent.ndim} dimensions; expected 4 [C, F, H, W]")
+    if not fps > 0:
+        raise FarmError(f"shot {name!r}: fps {fps} is invalid; use a positive number")
+    root = zarr.open_group(store=str(path), mode="r+", zarr_format=3)
+    group = root.require_group(name)
+    group.attrs.update({"fps": float(fps), **(attrs or {})})
+    c, f, h, w = latent.shape
+    arr = group.create_array(
+        "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True
+    )
+    arr[...] = latent
+
+
+def open_job(path: str | os.PathLike) -> Job:
+    """Read and validate a job store's metadata (no latent data is read)."""
+    import zarr
+
+    path = Path(path)
+    if not path.exists():
+        raise FarmError(f"job store {str(path)!r} does not exist")
+    try:
+        root = zarr.open_group(store=str(path), mode="r")
+    except Exception as exc:  # zarr raises several types for "not a group"
+        raise FarmError(
+            f"{str(path)!r} is not a Zarr job store ({type(exc).__name__}: {exc}); "
+            "create one with `farm synth` or farm.store.create_job"
+        ) from None
+    meta = root.attrs.get("farm")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "decoder" not in meta:
+        raise FarmError(
+            f"{str(path)!r} is a Zarr group but not a farm job store: its attribute 'farm' must be "
+            f'{{"format": {FORMAT}, "decoder": {{...}}}}, found {meta!r}'
+        )
+    spec = spec_from_json(meta["decoder"], where=f"{path}: decoder spec")
+    shots = {}
+    for name, group in sorted(root.groups()):
+        check_shot_name(name)
+        if "latent" not in group:
+            raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
+        latent = group["latent"]
+        fps = group.attrs.get("fps", 24.0)
+        shots[name] = ShotInfo(
+            name=name,
+            latent_shape=tuple(int(x) for x in latent.shape),  # type: ignore[arg-type]
+            latent_dtype=str(latent.dtype),
+            fps=float(fps),
+            attrs=dict(group.attrs),
+        )
+    if not shots:
+        raise FarmError(f"job store {str(path)!r} holds no shots")
+    return Job(path=path, spec=spec, shots=shots)
+
+
+def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> np.ndarray:
+    """One tile's latent block ``[C, f, h, w]``: read on the worker that decodes it."""
+    import zarr
+
+    arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
+    return np.asarray(arr[(slice(None), *region)])
+
+
+# --------------------------------------------------------------------------------------------------
+# Render output
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Output:
+    root: Path
+
+    @property
+    def frames_zarr(self) -> Path:
+        return self.root / "frames.zarr"
+
+    def video(self, shot: str) -> Path:
+        return self.root / "videos" / f"{shot}.mp4"
+
+    def segment(self, shot: str, batch: int) -> Path:
+        return self.root / ".farm" / "segments" / shot / f"{batch:05d}.mp4"
+
+    def done_marker(self, shot: str, batch: int) -> Path:
+        return self.root / ".farm" / "done" / shot / f"{batch:05d}"
+
+    def batches_done(self, shot: str) -> set[int]:
+        folder = self.root / ".farm" / "done" / shot
+        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
+
+
+def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]]) -> None:
+    """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames)."""
+    import zarr
+
+    try:
+        out.root.mkdir(parents=True, exist_ok=True)
+        (out.root / "videos").mkdir(exist_ok=True)
+        probe = out.root / ".farm" / "write-test"
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
+    root = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3)
+    root.attrs["farm"] = {
+        "format": FORMAT,
+        "job": str(job.path),
+        "decoder": job.spec.to_json(),
+        "random_weights": job.spec.random_weights,
+        **({"warning": "decoded with RANDOM decoder weights"} if job.spec.random_weights else {}),
+    }
+    for name, (f, h, w), batch_frames in shots:
+        group = root.require_group(name)
+        group.attrs.update({"fps": job.shots[name].fps, "random_weights": job.spec.random_weights})
+        if "frames" not in group:
+            group.create_array(
+                "frames", shape=(f, h, w, 3), dtype="uint8", chunks=(batch_frames, h, w, 3), fill_value=0
+            )
+        (out.root / ".farm" / "segments" / name).mkdir(parents=True, exist_ok=True)
+        (out.root / ".farm" / "done" / name).mkdir(parents=True, exist_ok=True)
+
+
+def write_frames(out: Output, shot: str, start: int, frames: np.ndarray) -> None:
+    import zarr
+
+    arr = zarr.open_array(store=str(out.frames_zarr / shot / "frames"), mode="r+")
+    arr[start : start + frames.shape[0]] = frames
+
+
+def read_frames(out: Output, shot: str) -> np.ndarray:
+    import zarr
+
+    return np.asarray(zarr.open_array(store=str(out.frames_zarr / shot / "frames"), mode="r")[...])
+
+
+def mark_done(path: Path) -> None:
+    """Create a marker file durably (fsync'd) so it only exists once what it marks is in place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,174 @@
+"""Functions that run inside Dask workers: decode a tile, blend a batch, finish a shot.
+
+Each reads and writes the disk itself (latents from the job store, frames and segments to the output),
+so the client never holds pixels. Tensors stay on the worker's GPU where there is one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.errors import FarmError
+from farm.store import Output, mark_done, read_latent, write_frames
+from farm.tiling import Batch, ChunkSize, Tile, plan_chunks
+
+
+def worker_device() -> str:
+    """This process' GPU (dask-cuda gives each worker one visible device), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _weights(tile: Tile, device: str) -> tuple[Any, Any, Any]:
+    import torch
+
+    f, h, w = (torch.tensor(span.weights, dtype=torch.float32, device=device) for span in tile.pixels)
+    return f.view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
+
+
+def decode_block(decoder: Any, latent: Any, chunk: ChunkSize) -> Any:
+    """Decode a latent block ``[C, f, h, w]``, in chunks no larger than `chunk` when it is set."""
+    import torch
+
+    chunks = plan_chunks(latent.shape[1:], decoder.geometry, chunk)
+    if len(chunks) == 1:
+        return decoder.decode(latent)
+    out = None
+    for piece in chunks:
+        pixels = decoder.decode(latent[(slice(None), *piece.latent_slices())])
+        wf, wh, ww = _weights(piece, pixels.device)
+        pixels = pixels * wf * wh * ww
+        if out is None:
+            shape = decoder.geometry.pixel_shape(latent.shape[1:])
+            out = torch.zeros((pixels.shape[0], *shape), dtype=torch.float32, device=pixels.device)
+        (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in piece.pixels)
+        out[:, f0:f1, h0:h1, w0:w1] += pixels
+        del pixels
+    return out
+
+
+def decode_tile(
+    job_path: str, spec_json: dict, tile: Tile, chunk: ChunkSize, cuts: list[tuple[int, slice]]
+) -> dict[int, Any]:
+    """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``."""
+    import torch
+
+    from farm.decoders import load_decoder
+
+    decoder = load_decoder(spec_json, worker_device())
+    block = read_latent(job_path, tile.shot, tile.latent_slices())
+    if not np.isfinite(block).all():
+        bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + tile.latent[0].start
+        raise FarmError(
+            f"shot {tile.shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
+            "re-export the latents (nothing was decoded for this tile)"
+        )
+    latent = torch.from_numpy(block)
+    pixels = decode_block(decoder, latent, chunk)
+    expected = tuple(span.size for span in tile.pixels)
+    if tuple(pixels.shape[1:]) != expected:
+        raise FarmError(
+            f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "
+            f"the plan expected {expected}; the decoder's scale factors do not match its geometry"
+        )
+    wf, wh, ww = _weights(tile, pixels.device)
+    pixels = pixels.float() * wf * wh * ww
+    return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a tile's piece goes inside a batch: frame offset in the batch, pixel rows and columns."""
+
+    frame: int
+    rows: tuple[int, int]
+    cols: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    crf: int = 18
+    preset: str = "veryfast"
+
+
+def blend_batch(
+    out_root: str,
+    batch: Batch,
+    frame_size: tuple[int, int],
+    placements: list[Placement],
+    pieces: list[Any],
+    fps: float,
+    video: VideoSettings,
+    metadata: dict[str, str],
+) -> dict[str, Any]:
+    """Sum the batch's pieces in tile order, write the frames to Zarr, encode the segment, mark it done."""
+    import torch
+
+    from farm.video import encode_segment
+
+    t0 = time.perf_counter()
+    out = Output(Path(out_root))
+    device = pieces[0].device if pieces else torch.device(worker_device())
+    acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
+    for place, piece in zip(placements, pieces, strict=True):
+        f = place.frame
+        acc[:, f : f + piece.shape[1], place.rows[0] : place.rows[1], place.cols[0] : place.cols[1]] += (
+            piece.to(device)
+        )
+    frames = to_uint8(acc).permute(1, 2, 3, 0).contiguous().cpu().numpy()  # [F, H, W, 3]
+    t1 = time.perf_counter()
+    write_frames(out, batch.shot, batch.start, frames)
+    t2 = time.perf_counter()
+    encode_segment(
+        frames,
+        out.segment(batch.shot, batch.index),
+        fps,
+        crf=video.crf,
+        preset=video.preset,
+        metadata=metadata,
+    )
+    t3 = time.perf_counter()
+    mark_done(out.done_marker(batch.shot, batch.index))
+    return {
+        "shot": batch.shot,
+        "batch": batch.index,
+        "frames": batch.frames,
+        "blend_s": t1 - t0,
+        "write_s": t2 - t1,
+        "encode_s": t3 - t2,
+    }
+
+
+def to_uint8(pixels: Any) -> Any:
+    """[0, 1] floats → uint8 levels, rounding to nearest (values outside [0, 1] clip)."""
+    import torch
+
+    return torch.round(pixels.clamp(0.0, 1.0) * 255.0).to(torch.uint8)
+
+
+def finish_shot(out_root: str, shot: str, n_batches: int, metadata: dict[str, str], *_done: Any) -> dict:
+    """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``."""
+    from farm.video import join_segments
+
+    out = Output(Path(out_root))
+    segments = [out.segment(shot, k) for k in range(n_batches)]
+    missing = [str(s) for s in segments if not s.exists()]
+    if missing:
+        raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
+    join_segments(segments, out.video(shot), metadata=metadata)
+    mark_done(out.root / ".farm" / "done" / shot / "video")
+    for s in segments:
+        s.unlink(missing_ok=True)
+    return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}
+
+
+def decoded_bytes(tile: Tile) -> int:
+    """Host/device bytes of a tile's float32 pixels (3 channels)."""
+    return 3 * 4 * math.prod(span.size for span in tile.pixels)

@@ -1,0 +1,479 @@
+"""Pure tile planning: how a shot's latent is split into tiles, where each tile's pixels land, how they blend.
+
+Nothing here touches torch, a GPU, Dask or the disk: shapes in, frozen dataclasses out. Execution
+(`farm.graph`) and the worker-side decode (`farm.tasks`) consume a `ShotPlan`.
+
+Splitting follows the LTX-2 multi-GPU decoder:
+
+* an axis of `size` latent units split into `count` tiles with `overlap` units shared by neighbours
+  (count-based split: the tiles together decode ``size + (count - 1) * overlap`` units);
+* temporal tiles of a causal decoder after the first start one latent frame early and widen their
+  left ramp by one (the causal shift), so each tile sees the frame its first output depends on;
+* latent frames ``[s, e)`` of a causal decoder with temporal scale ``t`` give pixel frames
+  ``[s*t, 1 + (e-1)*t)`` (the first latent frame decodes to one pixel frame); spatial ``[s, e)`` gives
+  ``[s*k, e*k)``;
+* blend weights are separable trapezoids in pixel units. Where neighbours' ramps are complementary the
+  weights already sum to one; elsewhere each axis' weights are divided by their per-pixel sum. Because
+  the grid is a product of per-axis splits, that normalisation is separable too, so every tile can be
+  pre-weighted where it was decoded and the blend is a plain sum.
+
+Example:
+    >>> g = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
+    >>> plan = plan_shot("a", (128, 16, 22, 38), g, TileGrid(tiles=(1, 2, 4), overlap=(0, 4, 4)))
+    >>> len(plan.tiles), round(plan.redundancy, 2)
+    (8, 1.56)
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from farm.errors import FarmError
+
+AXES = ("frames", "height", "width")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a decoder does to shapes: latent units → pixels per axis, and whether time is causal."""
+
+    spatial_scale: int
+    temporal_scale: int
+    causal: bool = True
+
+    def pixel_frames(self, latent_frames: int) -> int:
+        if self.causal:
+            return 1 + (latent_frames - 1) * self.temporal_scale
+        return latent_frames * self.temporal_scale
+
+    def pixel_shape(self, latent_fhw: Sequence[int]) -> tuple[int, int, int]:
+        f, h, w = latent_fhw
+        return (self.pixel_frames(f), h * self.spatial_scale, w * self.spatial_scale)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One tile along one axis, in latent units, with its blend ramps (also latent units)."""
+
+    start: int
+    end: int
+    left_ramp: int
+    right_ramp: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class PixelSpan:
+    """Where an interval lands in pixels, and its 1-D blend weights there (already normalised)."""
+
+    start: int
+    stop: int
+    weights: tuple[float, ...]
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """Inter-worker tiling: tile counts and overlaps per axis (frames, height, width), latent units."""
+
+    tiles: tuple[int, int, int] = (1, 1, 1)
+    overlap: tuple[int, int, int] = (0, 0, 0)
+
+
+@dataclass(frozen=True)
+class ChunkSize:
+    """Intra-worker tiling: the largest latent block one decode call may take (None: no limit)."""
+
+    frames: int | None = None
+    height: int | None = None
+    width: int | None = None
+    overlap: tuple[int, int, int] = (1, 2, 2)
+
+    def limits(self) -> tuple[int | None, int | None, int | None]:
+        return (self.frames, self.height, self.width)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One decode task: a block of the latent, where its pixels go, and its separable weights."""
+
+    shot: str
+    index: int  # position in the shot's tile order (frames-major): blends sum in this order
+    grid_pos: tuple[int, int, int]
+    latent: tuple[Interval, Interval, Interval]
+    pixels: tuple[PixelSpan, PixelSpan, PixelSpan]
+    worker: int = 0  # round-robin slot, assigned over the whole job
+
+    @property
+    def latent_volume(self) -> int:
+        return math.prod(iv.size for iv in self.latent)
+
+    @property
+    def pixel_volume(self) -> int:
+        return math.prod(span.size for span in self.pixels)
+
+    def latent_slices(self) -> tuple[slice, slice, slice]:
+        return tuple(slice(iv.start, iv.end) for iv in self.latent)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A temporal batch of output frames: one blend task, one Zarr chunk, one video segment."""
+
+    shot: str
+    index: int
+    start: int
+    stop: int
+    tiles: tuple[int, ...]  # indices of the tiles whose pixels reach this batch, in summation order
+
+    @property
+    def frames(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class ShotPlan:
+    shot: str
+    latent_shape: tuple[int, int, int, int]  # C, F, H, W
+    pixel_shape: tuple[int, int, int]  # F, H, W
+    grid: TileGrid
+    tiles: tuple[Tile, ...]
+    batches: tuple[Batch, ...]
+    complementary: tuple[bool, bool, bool]  # per axis: did the ramps already sum to one?
+    chunk: ChunkSize = field(default_factory=ChunkSize)
+
+    @property
+    def redundancy(self) -> float:
+        """Decoded latent volume over the shot's latent volume (1.0 = no overlap work)."""
+        return sum(t.latent_volume for t in self.tiles) / math.prod(self.latent_shape[1:])
+
+    def batch_pieces(self, tile: Tile) -> list[tuple[Batch, slice]]:
+        """The batches a tile feeds and, for each, the slice of the tile's own frames that goes there."""
+        span = tile.pixels[0]
+        out = []
+        for batch in self.batches:
+            lo, hi = max(span.start, batch.start), min(span.stop, batch.stop)
+            if lo < hi:
+                out.append((batch, slice(lo - span.start, hi - span.start)))
+        return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Splitting one axis
+# --------------------------------------------------------------------------------------------------
+
+
+def split_by_count(size: int, count: int, overlap: int, *, axis: str = "axis") -> list[Interval]:
+    """Split `size` units into `count` tiles sharing `overlap` units with each neighbour.
+
+    Tile sizes differ by at most one; together they cover ``size + (count - 1) * overlap`` units.
+    """
+    if count < 1:
+        raise FarmError(f"{axis}: tile count {count} is invalid; use a whole number ≥ 1")
+    if overlap < 0:
+        raise FarmError(f"{axis}: overlap {overlap} is invalid; use a whole number ≥ 0")
+    if count == 1:
+        return [Interval(0, size, 0, 0)]
+    if count > size:
+        raise FarmError(
+            f"{axis}: {count} tiles do not fit a latent of {size} units; use at most {size} tiles"
+        )
+    total = size + (count - 1) * overlap
+    base, extra = divmod(total, count)
+    sizes = [base + (1 if i < extra else 0) for i in range(count)]
+    if overlap >= min(sizes):
+        max_overlap = _max_overlap(size, count)
+        raise FarmError(
+            f"{axis}: overlap {overlap} is not smaller than the tile size {min(sizes)} "
+            f"({count} tiles over {size} latent units); use an overlap of at most {max_overlap}"
+        )
+    intervals = []
+    start = 0
+    for i, tile_size in enumerate(sizes):
+        end = start + tile_size
+        intervals.append(Interval(start, end, overlap if i > 0 else 0, overlap if i < count - 1 else 0))
+        start = end - overlap
+    assert intervals[-1].end == size
+    return intervals
+
+
+def split_by_size(size: int, tile_size: int, overlap: int, *, axis: str = "axis") -> list[Interval]:
+    """Split into tiles of at most `tile_size` units (intra-worker chunking): the fewest tiles that fit."""
+    if tile_size < 1:
+        raise FarmError(f"{axis}: chunk size {tile_size} is invalid; use a whole number ≥ 1")
+    if size <= tile_size:
+        return [Interval(0, size, 0, 0)]
+    if overlap >= tile_size:
+        raise FarmError(
+            f"{axis}: chunk overlap {overlap} must be smaller than the chunk size {tile_size}; "
+            f"use at most {tile_size - 1}"
+        )
+    count = math.ceil((size - overlap) / (tile_size - overlap))
+    return split_by_count(size, count, overlap, axis=axis)
+
+
+def _max_overlap(size: int, count: int) -> int:
+    best = 0
+    for o in range(size):
+        sizes_min = (size + (count - 1) * o) // count
+        if o < sizes_min:
+            best = o
+    return best
+
+
+def causal_shift(intervals: list[Interval]) -> list[Interval]:
+    """Start every temporal tile after the first one latent frame early, widening its left ramp by one."""
+    return [
+        iv if i == 0 else Interval(iv.start - 1, iv.end, iv.left_ramp + 1, iv.right_ramp)
+        for i, iv in enumerate(intervals)
+    ]
+
+
+def trapezoid(length: int, left: int, right: int, left_from_zero: bool = False) -> list[float]:
+    """1-D blend ramp: rises over `left` samples, falls over `right`; 1 in between.
+
+    Ramps exclude their end points (0 and 1) so two complementary ramps sum to one; a causal temporal
+    ramp starts at exactly 0 on the frame its tile decodes as a (lower quality) first frame.
+    """
+    left, right = max(0, min(left, length)), max(0, min(right, length))
+    w = [1.0] * length
+    if left:
+        steps = left + 1 if left_from_zero else left + 2
+        rise = [k / (steps - 1) for k in range(steps)][:-1]
+        if not left_from_zero:
+            rise = rise[1:]
+        for k in range(left):
+            w[k] *= rise[k]
+    if right:
+        for k in range(right):
+            w[length - right + k] *= (right - k) / (right + 1)
+    return w
+
+
+def pixel_span(iv: Interval, scale: int, *, temporal: bool, causal: bool) -> tuple[int, int, list[float]]:
+    """Map a latent interval to pixel units: (start, stop, raw ramp weights)."""
+    if temporal and causal:
+        start, stop = iv.start * scale, 1 + (iv.end - 1) * scale
+        left = 0 if iv.left_ramp == 0 else 1 + (iv.left_ramp - 1) * scale
+        return start, stop, trapezoid(stop - start, left, iv.right_ramp * scale, left_from_zero=True)
+    start, stop = iv.start * scale, iv.end * scale
+    return start, stop, trapezoid(stop - start, iv.left_ramp * scale, iv.right_ramp * scale)
+
+
+def axis_spans(
+    intervals: list[Interval], scale: int, extent: int, *, temporal: bool, causal: bool
+) -> tuple[list[PixelSpan], bool]:
+    """Pixel spans of an axis' tiles with weights normalised to sum to one per pixel.
+
+    Returns the spans and whether the raw ramps were already complementary (no normalisation needed).
+    """
+    raw = [pixel_span(iv, scale, temporal=temporal, causal=causal) for iv in intervals]
+    total = [0.0] * extent
+    for start, stop, w in raw:
+        if start < 0 or stop > extent:
+            raise AssertionError(f"tile span [{start}, {stop}) outside [0, {extent})")
+        for k, v in enumerate(w):
+            total[start + k] += v
+    if min(total) <= 0.0:
+        raise AssertionError("a pixel is covered by no tile with positive weight")
+    complementary = all(abs(t - 1.0) < 1e-6 for t in total)
+    spans = []
+    for start, stop, w in raw:
+        if complementary:
+            weights = tuple(w)
+        else:
+            weights = tuple(v / total[start + k] for k, v in enumerate(w))
+        spans.append(PixelSpan(start, stop, weights))
+    return spans, complementary
+
+
+# --------------------------------------------------------------------------------------------------
+# Planning a shot
+# --------------------------------------------------------------------------------------------------
+
+
+def validate_chunking(grid: TileGrid, chunk: ChunkSize, latent_frames: int) -> None:
+    """Temporal tiles across workers and temporal chunks inside a worker must not both split one tile."""
+    if grid.tiles[0] > 1 and chunk.frames is not None:
+        tile_frames = math.ceil((latent_frames + (grid.tiles[0] - 1) * grid.overlap[0]) / grid.tiles[0])
+        if chunk.frames < tile_frames:
+            raise FarmError(
+                f"conflicting temporal tilings: {grid.tiles[0]} temporal tiles across workers "
+                f"(up to {tile_frames} latent frames each) would also be split in time by chunks of "
+                f"{chunk.frames} latent frames inside a worker; two causal splits of one tile conflict. "
+                "Use one temporal tile across workers (--tiles 1,H,W) or no temporal chunking"
+            )
+
+
+def plan_batches(shot: str, frames: int, batch_frames: int, tiles: Sequence[Tile]) -> tuple[Batch, ...]:
+    if batch_frames < 1:
+        raise FarmError(f"--batch-frames {batch_frames} is invalid; use a whole number ≥ 1")
+    batches = []
+    for k, start in enumerate(range(0, frames, batch_frames)):
+        stop = min(start + batch_frames, frames)
+        feeding = tuple(t.index for t in tiles if t.pixels[0].start < stop and start < t.pixels[0].stop)
+        batches.append(Batch(shot, k, start, stop, feeding))
+    return tuple(batches)
+
+
+def plan_shot(
+    shot: str,
+    latent_shape: Sequence[int],
+    geometry: Geometry,
+    grid: TileGrid = TileGrid(),
+    *,
+    batch_frames: int = 32,
+    chunk: ChunkSize = ChunkSize(),
+) -> ShotPlan:
+    """Split one shot's latent ``[C, F, H, W]`` into tiles and temporal output batches."""
+    if len(latent_shape) != 4:
+        raise FarmError(
+            f"shot {shot!r}: latent has shape {tuple(latent_shape)}; expected 4 dimensions [C, F, H, W]"
+        )
+    c, f, h, w = (int(x) for x in latent_shape)
+    if min(c, f, h, w) < 1:
+        raise FarmError(f"shot {shot!r}: latent shape {tuple(latent_shape)} has an empty axis")
+    for name, values in (("--tiles", grid.tiles), ("--overlap", grid.overlap)):
+        if len(values) != 3:
+            raise FarmError(f"{name} needs three values F,H,W; got {values}")
+    validate_chunking(grid, chunk, f)
+    pixel_shape = geometry.pixel_shape((f, h, w))
+    per_axis: list[tuple[list[Interval], list[PixelSpan], bool]] = []
+    for axis, (size, count, overlap) in enumerate(zip((f, h, w), grid.tiles, grid.overlap, strict=True)):
+        name = f"shot {shot!r}, {AXES[axis]}"
+        intervals = split_by_count(size, count, overlap, axis=name)
+        temporal = axis == 0
+        if temporal and geometry.causal:
+            intervals = causal_shift(intervals)
+        scale = geometry.temporal_scale if temporal else geometry.spatial_scale
+        spans, complementary = axis_spans(
+            intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal
+        )
+        per_axis.append((intervals, spans, complementary))
+
+    tiles = []
+    for i_f in range(grid.tiles[0]):
+        for i_h in range(grid.tiles[1]):
+            for i_w in range(grid.tiles[2]):
+                pos = (i_f, i_h, i_w)
+                tiles.append(
+                    Tile(
+                        shot=shot,
+                        index=len(tiles),
+                        grid_pos=pos,
+                        latent=tuple(per_axis[a][0][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                        pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                    )
+                )
+    batches = plan_batches(shot, pixel_shape[0], batch_frames, tiles)
+    return ShotPlan(
+        shot=shot,
+        latent_shape=(c, f, h, w),
+        pixel_shape=pixel_shape,
+        grid=grid,
+        tiles=tuple(tiles),
+        batches=batches,
+        complementary=tuple(p[2] for p in per_axis),  # type: ignore[arg-type]
+        chunk=chunk,
+    )
+
+
+def assign_round_robin(plans: Sequence[ShotPlan], n_workers: int) -> list[ShotPlan]:
+    """Give the job's tiles, in order across shots, to worker slots 0, 1, …, n-1, 0, 1, …"""
+    if n_workers < 1:
+        raise FarmError(f"need at least one worker to assign tiles to; got {n_workers}")
+    out, slot = [], 0
+    for plan in plans:
+        tiles = []
+        for tile in plan.tiles:
+            tiles.append(replace(tile, worker=slot % n_workers))
+            slot += 1
+        out.append(replace(plan, tiles=tuple(tiles)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Intra-worker chunks and the streaming window
+# --------------------------------------------------------------------------------------------------
+
+
+def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: ChunkSize) -> list[Tile]:
+    """Split one tile's latent block into decode calls no larger than `chunk` (tile-local coordinates).
+
+    The chunks' pixel weights are normalised, so decoding each, weighting and summing gives the tile.
+    """
+    limits = chunk.limits()
+    f, h, w = (int(x) for x in tile_latent_fhw)
+    pixel_shape = geometry.pixel_shape((f, h, w))
+    per_axis = []
+    for axis, size in enumerate((f, h, w)):
+        limit = limits[axis]
+        name = f"chunk {AXES[axis]}"
+        intervals = (
+            [Interval(0, size, 0, 0)]
+            if limit is None
+            else split_by_size(size, limit, min(chunk.overlap[axis], max(limit - 1, 0)), axis=name)
+        )
+        temporal = axis == 0
+        if temporal and geometry.causal:
+            intervals = causal_shift(intervals)
+        scale = geometry.temporal_scale if temporal else geometry.spatial_scale
+        spans, _ = axis_spans(intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal)
+        per_axis.append((intervals, spans))
+    chunks = []
+    for i_f in range(len(per_axis[0][0])):
+        for i_h in range(len(per_axis[1][0])):
+            for i_w in range(len(per_axis[2][0])):
+                pos = (i_f, i_h, i_w)
+                chunks.append(
+                    Tile(
+                        shot="",
+                        index=len(chunks),
+                        grid_pos=pos,
+                        latent=tuple(per_axis[a][0][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                        pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                    )
+                )
+    return chunks
+
+
+def required_window(plans: Sequence[ShotPlan]) -> int:
+    """Fewest decoded tiles that must be held at once for tiles submitted in order to make progress.
+
+    Tiles are submitted in job order and released once every batch they feed is written. When batch b
+    is the oldest unwritten one, the tiles held run from the oldest tile still feeding an unwritten
+    batch to the last tile b needs: the window must cover that span for every b.
+    """
+    order: list[tuple[int, int]] = []  # (plan idx, tile idx) in submission order
+    for p, plan in enumerate(plans):
+        order.extend((p, t.index) for t in plan.tiles)
+    position = {key: i for i, key in enumerate(order)}
+    last_batch_of: dict[tuple[int, int], tuple[int, int]] = {}
+    for p, plan in enumerate(plans):
+        for batch in plan.batches:
+            for t in batch.tiles:
+                last_batch_of[(p, t)] = (p, batch.index)
+    # oldest held tile when batch b is the oldest unwritten: min position over tiles whose last batch ≥ b
+    by_last = sorted((last, position[key]) for key, last in last_batch_of.items())
+    suffix_min = [0] * len(by_last)
+    running = len(order)
+    for i in range(len(by_last) - 1, -1, -1):
+        running = min(running, by_last[i][1])
+        suffix_min[i] = running
+    lasts = [last for last, _ in by_last]
+    need = 1
+    for p, plan in enumerate(plans):
+        for batch in plan.batches:
+            newest = max(position[(p, t)] for t in batch.tiles)
+            oldest = suffix_min[bisect.bisect_left(lasts, (p, batch.index))]
+            need = max(need, newest - oldest + 1)
+    return need

@@ -1,0 +1,272 @@
+"""H.264 video segments: encode each temporal batch independently, then join them without re-encoding.
+
+Every segment is a complete mp4 that starts with an IDR frame. Segments of one shot share size, frame
+rate and encoder settings, so their SPS/PPS (the mp4 ``avcC`` extradata) are byte-identical and their
+packets can be concatenated into one stream: :func:`join_segments` only rewrites timestamps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+from av.video.reformatter import ColorRange, Colorspace
+
+from farm.errors import FarmError
+
+__all__ = ["VideoInfo", "encode_segment", "join_segments", "probe", "read_frames"]
+
+# Fixed GOP structure and no scene-cut detection: headers and GOP layout depend only on the settings,
+# never on the content, so independently encoded segments stay joinable. The GOP is longer than any
+# sensible segment, so each segment is one closed GOP starting with an IDR frame.
+_KEYINT = 250
+# ``stitchable`` stops x264 tuning the PPS to rate control (e.g. pic_init_qp from crf), made for exactly this.
+_X264_PARAMS = f"keyint={_KEYINT}:min-keyint={_KEYINT}:scenecut=0:open-gop=0:stitchable=1"
+# AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
+_BT709 = 1
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What :func:`probe` found in a video file (frame count by demuxing, not from the header)."""
+
+    frames: int
+    width: int
+    height: int
+    fps: Fraction
+    codec: str
+    pix_fmt: str
+    metadata: dict[str, str]
+
+
+def _fraction(value: Any) -> Fraction:
+    """A ``Fraction`` from a ``Fraction`` (PyAV 18), an ``AVRational`` (PyAV 19) or ``None`` (-> 0)."""
+    if value is None:
+        return Fraction(0)
+    return Fraction(int(value.numerator), int(value.denominator))
+
+
+@contextlib.contextmanager
+def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
+    final = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp.mp4", dir=final.parent)
+    except OSError as e:
+        raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def encode_segment(
+    frames: np.ndarray,
+    path: str | os.PathLike[str],
+    fps: float | Fraction,
+    *,
+    crf: int = 18,
+    preset: str = "veryfast",
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Encode RGB frames ``uint8 [F, H, W, 3]`` as one independently decodable H.264 mp4 at ``path``.
+
+    yuv420p, BT.709 (tv range) tags, frame ``k`` at ``k / fps`` seconds. Written to a temp file in the
+    same directory and renamed into place, so ``path`` is either complete or absent.
+    """
+    frames = np.asarray(frames)
+    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
+        raise FarmError(
+            f"encode_segment({os.fspath(path)!r}): frames must be uint8 [F, H, W, 3] RGB, "
+            f"got {frames.dtype} {tuple(frames.shape)}"
+        )
+    n, height, width, _ = frames.shape
+    if n == 0:
+        raise FarmError(f"encode_segment({os.fspath(path)!r}): no frames to encode")
+    if height % 2 or width % 2 or height == 0 or width == 0:
+        raise FarmError(
+            f"encode_segment({os.fspath(path)!r}): H.264 yuv420p needs an even, non-zero frame size, "
+            f"got {width}x{height} (W x H); crop or pad to even dimensions"
+        )
+    rate = Fraction(fps).limit_denominator(1001000)
+    if rate <= 0:
+        raise FarmError(f"encode_segment({os.fspath(path)!r}): fps must be positive, got {fps!r}")
+    time_base = 1 / rate
+
+    with _atomic_path(path) as tmp, av.open(tmp, mode="w", format="mp4") as out:
+        out.metadata.update(metadata or {})
+        stream = out.add_stream(
+            "libx264",
+            rate=rate,
+            options={"crf": str(crf), "preset": preset, "x264-params": _X264_PARAMS},
+        )
+        stream.width = width
+        stream.height = height
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = time_base
+        ctx = stream.codec_context
+        ctx.time_base = time_base
+        ctx.color_primaries = _BT709
+        ctx.color_trc = _BT709
+        ctx.colorspace = _BT709
+        ctx.color_range = int(ColorRange.MPEG)
+        for k in range(n):
+            rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format="rgb24")
+            frame = rgb.reformat(
+                format="yuv420p", dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
+            )
+            frame.pts = k
+            frame.time_base = time_base
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+
+
+@dataclass(frozen=True)
+class _StreamParams:
+    codec: str
+    width: int
+    height: int
+    pix_fmt: str
+    fps: Fraction
+    time_base: Fraction
+    extradata: bytes
+
+
+def _open_video(path: str | os.PathLike[str]) -> av.container.InputContainer:
+    try:
+        container = av.open(os.fspath(path))
+    except (OSError, av.FFmpegError) as e:
+        raise FarmError(f"cannot open video {os.fspath(path)!r}: {e}") from e
+    if not container.streams.video:
+        container.close()
+        raise FarmError(f"{os.fspath(path)!r} has no video stream")
+    return container
+
+
+def _read_packets(path: str | os.PathLike[str]) -> tuple[_StreamParams, list[av.Packet], dict[str, str]]:
+    """Demux the first video stream: its parameters, its (non-empty) packets and the container tags."""
+    with _open_video(path) as container:
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        packets = [p for p in container.demux(stream) if p.size > 0 and p.pts is not None]
+        time_base = _fraction(stream.time_base)
+        start = min((p.pts for p in packets), default=0)
+        span = max((p.pts + p.duration for p in packets), default=0) - start
+        # Exact frame rate from the timestamps (frames per second of stream time); header rate as fallback.
+        fps = Fraction(len(packets)) / (span * time_base) if span > 0 and time_base else None
+        params = _StreamParams(
+            codec=ctx.name,
+            width=ctx.width,
+            height=ctx.height,
+            pix_fmt=ctx.pix_fmt or "",
+            fps=fps or _fraction(stream.average_rate) or _fraction(stream.guessed_rate),
+            time_base=time_base,
+            extradata=bytes(ctx.extradata or b""),
+        )
+        return params, packets, dict(container.metadata)
+
+
+def join_segments(
+    segments: Sequence[str | os.PathLike[str]],
+    path: str | os.PathLike[str],
+    *,
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Concatenate segments written by :func:`encode_segment`, in order, into one mp4, without re-encoding.
+
+    All segments must share codec, size, pixel format, frame rate, time base and extradata (SPS/PPS);
+    otherwise FarmError names the first segment that differs and how. Atomic like :func:`encode_segment`.
+    """
+    if not segments:
+        raise FarmError(f"join_segments({os.fspath(path)!r}): no segments to join")
+    read = [_read_packets(s) for s in segments]
+    for seg, (_, packets, _) in zip(segments, read, strict=True):
+        if not packets:
+            raise FarmError(f"cannot join video segment {os.fspath(seg)!r}: it has no video packets")
+    ref = read[0][0]
+    for seg, (params, _, _) in zip(segments[1:], read[1:], strict=True):
+        for name in _StreamParams.__dataclass_fields__:
+            want, got = getattr(ref, name), getattr(params, name)
+            if want != got:
+                hint = ""
+                if name == "extradata":
+                    want, got = f"{len(want)} bytes {want.hex()}", f"{len(got)} bytes {got.hex()}"
+                    hint = " (the SPS/PPS headers differ: another preset, encoder or libx264 version?)"
+                raise FarmError(
+                    f"cannot join video segment {os.fspath(seg)!r}: its {name} is {got}, but the first "
+                    f"segment {os.fspath(segments[0])!r} has {want}{hint}; segments must be encoded with "
+                    "identical settings to be joined without re-encoding"
+                )
+    # Each segment starts where the previous one ended. Its dts run ``delay`` ticks ahead of its pts (B-frame
+    # reordering); a short segment can have less delay than the rest (one frame: none), so every segment's
+    # dts are moved to the largest delay: dts stay <= pts and strictly increase across the joins.
+    delays = [min(p.pts for p in pk) - min(p.dts for p in pk) for _, pk, _ in read]
+    max_delay = max(delays)
+    with (
+        _atomic_path(path) as tmp,
+        _open_video(segments[0]) as first,
+        av.open(tmp, mode="w", format="mp4") as out,
+    ):
+        out.metadata.update(metadata or {})
+        stream = out.add_stream_from_template(first.streams.video[0])
+        stream.time_base = ref.time_base
+        offset = 0
+        last_dts: int | None = None
+        for seg, (_, packets, _), delay in zip(segments, read, delays, strict=True):
+            start = min(p.pts for p in packets)
+            end = start
+            for p in packets:
+                end = max(end, p.pts + p.duration)
+                p.pts += offset - start
+                p.dts += offset - start - (max_delay - delay)
+                if last_dts is not None and p.dts <= last_dts:
+                    raise FarmError(
+                        f"cannot join video segment {os.fspath(seg)!r}: its decode timestamps do not follow "
+                        "the previous segment's (unexpected B-frame reordering)"
+                    )
+                last_dts = p.dts
+                p.stream = stream
+                out.mux(p)
+            offset += end - start
+
+
+def probe(path: str | os.PathLike[str]) -> VideoInfo:
+    """Describe the first video stream of ``path``; frames are counted by demuxing every packet."""
+    params, packets, tags = _read_packets(path)
+    return VideoInfo(
+        frames=len(packets),
+        width=params.width,
+        height=params.height,
+        fps=params.fps,
+        codec=params.codec,
+        pix_fmt=params.pix_fmt,
+        metadata=tags,
+    )
+
+
+def _to_rgb(frame: av.VideoFrame) -> np.ndarray:
+    # Untagged video is assumed BT.709 (what encode_segment writes), not swscale's BT.601 default.
+    colorspace = frame.colorspace if frame.colorspace not in (0, 2) else Colorspace.ITU709
+    return frame.to_ndarray(format="rgb24", src_colorspace=colorspace)
+
+
+def read_frames(path: str | os.PathLike[str]) -> np.ndarray:
+    """Decode every frame of the first video stream of ``path`` as ``uint8 [F, H, W, 3]`` RGB."""
+    with _open_video(path) as container:
+        stream = container.streams.video[0]
+        rgb = [_to_rgb(f) for f in container.decode(stream)]
+        if not rgb:
+            raise FarmError(f"{os.fspath(path)!r} has no decodable video frames")
+        return np.stack(rgb)
