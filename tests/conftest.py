@@ -1,0 +1,34 @@
+"""Shared fixtures: tiny jobs on disk and a real multi-process local Dask cluster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import farm.render as fr
+
+
+@pytest.fixture(scope="session")
+def cluster3():
+    """A real local cluster: 3 worker processes on loopback, farm's serializers installed."""
+    from farm.cluster import connect
+
+    with connect(workers=3) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def scheduler3(cluster3) -> str:
+    return cluster3.scheduler.address
+
+
+@pytest.fixture
+def tiny_job(tmp_path):
+    """A 2-shot ltx2-tiny job: 17 frames of 128x192 and 25 frames of 96x128 (different shapes)."""
+    path = tmp_path / "job.zarr"
+    fr.synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=128, width=192, seed=1)
+    rng = np.random.default_rng(7)
+    from farm.store import write_shot
+
+    write_shot(path, "b-shot.2", fr.smooth_latent(rng, (8, 4, 3, 4)), fps=30.0)
+    return path

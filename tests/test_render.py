@@ -1,0 +1,182 @@
+"""End-to-end renders on a real local Dask cluster, checked against independent in-process decodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+import farm.render as fr
+from farm import video
+from farm.decoders.ltx2 import LTX2Decoder
+from farm.store import Output, open_job, read_frames
+from farm.tasks import VideoSettings
+
+
+def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:
+    """Decode every tile of every shot in this process, weight by its ramps, sum in tile order."""
+    job = open_job(job_path)
+    model = LTX2Decoder.build(job.spec)
+    out = {}
+    for plan in fr.plan_job(job, options, 1):
+        latent = np.asarray(zarr.open_array(store=str(job_path / plan.shot / "latent"), mode="r")[...])
+        full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
+        for tile in plan.tiles:
+            block = torch.from_numpy(latent[(slice(None), *tile.latent_slices())])
+            with torch.inference_mode():
+                pixels = (model.decode(block[None], return_dict=False)[0][0].float() + 1.0) / 2.0
+            wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
+            pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
+            (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
+            full[:, f0:f1, h0:h1, w0:w1] += pixels
+        frames = torch.round(full.clamp(0, 1) * 255).to(torch.uint8).permute(1, 2, 3, 0).numpy()
+        out[plan.shot] = frames
+    return out
+
+
+TILED = fr.PlanOptions(tiles=(2, 2, 2), overlap=(1, 1, 2), batch_frames=8)
+
+
+def test_tiled_render_equals_in_process_reference(tiny_job, tmp_path, scheduler3):
+    stats = fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    assert not stats.failed
+    expected = reference_frames(tiny_job, TILED)
+    out = Output(tmp_path / "out")
+    for shot, frames in expected.items():
+        got = read_frames(out, shot)
+        assert got.shape == frames.shape
+        np.testing.assert_array_equal(got, frames)
+    assert stats.frames_written == sum(f.shape[0] for f in expected.values())
+    # the window held fewer tiles than the job has: tiles were streamed, not gathered
+    assert stats.max_tiles_held <= stats.window < stats.tiles_total
+
+
+def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, scheduler3):
+    one = fr.render(tiny_job, tmp_path / "w1", workers=1, options=TILED, log=lambda _: None)
+    three = fr.render(tiny_job, tmp_path / "w3", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    assert not one.failed and not three.failed
+    for shot in open_job(tiny_job).shots:
+        a = read_frames(Output(tmp_path / "w1"), shot)
+        b = read_frames(Output(tmp_path / "w3"), shot)
+        assert a.tobytes() == b.tobytes()
+
+
+def test_single_tile_matches_plain_vae_decode(tiny_job, tmp_path, scheduler3):
+    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, log=lambda _: None)
+    job = open_job(tiny_job)
+    model = LTX2Decoder.build(job.spec)
+    for shot in job.shots:
+        latent = torch.from_numpy(np.asarray(zarr.open_array(store=str(tiny_job / shot / "latent"))[...]))
+        with torch.inference_mode():
+            decoded = model.decode(latent[None]).sample[0]  # [3, F, H, W] in [-1, 1]
+        plain = ((decoded + 1) / 2).clamp(0, 1).mul(255).permute(1, 2, 3, 0).numpy()
+        got = read_frames(Output(tmp_path / "out"), shot).astype(np.float64)
+        assert got.shape == plain.shape
+        assert np.abs(got - plain).max() <= 1.0
+
+
+def test_videos_match_frames(tiny_job, tmp_path, scheduler3):
+    out = Output(tmp_path / "out")
+    stats = fr.render(
+        tiny_job,
+        out.root,
+        scheduler=scheduler3,
+        options=TILED,
+        video=VideoSettings(crf=0),
+        log=lambda _: None,
+    )
+    job = open_job(tiny_job)
+    for shot, info in job.shots.items():
+        assert stats.shots[shot].video == str(out.video(shot))
+        meta = video.probe(out.video(shot))
+        frames = read_frames(out, shot)
+        assert meta.frames == frames.shape[0]
+        assert (meta.height, meta.width) == frames.shape[1:3]
+        assert float(meta.fps) == pytest.approx(info.fps)
+        assert meta.codec == "h264" and meta.pix_fmt == "yuv420p"
+        assert "RANDOM" in meta.metadata.get("comment", "")
+        # Random-weight frames are colour noise, which yuv420p's half-resolution chroma cannot hold
+        # (tests/test_video.py checks RGB on smooth patterns); luma must survive a crf-0 encode.
+        decoded = video.read_frames(out.video(shot))
+        assert decoded.shape == frames.shape
+        assert np.abs(luma(decoded) - luma(frames)).mean() < 3.0
+    # segments are joined and removed; every batch has its done marker
+    assert not any((out.root / ".farm" / "segments").rglob("*.mp4"))
+    for shot in job.shots:
+        plan = fr.plan_job(job, TILED, 1, [shot])[0]
+        assert out.batches_done(shot) == set(range(len(plan.batches)))
+    root = zarr.open_group(store=str(out.frames_zarr), mode="r")
+    assert root.attrs["farm"]["random_weights"] is True
+
+
+def luma(frames: np.ndarray) -> np.ndarray:
+    rgb = frames.astype(np.float64)
+    return 0.2126 * rgb[..., 0] + 0.7152 * rgb[..., 1] + 0.0722 * rgb[..., 2]
+
+
+@pytest.mark.parametrize("form", ["folder", "file"])
+def test_weights_load_from_folder_and_single_file(tmp_path, form):
+    from safetensors.torch import save_file
+
+    from farm.decoders import load_decoder, spec_from_json
+
+    source = LTX2Decoder.build(fr.synth_spec("ltx2-tiny", seed=123))
+    if form == "folder":
+        source.save_pretrained(tmp_path / "vae")
+        path = tmp_path / "vae"
+    else:
+        path = tmp_path / "vae.safetensors"
+        save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    spec = spec_from_json({"family": "ltx2", "config": "ltx2-tiny", "weights": {"path": str(path)}})
+    assert not spec.random_weights
+    decoder = load_decoder(spec)
+    latent = torch.randn(8, 2, 3, 2, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        expected = (source.decode(latent[None]).sample[0] + 1) / 2
+    assert torch.equal(decoder.decode(latent), expected)
+
+
+def test_weights_for_another_config_are_refused(tmp_path):
+    from farm.decoders import load_decoder, spec_from_json
+    from farm.errors import FarmError
+
+    other = LTX2Decoder.build(
+        fr.spec_from_json({"family": "ltx2", "config": {**fr.synth_spec("ltx2-tiny").config,
+                           "decoder_block_out_channels": [16, 32, 64]}, "weights": {"random_seed": 0}})
+    )  # fmt: skip
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in other.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    spec = spec_from_json(
+        {"family": "ltx2", "config": "ltx2-tiny", "weights": {"path": str(tmp_path / "w.safetensors")}}
+    )
+    with pytest.raises(FarmError, match="do not match the decoder config"):
+        load_decoder(spec)
+
+
+def test_spec_without_weights_is_an_error():
+    from farm.decoders import spec_from_json
+    from farm.errors import FarmError
+
+    with pytest.raises(FarmError, match="never initialises a decoder with random weights"):
+        spec_from_json({"family": "ltx2", "config": "ltx2-tiny"})
+    with pytest.raises(FarmError, match="does not exist"):
+        spec_from_json({"family": "ltx2", "config": "ltx2-tiny", "weights": {"path": "/nonexistent/vae"}})
+
+
+def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_path, scheduler3):
+    """Chunking a tile inside a worker blends exactly like tiling the shot the same way across workers."""
+    from farm.tiling import ChunkSize
+
+    chunked = fr.PlanOptions(chunk=ChunkSize(height=2, width=4, overlap=(0, 1, 1)), batch_frames=8)
+    equivalent = {  # the size-based chunk split, written as count-based grids
+        "shot000": fr.PlanOptions(tiles=(1, 3, 2), overlap=(0, 1, 1), batch_frames=8),  # latent 3x4x6
+        "b-shot.2": fr.PlanOptions(tiles=(1, 2, 1), overlap=(0, 1, 0), batch_frames=8),  # latent 4x3x4
+    }
+    fr.render(tiny_job, tmp_path / "chunked", scheduler=scheduler3, options=chunked, log=lambda _: None)
+    for shot, options in equivalent.items():
+        fr.render(tiny_job, tmp_path / shot, scheduler=scheduler3, options=options, shots=[shot], log=print)
+        a = read_frames(Output(tmp_path / "chunked"), shot)
+        b = read_frames(Output(tmp_path / shot), shot)
+        np.testing.assert_array_equal(a, b)
