@@ -301,16 +301,17 @@ def axis_spans(
 # --------------------------------------------------------------------------------------------------
 
 
-def validate_chunking(grid: TileGrid, chunk: ChunkSize, latent_frames: int) -> None:
+def validate_chunking(grid: TileGrid, chunk: ChunkSize, temporal_tiles: Sequence[Interval]) -> None:
     """Temporal tiles across workers and temporal chunks inside a worker must not both split one tile."""
     if grid.tiles[0] > 1 and chunk.frames is not None:
-        tile_frames = math.ceil((latent_frames + (grid.tiles[0] - 1) * grid.overlap[0]) / grid.tiles[0])
+        tile_frames = max(iv.size for iv in temporal_tiles)  # after the causal shift
         if chunk.frames < tile_frames:
             raise FarmError(
                 f"conflicting temporal tilings: {grid.tiles[0]} temporal tiles across workers "
                 f"(up to {tile_frames} latent frames each) would also be split in time by chunks of "
                 f"{chunk.frames} latent frames inside a worker; two causal splits of one tile conflict. "
-                "Use one temporal tile across workers (--tiles 1,H,W) or no temporal chunking"
+                f"Use one temporal tile across workers (--tiles 1,H,W), a temporal chunk of at least "
+                f"{tile_frames} latent frames, or no temporal chunking"
             )
 
 
@@ -345,7 +346,6 @@ def plan_shot(
     for name, values in (("--tiles", grid.tiles), ("--overlap", grid.overlap)):
         if len(values) != 3:
             raise FarmError(f"{name} needs three values F,H,W; got {values}")
-    validate_chunking(grid, chunk, f)
     pixel_shape = geometry.pixel_shape((f, h, w))
     per_axis: list[tuple[list[Interval], list[PixelSpan], bool]] = []
     for axis, (size, count, overlap) in enumerate(zip((f, h, w), grid.tiles, grid.overlap, strict=True)):
@@ -359,6 +359,7 @@ def plan_shot(
             intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal
         )
         per_axis.append((intervals, spans, complementary))
+    validate_chunking(grid, chunk, per_axis[0][0])
 
     tiles = []
     for i_f in range(grid.tiles[0]):

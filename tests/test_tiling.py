@@ -520,10 +520,11 @@ def test_conflicting_temporal_tilings_refused():
     with pytest.raises(FarmError, match="conflicting temporal tilings") as err:
         plan_shot("s", (4, 16, 4, 4), LTX2, grid, chunk=ChunkSize(frames=4))
     msg = str(err.value)
+    # tiles [0, 9) and, after the causal shift, [7, 16): 9 latent frames each
     assert "2 temporal tiles" in msg and "9 latent frames" in msg and "chunks of 4" in msg
-    assert "--tiles 1,H,W" in msg  # says what would be valid
+    assert "--tiles 1,H,W" in msg and "at least 9" in msg  # says what would be valid
     with pytest.raises(FarmError, match="conflicting temporal tilings"):
-        validate_chunking(grid, ChunkSize(frames=8), 16)
+        validate_chunking(grid, ChunkSize(frames=9), [Interval(0, 9, 0, 1), Interval(7, 17, 2, 0)])
 
 
 @PROPS
@@ -558,12 +559,6 @@ def test_one_temporal_tile_allows_any_temporal_chunking():
     assert plan.chunk.frames == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="validate_chunking compares the chunk frame limit with the unshifted tile size, but causal "
-    "temporal tiles after the first hold one more latent frame (the causal shift): a limit equal to the "
-    "unshifted size is accepted and plan_chunks then splits the shifted tile in time anyway",
-)
 def test_guard_accounts_for_the_causal_shift():
     # 16 latent frames in 2 temporal tiles, no overlap: [0, 8) and, shifted, [7, 16) = 9 frames.
     grid = TileGrid(tiles=(2, 1, 1), overlap=(0, 0, 0))
