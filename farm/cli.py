@@ -10,24 +10,6 @@ from pathlib import Path
 from farm.errors import FarmError
 
 
-def _tiles(text: str) -> tuple[int, int, int]:
-    from farm.render import parse_triple
-
-    return parse_triple(text, "--tiles", minimum=1)
-
-
-def _overlap(text: str) -> tuple[int, int, int]:
-    from farm.render import parse_triple
-
-    return parse_triple(text, "--overlap", minimum=0)
-
-
-def _chunk(text: str) -> tuple[int, int, int]:
-    from farm.render import parse_triple
-
-    return parse_triple(text, "--chunk", minimum=0)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="farm",
@@ -59,14 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     def plan_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--tiles",
-            type=_tiles,
-            default=(1, 1, 1),
+            default="1,1,1",
             metavar="F,H,W",
             help="tiles per shot along frames, height, width (default 1,1,1: whole shots)",
         )
         p.add_argument(
             "--overlap",
-            type=_overlap,
             metavar="F,H,W",
             help="overlap of neighbouring tiles in latent units (default 1,2,2 where split)",
         )
@@ -77,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help="pixel frames per output batch: one blend task, Zarr chunk and video segment",
         )
-        p.add_argument("--chunk", type=_chunk, metavar="F,H,W",
+        p.add_argument("--chunk", metavar="F,H,W",
                        help="largest latent block one decode call takes inside a worker (0 = no limit), "
                             "to bound GPU memory")  # fmt: skip
         p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
@@ -103,14 +83,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plan_options(args: argparse.Namespace):
-    from farm.render import PlanOptions
+    from farm.render import PlanOptions, parse_triple
     from farm.tiling import ChunkSize
 
     chunk = ChunkSize()
     if args.chunk:
-        f, h, w = (v or None for v in args.chunk)
+        f, h, w = (v or None for v in parse_triple(args.chunk, "--chunk", minimum=0))
         chunk = ChunkSize(frames=f, height=h, width=w)
-    return PlanOptions(tiles=args.tiles, overlap=args.overlap, batch_frames=args.batch_frames, chunk=chunk)
+    return PlanOptions(
+        tiles=parse_triple(args.tiles, "--tiles", minimum=1),
+        overlap=parse_triple(args.overlap, "--overlap", minimum=0) if args.overlap else None,
+        batch_frames=args.batch_frames,
+        chunk=chunk,
+    )
 
 
 def _progress_bar():

@@ -112,6 +112,7 @@ def render(
     job = open_job(job_path)
     out = Output(Path(out_path))
     plans = plan_job(job, options, 1, shots)  # validates everything before a cluster starts
+    decoder_class(job.spec).check_weights(job.spec)
     prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
     if job.spec.random_weights:
         log(f"warning: {job.spec.describe()}: the frames are not a real decode")

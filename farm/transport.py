@@ -19,13 +19,18 @@ bfloat16 (dask/distributed#6111, #8001), nothing handles torch in the ``"cuda"``
 Call :func:`register` in every process that sends or receives tensors; :func:`install` does that on the
 client and, through :class:`FarmTransportPlugin`, on every current and future worker. The scheduler
 needs nothing: it forwards task results without deserializing them (its comms keep them as opaque
-``Serialized`` frames) and never computes their size.
+``Serialized`` frames) and never computes their size. (A tensor written into a task graph as a
+literal is pickled with the graph, by torch's own pickling, not by these serializers: pass tensors
+between tasks as results, never as literals.)
 
 :func:`transport_stats` counts, per process, what went through each path: a benchmark can call
 ``client.run(farm.transport.transport_stats)`` and check ``device_to_host == 0`` on a UCX cluster.
 
 Only the logic of the CUDA path is exercised on a CPU-only machine; its device code runs on a GPU
-worker. cupy is imported lazily, when a CUDA tensor is actually serialized, and is optional even then.
+worker. cupy is imported lazily, when a CUDA tensor is actually serialized, and is optional even then
+(without it the frame is the flat uint8 CUDA tensor itself). Checked on one H200 with two worker
+processes: over UCX a 1 GiB bfloat16 tensor moved in ≈ 17 ms with no host copy (with and without
+cupy); over TCP in ≈ 1.8 s through host memory, arriving on the GPU either way.
 """
 
 from __future__ import annotations

@@ -66,6 +66,11 @@ class VideoDecoder(Protocol):
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
 
+    @classmethod
+    def check_weights(cls, spec: DecoderSpec) -> None:
+        """Raise FarmError if the spec's weights cannot load into its config (cheap: headers only)."""
+        ...
+
     def decode(self, latent: Any) -> Any:
         """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1]."""
         ...

@@ -117,6 +117,10 @@ class LTX2Decoder:
         model.to(device=device, dtype=getattr(torch, spec.dtype))
         return cls(spec, model, device)
 
+    @classmethod
+    def check_weights(cls, spec: DecoderSpec) -> None:
+        check_weights(spec)
+
     # ---- decoding ------------------------------------------------------------------------------
 
     def decode(self, latent: Any) -> Any:
@@ -181,28 +185,67 @@ def check_config_matches(folder_config: dict[str, Any], spec_config: dict[str, A
         )
 
 
+def weight_mismatches(expected: dict[str, tuple[int, ...]], given: dict[str, tuple[int, ...]]) -> list[str]:
+    """How a checkpoint's tensor shapes differ from the decoder's: empty when they fit."""
+    missing = [k for k in expected if k.startswith("decoder.") and k not in given]
+    unexpected = [k for k in given if k not in expected]
+    wrong_shape = [
+        f"{k} {given[k]} ≠ {expected[k]}" for k in given if k in expected and given[k] != expected[k]
+    ]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} decoder tensors missing (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} tensors the model does not have (e.g. {unexpected[0]})")
+    if wrong_shape:
+        parts.append(f"{len(wrong_shape)} with other shapes (e.g. {wrong_shape[0]})")
+    return parts
+
+
+def _raise_mismatch(parts: list[str], where: str) -> None:
+    raise FarmError(
+        f"weights at {where} do not match the decoder config: " + "; ".join(parts)
+        + ". Check the spec's family and config against the checkpoint"
+    )  # fmt: skip
+
+
 def apply_weights(model: Any, state: dict[str, Any], where: str) -> None:
     """Load a state dict strictly for the decoder: every decoder tensor present, every shape equal."""
-    own = model.state_dict()
-    needed = [k for k in own if k.startswith("decoder.")]
-    missing = [k for k in needed if k not in state]
-    unexpected = [k for k in state if k not in own]
-    wrong_shape = [
-        f"{k} {tuple(state[k].shape)} ≠ {tuple(own[k].shape)}"
-        for k in state
-        if k in own and tuple(state[k].shape) != tuple(own[k].shape)
-    ]
-    if missing or unexpected or wrong_shape:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} decoder tensors missing (e.g. {missing[0]})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} tensors the model does not have (e.g. {unexpected[0]})")
-        if wrong_shape:
-            parts.append(f"{len(wrong_shape)} with other shapes (e.g. {wrong_shape[0]})")
-        raise FarmError(
-            f"weights at {where} do not match the decoder config: "
-            + "; ".join(parts)
-            + ". Check the spec's family and config against the checkpoint"
-        )
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    parts = weight_mismatches(expected, {k: tuple(v.shape) for k, v in state.items()})
+    if parts:
+        _raise_mismatch(parts, where)
     model.load_state_dict(state, strict=False)
+
+
+def check_weights(spec: DecoderSpec) -> None:
+    """Refuse weights that do not fit the spec's config, reading only file headers (no tensors, no GPU)."""
+    if spec.random_weights:
+        return
+    import torch
+    from diffusers import AutoencoderKLLTX2Video
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(spec.weights["path"])
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if path.is_dir():
+        if not files:
+            raise FarmError(
+                f"weights folder {str(path)!r} holds no .safetensors file; expected a diffusers folder "
+                "(config.json + diffusion_pytorch_model.safetensors) as written by save_pretrained"
+            )
+        if (path / "config.json").exists():
+            check_config_matches(json.loads((path / "config.json").read_text()), spec.config, str(path))
+    given: dict[str, tuple[int, ...]] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    given[key] = tuple(fh.get_slice(key).get_shape())
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
+    with torch.device("meta"):
+        model = AutoencoderKLLTX2Video(**spec.config)
+    parts = weight_mismatches({k: tuple(v.shape) for k, v in model.state_dict().items()}, given)
+    if parts:
+        _raise_mismatch(parts, str(path))

@@ -1,0 +1,107 @@
+"""The `farm` command as a user runs it: real processes, real files, exit codes and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from farm import video
+from farm.store import Output, read_frames
+
+
+def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("farm: error:")]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "job.zarr"
+    result = farm("synth", str(path), "--shots", "2", "--frames", "17", "--height", "64", "--width", "96")
+    assert result.returncode == 0, result.stderr
+    assert "RANDOM weights" in result.stdout
+    return path
+
+
+def test_synth_refuses_sizes_the_decoder_cannot_make(tmp_path):
+    assert_user_error(
+        farm("synth", str(tmp_path / "j"), "--frames", "20"), "--frames 20", "1 + 8k", "17 or 25"
+    )
+    assert_user_error(farm("synth", str(tmp_path / "j"), "--height", "100"), "--height 100", "multiple of 32")
+    assert_user_error(farm("synth", str(tmp_path / "j"), "--decoder", "wan"), "unknown decoder 'wan'")
+    assert not (tmp_path / "j").exists()
+
+
+def test_synth_refuses_to_overwrite(job):
+    assert_user_error(farm("synth", str(job)), "already exists")
+
+
+def test_plan_prints_tiles_workers_and_redundancy(job):
+    result = farm("plan", str(job), "--workers", "3", "--tiles", "1,2,2", "--overlap", "0,0,1")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "shot shot000: latent 8x3x2x3 -> 17 frames 96x64" in out
+    assert "redundant work 1.33x" in out  # width: 2 tiles of 2 columns for 3: 4/3
+    assert out.count("\n     0      0  ") == 1 and "     3      0  " in out  # slots cycle over 3 workers
+
+
+def test_render_rejects_bad_options_before_writing(job, tmp_path):
+    out = tmp_path / "out"
+    assert_user_error(farm("render", str(job), "--out", str(out), "--tiles", "1,5,1"), "5 tiles do not fit")
+    assert_user_error(farm("render", str(job), "--out", str(out), "--tiles", "2,1"), "--tiles '2,1'")
+    assert_user_error(
+        farm("render", str(job), "--out", str(out), "--tiles", "2,1,1", "--chunk", "1,0,0"),
+        "conflicting temporal tilings",
+    )
+    assert_user_error(farm("render", str(tmp_path / "nope.zarr"), "--out", str(out)), "does not exist")
+    assert not out.exists()
+
+
+def test_render_refuses_weights_for_another_model(job, tmp_path):
+    import json
+
+    import zarr
+
+    bad = tmp_path / "weights.safetensors"
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"decoder.conv_in.conv.weight": torch.zeros(1)}, str(bad))
+    root = zarr.open_group(store=str(job), mode="r")
+    spec = dict(root.attrs["farm"]["decoder"], weights={"path": str(bad)})
+    copy = tmp_path / "job.zarr"
+    zarr.open_group(store=str(copy), mode="w", zarr_format=3).attrs["farm"] = {"format": 1, "decoder": spec}
+    json.dumps(spec)
+    import numpy as np
+
+    from farm.render import smooth_latent
+    from farm.store import write_shot
+
+    write_shot(copy, "a", smooth_latent(np.random.default_rng(0), (8, 2, 2, 2)), fps=24)
+    result = farm("render", str(copy), "--out", str(tmp_path / "out"))
+    assert_user_error(result, "do not match the decoder config")
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_renders_videos(tmp_path):
+    result = farm("demo", "--out", str(tmp_path / "demo"))
+    assert result.returncode == 0, result.stderr
+    assert "video:" in result.stdout and "RANDOM" in result.stdout
+    out = Output(tmp_path / "demo" / "render")
+    for shot in ("shot000", "shot001"):
+        info = video.probe(out.video(shot))
+        assert (info.frames, info.width, info.height) == (33, 192, 128)
+        assert read_frames(out, shot).shape == (33, 128, 192, 3)
