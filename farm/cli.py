@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_options(p)
     plan_options(p)
     p.add_argument("--window", type=int, help="decoded tiles held at once (default: 2 per worker)")
+    p.add_argument(
+        "--restart", action="store_true", help="render over shots whose output came from other inputs or plan"
+    )
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
 
@@ -75,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", help="job store (Zarr v3)")
     p.add_argument("--workers", type=int, default=1, help="number of workers to plan for (default 1)")
     plan_options(p)
+
+    p = sub.add_parser("status", help="per-shot progress of a render output, read from the output alone")
+    p.add_argument("out", help="render output folder")
 
     p = sub.add_parser("demo", help="synthesize a small ltx2-tiny job and render it")
     p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
@@ -157,7 +163,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
-        video=VideoSettings(crf=args.crf, preset=args.preset), window=args.window,
+        video=VideoSettings(crf=args.crf, preset=args.preset), window=args.window, restart=args.restart,
         on_progress=_progress_bar(),
     )  # fmt: skip
     return _report(stats, Path(args.out))
@@ -175,6 +181,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from farm.store import output_progress
+
+    rows = output_progress(args.out)
+    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video")
+    for row in rows:
+        total = "?" if row.batches_total is None else str(row.batches_total)
+        video = "done" if row.video else "-"
+        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video}")
+    finished = sum(r.video for r in rows)
+    print(f"{finished} of {len(rows)} shots finished")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from farm.render import PlanOptions, render, synth
 
@@ -189,7 +209,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _report(stats, out)
 
 
-COMMANDS = {"synth": cmd_synth, "render": cmd_render, "plan": cmd_plan, "demo": cmd_demo}
+COMMANDS = {
+    "synth": cmd_synth,
+    "render": cmd_render,
+    "plan": cmd_plan,
+    "status": cmd_status,
+    "demo": cmd_demo,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

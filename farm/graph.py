@@ -79,8 +79,13 @@ def run_graph(
     window: int | None = None,
     on_progress: ProgressCallback | None = None,
     retries: int = 1,
+    total_batches: dict[str, int] | None = None,
 ) -> RenderStats:
-    """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`."""
+    """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
+
+    `plans` may be partial (`tiling.pending_plan`): only their batches are written; a shot's video is
+    joined from all `total_batches[shot]` segments once its last pending batch is done.
+    """
     from distributed import as_completed
 
     started = time.perf_counter()
@@ -107,6 +112,7 @@ def run_graph(
     by_key = {(s.plan.shot, s.tile.index): s for s in order}
     tiles_submitted: dict[str, set[int]] = {p.shot: set() for p in plans}
     batches_left = {p.shot: len(p.batches) for p in plans}
+    total_batches = total_batches or {p.shot: len(p.batches) for p in plans}
     failed_shots: set[str] = set()
     futures = as_completed(with_results=False)
     meaning: dict[str, tuple[str, Any]] = {}
@@ -184,6 +190,17 @@ def run_graph(
             stats.max_tiles_held = max(stats.max_tiles_held, held)
             submit_ready_blends(state.plan, state.tile.index)
 
+    def submit_finish(plan: ShotPlan) -> None:
+        done = client.submit(
+            finish_shot, str(out.root), plan.shot, total_batches[plan.shot], metadata,
+            key=("finish-shot", render_id, plan.shot), priority=50,
+        )  # fmt: skip
+        futures.add(done)
+        meaning[done.key] = ("finish", plan)
+
+    for plan in plans:
+        if not plan.batches:  # resumed after its last batch: only the video is left to join
+            submit_finish(plan)
     fill_window()
     for fut in futures:
         kind, what = meaning.pop(fut.key)
@@ -213,12 +230,7 @@ def run_graph(
                     release(state)
             batches_left[plan.shot] -= 1
             if batches_left[plan.shot] == 0:
-                done = client.submit(
-                    finish_shot, str(out.root), plan.shot, len(plan.batches), metadata,
-                    key=("finish-shot", render_id, plan.shot), priority=50,
-                )  # fmt: skip
-                futures.add(done)
-                meaning[done.key] = ("finish", plan)
+                submit_finish(plan)
             fill_window()
         elif kind == "finish":
             plan = what

@@ -19,8 +19,25 @@ import numpy as np
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import human_bytes
 from farm.errors import FarmError
-from farm.graph import ProgressCallback, RenderStats, run_graph
-from farm.store import Job, Output, create_job, open_job, prepare_output, write_shot
+from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph
+from farm.lock import output_lock
+from farm.store import (
+    Job,
+    Output,
+    check_writable,
+    create_job,
+    drop_frames,
+    identity_differences,
+    latent_identity,
+    open_job,
+    prepare_output,
+    record_identity,
+    recorded_identity,
+    remove_stale_temporaries,
+    restart_shot,
+    video_done,
+    write_shot,
+)
 from farm.tasks import VideoSettings
 from farm.tiling import (
     AXES,
@@ -30,7 +47,9 @@ from farm.tiling import (
     Tile,
     TileGrid,
     assign_round_robin,
+    pending_plan,
     plan_chunks,
+    plan_identity,
     plan_shot,
 )
 
@@ -92,6 +111,25 @@ def plan_job(
     return assign_round_robin(plans, n_workers)
 
 
+def plan_shots(
+    job: Job, options: PlanOptions, shots: Sequence[str] | None = None
+) -> tuple[list[ShotPlan], dict[str, FarmError]]:
+    """Plan each shot on its own: a shot that cannot be planned is reported, the others still go."""
+    names = list(job.shots) if shots is None else list(shots)
+    unknown = [n for n in names if n not in job.shots]
+    if unknown:
+        raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+    plans, errors = [], {}
+    for name in names:
+        try:
+            plans.extend(plan_job(job, options, 1, [name]))
+        except FarmError as exc:
+            errors[name] = exc
+    if not plans and errors:
+        raise next(iter(errors.values()))
+    return plans, errors
+
+
 def render(
     job_path: str | Path,
     out_path: str | Path,
@@ -101,33 +139,98 @@ def render(
     scheduler_file: str | None = None,
     options: PlanOptions = PlanOptions(),
     shots: Sequence[str] | None = None,
+    restart: bool = False,
     video: VideoSettings = VideoSettings(),
     window: int | None = None,
     log: Callable[[str], None] = print,
     on_progress: ProgressCallback | None = None,
 ) -> RenderStats:
-    """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``; returns what was done."""
+    """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``, resuming what OUT already holds.
+
+    A rerun into the same OUT decodes only tiles that feed unfinished batches. OUT records what it is a
+    render of (latents' hash, decoder spec, plan); a render of something else into it is refused unless
+    `restart` (which starts the differing shots over).
+    """
     from farm.cluster import connect, dashboard_link
 
     job = open_job(job_path)
     out = Output(Path(out_path))
-    plans = plan_job(job, options, 1, shots)  # validates everything before a cluster starts
+    plans, shot_errors = plan_shots(job, options, shots)  # validates everything before a cluster starts
     decoder_class(job.spec).check_weights(job.spec)
-    prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
-    if job.spec.random_weights:
-        log(f"warning: {job.spec.describe()}: the frames are not a real decode")
-    with connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client:
-        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        link = dashboard_link(client)
-        log(f"farm: {len(plans)} shot(s), {n_workers} worker(s)" + (f", dashboard {link}" if link else ""))
-        plans = assign_round_robin(plans, n_workers)
-        metadata = {"comment": "farm render: " + job.spec.describe()}
-        stats = run_graph(
-            client, plans, job_path=str(job.path), spec_json=job.spec.to_json(), out=out,
-            fps={name: info.fps for name, info in job.shots.items()}, video=video,
-            metadata=metadata, window=window, on_progress=on_progress,
-        )  # fmt: skip
+    check_writable(out)
+    with output_lock(out.root):
+        remove_stale_temporaries(out)
+        pending, totals = resume_points(job, out, plans, restart=restart, log=log)
+        prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
+        for plan in plans:
+            record_identity(out, plan.shot, render_identity(job, plan), len(plan.batches))
+        if job.spec.random_weights:
+            log(f"warning: {job.spec.describe()}: the frames are not a real decode")
+        stats = RenderStats()
+        if pending:
+            with connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client:
+                n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+                link = dashboard_link(client)
+                log(
+                    f"farm: {len(pending)} shot(s) to render, {n_workers} worker(s)"
+                    + (f", dashboard {link}" if link else "")
+                )
+                metadata = {"comment": "farm render: " + job.spec.describe()}
+                stats = run_graph(
+                    client, assign_round_robin(pending, n_workers), job_path=str(job.path),
+                    spec_json=job.spec.to_json(), out=out,
+                    fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                    metadata=metadata, window=window, on_progress=on_progress, total_batches=totals,
+                )  # fmt: skip
+    for plan in plans:
+        if plan.shot not in stats.shots:  # finished by an earlier render
+            stats.shots[plan.shot] = ShotOutcome(
+                plan.shot, len(plan.batches), len(plan.batches), str(out.video(plan.shot))
+            )
+    for name, error in shot_errors.items():
+        stats.shots[name] = ShotOutcome(name, 0, error=str(error))
     return stats
+
+
+def render_identity(job: Job, plan: ShotPlan) -> dict:
+    return {
+        "latents": latent_identity(job, plan.shot),
+        "decoder": job.spec.to_json(),
+        "plan": plan_identity(plan),
+    }
+
+
+def resume_points(
+    job: Job, out: Output, plans: Sequence[ShotPlan], *, restart: bool, log: Callable[[str], None]
+) -> tuple[list[ShotPlan], dict[str, int]]:
+    """What is left to do per shot, after checking OUT holds a render of the same job (or restarting)."""
+    pending, totals, refused = [], {}, []
+    for plan in plans:
+        recorded = recorded_identity(out, plan.shot)
+        if recorded is not None:
+            differences = identity_differences(recorded, render_identity(job, plan))
+            if differences and not restart:
+                refused.append(f"shot {plan.shot!r}: " + "; ".join(differences))
+                continue
+            if differences or restart:
+                restart_shot(out, plan.shot)
+                drop_frames(out, plan.shot)
+                log(f"farm: shot {plan.shot!r} starts over" + (f" ({differences[0]})" if differences else ""))
+        totals[plan.shot] = len(plan.batches)
+        if video_done(out, plan.shot):
+            continue
+        done = out.batches_done(plan.shot)
+        if done:
+            log(
+                f"farm: shot {plan.shot!r}: resuming, {len(done)} of {len(plan.batches)} batches already done"
+            )
+        pending.append(pending_plan(plan, done))
+    if refused:
+        raise FarmError(
+            f"output {str(out.root)!r} holds a render of something else: " + " | ".join(refused)
+            + ". Use a new --out, or --restart to render those shots over (their finished work is discarded)"
+        )  # fmt: skip
+    return pending, totals
 
 
 # --------------------------------------------------------------------------------------------------

@@ -173,15 +173,7 @@ def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, 
     """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames)."""
     import zarr
 
-    try:
-        out.root.mkdir(parents=True, exist_ok=True)
-        (out.root / "videos").mkdir(exist_ok=True)
-        probe = out.root / ".farm" / "write-test"
-        probe.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
+    check_writable(out)
     root = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3)
     root.attrs["farm"] = {
         "format": FORMAT,
@@ -199,6 +191,18 @@ def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, 
             )
         (out.root / ".farm" / "segments" / name).mkdir(parents=True, exist_ok=True)
         (out.root / ".farm" / "done" / name).mkdir(parents=True, exist_ok=True)
+
+
+def check_writable(out: Output) -> None:
+    try:
+        out.root.mkdir(parents=True, exist_ok=True)
+        (out.root / "videos").mkdir(exist_ok=True)
+        probe = out.root / ".farm" / "write-test"
+        probe.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
 
 
 def write_frames(out: Output, shot: str, start: int, frames: np.ndarray) -> None:
@@ -222,3 +226,103 @@ def mark_done(path: Path) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Resume: what a render output is a render of, and which of its batches are finished
+# --------------------------------------------------------------------------------------------------
+
+
+def latent_identity(job: Job, shot: str) -> dict[str, Any]:
+    """Content hash of a shot's latent (reads it once on the client: ~7 MB for a 121x704x1216 shot)."""
+    import hashlib
+
+    import zarr
+
+    arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
+    digest = hashlib.sha256()
+    for start in range(0, arr.shape[1], 8):
+        digest.update(np.ascontiguousarray(arr[:, start : start + 8]).tobytes())
+    return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+
+
+def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
+    import zarr
+
+    try:
+        group = zarr.open_group(store=str(out.frames_zarr / shot), mode="r")
+    except Exception:  # no such group yet: nothing recorded
+        return None
+    return group.attrs.get("render")
+
+
+def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two render identities (empty when they are the same)."""
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        if recorded.get(key) != current.get(key):
+            if key == "latents":
+                out.append("the latents changed (content hash differs)")
+            else:
+                out.append(f"{key}: output has {recorded.get(key)!r}, this render has {current.get(key)!r}")
+    return out
+
+
+def record_identity(out: Output, shot: str, identity: dict[str, Any], total_batches: int) -> None:
+    import zarr
+
+    group = zarr.open_group(store=str(out.frames_zarr / shot), mode="r+")
+    group.attrs.update({"render": identity, "batches": total_batches})
+
+
+def restart_shot(out: Output, shot: str) -> None:
+    """Forget a shot's finished work (markers, segments, video) so it renders from scratch."""
+    import shutil
+
+    for folder in (out.root / ".farm" / "done" / shot, out.root / ".farm" / "segments" / shot):
+        shutil.rmtree(folder, ignore_errors=True)
+    out.video(shot).unlink(missing_ok=True)
+
+
+def video_done(out: Output, shot: str) -> bool:
+    return (out.root / ".farm" / "done" / shot / "video").exists() and out.video(shot).exists()
+
+
+def remove_stale_temporaries(out: Output) -> None:
+    """Temp files a killed render left behind (never final outputs: they are renamed only when complete)."""
+    for folder in (out.root / "videos", out.root / ".farm" / "segments", out.root / ".farm" / "done"):
+        if folder.exists():
+            for tmp in [*folder.rglob(".*.tmp.mp4"), *folder.rglob("*.tmp")]:
+                tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class ShotProgress:
+    shot: str
+    batches_done: int
+    batches_total: int | None
+    frames: int
+    video: bool
+
+
+def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
+    """Per-shot progress read from a render output alone (no job store, no cluster)."""
+    import zarr
+
+    out = Output(Path(out_root))
+    if not out.frames_zarr.exists():
+        raise FarmError(f"{str(out.root)!r} is not a farm render output (no frames.zarr inside)")
+    root = zarr.open_group(store=str(out.frames_zarr), mode="r")
+    progress = []
+    for name, group in sorted(root.groups()):
+        total = group.attrs.get("batches")
+        frames = int(group["frames"].shape[0]) if "frames" in group else 0
+        progress.append(ShotProgress(name, len(out.batches_done(name)), total, frames, video_done(out, name)))
+    return progress
+
+
+def drop_frames(out: Output, shot: str) -> None:
+    """Remove a shot's frames array (its shape may change when the shot starts over)."""
+    import shutil
+
+    shutil.rmtree(out.frames_zarr / shot, ignore_errors=True)

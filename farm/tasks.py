@@ -63,7 +63,14 @@ def decode_tile(
     from farm.decoders import load_decoder
 
     decoder = load_decoder(spec_json, worker_device())
-    block = read_latent(job_path, tile.shot, tile.latent_slices())
+    try:
+        block = read_latent(job_path, tile.shot, tile.latent_slices())
+    except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
+        f = tile.latent[0]
+        raise FarmError(
+            f"shot {tile.shot!r}: cannot read latent frames {f.start}-{f.end - 1} from {job_path!r} "
+            f"(corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or re-export the latents"
+        ) from None
     if not np.isfinite(block).all():
         bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + tile.latent[0].start
         raise FarmError(

@@ -478,3 +478,25 @@ def required_window(plans: Sequence[ShotPlan]) -> int:
             oldest = suffix_min[bisect.bisect_left(lasts, (p, batch.index))]
             need = max(need, newest - oldest + 1)
     return need
+
+
+def pending_plan(plan: ShotPlan, done_batches: set[int]) -> ShotPlan:
+    """The part of a plan still to do: unfinished batches and only the tiles that feed them.
+
+    Tiles keep their indices, so blends still sum in the same order and a resumed render writes the same
+    bytes as an uninterrupted one.
+    """
+    batches = tuple(b for b in plan.batches if b.index not in done_batches)
+    needed = {i for b in batches for i in b.tiles}
+    return replace(plan, tiles=tuple(t for t in plan.tiles if t.index in needed), batches=batches)
+
+
+def plan_identity(plan: ShotPlan) -> dict:
+    """What about a plan decides the output bytes (not the worker count: that changes nothing)."""
+    return {
+        "tiles": list(plan.grid.tiles),
+        "overlap": list(plan.grid.overlap),
+        "batch_frames": plan.batches[0].frames if plan.batches else 0,
+        "chunk": [plan.chunk.frames, plan.chunk.height, plan.chunk.width, list(plan.chunk.overlap)],
+        "pixel_shape": list(plan.pixel_shape),
+    }
