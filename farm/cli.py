@@ -134,7 +134,10 @@ def _report(stats, out: Path) -> int:
             print(f"  video:  {shot.video}")
     if stats.failed:
         for shot in stats.failed:
-            print(f"farm: error: shot {shot.shot!r} failed: {shot.error}", file=sys.stderr)
+            message = (
+                shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
+            )
+            print(f"farm: error: {message}", file=sys.stderr)
         done = len(stats.shots) - len(stats.failed)
         print(
             f"farm: {done} of {len(stats.shots)} shots finished; rerun to retry the others", file=sys.stderr

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from farm.errors import FarmError
 from farm.store import Output
 from farm.tasks import Placement, VideoSettings, blend_batch, decode_tile, finish_shot
 from farm.tiling import ShotPlan, Tile, required_window
@@ -170,7 +171,9 @@ def run_graph(
         if shot in failed_shots:
             return
         failed_shots.add(shot)
-        stats.shots[shot].error = f"{type(error).__name__}: {error}"
+        stats.shots[shot].error = (
+            str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
+        )
         for state in order:
             if state.plan.shot == shot and state.decode is not None:
                 client.cancel([state.decode, *state.pieces.values()])

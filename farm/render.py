@@ -160,10 +160,19 @@ def render(
     check_writable(out)
     with output_lock(out.root):
         remove_stale_temporaries(out)
-        pending, totals = resume_points(job, out, plans, restart=restart, log=log)
+        identities = {}
+        for plan in list(plans):
+            try:
+                identities[plan.shot] = render_identity(job, plan)
+            except FarmError as exc:  # unreadable or non-finite latents: this shot fails, the others go on
+                shot_errors[plan.shot] = exc
+                plans.remove(plan)
+        if not plans:
+            raise next(iter(shot_errors.values()))
+        pending, totals = resume_points(out, plans, identities, restart=restart, log=log)
         prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
         for plan in plans:
-            record_identity(out, plan.shot, render_identity(job, plan), len(plan.batches))
+            record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
         if job.spec.random_weights:
             log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
@@ -201,14 +210,19 @@ def render_identity(job: Job, plan: ShotPlan) -> dict:
 
 
 def resume_points(
-    job: Job, out: Output, plans: Sequence[ShotPlan], *, restart: bool, log: Callable[[str], None]
+    out: Output,
+    plans: Sequence[ShotPlan],
+    identities: dict[str, dict],
+    *,
+    restart: bool,
+    log: Callable[[str], None],
 ) -> tuple[list[ShotPlan], dict[str, int]]:
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting)."""
     pending, totals, refused = [], {}, []
     for plan in plans:
         recorded = recorded_identity(out, plan.shot)
         if recorded is not None:
-            differences = identity_differences(recorded, render_identity(job, plan))
+            differences = identity_differences(recorded, identities[plan.shot])
             if differences and not restart:
                 refused.append(f"shot {plan.shot!r}: " + "; ".join(differences))
                 continue

@@ -242,7 +242,21 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
     arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
     digest = hashlib.sha256()
     for start in range(0, arr.shape[1], 8):
-        digest.update(np.ascontiguousarray(arr[:, start : start + 8]).tobytes())
+        try:
+            block = np.ascontiguousarray(arr[:, start : start + 8])
+        except Exception as exc:  # codec and store errors of many types
+            raise FarmError(
+                f"shot {shot!r}: cannot read latent frames {start}-{min(start + 8, arr.shape[1]) - 1} from "
+                f"{str(job.path)!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or "
+                "re-export the latents"
+            ) from None
+        if not np.isfinite(block).all():
+            bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + start
+            raise FarmError(
+                f"shot {shot!r}: latent holds NaN or Inf in latent frames {bad.tolist()}; "
+                "re-export the latents"
+            )
+        digest.update(block.tobytes())
     return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype)}
 
 

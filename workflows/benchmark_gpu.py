@@ -109,8 +109,10 @@ def machine_info() -> dict[str, Any]:
         try:
             smi = subprocess.run(
                 ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=20,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
             info["nvidia_smi"] = smi.stdout.strip()
         except Exception as exc:  # noqa: BLE001
             info["nvidia_smi"] = f"failed: {exc}"
@@ -161,14 +163,17 @@ def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    stats = render(str(job), str(out), scheduler=scheduler, options=options,
-                   log=(lambda _m: None) if quiet else log)  # fmt: skip
+    stats = render(
+        str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log
+    )
     wall = time.perf_counter() - t0
     d = stats_dict(stats)
     d["wall_s"] = wall
     d["frames_per_s"] = stats.frames_written / wall if wall > 0 else 0.0
     videos = [Path(v) for v in d["videos"] if v]
-    d["videos_ok"] = len(videos) == len(stats.shots) and all(v.exists() and v.stat().st_size > 0 for v in videos)
+    d["videos_ok"] = len(videos) == len(stats.shots) and all(
+        v.exists() and v.stat().st_size > 0 for v in videos
+    )
     root = zarr.open_group(store=str(out / "frames.zarr"), mode="r")
     d["zarr_frames"] = sum(root[name]["frames"].shape[0] for name in stats.shots)
     if d["failed"]:
@@ -242,9 +247,11 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
         "weights_bytes": weights_bytes,
         "peak_bytes": peak,
     }
-    log(f"plain decode {shape}: median {med:.3f} s over {args.reps} ({shape[2] / med:.1f} frames/s), "
-        f"peak {gib(peak)} GiB, weights {gib(weights_bytes)} GiB")  # fmt: skip
-    del model, z
+    log(
+        f"plain decode {shape}: median {med:.3f} s over {args.reps} ({shape[2] / med:.1f} frames/s), "
+        f"peak {gib(peak)} GiB, weights {gib(weights_bytes)} GiB"
+    )
+    model = z = None  # free the GPU memory before the clusters start
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -282,8 +289,10 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
         t0 = time.perf_counter()
         stats = render(str(jobs[1]), str(work / "out-warm"), scheduler=address, log=lambda _m: None)
         results["farm"]["warmup_s"] = time.perf_counter() - t0
-        log(f"warm-up render (1 shot, includes model load) {results['farm']['warmup_s']:.1f} s, "
-            f"{stats.frames_written} frames")  # fmt: skip
+        log(
+            f"warm-up render (1 shot, includes model load) {results['farm']['warmup_s']:.1f} s, "
+            f"{stats.frames_written} frames"
+        )
 
         for n in sorted(jobs):
             try:
@@ -292,10 +301,14 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
                 d["peak_per_worker"] = per_worker(client, worker_peak)
                 runs[str(n)] = d
                 peaks = [v["max_allocated"] for v in d["peak_per_worker"].values()]
-                log(f"farm {n} shot(s): {d['frames_written']} frames in {d['wall_s']:.2f} s "
-                    f"({d['frames_per_s']:.1f} frames/s; run_graph {d['seconds']:.2f} s) blend {d['blend_s']:.2f} s "
+                log(
+                    f"farm {n} shot(s): {d['frames_written']} frames in {d['wall_s']:.2f} s "
+                    f"({d['frames_per_s']:.1f} frames/s; run_graph {d['seconds']:.2f} s) "
+                    f"blend {d['blend_s']:.2f} s "
                     f"write {d['write_s']:.2f} s encode {d['encode_s']:.2f} s; peak/worker "
-                    f"{[gib(p) for p in peaks]} GiB; zarr frames {d['zarr_frames']}, videos ok {d['videos_ok']}")  # fmt: skip
+                    f"{[gib(p) for p in peaks]} GiB; zarr frames {d['zarr_frames']}, "
+                    f"videos ok {d['videos_ok']}"
+                )
             except Exception as exc:  # noqa: BLE001
                 record_error(results, f"farm-{n}", exc)
 
@@ -308,9 +321,12 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
             geometry = cls.geometry_for(job.spec.config)
             plan = plan_job(job, options, 1)[0]
             plan_plain = plan_job(job, PlanOptions(), 1)[0]
-            est = max(cls.peak_bytes(job.spec, tile_chunk_volume(t, plan.chunk, geometry)) for t in plan.tiles)
+            est = max(
+                cls.peak_bytes(job.spec, tile_chunk_volume(t, plan.chunk, geometry)) for t in plan.tiles
+            )
             est_plain = max(
-                cls.peak_bytes(job.spec, tile_chunk_volume(t, plan_plain.chunk, geometry)) for t in plan_plain.tiles
+                cls.peak_bytes(job.spec, tile_chunk_volume(t, plan_plain.chunk, geometry))
+                for t in plan_plain.tiles
             )
             from farm.tiling import plan_chunks
 
@@ -329,9 +345,12 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
             )
             results["chunk"] = d
             peaks = [v["max_allocated"] for v in d["peak_per_worker"].values()]
-            log(f"chunked {chunk}: {len(chunks)} chunks, {d['wall_s']:.2f} s ({d['frames_per_s']:.1f} frames/s); "
+            log(
+                f"chunked {chunk}: {len(chunks)} chunks, {d['wall_s']:.2f} s "
+                f"({d['frames_per_s']:.1f} frames/s); "
                 f"peak/worker {[gib(p) for p in peaks]} GiB vs estimate {gib(est)} GiB "
-                f"(untiled estimate {gib(est_plain)} GiB)")  # fmt: skip
+                f"(untiled estimate {gib(est_plain)} GiB)"
+            )
         except Exception as exc:  # noqa: BLE001
             record_error(results, "chunk", exc)
 
@@ -367,14 +386,44 @@ def start_subprocess_cluster(work: Path, protocol: str, gpu: bool) -> tuple[str,
         logs.append(fh)
         procs.append(subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT))
 
-    spawn("scheduler", [sys.executable, "-c", "from distributed.cli.dask_scheduler import main; main()",
-                        "--protocol", protocol, "--host", "127.0.0.1", "--scheduler-file", str(sched_file),
-                        "--dashboard-address", "127.0.0.1:0"])  # fmt: skip
+    spawn(
+        "scheduler",
+        [
+            sys.executable,
+            "-c",
+            "from distributed.cli.dask_scheduler import main; main()",
+            "--protocol",
+            protocol,
+            "--host",
+            "127.0.0.1",
+            "--scheduler-file",
+            str(sched_file),
+            "--dashboard-address",
+            "127.0.0.1:0",
+        ],
+    )
     _wait_for_file(sched_file, procs, 60)
-    worker_main = "from dask_cuda.cli import worker as main" if gpu else "from distributed.cli.dask_worker import main"
+    worker_main = (
+        "from dask_cuda.cli import worker as main" if gpu else "from distributed.cli.dask_worker import main"
+    )
     for i in range(2):
-        spawn(f"worker{i}", [sys.executable, "-c", f"{worker_main}; main()", "--scheduler-file", str(sched_file),
-                             "--nthreads", "1", "--name", f"w{i}", "--host", "127.0.0.1", "--no-dashboard"])  # fmt: skip
+        spawn(
+            f"worker{i}",
+            [
+                sys.executable,
+                "-c",
+                f"{worker_main}; main()",
+                "--scheduler-file",
+                str(sched_file),
+                "--nthreads",
+                "1",
+                "--name",
+                f"w{i}",
+                "--host",
+                "127.0.0.1",
+                "--no-dashboard",
+            ],
+        )
     return str(sched_file), procs
 
 
@@ -400,8 +449,15 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
     gpu = torch.cuda.is_available()
     protocol = "ucx" if (gpu and ucx_available()) else "tcp"
     job = work / "job-two.zarr"
-    synth(job, decoder=args.decoder, shots=1, frames=args.frames, height=args.height, width=args.width,
-          overwrite=True)  # fmt: skip
+    synth(
+        job,
+        decoder=args.decoder,
+        shots=1,
+        frames=args.frames,
+        height=args.height,
+        width=args.width,
+        overwrite=True,
+    )
     part: dict[str, Any] = {"protocol": protocol, "attempts": []}
     results["two"] = part
 
@@ -417,24 +473,34 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
 
             with dask.config.set({"distributed-ucxx.create-cuda-context": True}):
                 cluster = LocalCUDACluster(
-                    CUDA_VISIBLE_DEVICES="0,0", n_workers=2, protocol=protocol, threads_per_worker=1,
-                    host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                )  # fmt: skip
+                    CUDA_VISIBLE_DEVICES="0,0",
+                    n_workers=2,
+                    protocol=protocol,
+                    threads_per_worker=1,
+                    host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0",
+                )
             client = Client(cluster)
             transport.install(client)
             part["attempts"].append({"how": 'LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,0")', "ok": True})
         except Exception as exc:  # noqa: BLE001
             part["attempts"].append(
-                {"how": 'LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,0")', "ok": False,
-                 "error": f"{type(exc).__name__}: {exc}"}
-            )  # fmt: skip
+                {
+                    "how": 'LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,0")',
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
             log(f"LocalCUDACluster(CUDA_VISIBLE_DEVICES='0,0') failed: {type(exc).__name__}: {exc}")
             if cluster is not None:
                 cluster.close()
                 cluster = None
     if client is None and args.two_mode in ("auto", "subprocess"):
-        how = ("two `dask cuda worker` processes, CUDA_VISIBLE_DEVICES=0" if gpu else "two `dask worker` processes") \
-            + f", scheduler subprocess, {protocol}"
+        how = (
+            "two `dask cuda worker` processes, CUDA_VISIBLE_DEVICES=0"
+            if gpu
+            else "two `dask worker` processes"
+        ) + f", scheduler subprocess, {protocol}"
         try:
             sched_file, procs = start_subprocess_cluster(work, protocol, gpu)
             client = Client(scheduler_file=sched_file)
@@ -463,7 +529,9 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
     try:
         address = client.scheduler.address
         part["scheduler"] = address
-        part["workers"] = {a: w.get("name") for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        part["workers"] = {
+            a: w.get("name") for a, w in client.scheduler_info(n_workers=-1)["workers"].items()
+        }
         log(f"two-worker cluster up in {part['cluster_start_s']:.1f} s: {part['workers']}")
         options = PlanOptions(tiles=(1, 2, 1))
         client.run(worker_reset_transport)
@@ -477,14 +545,20 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
         d["transport"] = client.run(transport.transport_stats)
         d["peak_per_worker"] = per_worker(client, worker_peak)
         part["render"] = d
-        log(f"two workers, tiles 1,2,1: {d['frames_written']} frames in {d['wall_s']:.2f} s "
-            f"({d['frames_per_s']:.1f} frames/s, after warm-up); transport per worker:")  # fmt: skip
+        log(
+            f"two workers, tiles 1,2,1: {d['frames_written']} frames in {d['wall_s']:.2f} s "
+            f"({d['frames_per_s']:.1f} frames/s, after warm-up); transport per worker:"
+        )
         for addr, st in d["transport"].items():
             log(f"  {addr}: {st}")
-        totals = {k: sum(st[k] for st in d["transport"].values()) for k in next(iter(d["transport"].values()))}
+        totals = {
+            k: sum(st[k] for st in d["transport"].values()) for k in next(iter(d["transport"].values()))
+        }
         part["transport_totals"] = totals
-        log(f"  totals: device_frames {totals['device_frames']} device_bytes {totals['device_bytes']} "
-            f"host_copies {totals['host_copies']} device_to_host {totals['device_to_host']}")  # fmt: skip
+        log(
+            f"  totals: device_frames {totals['device_frames']} device_bytes {totals['device_bytes']} "
+            f"host_copies {totals['host_copies']} device_to_host {totals['device_to_host']}"
+        )
     finally:
         client.close()
         if cluster is not None:
@@ -506,7 +580,8 @@ def markdown(results: dict) -> str:
         lines += [
             "| plain diffusers decode | value |",
             "| --- | --- |",
-            f"| latent → output | {plain['latent']} → {plain['output']} ({plain['dtype']}, {plain['device']}) |",
+            f"| latent → output | {plain['latent']} → {plain['output']} "
+            f"({plain['dtype']}, {plain['device']}) |",
             f"| time (median of {len(plain['times_s'])}, after warm-up) | {plain['median_s']:.3f} s "
             f"(all: {', '.join(f'{t:.3f}' for t in plain['times_s'])}) |",
             f"| frames/s | {plain['frames_per_s']:.1f} |",
@@ -518,7 +593,8 @@ def markdown(results: dict) -> str:
     if farm:
         base = plain["frames_per_s"] if plain else None
         lines += [
-            f"Cluster start-up {farm['cluster_start_s']:.1f} s; warm-up render of 1 shot (model load, CUDA init) "
+            f"Cluster start-up {farm['cluster_start_s']:.1f} s; "
+            "warm-up render of 1 shot (model load, CUDA init) "
             f"{farm.get('warmup_s', float('nan')):.1f} s. Both excluded below.",
             "",
             "| shots | frames | wall s | frames/s | vs plain | run_graph s | blend s (sum) | write s (sum) "
@@ -530,7 +606,8 @@ def markdown(results: dict) -> str:
             ratio = f"{d['frames_per_s'] / base:.2f}×" if base else "-"
             lines.append(
                 f"| {n} | {d['frames_written']} | {d['wall_s']:.2f} | {d['frames_per_s']:.1f} | {ratio} | "
-                f"{d['seconds']:.2f} | {d['blend_s']:.2f} | {d['write_s']:.2f} | {d['encode_s']:.2f} | {peaks} | "
+                f"{d['seconds']:.2f} | {d['blend_s']:.2f} | {d['write_s']:.2f} | {d['encode_s']:.2f} | "
+                f"{peaks} | "
                 f"{d['zarr_frames']} | {d['videos_ok']} |"
             )
         lines.append("")
@@ -542,14 +619,25 @@ def markdown(results: dict) -> str:
         if "render" in two:
             d = two["render"]
             lines.append(f"| protocol | {two['protocol']} |")
-            lines.append(f"| warm-up render (model load on both workers) | {two.get('warmup_s', float('nan')):.2f} s |")
-            lines.append(f"| render, tiles 1,2,1, after warm-up | {d['frames_written']} frames, "
-                         f"{d['wall_s']:.2f} s ({d['frames_per_s']:.1f} frames/s) |")
+            lines.append(
+                f"| warm-up render (model load on both workers) | {two.get('warmup_s', float('nan')):.2f} s |"
+            )
+            lines.append(
+                f"| render, tiles 1,2,1, after warm-up | {d['frames_written']} frames, "
+                f"{d['wall_s']:.2f} s ({d['frames_per_s']:.1f} frames/s) |"
+            )
             peaks = ", ".join(gib(v["max_allocated"]) for v in d["peak_per_worker"].values())
-            lines.append(f"| peak GPU memory / worker | {peaks} GiB |")  # fmt: skip
+            lines.append(f"| peak GPU memory / worker | {peaks} GiB |")
             for addr, st in d["transport"].items():
-                keys = ("device_frames", "device_bytes", "host_copies", "device_to_host", "host_to_device",
-                        "cuda_deserialized", "dask_deserialized")  # fmt: skip
+                keys = (
+                    "device_frames",
+                    "device_bytes",
+                    "host_copies",
+                    "device_to_host",
+                    "host_to_device",
+                    "cuda_deserialized",
+                    "dask_deserialized",
+                )
                 lines.append(f"| transport_stats {addr} | " + ", ".join(f"{k} {st[k]}" for k in keys) + " |")
         lines.append("")
     chunk = results.get("chunk")
@@ -557,7 +645,9 @@ def markdown(results: dict) -> str:
         peaks = ", ".join(gib(v["max_allocated"]) for v in chunk["peak_per_worker"].values())
         untiled = farm["runs"].get("1") if farm else None
         untiled_peak = (
-            ", ".join(gib(v["max_allocated"]) for v in untiled["peak_per_worker"].values()) if untiled else "-"
+            ", ".join(gib(v["max_allocated"]) for v in untiled["peak_per_worker"].values())
+            if untiled
+            else "-"
         )
         c = chunk["chunk"]
         lines += [
@@ -567,7 +657,8 @@ def markdown(results: dict) -> str:
             f"{chunk['n_chunks']} decode calls, largest {chunk['chunk_pixel_volume']:,} pixel-frames |",
             f"| wall s / frames/s | {chunk['wall_s']:.2f} / {chunk['frames_per_s']:.1f} |",
             f"| peak GPU memory / worker, chunked | {peaks} GiB |",
-            f"| estimate (LTX2Decoder.peak_bytes of the largest chunk) | {gib(chunk['estimate_bytes'])} GiB |",
+            f"| estimate (LTX2Decoder.peak_bytes of the largest chunk) | "
+            f"{gib(chunk['estimate_bytes'])} GiB |",
             f"| peak GPU memory / worker, untiled render (1 shot) | {untiled_peak} GiB |",
             f"| estimate, untiled | {gib(chunk['estimate_untiled_bytes'])} GiB |",
             "",
@@ -593,7 +684,9 @@ def main() -> None:
     p.add_argument("--shots", type=int, default=8, help="shots of the larger farm render (also renders 1)")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions of the plain decode")
     p.add_argument("--chunk", default="11,19", help="intra-GPU chunk as latent HEIGHT,WIDTH")
-    p.add_argument("--parts", default="plain,farm,two", help="comma list of plain, farm (includes chunk), two")
+    p.add_argument(
+        "--parts", default="plain,farm,two", help="comma list of plain, farm (includes chunk), two"
+    )
     p.add_argument("--two-mode", default="auto", choices=["auto", "local-cuda", "subprocess", "cpu"])
     p.add_argument("--work", default=None, help="scratch folder for jobs and outputs (default: a temp dir)")
     p.add_argument("--out-json", required=True)

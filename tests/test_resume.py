@@ -1,0 +1,193 @@
+"""Resume and failures: real SIGKILLs of the render process and of workers, then reruns into the same OUT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import farm.render as fr
+from farm.errors import FarmError
+from farm.store import Output, open_job, read_frames, write_shot
+
+OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
+QUIET = {"log": lambda _: None}
+
+
+@pytest.fixture(scope="module")
+def long_job(tmp_path_factory) -> Path:
+    """3 shots of 41 frames (6 batches each): long enough to kill mid-render."""
+    path = tmp_path_factory.mktemp("resume") / "job.zarr"
+    fr.synth(path, decoder="ltx2-tiny", shots=3, frames=41, height=128, width=192, seed=3)
+    return path
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(long_job, tmp_path_factory, scheduler3) -> Output:
+    out = Output(tmp_path_factory.mktemp("clean") / "out")
+    stats = fr.render(long_job, out.root, scheduler=scheduler3, options=OPTIONS, **QUIET)
+    assert not stats.failed
+    return out
+
+
+def assert_same_output(a: Output, b: Output, job: Path) -> None:
+    for shot in open_job(job).shots:
+        assert read_frames(a, shot).tobytes() == read_frames(b, shot).tobytes()
+        assert a.video(shot).read_bytes() == b.video(shot).read_bytes()
+
+
+def cli_render(job: Path, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "2",
+           "--tiles", "2,1,2", "--overlap", "1,0,1", "--batch-frames", "8", *extra]  # fmt: skip
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def wait_for_markers(
+    out: Output, count: int, timeout: float = 120, shots: tuple[str, ...] = ("shot000", "shot001", "shot002")
+) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done = sum(len(out.batches_done(s)) for s in shots)
+        if done >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} batches finished in {timeout} s")
+
+
+def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, tmp_path):
+    out = Output(tmp_path / "out")
+    proc = cli_render(long_job, out.root)
+    wait_for_markers(out, 6, shots=("shot000",))  # kill once the first shot's batches are all written
+    os.killpg(proc.pid, signal.SIGKILL)  # the render process and its local cluster, mid-run
+    proc.wait()
+    done_before = {s: out.batches_done(s) for s in open_job(long_job).shots}
+    assert 6 <= sum(map(len, done_before.values())) < 18
+    assert (out.root / ".farm" / "lock").exists()  # left behind by the killed holder
+
+    rerun = subprocess.run(
+        [sys.executable, "-m", "farm.cli", "render", str(long_job), "--out", str(out.root), "--workers", "2",
+         "--tiles", "2,1,2", "--overlap", "1,0,1", "--batch-frames", "8"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resuming" in rerun.stdout
+    import re
+
+    decoded_again = int(re.search(r"\((\d+) tiles decoded\)", rerun.stdout).group(1))
+    assert decoded_again <= 8  # only tiles of unfinished batches were decoded: none of shot000's
+    assert_same_output(out, uninterrupted, long_job)
+    assert not list(out.root.rglob("*.tmp*")) and not (out.root / ".farm" / "lock").exists()
+
+    status = subprocess.run([sys.executable, "-m", "farm.cli", "status", str(out.root)], capture_output=True,
+                            text=True)  # fmt: skip
+    assert status.returncode == 0
+    assert "shot000" in status.stdout and "6/6" in status.stdout and "3 of 3 shots finished" in status.stdout
+
+
+def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
+    out = Output(tmp_path / "out")
+    pids = list(cluster3.run(os.getpid).values())
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(stats=fr.render(long_job, out.root, scheduler=cluster3.scheduler.address,
+                                                     options=OPTIONS, **QUIET))
+    )  # fmt: skip
+    thread.start()
+    wait_for_markers(out, 2)
+    os.kill(pids[0], signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not result["stats"].failed
+    assert_same_output(out, uninterrupted, long_job)
+    cluster3.wait_for_workers(3, timeout=60)  # the nanny restarts it for the next tests
+
+
+def test_changed_latents_are_refused_then_restarted(tmp_path, scheduler3):
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=9, height=64, width=64)
+    out = Output(tmp_path / "out")
+    fr.render(job, out.root, scheduler=scheduler3, **QUIET)
+    before = {s: out.video(s).read_bytes() for s in ("shot000", "shot001")}
+    write_shot(job, "shot001", fr.smooth_latent(np.random.default_rng(99), (8, 2, 2, 2)), fps=24.0)
+    with pytest.raises(FarmError, match="shot 'shot001': the latents changed"):
+        fr.render(job, out.root, scheduler=scheduler3, **QUIET)
+    with pytest.raises(FarmError, match="plan: output has"):
+        fr.render(job, out.root, scheduler=scheduler3, options=fr.PlanOptions(batch_frames=4), **QUIET)
+    assert {s: out.video(s).read_bytes() for s in before} == before  # nothing lost
+    stats = fr.render(job, out.root, scheduler=scheduler3, restart=True, **QUIET)
+    assert not stats.failed and out.video("shot001").read_bytes() != before["shot001"]
+
+
+def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    out = tmp_path / "out"
+    (out / ".farm").mkdir(parents=True)
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        import json
+        import socket
+
+        (out / ".farm" / "lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
+        with pytest.raises(FarmError, match="being written by another farm render"):
+            fr.render(job, out, scheduler=scheduler3, **QUIET)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not fr.render(job, out, scheduler=scheduler3, **QUIET).failed  # its holder is gone: taken over
+
+
+def test_nan_and_corrupt_latents_fail_their_shot_only(tmp_path, scheduler3):
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=3, frames=17, height=64, width=64)
+    nan = fr.smooth_latent(np.random.default_rng(1), (8, 3, 2, 2))
+    nan[:, 2] = np.nan
+    write_shot(job, "shot001", nan, fps=24.0)
+    chunk = next(p for p in (job / "shot002" / "latent" / "c").rglob("*") if p.is_file())
+    chunk.write_bytes(b"this is not a zstd chunk")
+    result = subprocess.run(
+        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(tmp_path / "out"), "--scheduler",
+         scheduler3], capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "shot 'shot001'" in result.stderr and "NaN or Inf in latent frames [2]" in result.stderr
+    assert "shot 'shot002'" in result.stderr and "cannot read latent frames" in result.stderr
+    assert "1 of 3 shots finished" in result.stderr
+    assert Output(tmp_path / "out").video("shot000").exists()
+
+
+def test_bad_job_stores_and_outputs(tmp_path, scheduler3):
+    not_zarr = tmp_path / "plain"
+    not_zarr.mkdir()
+    with pytest.raises(FarmError, match="not a Zarr job store"):
+        fr.render(not_zarr, tmp_path / "o1", scheduler=scheduler3, **QUIET)
+    group = zarr.open_group(store=str(tmp_path / "nofarm.zarr"), mode="w", zarr_format=3)
+    group.attrs["x"] = 1
+    with pytest.raises(FarmError, match="not a farm job store"):
+        fr.render(tmp_path / "nofarm.zarr", tmp_path / "o2", scheduler=scheduler3, **QUIET)
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    zarr.open_group(store=str(job), mode="r+").create_group("bad name!")
+    with pytest.raises(FarmError, match="shot name 'bad name!' is not allowed"):
+        fr.render(job, tmp_path / "o3", scheduler=scheduler3, **QUIET)
+    job2 = tmp_path / "job2.zarr"
+    fr.synth(job2, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    write_shot(job2, "wrong-channels", np.zeros((4, 2, 2, 2), np.float32), fps=24.0)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(FarmError, match="not writable"):
+        fr.render(job2, a_file / "out", scheduler=scheduler3, **QUIET)
+    stats = fr.render(job2, tmp_path / "o4", scheduler=scheduler3, **QUIET)
+    assert [s.shot for s in stats.failed] == ["wrong-channels"]
+    assert "has 4 channels but the decoder" in stats.shots["wrong-channels"].error
+    assert stats.shots["shot000"].video
