@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--restart", action="store_true", help="render over shots whose output came from other inputs or plan"
     )
+    p.add_argument("--compile", action="store_true", help="torch.compile the decoder on GPU workers")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
 
@@ -167,6 +168,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
         video=VideoSettings(crf=args.crf, preset=args.preset), window=args.window, restart=args.restart,
+        compile=args.compile,
         on_progress=_progress_bar(),
     )  # fmt: skip
     return _report(stats, Path(args.out))

@@ -7,7 +7,8 @@ into every batch it feeds. Blends run as soon as all their pieces exist; a shot'
 once its last batch is written.
 
 Task keys read as what they are in the dashboard: ``("decode-tile", render, shot, i)``,
-``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("finish-shot", render, shot)``.
+``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
+``("encode-segment", …)``, ``("mark-batch", …)`` and ``("finish-shot", render, shot)``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from typing import Any
 
 from farm.errors import FarmError
 from farm.store import Output
-from farm.tasks import Placement, VideoSettings, blend_batch, decode_tile, finish_shot
+from farm.tasks import (
+    Placement,
+    VideoSettings,
+    blend_batch,
+    decode_tile,
+    encode_batch,
+    finish_shot,
+    mark_batch,
+    write_batch,
+)
 from farm.tiling import ShotPlan, Tile, required_window
 
 
@@ -44,7 +54,6 @@ class RenderStats:
     window: int = 0
     max_tiles_held: int = 0
     seconds: float = 0.0
-    blend_s: float = 0.0
     write_s: float = 0.0
     encode_s: float = 0.0
     shots: dict[str, ShotOutcome] = field(default_factory=dict)
@@ -81,6 +90,7 @@ def run_graph(
     on_progress: ProgressCallback | None = None,
     retries: int = 1,
     total_batches: dict[str, int] | None = None,
+    compile: bool = False,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -124,7 +134,7 @@ def run_graph(
         plan, tile = state.plan, state.tile
         cuts = [(b.index, frames) for b, frames in plan.batch_pieces(tile)]
         state.decode = client.submit(
-            decode_tile, job_path, spec_json, tile, plan.chunk, cuts,
+            decode_tile, job_path, spec_json, tile, plan.chunk, cuts, compile,
             key=("decode-tile", render_id, plan.shot, tile.index),
             workers=[state.worker], allow_other_workers=True, retries=retries,
             priority=-tile.index,
@@ -151,11 +161,23 @@ def run_graph(
             else:
                 target = workers[blend_slot % len(workers)]
                 blend_slot += 1
+            where = {"workers": [target], "allow_other_workers": True}
+            name = (render_id, plan.shot, batch.index)
+            frames = client.submit(
+                blend_batch, batch, plan.pixel_shape[1:], placements, pieces,
+                key=("blend-batch", *name), priority=100, **where,
+            )  # fmt: skip
+            # writing and encoding run side by side on the blending worker's other threads
+            written = client.submit(
+                write_batch, str(out.root), batch, frames, key=("write-batch", *name), priority=90, **where
+            )
+            encoded = client.submit(
+                encode_batch, str(out.root), batch, frames, fps[plan.shot], video, metadata,
+                key=("encode-segment", *name), priority=90, **where,
+            )  # fmt: skip
             fut = client.submit(
-                blend_batch, str(out.root), batch, plan.pixel_shape[1:], placements, pieces,
-                fps[plan.shot], video, metadata,
-                key=("blend-batch", render_id, plan.shot, batch.index),
-                workers=[target], allow_other_workers=True, priority=100,
+                mark_batch, str(out.root), batch, written, encoded, key=("mark-batch", *name), priority=95,
+                **where,
             )  # fmt: skip
             futures.add(fut)
             meaning[fut.key] = ("blend", (plan, batch))
@@ -222,7 +244,6 @@ def run_graph(
             result = fut.result()
             stats.batches_written += 1
             stats.frames_written += result["frames"]
-            stats.blend_s += result["blend_s"]
             stats.write_s += result["write_s"]
             stats.encode_s += result["encode_s"]
             stats.shots[plan.shot].batches_written += 1

@@ -140,6 +140,7 @@ def render(
     options: PlanOptions = PlanOptions(),
     shots: Sequence[str] | None = None,
     restart: bool = False,
+    compile: bool = False,
     video: VideoSettings = VideoSettings(),
     window: int | None = None,
     log: Callable[[str], None] = print,
@@ -149,7 +150,8 @@ def render(
 
     A rerun into the same OUT decodes only tiles that feed unfinished batches. OUT records what it is a
     render of (latents' hash, decoder spec, plan); a render of something else into it is refused unless
-    `restart` (which starts the differing shots over).
+    `restart` (which starts the differing shots over). `compile` runs the decoder through
+    torch.compile on GPU workers (each new tile shape compiles once per worker process).
     """
     from farm.cluster import connect, dashboard_link
 
@@ -190,6 +192,7 @@ def render(
                     spec_json=job.spec.to_json(), out=out,
                     fps={name: info.fps for name, info in job.shots.items()}, video=video,
                     metadata=metadata, window=window, on_progress=on_progress, total_batches=totals,
+                    compile=compile,
                 )  # fmt: skip
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render

@@ -187,10 +187,17 @@ def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, 
         group.attrs.update({"fps": job.shots[name].fps, "random_weights": job.spec.random_weights})
         if "frames" not in group:
             group.create_array(
-                "frames", shape=(f, h, w, 3), dtype="uint8", chunks=(batch_frames, h, w, 3), fill_value=0
-            )
+                "frames", shape=(f, h, w, 3), dtype="uint8", chunks=(chunk_frames(batch_frames), h, w, 3),
+                fill_value=0,
+            )  # fmt: skip
         (out.root / ".farm" / "segments" / name).mkdir(parents=True, exist_ok=True)
         (out.root / ".farm" / "done" / name).mkdir(parents=True, exist_ok=True)
+
+
+def chunk_frames(batch_frames: int) -> int:
+    """Frames per Zarr chunk: the largest divisor of the batch up to 8, so a batch is written as several
+    chunks compressed in parallel, and no chunk is shared by two batches (no write races)."""
+    return max(d for d in range(1, min(batch_frames, 8) + 1) if batch_frames % d == 0)
 
 
 def check_writable(out: Output) -> None:

@@ -7,6 +7,7 @@ so the client never holds pixels. Tensors stay on the worker's GPU where there i
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,15 +55,25 @@ def decode_block(decoder: Any, latent: Any, chunk: ChunkSize) -> Any:
     return out
 
 
+# One decode at a time per worker process: the GPU is the shared resource, while the worker's other
+# threads blend, write and encode earlier batches.
+_device_lock = threading.Lock()
+
+
 def decode_tile(
-    job_path: str, spec_json: dict, tile: Tile, chunk: ChunkSize, cuts: list[tuple[int, slice]]
+    job_path: str,
+    spec_json: dict,
+    tile: Tile,
+    chunk: ChunkSize,
+    cuts: list[tuple[int, slice]],
+    compile: bool = False,
 ) -> dict[int, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``."""
     import torch
 
     from farm.decoders import load_decoder
 
-    decoder = load_decoder(spec_json, worker_device())
+    decoder = load_decoder(spec_json, worker_device(), compile=compile)
     try:
         block = read_latent(job_path, tile.shot, tile.latent_slices())
     except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
@@ -78,16 +89,17 @@ def decode_tile(
             "re-export the latents (nothing was decoded for this tile)"
         )
     latent = torch.from_numpy(block)
-    pixels = decode_block(decoder, latent, chunk)
     expected = tuple(span.size for span in tile.pixels)
-    if tuple(pixels.shape[1:]) != expected:
-        raise FarmError(
-            f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "
-            f"the plan expected {expected}; the decoder's scale factors do not match its geometry"
-        )
-    wf, wh, ww = _weights(tile, pixels.device)
-    pixels = pixels.float() * wf * wh * ww
-    return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+    with _device_lock:
+        pixels = decode_block(decoder, latent, chunk)
+        if tuple(pixels.shape[1:]) != expected:
+            raise FarmError(
+                f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "
+                f"the plan expected {expected}; the decoder's scale factors do not match its geometry"
+            )
+        wf, wh, ww = _weights(tile, pixels.device)
+        pixels = pixels.float() * wf * wh * ww
+        return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
 
 @dataclass(frozen=True)
@@ -106,51 +118,55 @@ class VideoSettings:
 
 
 def blend_batch(
-    out_root: str,
-    batch: Batch,
-    frame_size: tuple[int, int],
-    placements: list[Placement],
-    pieces: list[Any],
-    fps: float,
-    video: VideoSettings,
-    metadata: dict[str, str],
-) -> dict[str, Any]:
-    """Sum the batch's pieces in tile order, write the frames to Zarr, encode the segment, mark it done."""
+    batch: Batch, frame_size: tuple[int, int], placements: list[Placement], pieces: list[Any]
+) -> np.ndarray:
+    """Sum the batch's pieces in tile order (on the device they arrived on) → uint8 frames on the host."""
     import torch
 
-    from farm.video import encode_segment
-
-    t0 = time.perf_counter()
-    out = Output(Path(out_root))
     device = pieces[0].device if pieces else torch.device(worker_device())
     acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
     for place, piece in zip(placements, pieces, strict=True):
         f = place.frame
-        acc[:, f : f + piece.shape[1], place.rows[0] : place.rows[1], place.cols[0] : place.cols[1]] += (
-            piece.to(device)
-        )
-    frames = to_uint8(acc).permute(1, 2, 3, 0).contiguous().cpu().numpy()  # [F, H, W, 3]
-    t1 = time.perf_counter()
-    write_frames(out, batch.shot, batch.start, frames)
-    t2 = time.perf_counter()
-    encode_segment(
-        frames,
-        out.segment(batch.shot, batch.index),
-        fps,
-        crf=video.crf,
-        preset=video.preset,
-        metadata=metadata,
-    )
-    t3 = time.perf_counter()
-    mark_done(out.done_marker(batch.shot, batch.index))
-    return {
-        "shot": batch.shot,
-        "batch": batch.index,
-        "frames": batch.frames,
-        "blend_s": t1 - t0,
-        "write_s": t2 - t1,
-        "encode_s": t3 - t2,
-    }
+        region = (slice(None), slice(f, f + piece.shape[1]), slice(*place.rows), slice(*place.cols))
+        acc[region] += piece.to(device)
+    frames = to_uint8(acc).permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
+    if frames.is_cuda:  # one device→host copy per batch, through pinned memory
+        host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=True)
+        host.copy_(frames)
+        return host.numpy()
+    return frames.numpy()
+
+
+def write_batch(out_root: str, batch: Batch, frames: np.ndarray) -> float:
+    """Write a blended batch into the shot's Zarr frames; returns seconds spent."""
+    t0 = time.perf_counter()
+    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames)
+    return time.perf_counter() - t0
+
+
+def encode_batch(
+    out_root: str,
+    batch: Batch,
+    frames: np.ndarray,
+    fps: float,
+    video: VideoSettings,
+    metadata: dict[str, str],
+) -> float:
+    """Encode a blended batch as its own H.264 segment; returns seconds spent."""
+    from farm.video import encode_segment
+
+    t0 = time.perf_counter()
+    out = Output(Path(out_root))
+    encode_segment(frames, out.segment(batch.shot, batch.index), fps, crf=video.crf, preset=video.preset,
+                   metadata=metadata)  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float) -> dict[str, Any]:
+    """Record the batch as done: runs only after its frames and its segment are both in place."""
+    mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
+    return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
+            "encode_s": encode_s}  # fmt: skip
 
 
 def to_uint8(pixels: Any) -> Any:

@@ -39,9 +39,9 @@ def choose(**kw):
         (dict(scheduler="ucx://10.0.0.5:8786"), ClusterChoice("existing", 0, "ucx", 0, None, 0)),
         (dict(scheduler_file="/shared/sched.json"), ClusterChoice("existing", 0, "", 0, None, 0)),
         # local CUDA: one worker per GPU
-        (dict(gpu_count=4, ucx_available=True), ClusterChoice("local-cuda", 4, "ucx", 1, None, 1)),
-        (dict(gpu_count=4, ucx_available=True, workers=2), ClusterChoice("local-cuda", 2, "ucx", 1, None, 1)),
-        (dict(gpu_count=1, ucx_available=True, workers=1), ClusterChoice("local-cuda", 1, "ucx", 1, None, 1)),
+        (dict(gpu_count=4, ucx_available=True), ClusterChoice("local-cuda", 4, "ucx", 2, None, 1)),
+        (dict(gpu_count=4, ucx_available=True, workers=2), ClusterChoice("local-cuda", 2, "ucx", 4, None, 1)),
+        (dict(gpu_count=1, ucx_available=True, workers=1), ClusterChoice("local-cuda", 1, "ucx", 8, None, 1)),
         (
             dict(gpu_count=2, ucx_available=True, threads_per_worker=2),
             ClusterChoice("local-cuda", 2, "ucx", 2, None, 1),

@@ -144,7 +144,6 @@ def stats_dict(stats: Any) -> dict[str, Any]:
         "batches_written": stats.batches_written,
         "batches_total": stats.batches_total,
         "frames_written": stats.frames_written,
-        "blend_s": stats.blend_s,
         "write_s": stats.write_s,
         "encode_s": stats.encode_s,
         "window": stats.window,
@@ -152,6 +151,9 @@ def stats_dict(stats: Any) -> dict[str, Any]:
         "failed": [f"{s.shot}: {s.error}" for s in stats.failed],
         "videos": [s.video for s in stats.shots.values()],
     }
+
+
+COMPILE = False  # set from --compile: farm's workers torch.compile the decoder
 
 
 def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool = True) -> dict[str, Any]:
@@ -164,8 +166,9 @@ def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool
         shutil.rmtree(out)
     t0 = time.perf_counter()
     stats = render(
-        str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log
-    )
+        str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log,
+        compile=COMPILE,
+    )  # fmt: skip
     wall = time.perf_counter() - t0
     d = stats_dict(stats)
     d["wall_s"] = wall
@@ -251,6 +254,24 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
         f"plain decode {shape}: median {med:.3f} s over {args.reps} ({shape[2] / med:.1f} frames/s), "
         f"peak {gib(peak)} GiB, weights {gib(weights_bytes)} GiB"
     )
+    if args.compile and device == "cuda":
+        model.decoder = torch.compile(model.decoder)
+        t0 = time.perf_counter()
+        decode()
+        sync()
+        compile_s = time.perf_counter() - t0
+        times = []
+        for _ in range(args.reps):
+            sync()
+            t0 = time.perf_counter()
+            out = decode()
+            sync()
+            times.append(time.perf_counter() - t0)
+            del out
+        med = statistics.median(times)
+        results["plain_compiled"] = {"compile_s": compile_s, "median_s": med, "frames_per_s": shape[2] / med}
+        log(f"plain decode, torch.compile: first call {compile_s:.1f} s, median {med:.3f} s "
+            f"({shape[2] / med:.1f} frames/s)")  # fmt: skip
     model = z = None  # free the GPU memory before the clusters start
     gc.collect()
     if device == "cuda":
@@ -272,13 +293,13 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
     sizes = {"frames": args.frames, "height": args.height, "width": args.width}
     jobs: dict[int, Path] = {}
     t0 = time.perf_counter()
-    for n in sorted({1, args.shots}):
+    for n in sorted({1, args.shots, args.workers}):
         jobs[n] = work / f"job{n}.zarr"
         synth(jobs[n], decoder=args.decoder, shots=n, overwrite=True, **sizes)
     log(f"synth jobs {sorted(jobs)} in {time.perf_counter() - t0:.1f} s")
 
     t0 = time.perf_counter()
-    with connect(workers=1) as client:
+    with connect(workers=args.workers) as client:
         startup = time.perf_counter() - t0
         address = client.scheduler.address
         results["farm"] = {"cluster_start_s": startup, "scheduler": address, "runs": {}}
@@ -287,7 +308,11 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
 
         # warm-up: model load and CUDA init on the worker
         t0 = time.perf_counter()
-        stats = render(str(jobs[1]), str(work / "out-warm"), scheduler=address, log=lambda _m: None)
+        # one shot per worker, so every worker loads (and compiles) its model before the timed runs
+        stats = render(
+            str(jobs[args.workers]), str(work / "out-warm"), scheduler=address, log=lambda _m: None,
+            compile=COMPILE,
+        )  # fmt: skip
         results["farm"]["warmup_s"] = time.perf_counter() - t0
         log(
             f"warm-up render (1 shot, includes model load) {results['farm']['warmup_s']:.1f} s, "
@@ -304,7 +329,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
                 log(
                     f"farm {n} shot(s): {d['frames_written']} frames in {d['wall_s']:.2f} s "
                     f"({d['frames_per_s']:.1f} frames/s; run_graph {d['seconds']:.2f} s) "
-                    f"blend {d['blend_s']:.2f} s "
+                    ""
                     f"write {d['write_s']:.2f} s encode {d['encode_s']:.2f} s; peak/worker "
                     f"{[gib(p) for p in peaks]} GiB; zarr frames {d['zarr_frames']}, "
                     f"videos ok {d['videos_ok']}"
@@ -314,6 +339,8 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
 
         # Part 4: intra-GPU chunking, same worker
         try:
+            if "chunk" not in args.parts.split(","):
+                return
             chunk = ChunkSize(height=args.chunk[0], width=args.chunk[1])
             options = PlanOptions(chunk=chunk)
             job = open_job(jobs[1])
@@ -597,16 +624,16 @@ def markdown(results: dict) -> str:
             "warm-up render of 1 shot (model load, CUDA init) "
             f"{farm.get('warmup_s', float('nan')):.1f} s. Both excluded below.",
             "",
-            "| shots | frames | wall s | frames/s | vs plain | run_graph s | blend s (sum) | write s (sum) "
+            "| shots | frames | wall s | frames/s | vs plain | run_graph s | write s (sum) "
             "| encode s (sum) | peak GPU mem / worker GiB | zarr frames | mp4 ok |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for n, d in farm["runs"].items():
             peaks = ", ".join(gib(v["max_allocated"]) for v in d["peak_per_worker"].values())
             ratio = f"{d['frames_per_s'] / base:.2f}×" if base else "-"
             lines.append(
                 f"| {n} | {d['frames_written']} | {d['wall_s']:.2f} | {d['frames_per_s']:.1f} | {ratio} | "
-                f"{d['seconds']:.2f} | {d['blend_s']:.2f} | {d['write_s']:.2f} | {d['encode_s']:.2f} | "
+                f"{d['seconds']:.2f} | {d['write_s']:.2f} | {d['encode_s']:.2f} | "
                 f"{peaks} | "
                 f"{d['zarr_frames']} | {d['videos_ok']} |"
             )
@@ -684,14 +711,16 @@ def main() -> None:
     p.add_argument("--shots", type=int, default=8, help="shots of the larger farm render (also renders 1)")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions of the plain decode")
     p.add_argument("--chunk", default="11,19", help="intra-GPU chunk as latent HEIGHT,WIDTH")
-    p.add_argument(
-        "--parts", default="plain,farm,two", help="comma list of plain, farm (includes chunk), two"
-    )
+    p.add_argument("--parts", default="plain,farm,chunk,two", help="comma list of plain, farm, chunk, two")
     p.add_argument("--two-mode", default="auto", choices=["auto", "local-cuda", "subprocess", "cpu"])
     p.add_argument("--work", default=None, help="scratch folder for jobs and outputs (default: a temp dir)")
+    p.add_argument("--workers", type=int, default=1, help="GPUs (dask-cuda workers) for the farm renders")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decoder (farm and plain)")
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
+    global COMPILE
+    COMPILE = args.compile
     args.chunk = tuple(int(x) for x in args.chunk.split(","))
     parts = set(args.parts.split(","))
 

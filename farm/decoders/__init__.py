@@ -14,6 +14,7 @@ Adding a model: one module with a class implementing `VideoDecoder`, plus an ent
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
@@ -21,20 +22,32 @@ from farm.decoders.ltx2 import LTX2Decoder
 
 FAMILIES: dict[str, type[VideoDecoder]] = {"ltx2": LTX2Decoder}
 
-_cache: dict[tuple[str, str], VideoDecoder] = {}
+_cache: dict[tuple[str, str, bool], VideoDecoder] = {}
+_cache_lock = threading.Lock()
 
 
 def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
     return FAMILIES[spec.family]
 
 
-def load_decoder(spec: DecoderSpec | dict[str, Any], device: str = "cpu") -> VideoDecoder:
-    """The decoder for `spec` on `device`, built once per process and reused across tiles and shots."""
+def load_decoder(
+    spec: DecoderSpec | dict[str, Any], device: str = "cpu", compile: bool = False
+) -> VideoDecoder:
+    """The decoder for `spec` on `device`, built once per process and reused across tiles and shots.
+
+    `compile` wraps the decoder in `torch.compile` (CUDA only): each new tile shape compiles once per
+    process; inductor's on-disk cache lets later workers and shots reuse the kernels.
+    """
     if not isinstance(spec, DecoderSpec):
         spec = parse_spec(spec, families=FAMILIES)
-    key = (json.dumps(spec.to_json(), sort_keys=True), device)
-    if key not in _cache:
-        _cache[key] = decoder_class(spec).load(spec, device)
+    compile = compile and device.startswith("cuda")
+    key = (json.dumps(spec.to_json(), sort_keys=True), device, compile)
+    with _cache_lock:  # several task threads may ask at once: build once
+        if key not in _cache:
+            decoder = decoder_class(spec).load(spec, device)
+            if compile:
+                decoder.enable_compile()
+            _cache[key] = decoder
     return _cache[key]
 
 

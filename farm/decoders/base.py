@@ -71,6 +71,10 @@ class VideoDecoder(Protocol):
         """Raise FarmError if the spec's weights cannot load into its config (cheap: headers only)."""
         ...
 
+    def enable_compile(self) -> None:
+        """Compile the decoder's forward pass (torch.compile) for faster repeated decodes."""
+        ...
+
     def decode(self, latent: Any) -> Any:
         """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1]."""
         ...

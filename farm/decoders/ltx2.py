@@ -121,6 +121,11 @@ class LTX2Decoder:
     def check_weights(cls, spec: DecoderSpec) -> None:
         check_weights(spec)
 
+    def enable_compile(self) -> None:
+        import torch
+
+        self.model.decoder = torch.compile(self.model.decoder)
+
     # ---- decoding ------------------------------------------------------------------------------
 
     def decode(self, latent: Any) -> Any:
