@@ -154,6 +154,7 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 
 COMPILE = False  # set from --compile: farm's workers torch.compile the decoder
+VIDEO: Any = None  # farm.tasks.VideoSettings from --preset / --no-video
 
 
 def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool = True) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool
     t0 = time.perf_counter()
     stats = render(
         str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log,
-        compile=COMPILE,
+        compile=COMPILE, video=VIDEO,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     d = stats_dict(stats)
@@ -311,7 +312,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
         # one shot per worker, so every worker loads (and compiles) its model before the timed runs
         stats = render(
             str(jobs[args.workers]), str(work / "out-warm"), scheduler=address, log=lambda _m: None,
-            compile=COMPILE,
+            compile=COMPILE, options=PlanOptions(tiles=(1, 1, 1)),
         )  # fmt: skip
         results["farm"]["warmup_s"] = time.perf_counter() - t0
         log(
@@ -322,7 +323,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
         for n in sorted(jobs):
             try:
                 per_worker(client, worker_reset_peak)
-                d = timed_render(jobs[n], work / f"out-{n}", address, PlanOptions())
+                d = timed_render(jobs[n], work / f"out-{n}", address, PlanOptions(tiles=(1, 1, 1)))
                 d["peak_per_worker"] = per_worker(client, worker_peak)
                 runs[str(n)] = d
                 peaks = [v["max_allocated"] for v in d["peak_per_worker"].values()]
@@ -347,7 +348,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
             cls = decoder_class(job.spec)
             geometry = cls.geometry_for(job.spec.config)
             plan = plan_job(job, options, 1)[0]
-            plan_plain = plan_job(job, PlanOptions(), 1)[0]
+            plan_plain = plan_job(job, PlanOptions(tiles=(1, 1, 1)), 1)[0]
             est = max(
                 cls.peak_bytes(job.spec, tile_chunk_volume(t, plan.chunk, geometry)) for t in plan.tiles
             )
@@ -716,11 +717,16 @@ def main() -> None:
     p.add_argument("--work", default=None, help="scratch folder for jobs and outputs (default: a temp dir)")
     p.add_argument("--workers", type=int, default=1, help="GPUs (dask-cuda workers) for the farm renders")
     p.add_argument("--compile", action="store_true", help="torch.compile the decoder (farm and plain)")
+    p.add_argument("--preset", default="veryfast", help="x264 preset of the farm renders")
+    p.add_argument("--no-video", action="store_true", help="farm renders write Zarr only")
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
-    global COMPILE
+    global COMPILE, VIDEO
+    from farm.tasks import VideoSettings
+
     COMPILE = args.compile
+    VIDEO = VideoSettings(preset=args.preset, enabled=not args.no_video)
     args.chunk = tuple(int(x) for x in args.chunk.split(","))
     parts = set(args.parts.split(","))
 
