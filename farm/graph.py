@@ -13,11 +13,12 @@ Task keys read as what they are in the dashboard: ``("decode-tile", render, shot
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from farm.errors import FarmError
@@ -53,6 +54,7 @@ class RenderStats:
     frames_written: int = 0
     window: int = 0
     max_tiles_held: int = 0
+    render_id: str = ""
     seconds: float = 0.0
     write_s: float = 0.0
     encode_s: float = 0.0
@@ -91,16 +93,24 @@ def run_graph(
     retries: int = 1,
     total_batches: dict[str, int] | None = None,
     compile: bool = False,
+    priority: int = 0,
+    render_id: str | None = None,
+    describe: dict[str, Any] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
     `plans` may be partial (`tiling.pending_plan`): only their batches are written; a shot's video is
     joined from all `total_batches[shot]` segments once its last pending batch is done.
+
+    `priority`: a job with a higher priority has all its tasks run before a lower one's (Dask priorities
+    are offset by ``priority * 10**6``). Progress is published on the scheduler under the metadata key
+    ``("farm", "renders", render_id)`` (see `farm.monitor`), with `describe` merged in.
     """
     from distributed import as_completed
 
     started = time.perf_counter()
-    render_id = uuid.uuid4().hex[:8]
+    render_id = render_id or uuid.uuid4().hex[:8]
+    job_priority = int(priority) * 10**6
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     if not workers:
         raise RuntimeError("the cluster has no workers")
@@ -111,6 +121,8 @@ def run_graph(
         shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
     )
     stats.window = max(window or 2 * len(workers), required_window(plans))
+    stats.render_id = render_id
+    publisher = ProgressPublisher(client, render_id, priority, describe or {})
 
     order: list[_TileState] = []
     for plan in plans:
@@ -137,12 +149,12 @@ def run_graph(
             decode_tile, job_path, spec_json, tile, plan.chunk, cuts, compile,
             key=("decode-tile", render_id, plan.shot, tile.index),
             workers=[state.worker], allow_other_workers=True, retries=retries,
-            priority=-tile.index,
+            priority=job_priority - tile.index,
         )  # fmt: skip
         for b, _ in cuts:
             state.pieces[b] = client.submit(
                 operator.getitem, state.decode, b,
-                key=("tile-piece", render_id, plan.shot, tile.index, b), priority=10,
+                key=("tile-piece", render_id, plan.shot, tile.index, b), priority=job_priority + 10,
             )  # fmt: skip
         futures.add(state.decode)
         meaning[state.decode.key] = ("decode", state)
@@ -165,19 +177,27 @@ def run_graph(
             name = (render_id, plan.shot, batch.index)
             frames = client.submit(
                 blend_batch, batch, plan.pixel_shape[1:], placements, pieces,
-                key=("blend-batch", *name), priority=100, **where,
+                key=("blend-batch", *name), priority=job_priority + 100, **where,
             )  # fmt: skip
             # writing and encoding run side by side on the blending worker's other threads
             written = client.submit(
-                write_batch, str(out.root), batch, frames, key=("write-batch", *name), priority=90, **where
-            )
-            encoded = client.submit(
-                encode_batch, str(out.root), batch, frames, fps[plan.shot], video, metadata,
-                key=("encode-segment", *name), priority=90, **where,
-            )  # fmt: skip
-            fut = client.submit(
-                mark_batch, str(out.root), batch, written, encoded, key=("mark-batch", *name), priority=95,
+                write_batch,
+                str(out.root),
+                batch,
+                frames,
+                key=("write-batch", *name),
+                priority=job_priority + 90,
                 **where,
+            )
+            encoded = 0.0
+            if video.enabled:
+                encoded = client.submit(
+                    encode_batch, str(out.root), batch, frames, fps[plan.shot], video, metadata,
+                    key=("encode-segment", *name), priority=job_priority + 90, **where,
+                )  # fmt: skip
+            fut = client.submit(
+                mark_batch, str(out.root), batch, written, encoded, key=("mark-batch", *name),
+                priority=job_priority + 95, **where,
             )  # fmt: skip
             futures.add(fut)
             meaning[fut.key] = ("blend", (plan, batch))
@@ -216,9 +236,11 @@ def run_graph(
             submit_ready_blends(state.plan, state.tile.index)
 
     def submit_finish(plan: ShotPlan) -> None:
+        if not video.enabled:
+            return
         done = client.submit(
             finish_shot, str(out.root), plan.shot, total_batches[plan.shot], metadata,
-            key=("finish-shot", render_id, plan.shot), priority=50,
+            key=("finish-shot", render_id, plan.shot), priority=job_priority + 50,
         )  # fmt: skip
         futures.add(done)
         meaning[done.key] = ("finish", plan)
@@ -262,12 +284,46 @@ def run_graph(
                 fail_shot(plan.shot, _exception(fut))
             else:
                 stats.shots[plan.shot].video = fut.result()["video"]
+        publisher.publish(stats)
         if on_progress:
             on_progress(stats)
     stats.seconds = time.perf_counter() - started
+    publisher.publish(stats, final=True)
     if on_progress:
         on_progress(stats)
     return stats
+
+
+class ProgressPublisher:
+    """Keeps the scheduler's copy of a render's progress current (rate-limited), for the farm page,
+    Prometheus metrics and `farm status` of a live render."""
+
+    def __init__(self, client: Any, render_id: str, priority: int, describe: dict[str, Any]) -> None:
+        self.client, self.key = client, ["farm", "renders", render_id]
+        self.base = {"render": render_id, "priority": priority, "started": time.time(), **describe}
+        self.last = 0.0
+
+    def publish(self, stats: RenderStats, final: bool = False) -> None:
+        now = time.time()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        state = "running"
+        if final:
+            state = "failed" if stats.failed else "done"
+        record = {
+            **self.base,
+            "state": state,
+            "updated": now,
+            "tiles_total": stats.tiles_total,
+            "tiles_decoded": stats.tiles_decoded,
+            "batches_total": stats.batches_total,
+            "batches_written": stats.batches_written,
+            "frames_written": stats.frames_written,
+            "shots": {name: asdict(outcome) for name, outcome in stats.shots.items()},
+        }
+        with contextlib.suppress(Exception):  # monitoring must never break a render
+            self.client.set_metadata(self.key, record)
 
 
 def placement(plan: ShotPlan, tile: Tile, batch_start: int) -> Placement:

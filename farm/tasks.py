@@ -115,6 +115,7 @@ class Placement:
 class VideoSettings:
     crf: int = 18
     preset: str = "veryfast"
+    enabled: bool = True  # False: frames to Zarr only, no segments or mp4
 
 
 def blend_batch(
