@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true", help="torch.compile the decoder on GPU workers")
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
+    p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
 
     p = sub.add_parser("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
@@ -167,7 +168,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
-        video=VideoSettings(crf=args.crf, preset=args.preset), window=args.window, restart=args.restart,
+        video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video),
+        window=args.window, restart=args.restart,
         compile=args.compile,
         on_progress=_progress_bar(),
     )  # fmt: skip
