@@ -218,8 +218,7 @@ def run_graph(
         )
         for state in order:
             if state.plan.shot == shot and state.decode is not None:
-                client.cancel([state.decode, *state.pieces.values()])
-                release(state)
+                release(state)  # dropping our references lets the scheduler forget the shot's tasks
 
     cursor = 0
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from farm.errors import FarmError
 
 AXES = ("frames", "height", "width")
+MIN_SPATIAL_CHUNK = 2  # latent rows/columns: reflect padding of a 1-unit-wide block is undefined
 
 
 @dataclass(frozen=True)
@@ -413,6 +414,12 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
     The chunks' pixel weights are normalised, so decoding each, weighting and summing gives the tile.
     """
     limits = chunk.limits()
+    for axis, limit in zip(AXES[1:], limits[1:], strict=True):
+        if limit is not None and limit < MIN_SPATIAL_CHUNK:
+            raise FarmError(
+                f"chunk {axis} {limit} is too small: decoders pad each chunk spatially (reflect padding), "
+                f"which needs at least {MIN_SPATIAL_CHUNK} latent units; use {MIN_SPATIAL_CHUNK} or more"
+            )
     f, h, w = (int(x) for x in tile_latent_fhw)
     pixel_shape = geometry.pixel_shape((f, h, w))
     per_axis = []

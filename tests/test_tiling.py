@@ -451,13 +451,14 @@ def test_plans_are_deterministic(case, chunk):
 # --------------------------------------------------------------------------------------------------
 
 limit = st.one_of(st.none(), st.integers(1, 7))
+spatial_limit = st.one_of(st.none(), st.integers(2, 7))  # decoders' reflect padding needs ≥ 2 units
 
 
 @PROPS
 @given(
     st.sampled_from(SMALL_GEOMETRIES + [LTX2]),
     st.tuples(st.integers(1, 9), st.integers(1, 9), st.integers(1, 9)),
-    st.tuples(limit, limit, limit),
+    st.tuples(limit, spatial_limit, spatial_limit),
     st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)),
 )
 def test_plan_chunks(geometry, fhw, limits, overlap):
@@ -507,7 +508,13 @@ def test_plan_chunks_without_limit_is_one_chunk():
 
 def test_plan_chunks_rejects_zero_limit():
     with pytest.raises(FarmError, match=r"chunk size 0 is invalid.*≥ 1"):
-        plan_chunks((4, 4, 4), LTX2, ChunkSize(height=0))
+        plan_chunks((4, 4, 4), LTX2, ChunkSize(frames=0))
+
+
+@pytest.mark.parametrize("axis", ["height", "width"])
+def test_plan_chunks_rejects_spatial_chunks_padding_cannot_handle(axis):
+    with pytest.raises(FarmError, match=rf"chunk {axis} 1 is too small.*use 2 or more"):
+        plan_chunks((4, 4, 4), LTX2, ChunkSize(**{axis: 1}))
 
 
 # --------------------------------------------------------------------------------------------------
