@@ -190,6 +190,7 @@ def connect(
     threads_per_worker: int | None = None,
     memory_limit: str | int | float | None = "auto",
     on_warning: Any = None,
+    io_workers: int | None = None,
 ) -> Iterator[Client]:
     """Yield a :class:`distributed.Client` with farm's tensor transport installed.
 
@@ -199,6 +200,11 @@ def connect(
     running. ``memory_limit`` is each local worker's host-memory limit (Dask's syntax: ``"auto"``,
     ``"8GiB"``, a fraction, ``None`` for no limit). ``on_warning(message)`` receives the choice's
     warning (default: :func:`warnings.warn`).
+
+    ``io_workers``: CPU worker processes (named ``farm-io-N``) added to a local cluster to write Zarr
+    and encode video, so a GPU worker's process spends its GIL on decoding (one process writes Zarr at
+    ≈ 300 frames/s at most: docs/benchmarks.md). Default: about one per 3 cores beside a CUDA cluster
+    (at most 6 per GPU), none beside a CPU cluster.
     """
     choice = choose_cluster(
         scheduler=scheduler,
@@ -227,8 +233,38 @@ def connect(
             stack.callback(client.close)
             if choice.kind == "local-cpu":
                 client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
+            n_io = default_io_workers(choice, _cpu_count()) if io_workers is None else io_workers
+            if n_io:
+                _add_io_workers(cluster, n_io, memory_limit)
+                client.wait_for_workers(choice.n_workers + n_io, timeout=120)
         transport.install(client)
         yield client
+
+
+IO_WORKER_PREFIX = "farm-io-"
+
+
+def default_io_workers(choice: ClusterChoice, cpu_count: int) -> int:
+    if choice.kind != "local-cuda":
+        return 0
+    return max(1, min(6 * choice.n_workers, cpu_count // 3))
+
+
+def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
+    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster)."""
+    from distributed import Nanny
+
+    for i in range(n):
+        cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
+            "cls": Nanny,
+            "options": {
+                "nthreads": 2,
+                "host": "127.0.0.1",
+                "memory_limit": memory_limit,
+                "env": {"CUDA_VISIBLE_DEVICES": ""},  # never touch a GPU: these only write and encode
+            },
+        }
+    cluster.sync(cluster._correct_state)
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
@@ -254,6 +290,10 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
 
 
 def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> Any:
+    # farm places every task itself (decodes round-robin, writes and encodes on I/O workers); work
+    # stealing would move a GPU decode onto a CPU-only I/O worker. Loose restrictions still let a lost
+    # worker's tasks run elsewhere. (Dask ignores resources with loose restrictions, so not those.)
+    stack.enter_context(dask.config.set({"distributed.scheduler.work-stealing": False}))
     if choice.kind == "local-cpu":
         cluster = LocalCluster(
             n_workers=choice.n_workers,

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
 from farm.store import Output
 from farm.tasks import (
@@ -111,9 +112,10 @@ def run_graph(
     started = time.perf_counter()
     render_id = render_id or uuid.uuid4().hex[:8]
     job_priority = int(priority) * 10**6
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    workers, io_workers = split_workers(client)
     if not workers:
-        raise RuntimeError("the cluster has no workers")
+        raise RuntimeError("the cluster has no decode workers")
+
     metadata = dict(metadata or {})
     stats = RenderStats(
         tiles_total=sum(len(p.tiles) for p in plans),
@@ -140,6 +142,7 @@ def run_graph(
     futures = as_completed(with_results=False)
     meaning: dict[str, tuple[str, Any]] = {}
     blend_slot = 0
+    io_slot = [0]
     held = 0
 
     def submit_tile(state: _TileState) -> None:
@@ -173,12 +176,16 @@ def run_graph(
             else:
                 target = workers[blend_slot % len(workers)]
                 blend_slot += 1
-            where = {"workers": [target], "allow_other_workers": True}
             name = (render_id, plan.shot, batch.index)
             frames = client.submit(
                 blend_batch, batch, plan.pixel_shape[1:], placements, pieces,
-                key=("blend-batch", *name), priority=job_priority + 100, **where,
+                key=("blend-batch", *name), priority=job_priority + 100,
+                workers=[target], allow_other_workers=True,
             )  # fmt: skip
+            # I/O workers (other processes) write and encode when the cluster has them
+            io_target = io_workers[io_slot[0] % len(io_workers)] if io_workers else target
+            io_slot[0] += 1
+            where = {"workers": [io_target], "allow_other_workers": True}
             # writing and encoding run side by side on the blending worker's other threads
             written = client.submit(
                 write_batch,
@@ -323,6 +330,14 @@ class ProgressPublisher:
         }
         with contextlib.suppress(Exception):  # monitoring must never break a render
             self.client.set_metadata(self.key, record)
+
+
+def split_workers(client: Any) -> tuple[list[str], list[str]]:
+    """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
+    decode, io = [], []
+    for address, info in sorted(client.scheduler_info(n_workers=-1)["workers"].items()):
+        (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
+    return decode, io
 
 
 def placement(plan: ShotPlan, tile: Tile, batch_start: int) -> Placement:

@@ -180,3 +180,34 @@ def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_p
         a = read_frames(Output(tmp_path / "chunked"), shot)
         b = read_frames(Output(tmp_path / shot), shot)
         np.testing.assert_array_equal(a, b)
+
+
+def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, scheduler3):
+    """Writing and encoding on separate I/O worker processes changes where, not what, is written."""
+    from distributed import get_task_stream
+    from distributed.utils import key_split
+
+    from farm.cluster import connect
+    from farm.graph import split_workers
+
+    with connect(workers=1, io_workers=2) as client:
+        decode, io = split_workers(client)
+        assert len(decode) == 1 and len(io) == 2
+        address = client.scheduler.address
+        with get_task_stream(client) as stream:
+            fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
+    where: dict[str, set] = {}
+    for t in stream.data:  # every write and encode ran on an I/O worker
+        where.setdefault(key_split(t["key"]), set()).add(t["worker"])
+    assert where["write-batch"] <= set(io) and where["encode-segment"] <= set(io)
+    assert where["decode-tile"] <= set(decode)
+    fr.render(tiny_job, tmp_path / "plain", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    for shot in open_job(tiny_job).shots:
+        assert (
+            read_frames(Output(tmp_path / "io"), shot).tobytes()
+            == read_frames(Output(tmp_path / "plain"), shot).tobytes()
+        )
+        assert (
+            Output(tmp_path / "io").video(shot).read_bytes()
+            == Output(tmp_path / "plain").video(shot).read_bytes()
+        )
