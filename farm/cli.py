@@ -41,9 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     def plan_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--tiles",
-            default="1,1,1",
-            metavar="F,H,W",
-            help="tiles per shot along frames, height, width (default 1,1,1: whole shots)",
+            default="auto",
+            metavar="F,H,W|auto",
+            help="tiles per shot along frames, height, width; auto (default) chooses per shot by the "
+            "predicted makespan of the job on the cluster's workers (whole shots when there are enough)",
+        )
+        p.add_argument(
+            "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"
         )
         p.add_argument(
             "--overlap",
@@ -75,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
+    p.add_argument("--priority", type=int, default=0,
+                   help="on a shared cluster, higher priorities' tiles go first (default 0)")  # fmt: skip
 
     p = sub.add_parser("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
@@ -87,11 +93,77 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="synthesize a small ltx2-tiny job and render it")
     p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+
+    p = sub.add_parser("cluster", help="run a local scheduler and workers until stopped (Ctrl-C)")
+    p.add_argument("--gpus", default="all", help="GPUs to use, one worker each: all or N (0: CPU workers)")
+    p.add_argument("--workers", type=int, help="CPU worker processes where there are no GPUs (default ≤ 4)")
+    p.add_argument("--threads", type=int, help="task threads per worker (default: 1 on CPU, more on GPU)")
+    p.add_argument("--protocol", choices=["ucx", "tcp"], help="worker transport (default: ucx if installed)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0: reachable by other nodes)",
+    )
+    p.add_argument("--port", type=int, default=8786, help="scheduler port (default 8786, 0: any free)")
+    p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (default 8787, 0: any)")
+    p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax; none)")
+    p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
+
+    p = sub.add_parser(
+        "submit", help="run a workflow script against a running cluster",
+        usage="farm submit WORKFLOW.py (--scheduler ADDRESS | --scheduler-file F) [--detach [--follow]] "
+              "[--priority P] [-- ARGS...]",
+    )  # fmt: skip
+    p.add_argument("script", help="workflow script (.py) that uses the farm API (see farm.workflow)")
+    _submit_options(p)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script, after --")
+
+    p = sub.add_parser("cancel", help="cancel a render or a submitted workflow; finished batches stay")
+    p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
+    _remote_options(p)
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop (default 60)")
     return parser
 
 
+def _remote_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--scheduler", help="address of the running scheduler (tcp://host:port)")
+    g.add_argument("--scheduler-file", help="scheduler file of the running cluster")
+
+
+def _submit_options(p: argparse.ArgumentParser) -> None:
+    _remote_options(p)
+    p.add_argument("--detach", action="store_true",
+                   help="run the script on the cluster: it goes on when this command exits")  # fmt: skip
+    p.add_argument("--follow", action="store_true", help="with --detach: print its log until it ends")
+    p.add_argument("--priority", type=int, help="priority of the workflow's renders (default 0)")
+
+
+def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`farm submit WORKFLOW.py [options] [-- ARGS…]`: options may follow the script; ARGS follow ``--``."""
+    rest = list(args.args)
+    cut = rest.index("--") if "--" in rest else len(rest)
+    own, script_args = rest[:cut], rest[cut + 1 :]
+    parser = argparse.ArgumentParser(prog="farm submit WORKFLOW.py", add_help=False)
+    _submit_options(parser)
+    parsed, unknown = parser.parse_known_args(own)
+    if unknown:
+        raise FarmError(
+            f"farm submit: {' '.join(unknown)!r} is not an option of farm submit; "
+            "put the workflow's own arguments after --, e.g. farm submit wf.py --scheduler-file F -- ARGS"
+        )
+    for name, value in vars(parsed).items():
+        if value not in (None, False):
+            setattr(args, name, value)
+    if args.scheduler and args.scheduler_file:
+        raise FarmError("give one of --scheduler and --scheduler-file")
+    args.args = script_args
+    args.priority = args.priority or 0
+    return args
+
+
 def _plan_options(args: argparse.Namespace):
-    from farm.render import PlanOptions, parse_triple
+    from farm.render import PlanOptions, parse_tiles, parse_triple
     from farm.tiling import ChunkSize
 
     chunk = ChunkSize()
@@ -99,7 +171,8 @@ def _plan_options(args: argparse.Namespace):
         f, h, w = (v or None for v in parse_triple(args.chunk, "--chunk", minimum=0))
         chunk = ChunkSize(frames=f, height=h, width=w)
     return PlanOptions(
-        tiles=parse_triple(args.tiles, "--tiles", minimum=1),
+        tiles=parse_tiles(args.tiles),
+        cost_model=args.cost_model,
         overlap=parse_triple(args.overlap, "--overlap", minimum=0) if args.overlap else None,
         batch_frames=args.batch_frames,
         chunk=chunk,
@@ -172,6 +245,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         window=args.window, restart=args.restart,
         compile=args.compile,
         on_progress=_progress_bar(),
+        priority=args.priority,
     )  # fmt: skip
     return _report(stats, Path(args.out))
 
@@ -182,9 +256,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
+    from farm import costmodel, planner
+
     job = open_job(args.job)
-    plans = plan_job(job, _plan_options(args), args.workers, args.shots.split(",") if args.shots else None)
+    options = _plan_options(args)
+    plans = plan_job(job, options, args.workers, args.shots.split(",") if args.shots else None)
     print(describe_plans(plans, job.spec, args.workers))
+    model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
+    memory = costmodel.MemoryModel.from_spec(job.spec)
+    print(planner.describe(planner.predict(plans, args.workers, model, memory=memory), model))
     return 0
 
 
@@ -216,12 +296,51 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return _report(stats, out)
 
 
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from farm.clusterd import parse_gpus, serve
+
+    return serve(
+        gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
+        port=args.port, dashboard_port=args.dashboard_port, scheduler_file=args.scheduler_file,
+        threads_per_worker=args.threads,
+        memory_limit=None if args.memory_limit == "none" else args.memory_limit,
+        log=lambda line: print(line, flush=True),
+    )  # fmt: skip
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from farm import submit
+
+    args = _split_submit_args(args)
+    address = submit.resolve_address(args.scheduler, args.scheduler_file)
+    if not args.detach:
+        if args.follow:
+            raise FarmError("--follow goes with --detach (a foreground workflow prints its own output)")
+        return submit.run_foreground(args.script, args.args, address, priority=args.priority)
+    sid = submit.submit_detached(args.script, args.args, address, priority=args.priority,
+                                 log=lambda line: print(line, flush=True))  # fmt: skip
+    print(sid, flush=True)
+    if args.follow:
+        return submit.follow(address, sid, log=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from farm import submit
+
+    address = submit.resolve_address(args.scheduler, args.scheduler_file)
+    return submit.cancel(args.id, address, wait=args.wait)
+
+
 COMMANDS = {
     "synth": cmd_synth,
     "render": cmd_render,
     "plan": cmd_plan,
     "status": cmd_status,
     "demo": cmd_demo,
+    "cluster": cmd_cluster,
+    "submit": cmd_submit,
+    "cancel": cmd_cancel,
 }
 
 

@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import numpy as np
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import human_bytes
 from farm.errors import FarmError
-from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph
+from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph, split_workers
 from farm.lock import output_lock
 from farm.store import (
     Job,
@@ -57,16 +58,44 @@ DEFAULT_OVERLAP = (1, 2, 2)  # latent units, used where an axis is split and no 
 DEFAULT_BATCH_FRAMES = 32
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class PlanOptions:
-    tiles: tuple[int, int, int] = (1, 1, 1)
+    """How shots are tiled.
+
+    ``tiles="auto"`` (the default) lets `farm.planner` choose per shot, for the job's shots and the
+    worker count, between whole shots and tile grids, by predicted makespan; with auto, ``overlap``
+    (if given) is the overlap it uses where it splits an axis, ``cost_model`` names the stored cost
+    model (default: the decoder's, `farm.costmodel.default_name`) and ``worker_memory`` bounds one
+    decode call in bytes (default: the cost model's worker memory). Explicit ``tiles`` always win.
+    """
+
+    tiles: tuple[int, int, int] | str = AUTO
     overlap: tuple[int, int, int] | None = None
     batch_frames: int = DEFAULT_BATCH_FRAMES
     chunk: ChunkSize = ChunkSize()
+    cost_model: str | None = None
+    worker_memory: int | None = None
+
+
+def parse_tiles(text: str) -> tuple[int, int, int] | str:
+    """``--tiles``: ``auto`` or three tile counts F,H,W."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_triple(text, "--tiles", minimum=1)
+    except FarmError:
+        raise FarmError(
+            f"--tiles {text!r} is invalid; give auto or three whole numbers ≥ 1 as F,H,W (e.g. 1,2,2)"
+        ) from None
 
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
     """The tile grid for a shot: explicit overlaps as given; default overlaps shrunk to fit small axes."""
+    if options.tiles == AUTO:
+        raise ValueError("grid_for needs explicit tiles; auto grids come from plan_job (farm.planner)")
     if options.overlap is not None:
         return TileGrid(tuple(options.tiles), tuple(options.overlap))  # type: ignore[arg-type]
     overlap = []
@@ -82,14 +111,23 @@ def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
 
 
 def plan_job(
-    job: Job, options: PlanOptions, n_workers: int, shots: Sequence[str] | None = None
+    job: Job,
+    options: PlanOptions,
+    n_workers: int,
+    shots: Sequence[str] | None = None,
+    *,
+    fixed: Mapping[str, TileGrid] | None = None,
 ) -> list[ShotPlan]:
-    """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots."""
+    """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots.
+
+    With ``options.tiles == "auto"`` the grids are chosen for all the named shots together on
+    `n_workers` workers (one worker: whole shots unless memory forces a split); `fixed` shots keep the
+    grid given (a resumed render keeps the grid its output was started with).
+    """
     cls = decoder_class(job.spec)
     geometry = cls.geometry_for(job.spec.config)
     channels = cls.latent_channels_for(job.spec.config)
     names = list(job.shots) if shots is None else list(shots)
-    plans = []
     for name in names:
         if name not in job.shots:
             raise FarmError(f"shot {name!r} is not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
@@ -103,12 +141,35 @@ def plan_job(
                 f"shot {name!r}: latent has {info.latent_shape[0]} channels but the decoder "
                 f"({job.spec.describe()}) takes {channels}; the latent and the decoder spec do not match"
             )
-        grid = grid_for(info.latent_shape[1:], options)
+    auto = _auto_grids(job, options, n_workers, names, geometry, fixed) if options.tiles == AUTO else {}
+    plans = []
+    for name in names:
+        info = job.shots[name]
+        grid = auto[name] if options.tiles == AUTO else grid_for(info.latent_shape[1:], options)
         plans.append(
             plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
                       chunk=options.chunk)
         )  # fmt: skip
     return assign_round_robin(plans, n_workers)
+
+
+def _auto_grids(
+    job: Job,
+    options: PlanOptions,
+    n_workers: int,
+    names: Sequence[str],
+    geometry: Geometry,
+    fixed: Mapping[str, TileGrid] | None,
+) -> dict[str, TileGrid]:
+    from farm import costmodel, planner
+
+    model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
+    memory = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
+    return planner.choose_plans(
+        {name: job.shots[name].latent_shape for name in names}, geometry, n_workers, model, memory, job.spec,
+        min_overlap=options.overlap, batch_frames=options.batch_frames, chunk=options.chunk,
+        fixed={k: v for k, v in (fixed or {}).items() if k in names},
+    )  # fmt: skip
 
 
 def plan_shots(
@@ -145,6 +206,8 @@ def render(
     window: int | None = None,
     log: Callable[[str], None] = print,
     on_progress: ProgressCallback | None = None,
+    priority: int = 0,
+    render_id: str | None = None,
 ) -> RenderStats:
     """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``, resuming what OUT already holds.
 
@@ -152,16 +215,28 @@ def render(
     render of (latents' hash, decoder spec, plan); a render of something else into it is refused unless
     `restart` (which starts the differing shots over). `compile` runs the decoder through
     torch.compile on GPU workers (each new tile shape compiles once per worker process).
+
+    `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
+    render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
     from farm.cluster import connect, dashboard_link
+    from farm.monitor import install as install_monitor
 
     job = open_job(job_path)
     out = Output(Path(out_path))
     plans, shot_errors = plan_shots(job, options, shots)  # validates everything before a cluster starts
     decoder_class(job.spec).check_weights(job.spec)
     check_writable(out)
-    with output_lock(out.root):
+    with (
+        output_lock(out.root),
+        connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
+    ):
         remove_stale_temporaries(out)
+        n_workers = len(split_workers(client)[0])  # decode workers (not farm-io-* writers)
+        if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
+            plans = plan_job(
+                job, options, n_workers, [p.shot for p in plans], fixed=recorded_grids(out, plans, restart)
+            )
         identities = {}
         for plan in list(plans):
             try:
@@ -171,7 +246,7 @@ def render(
                 plans.remove(plan)
         if not plans:
             raise next(iter(shot_errors.values()))
-        pending, totals = resume_points(out, plans, identities, restart=restart, log=log)
+        pending, totals = resume_points(out, plans, identities, restart=restart, video=video.enabled, log=log)
         prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
         for plan in plans:
             record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
@@ -179,29 +254,44 @@ def render(
             log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
         if pending:
-            with connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client:
-                n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
-                link = dashboard_link(client)
-                log(
-                    f"farm: {len(pending)} shot(s) to render, {n_workers} worker(s)"
-                    + (f", dashboard {link}" if link else "")
-                )
-                metadata = {"comment": "farm render: " + job.spec.describe()}
-                stats = run_graph(
-                    client, assign_round_robin(pending, n_workers), job_path=str(job.path),
-                    spec_json=job.spec.to_json(), out=out,
-                    fps={name: info.fps for name, info in job.shots.items()}, video=video,
-                    metadata=metadata, window=window, on_progress=on_progress, total_batches=totals,
-                    compile=compile,
-                )  # fmt: skip
+            link = dashboard_link(client)
+            page = install_monitor(client)
+            render_id = render_id or uuid.uuid4().hex[:8]
+            log(
+                f"farm: {len(pending)} shot(s) to render, {n_workers} worker(s)"
+                + (f", dashboard {link}" if link else "")
+                + (f", farm page {page}" if page else "")
+                + f", render id {render_id}"
+            )
+            metadata = {"comment": "farm render: " + job.spec.describe()}
+            stats = run_graph(
+                client, assign_round_robin(pending, n_workers), job_path=str(job.path),
+                spec_json=job.spec.to_json(), out=out,
+                fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                metadata=metadata, window=window, on_progress=on_progress, total_batches=totals,
+                compile=compile, priority=priority, render_id=render_id,
+                describe={"job": str(job.path), "out": str(out.root)},
+            )  # fmt: skip
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
-            stats.shots[plan.shot] = ShotOutcome(
-                plan.shot, len(plan.batches), len(plan.batches), str(out.video(plan.shot))
-            )
+            video_path = str(out.video(plan.shot)) if video.enabled else None
+            stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
     for name, error in shot_errors.items():
         stats.shots[name] = ShotOutcome(name, 0, error=str(error))
     return stats
+
+
+def recorded_grids(out: Output, plans: Sequence[ShotPlan], restart: bool) -> dict[str, TileGrid]:
+    """Grids an earlier render of OUT used: an auto plan keeps them, so a resume on another number of
+    workers continues the same tiles instead of being refused (unless restarting)."""
+    if restart:
+        return {}
+    grids = {}
+    for plan in plans:
+        recorded = recorded_identity(out, plan.shot)
+        if recorded and "plan" in recorded:
+            grids[plan.shot] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
+    return grids
 
 
 def render_identity(job: Job, plan: ShotPlan) -> dict:
@@ -218,6 +308,7 @@ def resume_points(
     identities: dict[str, dict],
     *,
     restart: bool,
+    video: bool = True,
     log: Callable[[str], None],
 ) -> tuple[list[ShotPlan], dict[str, int]]:
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting)."""
@@ -234,9 +325,9 @@ def resume_points(
                 drop_frames(out, plan.shot)
                 log(f"farm: shot {plan.shot!r} starts over" + (f" ({differences[0]})" if differences else ""))
         totals[plan.shot] = len(plan.batches)
-        if video_done(out, plan.shot):
-            continue
         done = out.batches_done(plan.shot)
+        if video_done(out, plan.shot) or (not video and len(done) == len(plan.batches)):
+            continue
         if done:
             log(
                 f"farm: shot {plan.shot!r}: resuming, {len(done)} of {len(plan.batches)} batches already done"
@@ -390,4 +481,14 @@ def parse_triple(text: str, option: str, *, minimum: int) -> tuple[int, int, int
     return values  # type: ignore[return-value]
 
 
-__all__ = ["PlanOptions", "RenderStats", "describe_plans", "parse_triple", "plan_job", "render", "synth"]
+__all__ = [
+    "AUTO",
+    "PlanOptions",
+    "RenderStats",
+    "describe_plans",
+    "parse_tiles",
+    "parse_triple",
+    "plan_job",
+    "render",
+    "synth",
+]

@@ -1,8 +1,23 @@
-"""H.264 video segments: encode each temporal batch independently, then join them without re-encoding.
+"""Video segments: encode each temporal batch independently, then join them without re-encoding.
 
-Every segment is a complete mp4 that starts with an IDR frame. Segments of one shot share size, frame
-rate and encoder settings, so their SPS/PPS (the mp4 ``avcC`` extradata) are byte-identical and their
-packets can be concatenated into one stream: :func:`join_segments` only rewrites timestamps.
+Codecs (:data:`CODECS`, chosen by name):
+
+===============  =========  =====  ===========  ===============================================
+name             encoder    file   pix_fmt      notes
+===============  =========  =====  ===========  ===============================================
+``h264``         libx264    .mp4   yuv420p      default; ``crf``, ``preset``
+``h265``         libx265    .mp4   yuv420p      ``crf``, ``preset``; tagged ``hvc1`` (QuickTime)
+``prores_hq``    prores_ks  .mov   yuv422p10le  ProRes 422 HQ (profile 3, ``apch``), intra-only
+``prores_4444``  prores_ks  .mov   yuv444p10le  ProRes 4444 (profile 4, ``ap4h``, no alpha), intra-only
+===============  =========  =====  ===========  ===============================================
+
+FFmpeg's ProRes decoder reports 4444 streams as ``yuv444p12le`` whatever the encoder was given.
+
+Every segment is a complete file whose first frame is a key frame (IDR for H.264/H.265: closed GOPs,
+no scene cuts, a GOP longer than any segment). Segments of one shot share size, frame rate and encoder
+settings, so their stream headers (the ``avcC``/``hvcC`` extradata; ProRes has none) are byte-identical
+and their packets can be concatenated into one stream: :func:`join_segments` only rewrites timestamps.
+All files carry BT.709 colour tags (primaries, transfer, matrix; tv range) and the shot's frame rate.
 """
 
 from __future__ import annotations
@@ -22,7 +37,16 @@ from av.video.reformatter import ColorRange, Colorspace
 
 from farm.errors import FarmError
 
-__all__ = ["VideoInfo", "encode_segment", "join_segments", "probe", "read_frames"]
+__all__ = [
+    "CODECS",
+    "Codec",
+    "VideoInfo",
+    "codec_for",
+    "encode_segment",
+    "join_segments",
+    "probe",
+    "read_frames",
+]
 
 # Fixed GOP structure and no scene-cut detection: headers and GOP layout depend only on the settings,
 # never on the content, so independently encoded segments stay joinable. The GOP is longer than any
@@ -30,8 +54,55 @@ __all__ = ["VideoInfo", "encode_segment", "join_segments", "probe", "read_frames
 _KEYINT = 250
 # ``stitchable`` stops x264 tuning the PPS to rate control (e.g. pic_init_qp from crf), made for exactly this.
 _X264_PARAMS = f"keyint={_KEYINT}:min-keyint={_KEYINT}:scenecut=0:open-gop=0:stitchable=1"
+# The same for x265; ``info=0`` leaves out the SEI that records the encoder's command line.
+_X265_PARAMS = (
+    f"keyint={_KEYINT}:min-keyint={_KEYINT}:scenecut=0:open-gop=0:repeat-headers=0:info=0:log-level=error"
+)
 # AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
 _BT709 = 1
+
+
+@dataclass(frozen=True)
+class Codec:
+    """How one output kind is encoded: encoder, container, pixel format and bit depth."""
+
+    name: str
+    encoder: str
+    container: str  # FFmpeg muxer: "mp4" or "mov"
+    suffix: str  # file suffix of a video in this codec
+    pix_fmt: str
+    bit_depth: int  # 8: frames must be uint8; 10: uint8, uint16 or float [0, 1] frames
+    rate_control: bool  # crf and preset apply
+    options: tuple[tuple[str, str], ...] = ()
+    codec_tag: str | None = None
+
+    def stream_options(self, crf: int, preset: str) -> dict[str, str]:
+        opts = dict(self.options)
+        if self.rate_control:
+            opts.update({"crf": str(crf), "preset": preset})
+        return opts
+
+
+CODECS: dict[str, Codec] = {
+    c.name: c
+    for c in (
+        Codec("h264", "libx264", "mp4", ".mp4", "yuv420p", 8, True, (("x264-params", _X264_PARAMS),)),
+        Codec("h265", "libx265", "mp4", ".mp4", "yuv420p", 8, True, (("x265-params", _X265_PARAMS),),
+              codec_tag="hvc1"),
+        Codec("prores_hq", "prores_ks", "mov", ".mov", "yuv422p10le", 10, False,
+              (("profile", "3"), ("vendor", "apl0"))),
+        Codec("prores_4444", "prores_ks", "mov", ".mov", "yuv444p10le", 10, False,
+              (("profile", "4"), ("vendor", "apl0"))),
+    )
+}  # fmt: skip
+_CONTAINERS = {".mp4": "mp4", ".mov": "mov", ".m4v": "mp4"}
+
+
+def codec_for(name: str) -> Codec:
+    """The codec called `name` (``h264``, ``h265``, ``prores_hq``, ``prores_4444``)."""
+    if name not in CODECS:
+        raise FarmError(f"unknown video codec {name!r}; choose one of {sorted(CODECS)}")
+    return CODECS[name]
 
 
 @dataclass(frozen=True)
@@ -59,7 +130,7 @@ def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
     final = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp.mp4", dir=final.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
     except OSError as e:
         raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
     os.close(fd)
@@ -72,61 +143,83 @@ def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
         raise
 
 
+def _prepare_frames(frames: np.ndarray, codec: Codec, where: str) -> tuple[np.ndarray, str]:
+    """Check frames ``[F, H, W, 3]`` and return them with the PyAV RGB format to feed the encoder."""
+    frames = np.asarray(frames)
+    ok_dtype = frames.dtype == np.uint8 or (
+        codec.bit_depth > 8 and (frames.dtype == np.uint16 or np.issubdtype(frames.dtype, np.floating))
+    )
+    if frames.ndim != 4 or frames.shape[-1] != 3 or not ok_dtype:
+        kinds = "uint8" if codec.bit_depth == 8 else "uint8, uint16 or float [0, 1]"
+        raise FarmError(
+            f"{where}: frames must be {kinds} [F, H, W, 3] RGB for {codec.name}, "
+            f"got {frames.dtype} {tuple(frames.shape)}"
+        )
+    if frames.dtype == np.uint8:
+        return frames, "rgb24"
+    if frames.dtype != np.uint16:  # float [0, 1] → 16-bit, the encoder's swscale takes it to 10 bits
+        frames = np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * 65535.0).astype(np.uint16)
+    return frames, "rgb48le"
+
+
 def encode_segment(
     frames: np.ndarray,
     path: str | os.PathLike[str],
     fps: float | Fraction,
     *,
+    codec: str = "h264",
     crf: int = 18,
     preset: str = "veryfast",
     metadata: dict[str, str] | None = None,
 ) -> None:
-    """Encode RGB frames ``uint8 [F, H, W, 3]`` as one independently decodable H.264 mp4 at ``path``.
+    """Encode RGB frames ``[F, H, W, 3]`` as one independently decodable video file at ``path``.
 
-    yuv420p, BT.709 (tv range) tags, frame ``k`` at ``k / fps`` seconds. Written to a temp file in the
-    same directory and renamed into place, so ``path`` is either complete or absent.
+    ``codec`` is a name in :data:`CODECS` (default H.264 mp4); ``crf``/``preset`` apply to H.264/H.265.
+    8-bit codecs take uint8 frames; 10-bit ones (ProRes) also take uint16 or float frames in [0, 1].
+    BT.709 (tv range) tags, frame ``k`` at ``k / fps`` seconds. Written to a temp file in the same
+    directory and renamed into place, so ``path`` is either complete or absent.
     """
-    frames = np.asarray(frames)
-    if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
-        raise FarmError(
-            f"encode_segment({os.fspath(path)!r}): frames must be uint8 [F, H, W, 3] RGB, "
-            f"got {frames.dtype} {tuple(frames.shape)}"
-        )
+    spec = codec_for(codec)
+    where = f"encode_segment({os.fspath(path)!r})"
+    frames, rgb_format = _prepare_frames(frames, spec, where)
     n, height, width, _ = frames.shape
     if n == 0:
-        raise FarmError(f"encode_segment({os.fspath(path)!r}): no frames to encode")
-    if height % 2 or width % 2 or height == 0 or width == 0:
+        raise FarmError(f"{where}: no frames to encode")
+    needs_even = (height % 2 if spec.pix_fmt.startswith("yuv420") else 0) or (
+        width % 2 if not spec.pix_fmt.startswith("yuv444") else 0
+    )
+    if needs_even or height == 0 or width == 0:
         raise FarmError(
-            f"encode_segment({os.fspath(path)!r}): H.264 yuv420p needs an even, non-zero frame size, "
+            f"{where}: {spec.name} {spec.pix_fmt} needs an even, non-zero frame size, "
             f"got {width}x{height} (W x H); crop or pad to even dimensions"
         )
     rate = Fraction(fps).limit_denominator(1001000)
     if rate <= 0:
-        raise FarmError(f"encode_segment({os.fspath(path)!r}): fps must be positive, got {fps!r}")
+        raise FarmError(f"{where}: fps must be positive, got {fps!r}")
     time_base = 1 / rate
 
-    with _atomic_path(path) as tmp, av.open(tmp, mode="w", format="mp4") as out:
+    with _atomic_path(path) as tmp, av.open(tmp, mode="w", format=spec.container) as out:
         out.metadata.update(metadata or {})
-        stream = out.add_stream(
-            "libx264",
-            rate=rate,
-            options={"crf": str(crf), "preset": preset, "x264-params": _X264_PARAMS},
-        )
+        stream = out.add_stream(spec.encoder, rate=rate, options=spec.stream_options(crf, preset))
         stream.width = width
         stream.height = height
-        stream.pix_fmt = "yuv420p"
+        stream.pix_fmt = spec.pix_fmt
         stream.time_base = time_base
         ctx = stream.codec_context
         ctx.time_base = time_base
+        if spec.codec_tag:
+            ctx.codec_tag = spec.codec_tag
         ctx.color_primaries = _BT709
         ctx.color_trc = _BT709
         ctx.colorspace = _BT709
         ctx.color_range = int(ColorRange.MPEG)
         for k in range(n):
-            rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format="rgb24")
+            rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format=rgb_format)
             frame = rgb.reformat(
-                format="yuv420p", dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
+                format=spec.pix_fmt, dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
             )
+            frame.color_primaries = _BT709  # encoders that tag per frame (prores_ks) read these
+            frame.color_trc = _BT709
             frame.pts = k
             frame.time_base = time_base
             out.mux(stream.encode(frame))
@@ -136,6 +229,8 @@ def encode_segment(
 @dataclass(frozen=True)
 class _StreamParams:
     codec: str
+    profile: str
+    codec_tag: str
     width: int
     height: int
     pix_fmt: str
@@ -168,6 +263,8 @@ def _read_packets(path: str | os.PathLike[str]) -> tuple[_StreamParams, list[av.
         fps = Fraction(len(packets)) / (span * time_base) if span > 0 and time_base else None
         params = _StreamParams(
             codec=ctx.name,
+            profile=str(ctx.profile or ""),
+            codec_tag=str(ctx.codec_tag or ""),
             width=ctx.width,
             height=ctx.height,
             pix_fmt=ctx.pix_fmt or "",
@@ -184,18 +281,25 @@ def join_segments(
     *,
     metadata: dict[str, str] | None = None,
 ) -> None:
-    """Concatenate segments written by :func:`encode_segment`, in order, into one mp4, without re-encoding.
+    """Concatenate segments written by :func:`encode_segment`, in order, into one file, without re-encoding.
 
-    All segments must share codec, size, pixel format, frame rate, time base and extradata (SPS/PPS);
-    otherwise FarmError names the first segment that differs and how. Atomic like :func:`encode_segment`.
+    All segments must share codec, profile, size, pixel format, frame rate, time base and extradata
+    (SPS/PPS); otherwise FarmError names the first segment that differs and how. The container follows
+    ``path``'s suffix (``.mov``: QuickTime, else mp4); ProRes needs ``.mov``. Atomic like
+    :func:`encode_segment`.
     """
     if not segments:
         raise FarmError(f"join_segments({os.fspath(path)!r}): no segments to join")
+    container = _CONTAINERS.get(Path(path).suffix.lower(), "mp4")
     read = [_read_packets(s) for s in segments]
     for seg, (_, packets, _) in zip(segments, read, strict=True):
         if not packets:
             raise FarmError(f"cannot join video segment {os.fspath(seg)!r}: it has no video packets")
     ref = read[0][0]
+    if container == "mp4" and ref.codec == "prores":
+        raise FarmError(
+            f"join_segments({os.fspath(path)!r}): ProRes goes in a QuickTime file; name the output .mov"
+        )
     for seg, (params, _, _) in zip(segments[1:], read[1:], strict=True):
         for name in _StreamParams.__dataclass_fields__:
             want, got = getattr(ref, name), getattr(params, name)
@@ -217,11 +321,13 @@ def join_segments(
     with (
         _atomic_path(path) as tmp,
         _open_video(segments[0]) as first,
-        av.open(tmp, mode="w", format="mp4") as out,
+        av.open(tmp, mode="w", format=container) as out,
     ):
         out.metadata.update(metadata or {})
         stream = out.add_stream_from_template(first.streams.video[0])
         stream.time_base = ref.time_base
+        if ref.codec_tag:  # the template leaves the tag to the muxer: keep hvc1, ap4h, … as encoded
+            stream.codec_context.codec_tag = ref.codec_tag
         offset = 0
         last_dts: int | None = None
         for seg, (_, packets, _), delay in zip(segments, read, delays, strict=True):
@@ -256,17 +362,23 @@ def probe(path: str | os.PathLike[str]) -> VideoInfo:
     )
 
 
-def _to_rgb(frame: av.VideoFrame) -> np.ndarray:
+def _to_rgb(frame: av.VideoFrame, rgb_format: str = "rgb24") -> np.ndarray:
     # Untagged video is assumed BT.709 (what encode_segment writes), not swscale's BT.601 default.
     colorspace = frame.colorspace if frame.colorspace not in (0, 2) else Colorspace.ITU709
-    return frame.to_ndarray(format="rgb24", src_colorspace=colorspace)
+    return frame.to_ndarray(format=rgb_format, src_colorspace=colorspace)
 
 
-def read_frames(path: str | os.PathLike[str]) -> np.ndarray:
-    """Decode every frame of the first video stream of ``path`` as ``uint8 [F, H, W, 3]`` RGB."""
+def read_frames(path: str | os.PathLike[str], *, depth: int = 8) -> np.ndarray:
+    """Decode every frame of the first video stream of ``path`` as RGB ``[F, H, W, 3]``.
+
+    ``depth`` 8 gives uint8; 16 gives uint16 (full range 0-65535), for 10-bit video such as ProRes.
+    """
+    if depth not in (8, 16):
+        raise FarmError(f"read_frames: depth must be 8 or 16, got {depth!r}")
+    rgb_format = "rgb24" if depth == 8 else "rgb48le"
     with _open_video(path) as container:
         stream = container.streams.video[0]
-        rgb = [_to_rgb(f) for f in container.decode(stream)]
+        rgb = [_to_rgb(f, rgb_format) for f in container.decode(stream)]
         if not rgb:
             raise FarmError(f"{os.fspath(path)!r} has no decodable video frames")
         return np.stack(rgb)

@@ -41,7 +41,7 @@ def test_synth_refuses_sizes_the_decoder_cannot_make(tmp_path):
         farm("synth", str(tmp_path / "j"), "--frames", "20"), "--frames 20", "1 + 8k", "17 or 25"
     )
     assert_user_error(farm("synth", str(tmp_path / "j"), "--height", "100"), "--height 100", "multiple of 32")
-    assert_user_error(farm("synth", str(tmp_path / "j"), "--decoder", "wan"), "unknown decoder 'wan'")
+    assert_user_error(farm("synth", str(tmp_path / "j"), "--decoder", "sora"), "unknown decoder 'sora'")
     assert not (tmp_path / "j").exists()
 
 

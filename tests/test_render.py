@@ -63,7 +63,8 @@ def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, schedule
 
 
 def test_single_tile_matches_plain_vae_decode(tiny_job, tmp_path, scheduler3):
-    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, log=lambda _: None)
+    one_tile = fr.PlanOptions(tiles=(1, 1, 1))
+    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=one_tile, log=lambda _: None)
     job = open_job(tiny_job)
     model = LTX2Decoder.build(job.spec)
     for shot in job.shots:
@@ -169,7 +170,9 @@ def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_p
     """Chunking a tile inside a worker blends exactly like tiling the shot the same way across workers."""
     from farm.tiling import ChunkSize
 
-    chunked = fr.PlanOptions(chunk=ChunkSize(height=2, width=4, overlap=(0, 1, 1)), batch_frames=8)
+    chunked = fr.PlanOptions(
+        tiles=(1, 1, 1), chunk=ChunkSize(height=2, width=4, overlap=(0, 1, 1)), batch_frames=8
+    )
     equivalent = {  # the size-based chunk split, written as count-based grids
         "shot000": fr.PlanOptions(tiles=(1, 3, 2), overlap=(0, 1, 1), batch_frames=8),  # latent 3x4x6
         "b-shot.2": fr.PlanOptions(tiles=(1, 2, 1), overlap=(0, 1, 0), batch_frames=8),  # latent 4x3x4

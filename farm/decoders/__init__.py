@@ -18,9 +18,17 @@ import threading
 from typing import Any
 
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
+from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
+from farm.decoders.ltxv import LTXVideoDecoder
+from farm.decoders.wan import WanDecoder
 
-FAMILIES: dict[str, type[VideoDecoder]] = {"ltx2": LTX2Decoder}
+FAMILIES: dict[str, type[VideoDecoder]] = {
+    "ltx2": LTX2Decoder,
+    "ltxv": LTXVideoDecoder,
+    "wan": WanDecoder,
+    "hunyuanvideo": HunyuanVideoDecoder,
+}
 
 _cache: dict[tuple[str, str, bool], VideoDecoder] = {}
 _cache_lock = threading.Lock()

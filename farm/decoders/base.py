@@ -75,8 +75,13 @@ class VideoDecoder(Protocol):
         """Compile the decoder's forward pass (torch.compile) for faster repeated decodes."""
         ...
 
-    def decode(self, latent: Any) -> Any:
-        """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1]."""
+    def decode(self, latent: Any, origin: tuple[int, int, int] | None = None) -> Any:
+        """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1].
+
+        `origin` is the tile's first latent frame, row and column in its shot. Decoders that draw noise
+        per latent position (LTX-Video's timestep-conditioned configs) need it and raise FarmError without
+        it; the others ignore it.
+        """
         ...
 
     @classmethod

@@ -1,0 +1,185 @@
+"""`farm cluster`: a long-lived local scheduler and workers that workflows are submitted to.
+
+One dask-cuda worker per GPU where there are GPUs (UCX when installed), CPU worker processes otherwise
+(`farm.cluster.choose_cluster` decides). The scheduler writes a scheduler file, serves the dashboard,
+the farm page and ``/metrics`` (`farm.monitor`), and everything runs until SIGINT or SIGTERM, then
+stops cleanly. It listens on 127.0.0.1 unless ``host`` says otherwise; workers on other nodes join
+with ``dask cuda worker --scheduler-file F`` (or ``dask worker``) once it listens on a reachable
+address. Dask's TLS settings (``distributed.comm.require-encryption`` and ``distributed.comm.tls.*``)
+are honoured: the cluster then listens on ``tls://``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from farm.errors import FarmError
+
+
+def parse_gpus(text: str | None) -> int | None:
+    """``--gpus``: ``all`` (None: every GPU there is) or a count ≥ 0 (0: CPU workers even with GPUs)."""
+    if text is None or text.strip().lower() == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise FarmError(f"--gpus {text!r} is invalid; give all or a number of GPUs ≥ 0")
+    return n
+
+
+def start(
+    *,
+    gpus: int | None = None,
+    workers: int | None = None,
+    protocol: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8786,
+    dashboard_port: int = 8787,
+    scheduler_file: str | None = None,
+    threads_per_worker: int | None = None,
+    memory_limit: str | None = "auto",
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Start the cluster; returns (cluster, client, facts) where facts say what was started."""
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    from farm import monitor, transport
+    from farm.cluster import TorchThreadsPlugin, choose_cluster, dashboard_link, detect_gpus, ucx_available
+
+    found = detect_gpus()
+    if gpus is not None and gpus > found:
+        raise FarmError(f"--gpus {gpus} asks for more GPUs than this machine has ({found})")
+    gpu_count = found if gpus is None else gpus
+    if protocol not in (None, "tcp", "ucx"):
+        raise FarmError(f"--protocol {protocol!r} is invalid; use ucx or tcp")
+    if protocol == "ucx" and (gpu_count == 0 or not ucx_available()):
+        raise FarmError(
+            "--protocol ucx needs GPUs and distributed-ucxx (pip install 'farm[cuda]'); "
+            "use --protocol tcp, or leave it out"
+        )
+    if gpu_count and workers is not None:
+        raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
+    choice = choose_cluster(
+        scheduler=None,
+        scheduler_file=None,
+        workers=gpu_count if gpu_count else workers,
+        gpu_count=gpu_count,
+        ucx_available=ucx_available() and protocol != "tcp",
+        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        threads_per_worker=threads_per_worker,
+    )
+    security = Security()  # from Dask's configuration: TLS when it requires encryption
+    wire = choice.protocol
+    if security.require_encryption:
+        if wire == "ucx":
+            raise FarmError("the Dask configuration requires TLS, which UCX lacks; use --protocol tcp")
+        wire = "tls"
+    if scheduler_file:
+        Path(scheduler_file).parent.mkdir(parents=True, exist_ok=True)
+    common: dict[str, Any] = {
+        "n_workers": choice.n_workers,
+        "threads_per_worker": choice.threads_per_worker,
+        "host": host,
+        "scheduler_port": port,
+        "dashboard_address": f"{host}:{dashboard_port}",
+        "memory_limit": memory_limit,
+        "protocol": wire,
+        "security": security,
+        "scheduler_kwargs": {"scheduler_file": scheduler_file} if scheduler_file else None,
+    }
+    stack = contextlib.ExitStack()
+    try:
+        if choice.kind == "local-cuda":
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError as exc:
+                raise FarmError(
+                    f"found {gpu_count} GPU(s) but dask-cuda does not import ({exc}); install the GPU extras "
+                    "(pip install 'farm[cuda]'), or start CPU workers with --gpus 0"
+                ) from exc
+            if wire == "ucx":
+                import dask
+
+                stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
+            cluster = LocalCUDACluster(**common)
+        else:
+            cluster = LocalCluster(processes=True, **common)
+    except OSError as exc:
+        stack.close()
+        raise FarmError(
+            f"could not start the scheduler on {host}:{port} (dashboard {dashboard_port}): {exc}; "
+            "is another cluster running? choose other ports with --port and --dashboard-port (0 = any free)"
+        ) from None
+    client = Client(cluster, set_as_default=False)
+    if choice.kind == "local-cpu":
+        client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
+    transport.install(client)
+    page = monitor.install(client)
+    facts = {
+        "kind": choice.kind,
+        "workers": choice.n_workers,
+        "threads_per_worker": choice.threads_per_worker,
+        "protocol": wire,
+        "address": cluster.scheduler_address,
+        "dashboard": dashboard_link(client),
+        "page": page,
+        "scheduler_file": scheduler_file,
+        "warning": choice.warning,
+        "_stack": stack,
+    }
+    return cluster, client, facts
+
+
+def serve(
+    *,
+    log: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+    **options: Any,
+) -> int:
+    """Start the cluster (options as :func:`start`), print where it is, run until SIGINT/SIGTERM or
+    `stop`, then close it and remove the scheduler file."""
+    stop = stop or threading.Event()
+    cluster, client, facts = start(**options)
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        kind = "GPU (dask-cuda)" if facts["kind"] == "local-cuda" else "CPU"
+        if facts["warning"]:
+            log(f"farm cluster: warning: {facts['warning']}")
+        log(f"farm cluster: scheduler {facts['address']}")
+        if facts["dashboard"]:
+            log(f"farm cluster: dashboard {facts['dashboard']}")
+        if facts["page"]:
+            log(f"farm cluster: farm page {facts['page']}")
+        log(f"farm cluster: {facts['workers']} {kind} worker(s) x {facts['threads_per_worker']} thread(s), "
+            f"protocol {facts['protocol']}")  # fmt: skip
+        target = f"--scheduler-file {facts['scheduler_file']}" if facts["scheduler_file"] else (
+            f"--scheduler {facts['address']}")  # fmt: skip
+        if facts["scheduler_file"]:
+            log(f"farm cluster: scheduler file {facts['scheduler_file']}")
+        log(f"farm cluster: ready; submit with `farm submit WORKFLOW.py {target}`; Ctrl-C stops the cluster")
+        while not stop.wait(0.5):
+            pass
+        log("farm cluster: stopping")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=30)
+        facts["_stack"].close()
+        if facts["scheduler_file"]:
+            Path(facts["scheduler_file"]).unlink(missing_ok=True)
+    log("farm cluster: stopped")
+    return 0

@@ -1,0 +1,164 @@
+"""The common part of farm's adapters over diffusers video VAEs: build, load weights, decode a tile.
+
+An adapter subclasses :class:`DiffusersVideoDecoder` and says what differs for its model:
+
+* ``family``, ``named_configs`` and ``model_class_name`` (the diffusers class, imported lazily);
+* ``geometry_for`` / ``latent_channels_for`` from a config;
+* ``denormalize`` (what the model's pipeline does to latents before ``vae.decode``, applied when the
+  spec says ``"latents": "normalized"``) and ``run_decoder`` (the ``vae.decode`` call itself);
+* ``required_weights`` (state-dict prefixes the decoder needs), ``unused_modules`` (dropped after
+  loading so a GPU holds only the decoder), and the memory estimates ``peak_bytes``/``weight_bytes``.
+
+``decode`` turns a latent tile ``[C, f, h, w]`` into pixels ``[3, F, H, W]`` in nominally [0, 1]. Its
+optional ``origin`` (the tile's first latent frame, row and column in the shot) is for decoders whose
+output depends on where a tile sits, e.g. noise drawn per latent position; others ignore it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+from farm.decoders import weights as W
+from farm.decoders.base import DecoderSpec, dtype_bytes
+from farm.errors import FarmError
+from farm.tiling import Geometry
+
+
+class DiffusersVideoDecoder:
+    family: ClassVar[str]
+    named_configs: ClassVar[dict[str, dict[str, Any]]]
+    model_class_name: ClassVar[str]  # a class exported by `diffusers`
+    required_weights: ClassVar[tuple[str, ...]] = W.DECODER_PREFIXES
+    unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
+    # Peak device memory above the weights per output pixel-frame of one decode call, at 2-byte dtypes.
+    bytes_per_pixel_frame: ClassVar[float] = 120.0
+    # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
+    spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}
+
+    def __init__(self, spec: DecoderSpec, model: Any, device: str) -> None:
+        import torch
+
+        self.spec = spec
+        self.model = model
+        self.device = device
+        self.torch_dtype = getattr(torch, spec.dtype)
+        self.geometry = self.geometry_for(spec.config)
+        self.latent_channels = self.latent_channels_for(spec.config)
+        self._lock = threading.Lock()  # one decode at a time per model (adapters may keep per-call state)
+
+    # ---- shapes --------------------------------------------------------------------------------
+
+    @classmethod
+    def model_class(cls) -> type:
+        return getattr(importlib.import_module("diffusers"), cls.model_class_name)
+
+    @classmethod
+    def _full_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        return W.full_config(cls.model_class(), config)
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry:
+        raise NotImplementedError
+
+    @classmethod
+    def latent_channels_for(cls, config: dict[str, Any]) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def decoder_parameters(cls, config: dict[str, Any]) -> int:
+        """Parameters of the modules a decode uses, counted on the meta device (no memory, no weights)."""
+        import torch
+
+        with torch.device("meta"):
+            model = cls.model_class()(**config)
+        skip = tuple(f"{m}." for m in cls.unused_modules)
+        return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(skip))
+
+    @classmethod
+    def weight_bytes(cls, spec: DecoderSpec) -> int:
+        return cls.decoder_parameters(spec.config) * dtype_bytes(spec.dtype)
+
+    @classmethod
+    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+        per_pixel = cls.bytes_per_pixel_frame * cls._width_ratio(spec.config) * dtype_bytes(spec.dtype) / 2
+        return int(cls.weight_bytes(spec) + per_pixel * pixel_volume)
+
+    @classmethod
+    def _width_ratio(cls, config: dict[str, Any]) -> float:
+        """Width of the last decoder block relative to the real config's (activations scale with it)."""
+        return 1.0
+
+    # ---- spec ----------------------------------------------------------------------------------
+
+    @classmethod
+    def check_spec(cls, spec: DecoderSpec) -> None:
+        """Refuse extra spec fields of the wrong type; adapters add checks against the config."""
+        for name, (kinds, what) in cls.spec_fields.items():
+            value = spec.extra.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+                raise FarmError(f"decoder spec: {name!r} must be {what}, got {value!r}")
+
+    # ---- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, spec: DecoderSpec) -> Any:
+        """The diffusers model for the spec's config, weights loaded (or seeded), in float32 on the CPU."""
+        import torch
+
+        model_cls = cls.model_class()
+        try:
+            if spec.random_weights:
+                torch.manual_seed(int(spec.weights["random_seed"]))
+            model = model_cls(**spec.config)
+        except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
+            raise FarmError(f"decoder config for {spec.family} is invalid: {exc}") from None
+        if not spec.random_weights:
+            state = W.load_weights(Path(spec.weights["path"]), cls._full_config(spec.config))
+            W.apply_weights(model, state, where=spec.weights["path"], required=cls.required_weights)
+        return model.eval()
+
+    @classmethod
+    def load(cls, spec: DecoderSpec, device: str) -> DiffusersVideoDecoder:
+        import torch
+        from diffusers.utils import logging as diffusers_logging
+
+        cls.check_spec(spec)
+        diffusers_logging.set_verbosity_error()  # a cast of a model with no fp32-only modules warns anyway
+        model = cls.build(spec)
+        for name in cls.unused_modules:  # decode only: don't hold the encoder's weights on the GPU
+            setattr(model, name, torch.nn.Identity())
+        model.to(device=device, dtype=getattr(torch, spec.dtype))
+        return cls(spec, model, device)
+
+    @classmethod
+    def check_weights(cls, spec: DecoderSpec) -> None:
+        cls.check_spec(spec)
+        W.check_weights(spec, cls.model_class(), cls.required_weights)
+
+    def enable_compile(self) -> None:
+        import torch
+
+        self.model.decoder = torch.compile(self.model.decoder)
+
+    # ---- decoding ------------------------------------------------------------------------------
+
+    def denormalize(self, z: Any) -> Any:
+        """Latents as the pipeline stores them → as it hands them to ``vae.decode``."""
+        raise NotImplementedError
+
+    def run_decoder(self, z: Any, origin: tuple[int, int, int] | None) -> Any:
+        """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""
+        return self.model.decode(z, return_dict=False)[0]
+
+    def decode(self, latent: Any, origin: tuple[int, int, int] | None = None) -> Any:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            z = latent.to(device=self.device, dtype=self.torch_dtype)[None]
+            if self.spec.latents == "normalized":
+                z = self.denormalize(z)
+            pixels = self.run_decoder(z, origin)[0]
+            return (pixels.float() + 1.0) / 2.0  # [-1, 1] → nominally [0, 1]; clamped at uint8 time

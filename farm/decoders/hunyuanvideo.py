@@ -1,0 +1,99 @@
+"""HunyuanVideo VAE decoder (diffusers `AutoencoderKLHunyuanVideo`): 8x spatial, 4x temporal.
+
+Causal 3-D convolutions (padding with the first frame, in the past only) and upsamplers that upsample the
+first frame in space only: ``F`` latent frames → ``1 + 4 (F - 1)`` pixel frames, and a tile's first
+latent frame decodes to one pixel frame, as the tiling's causal shift expects. The decoder is not causal
+as a whole, though: its GroupNorms take statistics over the whole tile (all its frames and pixels), so
+every output frame depends a little on every latent frame of the tile, later ones included.
+
+farm decodes each tile in one pass. diffusers' ``vae.decode`` instead splits more than 4 latent frames
+into its own overlapping temporal tiles (``use_framewise_decoding`` is on by default) and blends them;
+farm turns that off (its own temporal tiles and chunks replace it), so a single-tile farm decode equals
+``vae.decode`` with ``use_framewise_decoding = False``, and equals the default for up to 4 latent frames.
+
+Those GroupNorm statistics, and the middle block's attention over every position of a tile (causally
+masked in time), make a tile's pixels differ slightly from a whole-shot decode everywhere, not only near
+its edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same).
+
+``"latents": "normalized"``: ``HunyuanVideoPipeline`` divides by ``scaling_factor`` (no mean/std).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from farm.decoders.base import DecoderSpec
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.tiling import Geometry
+
+# Same class as the real model (diffusers' default constructor = the published HunyuanVideo VAE), a few
+# channels; GroupNorm needs channels divisible by norm_num_groups.
+HUNYUANVIDEO_TINY = {
+    "latent_channels": 4,
+    "block_out_channels": [8, 16, 32, 32],
+    "layers_per_block": 1,
+    "norm_num_groups": 4,
+}
+
+
+class HunyuanVideoDecoder(DiffusersVideoDecoder):
+    family: ClassVar[str] = "hunyuanvideo"
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "hunyuanvideo": {},
+        "hunyuanvideo-tiny": HUNYUANVIDEO_TINY,
+    }
+    model_class_name: ClassVar[str] = "AutoencoderKLHunyuanVideo"
+    required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
+    unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
+    # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16; 17x256x384 to 33x512x768 decodes): peak
+    # above the weights 3340-3420 B per output pixel-frame (full-resolution 128-channel blocks in float
+    # GroupNorm); 33x512x768 decoded in 1.3 s with a 43 GB peak. Tile shots: 129x720x1280 would take ~400 GB.
+    bytes_per_pixel_frame: ClassVar[float] = 3420.0
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry:
+        full = cls._full_config(config)
+        n = len(full["block_out_channels"])
+        s = int(math.log2(full["spatial_compression_ratio"]))
+        t = int(math.log2(full["temporal_compression_ratio"]))
+        # as HunyuanVideoDecoder3D builds its up blocks (it accepts only temporal_compression_ratio 4)
+        spatial_up = sum(i < s for i in range(n))
+        temporal_up = sum(n - 1 - t <= i < n - 1 for i in range(n))
+        return Geometry(spatial_scale=2**spatial_up, temporal_scale=2**temporal_up, causal=True)
+
+    @classmethod
+    def latent_channels_for(cls, config: dict[str, Any]) -> int:
+        return int(cls._full_config(config)["latent_channels"])
+
+    @classmethod
+    def _width_ratio(cls, config: dict[str, Any]) -> float:
+        return cls._full_config(config)["block_out_channels"][0] / 128
+
+    @classmethod
+    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+        """Linear activations, or the middle block's attention mask where that is larger.
+
+        diffusers builds a dense causal mask ``[n, n]`` over the tile's ``n`` latent positions (a bool
+        comparison, a float32 ``where`` and the cast: about 7 bytes per entry at once), before the
+        full-resolution blocks run. It outgrows the activations above ~32 M pixel-frames per call
+        (bf16): 33 latent frames of 90x160 (a 129x720x1280 shot, n = 475 200) would need 1.6 TB for it.
+        """
+        linear = super().peak_bytes(spec, pixel_volume)
+        if not cls._full_config(spec.config)["mid_block_add_attention"]:
+            return linear
+        g = cls.geometry_for(spec.config)
+        n = pixel_volume / (g.spatial_scale**2 * g.temporal_scale)
+        return int(max(linear, cls.weight_bytes(spec) + 7 * n * n))
+
+    @classmethod
+    def load(cls, spec: DecoderSpec, device: str) -> HunyuanVideoDecoder:
+        decoder = super().load(spec, device)
+        decoder.model.use_framewise_decoding = False  # farm tiles and chunks in time itself
+        decoder.model.use_tiling = False
+        assert isinstance(decoder, HunyuanVideoDecoder)
+        return decoder
+
+    def denormalize(self, z: Any) -> Any:
+        """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
+        return z / self.model.config.scaling_factor

@@ -1,0 +1,222 @@
+"""LTX-Video 0.9.x VAE decoder (diffusers `AutoencoderKLLTXVideo`): 32x spatial, 8x temporal.
+
+The decoder convolutions are not causal in time (``decoder_causal=False``), but the first latent frame
+still decodes to one pixel frame (the upsamplers drop the first ``stride - 1`` frames), so the tiling's
+causal frame mapping and shift apply: ``F`` latent frames → ``1 + 8 (F - 1)`` pixel frames.
+
+Timestep-conditioned decoders (0.9.1 and later) decode as ``LTXPipeline`` does: the spec's
+``decode_timestep`` (default 0.0) conditions the decoder, and ``decode_noise_scale`` (default: the
+timestep, as in the pipeline) mixes noise into the latents first, ``(1 - s) z + s noise``. The
+pipeline draws that noise from its generator; farm draws it per latent position from
+``decode_noise_seed`` (default 0, :mod:`farm.decoders.noise`), so overlapping tiles see the same noise.
+The 0.9.1 decoder also injects noise after some convolutions (``decoder_inject_noise``); farm makes that
+noise a function of position too. Both need the tile's ``origin`` in :meth:`decode`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from farm.decoders.base import DecoderSpec
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.noise import hash_seed, position_noise
+from farm.errors import FarmError
+from farm.tiling import Geometry
+
+# Published configs (diffusers' conversion of Lightricks' checkpoints). The diffusers default constructor
+# is the 0.9.0 VAE, so "ltxv" is the empty config.
+LTXV_091 = {
+    "decoder_block_out_channels": [256, 512, 1024],
+    "decoder_layers_per_block": [5, 6, 7, 8],
+    "decoder_spatio_temporal_scaling": [True, True, True],
+    "decoder_inject_noise": [True, True, True, False],
+    "upsample_residual": [True, True, True],
+    "upsample_factor": [2, 2, 2],
+    "timestep_conditioning": True,
+}
+LTXV_095 = {
+    "block_out_channels": [128, 256, 512, 1024, 2048],
+    "down_block_types": ["LTXVideo095DownBlock3D"] * 4,
+    "layers_per_block": [4, 6, 6, 2, 2],
+    "spatio_temporal_scaling": [True, True, True, True],
+    "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
+    "decoder_block_out_channels": [256, 512, 1024],
+    "decoder_layers_per_block": [5, 5, 5, 5],
+    "decoder_spatio_temporal_scaling": [True, True, True],
+    "decoder_inject_noise": [False, False, False, False],
+    "upsample_residual": [True, True, True],
+    "upsample_factor": [2, 2, 2],
+    "timestep_conditioning": True,
+    "spatial_compression_ratio": 32,
+    "temporal_compression_ratio": 8,
+}
+# Same classes, a few channels: the 0.9.0 structure, and the 0.9.1 one (timestep, injected noise).
+LTXV_TINY = {
+    "latent_channels": 8,
+    "block_out_channels": [8, 16, 32, 32],
+    "decoder_block_out_channels": [8, 16, 32, 32],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_layers_per_block": [1, 1, 1, 1, 1],
+}
+LTXV_091_TINY = {
+    **LTXV_091,
+    "latent_channels": 8,
+    "block_out_channels": [8, 16, 32, 32],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_block_out_channels": [16, 32, 64],
+    "decoder_layers_per_block": [1, 1, 1, 1],
+}
+
+_NOISE_SALT_LATENT = 1
+_NOISE_SALT_INJECT = 2
+
+
+def _keep_in_state_dict(name: str, value: Any) -> Any:
+    """A state-dict hook that lists a parameter the module no longer holds, under its old name."""
+
+    def hook(_module: Any, state: dict[str, Any], prefix: str, _meta: Any) -> None:
+        state[prefix + name] = value.detach()
+
+    return hook
+
+
+class LTXVideoDecoder(DiffusersVideoDecoder):
+    family: ClassVar[str] = "ltxv"
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltxv": {},
+        "ltxv-0.9.1": LTXV_091,
+        "ltxv-0.9.5": LTXV_095,
+        "ltxv-tiny": LTXV_TINY,
+        "ltxv-0.9.1-tiny": LTXV_091_TINY,
+    }
+    model_class_name: ClassVar[str] = "AutoencoderKLLTXVideo"
+    spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {
+        "decode_timestep": ((int, float), "a number"),
+        "decode_noise_scale": ((int, float), "a number in [0, 1]"),
+        "decode_noise_seed": ((int,), "a whole number"),
+    }
+    # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16, 33x256x768 and 33x512x768 decodes): peak
+    # above the weights 104 B per output pixel-frame for ltxv, ltxv-0.9.1 and ltxv-0.9.5 alike (all have a
+    # 128-channel last block); 33x512x768 decoded in 0.05 / 0.12 / 0.07 s.
+    bytes_per_pixel_frame: ClassVar[float] = 104.0
+
+    # ---- shapes --------------------------------------------------------------------------------
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry:
+        full = cls._full_config(config)
+        n_up = sum(bool(s) for s in full["decoder_spatio_temporal_scaling"])  # each upsampler is 2x2x2
+        return Geometry(
+            spatial_scale=full["patch_size"] * 2**n_up,
+            temporal_scale=full["patch_size_t"] * 2**n_up,
+            causal=True,
+        )
+
+    @classmethod
+    def latent_channels_for(cls, config: dict[str, Any]) -> int:
+        return int(cls._full_config(config)["latent_channels"])
+
+    @classmethod
+    def _width_ratio(cls, config: dict[str, Any]) -> float:
+        full = cls._full_config(config)
+        last = full["decoder_block_out_channels"][0] // full["upsample_factor"][0]
+        return last / 128
+
+    # ---- spec ----------------------------------------------------------------------------------
+
+    @classmethod
+    def check_spec(cls, spec: DecoderSpec) -> None:
+        super().check_spec(spec)
+        set_fields = [k for k in ("decode_timestep", "decode_noise_scale") if spec.extra.get(k)]
+        if set_fields and not cls._full_config(spec.config).get("timestep_conditioning"):
+            raise FarmError(
+                f"decoder spec: {', '.join(set_fields)} set, but this {spec.family} config has no timestep "
+                "conditioning (timestep_conditioning is false), so the pipeline would ignore it; remove it "
+                "or use a timestep-conditioned config (ltxv-0.9.1, ltxv-0.9.5)"
+            )
+        scale = spec.extra.get("decode_noise_scale")
+        if scale is not None and not 0.0 <= float(scale) <= 1.0:
+            raise FarmError(f"decoder spec: 'decode_noise_scale' must be in [0, 1], got {scale!r}")
+
+    @staticmethod
+    def decode_settings(spec: DecoderSpec, timestep_conditioning: bool) -> tuple[float | None, float, int]:
+        """(timestep or None, latent noise scale, noise seed), as ``LTXPipeline`` derives them."""
+        if not timestep_conditioning:
+            return None, 0.0, 0
+        t = float(spec.extra.get("decode_timestep", 0.0))
+        scale = spec.extra.get("decode_noise_scale")
+        return t, t if scale is None else float(scale), int(spec.extra.get("decode_noise_seed", 0))
+
+    # ---- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, spec: DecoderSpec, device: str) -> LTXVideoDecoder:
+        decoder = super().load(spec, device)
+        assert isinstance(decoder, LTXVideoDecoder)
+        decoder._install_noise_hooks()
+        return decoder
+
+    def _install_noise_hooks(self) -> None:
+        """Replace the decoder's injected noise (a fresh ``torch.randn`` per call) with position noise."""
+        from diffusers.models.autoencoders.autoencoder_kl_ltx import LTXVideoResnetBlock3d
+
+        self._origin: tuple[int, int, int] | None = None
+        self._latent_hw = (1, 1)
+        seed = int(self.spec.extra.get("decode_noise_seed", 0))
+        self.injects_noise = False
+        blocks = [m for m in self.model.decoder.modules() if isinstance(m, LTXVideoResnetBlock3d)]
+        for k, block in enumerate(blocks):
+            for j, (conv, name) in enumerate(((block.conv1, "per_channel_scale1"),
+                                              (block.conv2, "per_channel_scale2"))):  # fmt: skip
+                scale = getattr(block, name)
+                if scale is None:
+                    continue
+                setattr(block, name, None)  # diffusers skips its own noise; the hook adds farm's
+                block._register_state_dict_hook(_keep_in_state_dict(name, scale))
+                layer_seed = hash_seed(seed, _NOISE_SALT_INJECT, k, j)
+                conv.register_forward_hook(self._noise_hook(scale.detach(), layer_seed))
+                self.injects_noise = True
+
+    def _noise_hook(self, scale: Any, seed: int) -> Any:
+        def hook(_module: Any, _inputs: Any, out: Any) -> Any:
+            import torch
+
+            h, w = out.shape[-2:]
+            lh, lw = self._latent_hw
+            if h % lh or w % lw:
+                raise AssertionError(f"layer size {h}x{w} is not a multiple of the latent {lh}x{lw}")
+            _, oh, ow = self._origin or (0, 0, 0)
+            rows = oh * (h // lh) + torch.arange(h, device=out.device)
+            cols = ow * (w // lw) + torch.arange(w, device=out.device)
+            noise = position_noise(seed, [rows, cols], out.device).to(out.dtype)  # [H, W], as diffusers'
+            return out + (noise[None] * scale)[None, :, None, ...]
+
+        return hook
+
+    # ---- decoding ------------------------------------------------------------------------------
+
+    def denormalize(self, z: Any) -> Any:
+        """``LTXPipeline._denormalize_latents``: ``z * std / scaling_factor + mean`` (weights' buffers)."""
+        mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
+        std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
+        return z * std / self.model.config.scaling_factor + mean
+
+    def run_decoder(self, z: Any, origin: tuple[int, int, int] | None) -> Any:
+        import torch
+
+        t, scale, seed = self.decode_settings(self.spec, bool(self.model.config.timestep_conditioning))
+        if origin is None and (scale > 0 or getattr(self, "injects_noise", False)):
+            raise FarmError(
+                f"{self.spec.family} decoder [{self.spec.config_name or 'custom config'}] draws noise per "
+                "latent position (decode_noise_scale > 0 or injected decoder noise): decode() needs the "
+                "tile's origin (first latent frame, row, column) to draw the same noise as its neighbours"
+            )
+        origin = origin or (0, 0, 0)
+        if scale > 0:
+            _, c, f, h, w = z.shape
+            coords = [torch.arange(c)] + [o + torch.arange(n) for o, n in zip(origin, (f, h, w), strict=True)]
+            noise = position_noise(hash_seed(seed, _NOISE_SALT_LATENT), coords, z.device).to(z.dtype)
+            z = (1.0 - scale) * z + scale * noise[None]
+        temb = None if t is None else torch.tensor([t], device=z.device, dtype=z.dtype)
+        self._origin, self._latent_hw = origin, tuple(z.shape[-2:])
+        return self.model.decode(z, temb=temb, return_dict=False)[0]

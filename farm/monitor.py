@@ -1,0 +1,493 @@
+"""Live progress of farm renders on the scheduler: the farm page, its JSON, and Prometheus metrics.
+
+Every render publishes its progress in the scheduler's metadata (`farm.graph.ProgressPublisher`, key
+``("farm", "renders", render_id)``); submitted workflows publish theirs under ``("farm", "submissions",
+id)`` (`farm.submit`) and `farm cancel` records ``("farm", "cancelled", id)``. :class:`FarmMonitor`, a
+scheduler plugin, reads those records, counts task transitions per render and shot (tiles decoded, task
+errors; a task key's second element is its render id, its third the shot) and serves, on the scheduler's
+HTTP server (the dashboard's port):
+
+- ``/farm``: the farm page, one table per render (job, output, priority, state, tiles decoded, batches
+  written, frames/s, ETA, failures) with a row per shot, and the submitted workflows;
+- ``/farm/api/renders.json``: the same numbers as JSON;
+- ``/metrics``: ``farm_*`` Prometheus metrics for the same counts, next to Dask's own.
+
+Install it with :func:`install` (what `farm render`, `farm submit` and `farm cluster` do), or on a
+scheduler started by hand with ``dask scheduler --preload farm.monitor``.
+
+>>> from farm.cluster import connect
+>>> with connect(workers=2) as client:          # doctest: +SKIP
+...     print(install(client))
+http://127.0.0.1:8787/farm
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import time
+import weakref
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+from tornado import web
+
+PLUGIN_NAME = "farm-monitor"
+PAGE_PATH = "farm"
+JSON_PATH = "farm/api/renders.json"
+# First elements of the task keys farm submits (farm.graph, farm.submit); their second is a render id.
+TASK_PREFIXES = frozenset(
+    {
+        "decode-tile",
+        "tile-piece",
+        "blend-batch",
+        "write-batch",
+        "encode-segment",
+        "mark-batch",
+        "finish-shot",
+        "workflow-driver",
+    }
+)
+# A "running" render whose tasks are all gone from the scheduler and whose record has not changed for
+# this long lost its driver (a killed `farm render` or foreground submit): shown as "interrupted".
+STALE_AFTER_S = 30.0
+FINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
+
+
+@dataclass
+class _TaskCounts:
+    """What the scheduler saw of one render's tasks, per shot."""
+
+    decoded: dict[str, set[Any]] = field(default_factory=dict)  # shot -> decode-tile indices in memory
+    errors: dict[str, int] = field(default_factory=dict)  # shot -> tasks that ended erred
+    last_error: str = ""
+    last_seen: float = 0.0
+
+
+def render_matches(render_id: str, target: str) -> bool:
+    """Whether `render_id` is `target` or one of its renders (a submission ``s1`` owns ``s1.2-job``)."""
+    return render_id == target or render_id.startswith(target + ".")
+
+
+def is_cancelled(render_id: str, cancelled: Mapping[str, Any]) -> bool:
+    return any(render_matches(render_id, target) for target in cancelled)
+
+
+def page_link(dashboard: str | None) -> str | None:
+    """The farm page's URL from the dashboard's (``http://host:8787/status`` → ``http://host:8787/farm``)."""
+    if not dashboard:
+        return None
+    parts = urlsplit(dashboard)
+    path = parts.path
+    if path.endswith("/status"):
+        path = path[: -len("status")]
+    if not path.endswith("/"):
+        path += "/"
+    return urlunsplit((parts.scheme, parts.netloc, path + PAGE_PATH, "", ""))
+
+
+class FarmMonitor(SchedulerPlugin):
+    """Scheduler plugin: the farm page, its JSON and farm's Prometheus metrics (see the module doc)."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self, prefix: str = "/") -> None:
+        self.prefix = "/" + prefix.strip("/") + ("/" if prefix.strip("/") else "")
+        self.scheduler: Any = None
+        self.counts: dict[str, _TaskCounts] = {}
+
+    # -- plugin hooks -------------------------------------------------------------------------------
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        app = getattr(scheduler, "http_application", None)
+        if app is not None:
+            handlers = [
+                (self.prefix + JSON_PATH, _JsonHandler, {"monitor": self}),
+                (self.prefix + PAGE_PATH + "/?", _PageHandler, {"monitor": self}),
+            ]
+            app.add_handlers(r".*$", handlers)  # type: ignore[arg-type]
+        _register_collector()
+        _MONITORS.add(self)
+
+    async def close(self) -> None:
+        _MONITORS.discard(self)
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if not (isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES):
+            return
+        counts = self.counts.setdefault(str(key[1]), _TaskCounts())
+        counts.last_seen = time.time()
+        shot = str(key[2]) if len(key) >= 3 else ""
+        if key[0] == "decode-tile" and finish == "memory" and len(key) >= 4:
+            counts.decoded.setdefault(shot, set()).add(key[3])
+        elif finish == "erred" and start == "processing":  # failed itself, not through a dependency
+            counts.errors[shot] = counts.errors.get(shot, 0) + 1
+            text = kwargs.get("exception_text") or ""
+            counts.last_error = f"{key[0]} {shot}: {text}"[:300]
+
+    # -- what the page, the JSON and the metrics show ----------------------------------------------
+
+    def live_renders(self) -> set[str]:
+        """Render ids that have tasks on the scheduler now."""
+        live = set()
+        for key in list(getattr(self.scheduler, "tasks", {})):
+            if isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES:
+                live.add(str(key[1]))
+        return live
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        """Every render and submission the scheduler knows of, with derived rates (JSON-able)."""
+        now = time.time() if now is None else now
+        meta = getattr(self.scheduler, "task_metadata", {}).get("farm", {})
+        records = dict(meta.get("renders", {}))
+        cancelled = dict(meta.get("cancelled", {}))
+        live = self.live_renders()
+        renders = [
+            summarize(rid, rec, self.counts.get(rid), cancelled, rid in live, now)
+            for rid, rec in records.items()
+            if isinstance(rec, dict)
+        ]
+        renders.sort(key=lambda r: (r["state"] in FINAL_STATES, -r["priority"], -(r["started"] or 0)))
+        submissions = []
+        for sid, sub in dict(meta.get("submissions", {})).items():
+            if not isinstance(sub, dict):
+                continue
+            entry = {"submission": sid, **{k: v for k, v in sub.items() if k != "log"}}
+            entry["log"] = list(sub.get("log", []))[-8:]
+            if entry.get("state") == "running" and is_cancelled(sid, cancelled):
+                entry["state"] = "cancelling"
+            submissions.append(entry)
+        submissions.sort(key=lambda s: -(s.get("started") or 0))
+        return {"time": now, "renders": renders, "submissions": submissions}
+
+
+def summarize(
+    render_id: str,
+    record: Mapping[str, Any],
+    counts: _TaskCounts | None,
+    cancelled: Mapping[str, Any],
+    live: bool,
+    now: float,
+) -> dict[str, Any]:
+    """One render's numbers: the published record plus rates, ETA, failures and per-shot tile counts."""
+    counts = counts or _TaskCounts()
+    state = str(record.get("state", "running"))
+    if state != "done" and is_cancelled(render_id, cancelled):
+        state = "cancelled" if state != "running" or not live else "cancelling"
+    elif state == "running" and not live and now - float(record.get("updated", now)) > STALE_AFTER_S:
+        state = "interrupted"
+    started = float(record.get("started") or now)
+    updated = float(record.get("updated") or now)
+    end = now if state in ("running", "cancelling") else updated
+    elapsed = max(end - started, 1e-9)
+    frames = int(record.get("frames_written", 0))
+    batches_total = int(record.get("batches_total", 0))
+    batches_written = int(record.get("batches_written", 0))
+    fps = frames / elapsed if frames else 0.0
+    eta = None
+    if state == "running" and batches_written:
+        eta = (batches_total - batches_written) * (updated - started) / batches_written - (now - updated)
+        eta = max(eta, 0.0)
+    shots = []
+    for name, shot in dict(record.get("shots", {})).items():
+        written, total = int(shot.get("batches_written", 0)), int(shot.get("batches_total", 0))
+        errors = counts.errors.get(name, 0)
+        if shot.get("error"):
+            shot_state = "failed"
+        elif written >= total and (shot.get("video") or state == "done"):
+            shot_state = "done"
+        elif state in ("cancelled", "cancelling", "interrupted"):
+            shot_state = state
+        elif state in ("done", "failed"):
+            shot_state = "incomplete"  # the render ended before this shot did
+        elif written or counts.decoded.get(name):
+            shot_state = "rendering"
+        else:
+            shot_state = "queued"
+        shot_frames = shot.get("frames_written")
+        shots.append(
+            {
+                "shot": name,
+                "state": shot_state,
+                "tiles_decoded": len(counts.decoded.get(name, ())),
+                "tiles_total": shot.get("tiles_total"),
+                "batches_written": written,
+                "batches_total": total,
+                "frames_written": shot_frames,
+                "frames_per_second": (shot_frames / elapsed) if shot_frames else None,
+                "task_errors": errors,
+                "video": shot.get("video"),
+                "error": shot.get("error"),
+            }
+        )
+    failed_shots = sum(1 for s in shots if s["state"] == "failed")
+    return {
+        "render": render_id,
+        "job": record.get("job"),
+        "out": record.get("out"),
+        "priority": int(record.get("priority", 0)),
+        "state": state,
+        "started": record.get("started"),
+        "updated": record.get("updated"),
+        "elapsed_s": elapsed,
+        "tiles_total": int(record.get("tiles_total", 0)),
+        "tiles_decoded": int(record.get("tiles_decoded", 0)),
+        "batches_total": batches_total,
+        "batches_written": batches_written,
+        "frames_written": frames,
+        "frames_per_second": fps,
+        "eta_s": eta,
+        "failed_shots": failed_shots,
+        "task_errors": sum(counts.errors.values()),
+        "failures": failed_shots + sum(counts.errors.values()),
+        "last_error": counts.last_error or None,
+        "shots": shots,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# HTTP: the page and its JSON
+# --------------------------------------------------------------------------------------------------
+
+
+class _Handler(web.RequestHandler):
+    def initialize(self, monitor: FarmMonitor) -> None:
+        self.monitor = monitor
+
+
+class _JsonHandler(_Handler):
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(self.monitor.snapshot(), default=str))
+
+
+class _PageHandler(_Handler):
+    def get(self) -> None:
+        refresh = self.get_argument("refresh", "2")
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.write(render_page(self.monitor.snapshot(), refresh=refresh, prefix=self.monitor.prefix))
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _bar(done: int, total: int) -> str:
+    pct = 100.0 * done / total if total else 0.0
+    return f'<div class="bar"><div style="width:{pct:.1f}%"></div></div>'
+
+
+def _progress_cell(done: int, total: int) -> str:
+    return _cell("batches_written", done, f"{done}/{total}")[: -len("</td>")] + _bar(done, total) + "</td>"
+
+
+def _cell(name: str, value: Any, text: str | None = None, cls: str = "") -> str:
+    """A table cell whose machine-readable value sits in ``data-value`` (tests and scrapers read it)."""
+    shown = html.escape(str(value) if text is None else text)
+    klass = f' class="{cls}"' if cls else ""
+    return f'<td data-name="{name}" data-value="{html.escape(str(value))}"{klass}>{shown}</td>'
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:20px;color:#222;background:#fafafa}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
+.sub{color:#666;font-size:13px;margin-bottom:10px} a{color:#0b63c5}
+table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;margin-bottom:6px}
+th,td{padding:4px 10px;border-bottom:1px solid #e4e4e4;text-align:right;font-size:13px;white-space:nowrap}
+th{background:#f0f3f6;font-weight:600} td.l,th.l{text-align:left}
+.state{font-weight:600} .done{color:#1a7f37} .failed,.cancelled,.interrupted{color:#c62828}
+.running,.rendering,.cancelling{color:#0b63c5} .queued{color:#888}
+.bar{display:inline-block;width:90px;height:8px;background:#e6e6e6;border-radius:4px;vertical-align:middle;
+margin-left:6px} .bar div{height:8px;background:#2e7d32;border-radius:4px}
+.err{color:#c62828;white-space:normal;text-align:left;max-width:520px}
+pre{background:#fff;padding:6px;font-size:12px;max-width:1100px;overflow:auto}
+"""
+
+
+def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "/") -> str:
+    """The farm page: a section per render, a row per shot, then the submitted workflows."""
+    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>farm</title>"]
+    if refresh.isdigit() and int(refresh) > 0:
+        out.append(f"<meta http-equiv='refresh' content='{int(refresh)}'>")
+    out.append(f"<style>{STYLE}</style></head><body>")
+    renders = snapshot.get("renders", [])
+    running = sum(1 for r in renders if r["state"] in ("running", "cancelling"))
+    out.append("<h1>farm renders</h1>")
+    out.append(
+        f"<div class='sub'>{len(renders)} render(s), {running} running · "
+        f"<a href='{prefix}status'>Dask dashboard</a> · <a href='{prefix}{JSON_PATH}'>JSON</a> · "
+        f"<a href='{prefix}metrics'>metrics</a> · updated {time.strftime('%H:%M:%S')}</div>"
+    )
+    if not renders:
+        out.append("<p>No renders yet. Start one with <code>farm render JOB --out OUT --scheduler …</code> "
+                   "or <code>farm submit WORKFLOW.py</code>.</p>")  # fmt: skip
+    for r in renders:
+        rid = html.escape(r["render"])
+        out.append(f"<h2 id='render-{rid}'>render {rid}</h2>")
+        out.append(
+            f"<div class='sub'>job {html.escape(str(r['job']))} → {html.escape(str(r['out']))}</div>"
+        )
+        out.append(f"<table class='render' data-render='{rid}'><tr>")
+        heads = ["state", "priority", "tiles decoded", "batches written", "frames", "frames/s", "elapsed",
+                 "ETA", "failures"]  # fmt: skip
+        out.append("".join(f"<th>{h}</th>" for h in heads) + "</tr><tr>")
+        out.append(_cell("state", r["state"], cls=f"state {r['state']}"))
+        out.append(_cell("priority", r["priority"]))
+        out.append(_cell("tiles_decoded", r["tiles_decoded"], f"{r['tiles_decoded']}/{r['tiles_total']}"))
+        out.append(_progress_cell(r["batches_written"], r["batches_total"]))
+        out.append(_cell("frames_written", r["frames_written"]))
+        fps = r["frames_per_second"]
+        out.append(_cell("frames_per_second", round(fps, 2), f"{fps:.1f}"))
+        out.append(_cell("elapsed_s", round(r["elapsed_s"], 1), _fmt_s(r["elapsed_s"])))
+        eta = r["eta_s"]
+        out.append(_cell("eta_s", "" if eta is None else round(eta, 1), _fmt_s(eta)))
+        out.append(_cell("failures", r["failures"], cls="failed" if r["failures"] else ""))
+        out.append("</tr></table>")
+        if r["last_error"]:
+            out.append(f"<div class='err'>last task error: {html.escape(r['last_error'])}</div>")
+        out.append(f"<table class='shots' data-render='{rid}'><tr><th class='l'>shot</th><th>state</th>"
+                   "<th>tiles decoded</th><th>batches written</th><th>frames/s</th><th>task errors</th>"
+                   "<th class='l'>video / error</th></tr>")  # fmt: skip
+        for s in r["shots"]:
+            tiles = s["tiles_decoded"]
+            tiles_text = f"{tiles}/{s['tiles_total']}" if s["tiles_total"] is not None else str(tiles)
+            fps = s["frames_per_second"]
+            note = s["error"] or s["video"] or ""
+            out.append(f"<tr data-shot='{html.escape(s['shot'])}'>")
+            out.append(_cell("shot", s["shot"], cls="l"))
+            out.append(_cell("state", s["state"], cls=f"state {s['state']}"))
+            out.append(_cell("tiles_decoded", tiles, tiles_text))
+            out.append(_progress_cell(s["batches_written"], s["batches_total"]))
+            out.append(_cell("frames_per_second", "" if fps is None else round(fps, 2),
+                             "–" if fps is None else f"{fps:.1f}"))  # fmt: skip
+            out.append(_cell("task_errors", s["task_errors"]))
+            out.append(_cell("note", note, cls="err l" if s["error"] else "l"))
+            out.append("</tr>")
+        out.append("</table>")
+    subs = snapshot.get("submissions", [])
+    if subs:
+        out.append(
+            "<h2>submitted workflows</h2><table class='submissions'><tr><th class='l'>id</th>"
+            "<th class='l'>script</th><th>state</th><th>mode</th><th>priority</th><th>exit</th></tr>"
+        )
+        for s in subs:
+            out.append("<tr>" + _cell("submission", s["submission"], cls="l"))
+            out.append(_cell("script", s.get("script", ""), cls="l"))
+            out.append(_cell("state", s.get("state", ""), cls=f"state {s.get('state', '')}"))
+            out.append(_cell("mode", "detached" if s.get("detached") else "foreground"))
+            out.append(_cell("priority", s.get("priority", 0)))
+            out.append(_cell("exit_code", "" if s.get("exit_code") is None else s["exit_code"]))
+            out.append("</tr>")
+            if s.get("log"):
+                text = html.escape("\n".join(s["log"]))
+                out.append(f"<tr><td colspan='6' class='l'><pre>{text}</pre></td></tr>")
+        out.append("</table>")
+    out.append("</body></html>")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prometheus: one collector per process, over the monitors of the schedulers in it (usually one)
+# --------------------------------------------------------------------------------------------------
+
+_MONITORS: weakref.WeakSet[FarmMonitor] = weakref.WeakSet()
+_COLLECTOR: Any = None
+
+
+class _FarmCollector:
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        render_labels = ["render", "job"]
+        shot_labels = ["render", "job", "shot"]
+        families = {
+            "tiles_planned": ("farm_render_tiles_planned", "Tiles a render decodes", render_labels),
+            "tiles_decoded": ("farm_render_tiles_decoded", "Tiles a render has decoded", render_labels),
+            "batches_planned": ("farm_render_batches_planned", "Batches a render writes", render_labels),
+            "batches_written": ("farm_render_batches_written", "Temporal batches written", render_labels),
+            "frames_written": ("farm_render_frames_written", "Frames written", render_labels),
+            "fps": ("farm_render_frames_per_second", "Frames written per second", render_labels),
+            "eta": ("farm_render_eta_seconds", "Estimated seconds left (running renders)", render_labels),
+            "failed_shots": ("farm_render_failed_shots", "Shots that failed", render_labels),
+            "task_errors": ("farm_render_task_errors", "Tasks that ended in error", render_labels),
+            "priority": ("farm_render_priority", "The render's priority", render_labels),
+            "state": ("farm_render_state", "1 for the render's current state", [*render_labels, "state"]),
+            "shot_tiles": ("farm_shot_tiles_decoded", "Tiles of a shot decoded", shot_labels),
+            "shot_batches_planned": ("farm_shot_batches_planned", "Batches of a shot", shot_labels),
+            "shot_batches_written": ("farm_shot_batches_written", "Batches of a shot written", shot_labels),
+            "shot_failed": ("farm_shot_failed", "1 if the shot failed", shot_labels),
+        }  # fmt: skip
+        metrics = {k: GaugeMetricFamily(name, doc, labels=ls) for k, (name, doc, ls) in families.items()}
+        for monitor in list(_MONITORS):
+            with contextlib.suppress(Exception):  # a half-written record must not break /metrics
+                for r in monitor.snapshot()["renders"]:
+                    labels = [r["render"], str(r["job"] or "")]
+                    metrics["tiles_planned"].add_metric(labels, r["tiles_total"])
+                    metrics["tiles_decoded"].add_metric(labels, r["tiles_decoded"])
+                    metrics["batches_planned"].add_metric(labels, r["batches_total"])
+                    metrics["batches_written"].add_metric(labels, r["batches_written"])
+                    metrics["frames_written"].add_metric(labels, r["frames_written"])
+                    metrics["fps"].add_metric(labels, r["frames_per_second"])
+                    if r["eta_s"] is not None:
+                        metrics["eta"].add_metric(labels, r["eta_s"])
+                    metrics["failed_shots"].add_metric(labels, r["failed_shots"])
+                    metrics["task_errors"].add_metric(labels, r["task_errors"])
+                    metrics["priority"].add_metric(labels, r["priority"])
+                    metrics["state"].add_metric([*labels, r["state"]], 1)
+                    for s in r["shots"]:
+                        sl = [*labels, s["shot"]]
+                        metrics["shot_tiles"].add_metric(sl, s["tiles_decoded"])
+                        metrics["shot_batches_planned"].add_metric(sl, s["batches_total"])
+                        metrics["shot_batches_written"].add_metric(sl, s["batches_written"])
+                        metrics["shot_failed"].add_metric(sl, 1 if s["state"] == "failed" else 0)
+        yield from metrics.values()
+
+
+def _register_collector() -> None:
+    global _COLLECTOR
+    if _COLLECTOR is not None:
+        return
+    try:
+        import prometheus_client
+    except ImportError:  # /metrics then says prometheus_client is missing; the page still works
+        return
+    _COLLECTOR = _FarmCollector()
+    prometheus_client.REGISTRY.register(_COLLECTOR)
+
+
+# --------------------------------------------------------------------------------------------------
+# Installing
+# --------------------------------------------------------------------------------------------------
+
+
+def install(client: Any) -> str | None:
+    """Register :class:`FarmMonitor` on the client's scheduler (once) and return the farm page's URL.
+
+    Returns None, installing nothing, when the scheduler cannot load farm (a scheduler started
+    elsewhere without farm installed): renders still run, only the page and metrics are missing.
+    """
+    try:
+        client.register_plugin(FarmMonitor(), name=PLUGIN_NAME)
+    except Exception:
+        return None
+    from farm.cluster import dashboard_link
+
+    return page_link(dashboard_link(client))
+
+
+def dask_setup(scheduler: Any) -> None:
+    """``dask scheduler --preload farm.monitor``: the farm page and metrics on a hand-started scheduler."""
+    scheduler.add_plugin(FarmMonitor(), name=PLUGIN_NAME, idempotent=True)  # started with the scheduler

@@ -1,0 +1,692 @@
+"""The auto planner: per shot, whole-shot tasks or a tile grid, chosen by predicted makespan of the job.
+
+Pure: shapes, a cost model (`farm.costmodel`) and a memory model in; tile grids and predictions out.
+
+How it chooses (:func:`choose_plans`):
+
+1. For every distinct shot shape, enumerate grids of up to ``max_per_axis`` tiles along frames, height
+   and width (``max_tiles`` in all) with the decoder's minimum overlap per axis (:data:`MIN_OVERLAP`);
+   drop grids whose largest decode call does not fit a worker's memory, and grids that cannot be split
+   at that overlap. Each grid's tiles are costed with the cost model.
+2. Start from the cheapest grid that fits for every shot (the whole shot when it fits: 1.0x work).
+3. Tiles go to workers round-robin in job order (as `farm.graph` runs them), so when shots outnumber
+   workers only the last partial round leaves workers idle. Try splitting the shots of that tail
+   (the last ``S mod W`` shots, that plus one round, or all shots) into each candidate number of tiles,
+   simulate the job each time (:func:`predict`: decodes, piece transfers, blends, Zarr writes and video
+   encodes, shot finishing, the bounded window), and keep the plan with the least predicted makespan
+   (ties: less redundant work, then fewer tiles) if it beats the cheapest plan by more than
+   :data:`MIN_GAIN`. Only split grids that no other grid beats on both decode time and redundant work
+   are tried. For very long jobs the tail is chosen on the last ``S mod W + 2W`` shots (with
+   round-robin in job order the rounds before repeat the same pattern) and confirmed on the whole job.
+
+So a batch of at least as many shots as workers decodes whole shots (plus, at most, a split tail), and
+a single large shot on many workers is split along the cheapest axes.
+
+:func:`predict` is the same simulation, for any plan (auto or explicit): makespan, decode-only makespan,
+utilisation, redundant work, transfer bytes and peak memory per worker.
+
+Example:
+    >>> from farm import costmodel
+    >>> from farm.tiling import Geometry
+    >>> g = Geometry(32, 8, True)
+    >>> m = costmodel.load("ltx2-h200")
+    >>> grids = choose_plans({"a": (128, 16, 22, 38)}, g, 1, m, None,
+    ...                      memory=costmodel.MemoryModel(10**9, 118))
+    >>> grids["a"].tiles
+    (1, 1, 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from farm.costmodel import CostModel, MemoryModel
+from farm.errors import FarmError
+from farm.tiling import (
+    ChunkSize,
+    Geometry,
+    ShotPlan,
+    TileGrid,
+    assign_round_robin,
+    causal_shift,
+    plan_chunks,
+    plan_shot,
+    required_window,
+    split_by_count,
+)
+
+# Minimum overlap per axis (frames, height, width), latent units, where auto splits an axis.
+#
+# Measured with workflows/measure_seams.py on the real LTX-2 decoder architecture (random weights, CPU;
+# docs/benchmarks.md, "Seams"): two tiles along one axis against the untiled decode, overlap swept.
+# * Seam error falls steadily with the overlap and has no knee, so no thinner overlap is free. Height
+#   and width keep LTX-2's shipped overlap of 4: an auto seam is as good as a shipped one, and auto wins
+#   by choosing the grid (whole shots, fewer seams, cheaper axes), not by thinner seams.
+# * Along frames the causal decoder's error after a tile's start decays about twice as slowly as the
+#   error after a spatial cut (~17 latent frames against ~8 columns to fall below 5/255). 12 is the
+#   smallest temporal overlap measured whose seam is no worse than a spatial seam at overlap 4 in max
+#   error (63 against 78-86 /255) and seam-band PSNR (29.3 against 27.0-27.2 dB), on 30-unit axes.
+#   A 121-frame shot (16 latent frames) therefore never gets temporal tiles from auto.
+MIN_OVERLAP: dict[str, tuple[int, int, int]] = {"ltx2": (12, 4, 4)}
+DEFAULT_MIN_OVERLAP = (12, 4, 4)
+
+MAX_PER_AXIS = 8
+MAX_TILES = 64
+MEMORY_HEADROOM = 0.9  # plan decode calls to at most this fraction of a worker's memory
+# Splitting shots that would decode whole must cut the predicted makespan by more than this: redundant
+# work costs GPU time other jobs could use, and the end-to-end figures (blend, write, encode measured on
+# an earlier, serial output path) are not trusted to a few percent. Single shots on many workers gain
+# far more than this; a batch's last partial round usually does not.
+MIN_GAIN = 0.05
+
+
+def min_overlap_for(spec: Any | None) -> tuple[int, int, int]:
+    """The minimum overlap per axis for a decoder spec (by config name, then family)."""
+    if spec is None:
+        return DEFAULT_MIN_OVERLAP
+    for key in (getattr(spec, "config_name", None), getattr(spec, "family", None)):
+        if key in MIN_OVERLAP:
+            return MIN_OVERLAP[key]
+    return DEFAULT_MIN_OVERLAP
+
+
+# --------------------------------------------------------------------------------------------------
+# Candidate grids for one shot shape
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One tile grid for one shot shape, costed."""
+
+    grid: TileGrid
+    tile_seconds: tuple[float, ...]  # decode seconds per tile (all its chunks), without task overhead
+    peak_bytes: int  # largest decode call
+    redundancy: float
+
+    @property
+    def n_tiles(self) -> int:
+        return len(self.tile_seconds)
+
+    @property
+    def max_seconds(self) -> float:
+        return max(self.tile_seconds)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.tile_seconds)
+
+    def span(self, workers: int) -> float:
+        """Decode time of this shot alone when its tiles go round-robin to `workers` workers."""
+        loads = [0.0] * max(1, workers)
+        for k, s in enumerate(self.tile_seconds):
+            loads[k % len(loads)] += s
+        return max(loads)
+
+
+def _axis_sizes(size: int, count: int, overlap: int, *, temporal: bool, causal: bool) -> list[int] | None:
+    """Latent sizes of an axis' tiles, or None when the split is impossible at that overlap."""
+    try:
+        intervals = split_by_count(size, count, overlap)
+    except FarmError:
+        return None
+    if temporal and causal:
+        intervals = causal_shift(intervals)
+    return [iv.size for iv in intervals]
+
+
+def _fit_overlap(size: int, count: int, overlap: int) -> int | None:
+    """`overlap` when `count` tiles of `size` can share it, else None (auto never thins a seam)."""
+    if count == 1:
+        return 0
+    return overlap if _axis_sizes(size, count, overlap, temporal=False, causal=False) else None
+
+
+def _decode_seconds(
+    latent_fhw: Sequence[int], geometry: Geometry, chunk: ChunkSize, cost: CostModel
+) -> float:
+    if chunk.limits() == (None, None, None):
+        return cost.decode_seconds(geometry.pixel_shape(latent_fhw))
+    return sum(
+        cost.decode_seconds(tuple(s.size for s in c.pixels)) for c in plan_chunks(latent_fhw, geometry, chunk)
+    )
+
+
+def _largest_call(latent_fhw: Sequence[int], geometry: Geometry, chunk: ChunkSize) -> int:
+    if chunk.limits() == (None, None, None):
+        return math.prod(geometry.pixel_shape(latent_fhw))
+    return max(c.pixel_volume for c in plan_chunks(latent_fhw, geometry, chunk))
+
+
+def candidates(
+    latent_shape: Sequence[int],
+    geometry: Geometry,
+    cost: CostModel,
+    memory: MemoryModel | None,
+    memory_budget: float | None,
+    *,
+    min_overlap: Sequence[int] = DEFAULT_MIN_OVERLAP,
+    chunk: ChunkSize = ChunkSize(),
+    max_per_axis: int = MAX_PER_AXIS,
+    max_tiles: int = MAX_TILES,
+) -> list[Candidate]:
+    """Every grid for a shot shape that fits memory, sorted by tile count then grid (deterministic)."""
+    _, f, h, w = (int(x) for x in latent_shape)
+    sizes = (f, h, w)
+    out = []
+    per_axis: list[dict[int, tuple[int, list[int]]]] = []
+    for axis, size in enumerate(sizes):
+        options = {}
+        for count in range(1, min(max_per_axis, size) + 1):
+            o = _fit_overlap(size, count, int(min_overlap[axis]))
+            if o is None:
+                continue
+            lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal)
+            if lens is not None:
+                options[count] = (o, lens)
+        per_axis.append(options)
+    for tf, (of, lf) in per_axis[0].items():
+        for th, (oh, lh) in per_axis[1].items():
+            for tw, (ow, lw) in per_axis[2].items():
+                if tf * th * tw > max_tiles:
+                    continue
+                grid = TileGrid((tf, th, tw), (of, oh, ow))
+                if tf > 1 and chunk.frames is not None and chunk.frames < max(lf):
+                    continue  # temporal tiles and temporal chunks would both split a tile
+                seconds, peak, volume = [], 0, 0
+                try:
+                    for a in lf:
+                        for b in lh:
+                            for c in lw:
+                                seconds.append(_decode_seconds((a, b, c), geometry, chunk, cost))
+                                if memory is not None:
+                                    call = _largest_call((a, b, c), geometry, chunk)
+                                    peak = max(peak, memory.peak_bytes(call))
+                                volume += a * b * c
+                except FarmError:  # the chunking does not fit these tiles
+                    continue
+                if memory_budget is not None and peak > memory_budget:
+                    continue
+                out.append(Candidate(grid, tuple(seconds), peak, volume / (f * h * w)))
+    out.sort(key=lambda c: (c.n_tiles, c.grid.tiles))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Simulation of a job on workers
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the cost model predicts for a job's plans on `n_workers` workers."""
+
+    n_workers: int
+    makespan_s: float  # decode, transfers, blends, Zarr writes, video encodes, shot finishing
+    decode_makespan_s: float  # decode and gather: the same plans with blend, output, shot costs zero
+    decode_busy_s: float  # sum of decode task seconds (includes redundant overlap work)
+    busy_s: float  # sum of all task seconds
+    utilisation: float  # decode_busy_s / (n_workers * makespan_s): how busy the GPUs are decoding
+    thread_utilisation: float  # busy_s / (n_workers * threads_per_worker * makespan_s)
+    redundancy: float  # decoded latent volume / the shots' latent volume
+    tiles: int
+    transfer_bytes: int
+    peak_bytes_per_worker: tuple[int, ...]
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.peak_bytes_per_worker, default=0)
+
+
+@dataclass(frozen=True)
+class _ShotTasks:
+    """Timing-relevant facts of one shot's plan (shared by shots of equal shape and grid)."""
+
+    tile_seconds: tuple[float, ...]
+    tile_peak: tuple[int, ...]
+    tile_volume: tuple[int, ...]  # latent volume
+    tile_priority: tuple[int, ...]  # tile index (decode priority is -index)
+    feeds: tuple[tuple[tuple[int, int], ...], ...]  # per tile: (batch position, piece pixel volume)
+    batch_tiles: tuple[tuple[int, ...], ...]  # per batch: tile positions
+    batch_pixels: tuple[int, ...]
+    batch_piece_pixels: tuple[int, ...]  # per batch: the summed pixel volume of its pieces
+    latent_volume: int
+
+
+def _geometry_of(plan: ShotPlan) -> Geometry:
+    _, f, h, _ = plan.latent_shape
+    pf, ph, _ = plan.pixel_shape
+    spatial = ph // h
+    if f > 1 and (pf - 1) % (f - 1) == 0 and pf != f * ((pf - 1) // (f - 1)):
+        return Geometry(spatial, (pf - 1) // (f - 1), causal=True)
+    return Geometry(spatial, max(1, pf // f), causal=pf % f != 0)
+
+
+def _shot_tasks(
+    plan: ShotPlan, cost: CostModel, memory: MemoryModel | None, geometry: Geometry
+) -> _ShotTasks:
+    position = {t.index: k for k, t in enumerate(plan.tiles)}
+    batch_pos = {b.index: k for k, b in enumerate(plan.batches)}
+    seconds, peak, volume, feeds = [], [], [], []
+    for tile in plan.tiles:
+        fhw = [iv.size for iv in tile.latent]
+        seconds.append(_decode_seconds(fhw, geometry, plan.chunk, cost))
+        peak.append(memory.peak_bytes(_largest_call(fhw, geometry, plan.chunk)) if memory else 0)
+        volume.append(tile.latent_volume)
+        hw = tile.pixels[1].size * tile.pixels[2].size
+        feeds.append(tuple((batch_pos[b.index], (s.stop - s.start) * hw) for b, s in plan.batch_pieces(tile)))
+    piece_pixels = [0] * len(plan.batches)
+    for tile_feeds in feeds:
+        for b, px in tile_feeds:
+            piece_pixels[b] += px
+    return _ShotTasks(
+        tile_seconds=tuple(seconds),
+        tile_peak=tuple(peak),
+        tile_volume=tuple(volume),
+        tile_priority=tuple(t.index for t in plan.tiles),
+        feeds=tuple(feeds),
+        batch_tiles=tuple(tuple(position[i] for i in b.tiles) for b in plan.batches),
+        batch_pixels=tuple(b.frames * plan.pixel_shape[1] * plan.pixel_shape[2] for b in plan.batches),
+        batch_piece_pixels=tuple(piece_pixels),
+        latent_volume=math.prod(plan.latent_shape[1:]),
+    )
+
+
+def predict(
+    plans: Sequence[ShotPlan],
+    n_workers: int,
+    cost_model: CostModel,
+    *,
+    memory: MemoryModel | None = None,
+    window: int | None = None,
+    geometry: Geometry | None = None,
+) -> Prediction:
+    """Simulate `plans` (tiles assigned to worker slots, as `plan_job` returns them) on `n_workers`.
+
+    The simulation follows `farm.graph` and `farm.tasks`: each worker runs ``threads_per_worker`` tasks
+    at once, highest priority first (blends, then writes and encodes, then shot finishing, then decodes
+    in tile order), and decodes one at a time on its GPU (a decode waiting for the GPU holds a thread).
+    Decodes are pinned to their slot and submitted in job order through a window of
+    ``max(window or 2 * n_workers, required_window)`` tiles; a tile leaves the window when every batch
+    it feeds is written. A batch fed by one tile is blended where that tile was decoded, other batches
+    round-robin over the workers once their pieces have crossed (``latency + bytes / bandwidth``, one
+    transfer at a time into each worker). A blended batch's Zarr write and video encode are two tasks
+    on the blending worker, each waiting for an output stream: one of its node's
+    ``output_streams_per_node`` when they are fewer than its workers' together, else one of its
+    worker's ``output_streams_per_worker``. A shot's finishing task runs on the least busy worker
+    after its last batch.
+
+    ``decode_makespan_s`` is the same simulation with blends, writes, encodes and shot finishing
+    taking no time: decode and gather, the part that tiling decides.
+    """
+    if n_workers < 1:
+        raise FarmError(f"need at least one worker to predict for; got {n_workers}")
+    cache: dict[Any, _ShotTasks] = {}
+    shots = []
+    for plan in plans:
+        key = (plan.latent_shape, plan.grid, plan.chunk, tuple((b.start, b.stop) for b in plan.batches),
+               tuple(t.index for t in plan.tiles))  # fmt: skip
+        if key not in cache:
+            cache[key] = _shot_tasks(plan, cost_model, memory, geometry or _geometry_of(plan))
+        shots.append(cache[key])
+    slots = [tuple(t.worker % n_workers for t in plan.tiles) for plan in plans]
+    win = max(window or 2 * n_workers, required_window(plans) if plans else 1)
+    full = _simulate(shots, slots, n_workers, cost_model, win, output=True)
+    decode_only = _simulate(shots, slots, n_workers, cost_model, win, output=False)
+    peaks = [0] * n_workers
+    for s, slot in zip(shots, slots, strict=True):
+        for k, w in enumerate(slot):
+            peaks[w] = max(peaks[w], s.tile_peak[k])
+    decoded = sum(sum(s.tile_volume) for s in shots)
+    volume = sum(s.latent_volume for s in shots)
+    span = max(full["makespan"], 1e-12)
+    return Prediction(
+        n_workers=n_workers,
+        makespan_s=full["makespan"],
+        decode_makespan_s=decode_only["makespan"],
+        decode_busy_s=full["decode_busy"],
+        busy_s=full["busy"],
+        utilisation=full["decode_busy"] / (n_workers * span),
+        thread_utilisation=full["busy"] / (n_workers * max(1, cost_model.threads_per_worker) * span),
+        redundancy=decoded / volume if volume else 1.0,
+        tiles=sum(len(s.tile_seconds) for s in shots),
+        transfer_bytes=int(full["transfer_bytes"]),
+        peak_bytes_per_worker=tuple(peaks),
+    )
+
+
+def _simulate(
+    shots: Sequence[_ShotTasks],
+    slots: Sequence[tuple[int, ...]],
+    n_workers: int,
+    cost: CostModel,
+    window: int,
+    *,
+    output: bool,
+) -> dict[str, float]:
+    """Discrete-event simulation of one job; see :func:`predict`."""
+    overhead = cost.task_overhead_s
+    link = cost.link() if cost.links else None
+    per_node = max(1, cost.workers_per_node)
+    piece_bytes = cost.piece_bytes_per_pixel
+    threads = max(1, cost.threads_per_worker)
+    stages = [("write", cost.write_s_per_pixel), ("encode", cost.encode_s_per_pixel)]
+    stages = [(name, rate) for name, rate in stages if rate > 0] if output else []
+
+    # Timing-independent facts: submission order and blend targets (as farm.graph assigns them: in the
+    # order batches become complete while tiles are submitted in job order).
+    order = [(p, k) for p, s in enumerate(shots) for k in range(len(s.tile_seconds))]
+    target: list[list[int]] = []
+    blend_slot = 0
+    for p, s in enumerate(shots):
+        targets = []
+        for tiles in s.batch_tiles:
+            if len(tiles) == 1:
+                targets.append(slots[p][tiles[0]])
+            else:
+                targets.append(blend_slot % n_workers)
+                blend_slot += 1
+        target.append(targets)
+
+    ready: list[list[tuple]] = [[] for _ in range(n_workers)]  # per worker: (-priority, seq, task)
+    free_threads = [threads] * n_workers
+    gpu_free = [0.0] * n_workers  # one decode at a time per GPU (farm.tasks holds a lock)
+    recv_free = [0.0] * n_workers
+    n_nodes = (n_workers + per_node - 1) // per_node
+    node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
+    worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n_workers)]
+    # Whichever limit binds: the node's streams when fewer than its workers' together, else each worker's.
+    node_bound = cost.output_streams_per_node < per_node * max(1, cost.output_streams_per_worker)
+    events: list[tuple] = []  # (time, seq, worker, task)
+    seq = 0
+    arrived = [[0] * len(s.batch_tiles) for s in shots]
+    stages_left = [[len(stages)] * len(s.batch_tiles) for s in shots]
+    tile_batches_left = [[len(f) for f in s.feeds] for s in shots]
+    batches_left = [len(s.batch_tiles) for s in shots]
+    totals = {"decode_busy": 0.0, "busy": 0.0, "transfer_bytes": 0.0}
+    makespan = 0.0
+    cursor = held = 0
+    touched: set[int] = set()
+
+    def push_ready(w: int, priority: float, task: tuple) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(ready[w], (-priority, seq, task))
+        touched.add(w)
+
+    def submit() -> None:
+        nonlocal cursor, held
+        while cursor < len(order) and held < window:
+            p, k = order[cursor]
+            cursor += 1
+            held += 1
+            push_ready(slots[p][k], -shots[p].tile_priority[k], ("decode", p, k))
+
+    def start(w: int, now: float) -> None:
+        nonlocal seq
+        while free_threads[w] and ready[w]:
+            _, _, task = heapq.heappop(ready[w])
+            kind, p, k = task
+            s = shots[p]
+            if kind == "decode":  # takes a thread, then waits for the GPU (CPU workers: for a stream)
+                d = overhead + s.tile_seconds[k]
+                begin = max(now, gpu_free[w])
+                if cost.decode_on_host:
+                    streams = node_streams[w // per_node]
+                    begin = max(begin, heapq.heappop(streams))
+                    heapq.heappush(streams, begin + d)
+                end = gpu_free[w] = begin + d
+                totals["decode_busy"] += d
+            elif kind == "blend":
+                d = overhead + cost.blend_s_per_pixel * s.batch_piece_pixels[k]
+                end = now + d
+            elif kind in ("write", "encode"):  # waits for an output stream (its node's or its own)
+                d = overhead + dict(stages)[kind] * s.batch_pixels[k]
+                streams = node_streams[w // per_node] if node_bound else worker_streams[w]
+                begin = max(now, heapq.heappop(streams))
+                end = begin + d
+                heapq.heappush(streams, end)
+            else:  # finish
+                d = cost.shot_overhead_s
+                end = now + d
+            totals["busy"] += d
+            free_threads[w] -= 1
+            seq += 1
+            heapq.heappush(events, (end, seq, w, task))
+
+    def batch_done(p: int, b: int, now: float) -> None:
+        nonlocal held
+        for tile in shots[p].batch_tiles[b]:
+            tile_batches_left[p][tile] -= 1
+            if tile_batches_left[p][tile] == 0:
+                held -= 1
+        batches_left[p] -= 1
+        if batches_left[p] == 0 and output and cost.shot_overhead_s > 0:
+            least = min(range(n_workers), key=lambda i: (-free_threads[i], len(ready[i]), i))
+            push_ready(least, 50, ("finish", p, 0))
+        submit()
+
+    def arrive(p: int, b: int, now: float) -> None:
+        arrived[p][b] += 1
+        if arrived[p][b] < len(shots[p].batch_tiles[b]):
+            return
+        if output:
+            push_ready(target[p][b], 100, ("blend", p, b))
+        else:
+            batch_done(p, b, now)
+
+    submit()
+    for w in range(n_workers):
+        start(w, 0.0)
+    touched.clear()
+    while events:
+        now, _, w, task = heapq.heappop(events)
+        makespan = max(makespan, now)
+        kind, p, k = task
+        if kind == "arrive":
+            arrive(p, k, now)
+        else:
+            free_threads[w] += 1
+            touched.add(w)
+            s = shots[p]
+            if kind == "decode":
+                for b, px in s.feeds[k]:
+                    t = target[p][b]
+                    if t == w or link is None:
+                        arrive(p, b, now)
+                        continue
+                    nbytes = px * piece_bytes
+                    totals["transfer_bytes"] += nbytes
+                    begin = max(now, recv_free[t])
+                    at = recv_free[t] = begin + link.seconds(nbytes, same_node=t // per_node == w // per_node)
+                    seq += 1
+                    heapq.heappush(events, (at, seq, t, ("arrive", p, b)))
+            elif kind == "blend":
+                if stages:
+                    for name, _ in stages:
+                        push_ready(w, 90, (name, p, k))
+                else:
+                    batch_done(p, k, now)
+            elif kind in ("write", "encode"):
+                stages_left[p][k] -= 1
+                if stages_left[p][k] == 0:
+                    batch_done(p, k, now)
+        for i in sorted(touched):
+            start(i, now)
+        touched.clear()
+    return {"makespan": makespan, **totals}
+
+
+# --------------------------------------------------------------------------------------------------
+# Choosing plans
+# --------------------------------------------------------------------------------------------------
+
+
+def choose_plans(
+    shots: Mapping[str, Sequence[int]],
+    geometry: Geometry,
+    n_workers: int,
+    cost_model: CostModel,
+    worker_memory_bytes: int | None = None,
+    spec: Any | None = None,
+    *,
+    memory: MemoryModel | None = None,
+    min_overlap: Sequence[int] | None = None,
+    batch_frames: int = 32,
+    chunk: ChunkSize = ChunkSize(),
+    fixed: Mapping[str, TileGrid] | None = None,
+    max_per_axis: int = MAX_PER_AXIS,
+    max_tiles: int = MAX_TILES,
+    headroom: float = MEMORY_HEADROOM,
+    window: int | None = None,
+    min_gain: float = MIN_GAIN,
+) -> dict[str, TileGrid]:
+    """A tile grid per shot (job order kept) minimising the job's predicted makespan on `n_workers`.
+
+    `shots` maps names to latent shapes ``[C, F, H, W]`` in job order. `worker_memory_bytes` bounds each
+    decode call (times `headroom`; None: no bound); the memory model comes from `memory` or, failing
+    that, from the decoder adapter of `spec`. `fixed` shots keep the grid given (a resumed render keeps
+    the plan it started with) and are simulated alongside. Splitting beyond the cheapest grids (whole
+    shots) must cut the predicted makespan by more than `min_gain` (a fraction). Raises FarmError when
+    a shot has no grid whose decode calls fit the memory.
+    """
+    if n_workers < 1:
+        raise FarmError(f"need at least one worker to plan for; got {n_workers}")
+    if memory is None and spec is not None:
+        memory = MemoryModel.from_spec(spec)
+    overlap = tuple(min_overlap) if min_overlap is not None else min_overlap_for(spec)
+    budget = None if worker_memory_bytes is None or memory is None else worker_memory_bytes * headroom
+    fixed = dict(fixed or {})
+    names = list(shots)
+    shapes = {n: tuple(int(x) for x in shots[n]) for n in names}
+
+    cands: dict[tuple[int, ...], list[Candidate]] = {}
+    for n in names:
+        shape = shapes[n]
+        if n in fixed or shape in cands:
+            continue
+        found = candidates(shape, geometry, cost_model, memory, budget, min_overlap=overlap, chunk=chunk,
+                           max_per_axis=max_per_axis, max_tiles=max_tiles)  # fmt: skip
+        if not found:
+            whole = memory.peak_bytes(math.prod(geometry.pixel_shape(shape[1:]))) if memory else 0
+            raise FarmError(
+                f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
+                f"a worker's memory ({worker_memory_bytes / 2**30:.1f} GiB x {headroom}); the whole shot "
+                f"needs {whole / 2**30:.1f} GiB. Set --chunk F,H,W to decode tiles in smaller calls, "
+                "or give --tiles"
+            )
+        cands[shape] = found
+    base = {n: (fixed[n] if n in fixed else min(cands[shapes[n]], key=_base_key).grid) for n in names}
+
+    free = [n for n in names if n not in fixed]
+    if not free or n_workers == 1:  # one worker: splitting only adds work (memory already respected)
+        return base
+    s_count, w_count = len(names), n_workers
+    # For long jobs, search on the job's suffix: the rounds before it repeat the same pattern.
+    suffix_len = s_count if s_count <= 3 * w_count else (s_count % w_count) + 2 * w_count
+    scope = names[s_count - suffix_len :]
+    scope_free = [n for n in scope if n not in fixed]
+    r = len(scope_free) % w_count
+    tails = sorted({m for m in (r, r + w_count, len(scope_free)) if 0 < m <= len(scope_free)})
+
+    plan_cache: dict[tuple, ShotPlan] = {}
+
+    def shot_plan(name: str, grid: TileGrid) -> ShotPlan:
+        key = (shapes[name], grid)
+        if key not in plan_cache:
+            plan_cache[key] = plan_shot(
+                "", shapes[name], geometry, grid, batch_frames=batch_frames, chunk=chunk
+            )
+        return replace(plan_cache[key], shot=name)
+
+    def evaluate(grids: Mapping[str, TileGrid], names_: Sequence[str]) -> tuple:
+        plans = assign_round_robin([shot_plan(n, grids[n]) for n in names_], n_workers)
+        pred = predict(plans, n_workers, cost_model, window=window, geometry=geometry)
+        return (pred.makespan_s, pred.redundancy, pred.tiles)
+
+    tried: list[tuple[tuple, int, dict[str, TileGrid]]] = [(evaluate(base, scope), 0, dict(base))]
+    for m in tails:
+        tail = scope_free[len(scope_free) - m :]
+        tail_shapes = sorted({shapes[n] for n in tail})
+        n_max = min(max_tiles, max(2, math.ceil(2 * w_count / m)))
+        share = max(1, w_count // m)  # workers per tail shot
+        frontier = {shape: pareto(cands[shape], share, n_max) for shape in tail_shapes}
+        options: list[dict[tuple[int, ...], TileGrid]] = []
+        if len(tail_shapes) == 1:
+            options = [{tail_shapes[0]: c.grid} for c in frontier[tail_shapes[0]]]
+        else:
+            for count in range(2, n_max + 1):
+                choice = {}
+                for shape in tail_shapes:
+                    with_count = [c for c in frontier[shape] if c.n_tiles == count]
+                    if with_count:
+                        choice[shape] = min(with_count, key=lambda c: (c.span(share), c.redundancy)).grid
+                if choice:
+                    options.append(choice)
+        for option in options:
+            grids = dict(base)
+            for n in tail:
+                if shapes[n] in option:
+                    grids[n] = option[shapes[n]]
+            tried.append((evaluate(grids, scope), len(tried), grids))
+    tried.sort(key=lambda t: (t[0], t[1]))
+    if len(scope) < len(names):  # chosen on the suffix: confirm the best few and the base on the whole job
+        finalists = tried[:3] + [t for t in tried[3:] if t[1] == 0]
+        tried = sorted((evaluate(g, names), order, g) for _, order, g in finalists)
+    best = tried[0]
+    base_entry = next(t for t in tried if t[1] == 0)
+    if best[0][0] >= base_entry[0][0] * (1.0 - min_gain):
+        best = base_entry  # splitting must pay: redundant work for a gain within the model's error is not
+    return best[2]
+
+
+def pareto(found: Sequence[Candidate], workers: int, n_max: int) -> list[Candidate]:
+    """Split grids (2..n_max tiles) that no other grid beats on both decode span and redundant work.
+
+    A grid whose tiles take longer to decode on `workers` workers *and* decode more than another's is
+    never worth choosing; the job simulation picks among the rest. This also keeps auto from trading
+    extra redundant work for second-order gains of the end-to-end simulation.
+    """
+    split = [c for c in found if 1 < c.n_tiles <= n_max]
+    keyed = sorted(split, key=lambda c: (c.span(workers), c.redundancy, c.n_tiles, c.grid.tiles))
+    out, best_redundancy = [], math.inf
+    for c in keyed:
+        if c.redundancy < best_redundancy - 1e-12:
+            out.append(c)
+            best_redundancy = c.redundancy
+    return sorted(out, key=lambda c: (c.n_tiles, c.grid.tiles))
+
+
+def _base_key(c: Candidate) -> tuple:
+    return (c.total_seconds, c.n_tiles, c.grid.tiles)
+
+
+def describe(prediction: Prediction, cost_model: CostModel) -> str:
+    """Lines for `farm plan`: what the cost model predicts for these plans."""
+    p = prediction
+    return "\n".join(
+        [
+            f"predicted on {p.n_workers} worker(s) by cost model {cost_model.name} ({cost_model.date}; "
+            f"transfers over {cost_model.protocol}):",
+            f"  makespan {p.makespan_s:.2f} s (decode and gather alone {p.decode_makespan_s:.2f} s); "
+            f"GPU decode utilisation {p.utilisation:.0%}, task threads busy {p.thread_utilisation:.0%}",
+            f"  redundant work {p.redundancy:.2f}x over {p.tiles} tiles; {p.transfer_bytes / 1e9:.2f} GB of "
+            f"pieces between workers; peak memory per worker {p.peak_bytes / 2**30:.2f} GiB",
+        ]
+    )
+
+
+__all__ = [
+    "Candidate",
+    "MIN_OVERLAP",
+    "Prediction",
+    "candidates",
+    "choose_plans",
+    "describe",
+    "min_overlap_for",
+    "predict",
+]

@@ -1,0 +1,413 @@
+"""Submit workflow scripts to a running cluster, follow them, and cancel renders.
+
+- **Foreground** (`run_foreground`): the script runs here as ``python SCRIPT ARGS…`` with the cluster's
+  address, a submission id and its priority in its environment (`farm.workflow` reads them). Ctrl-C stops
+  the script; its client goes away, so the scheduler releases its tasks; finished batches stay.
+- **Detached** (`submit_detached`): the script's source is sent to the cluster and runs as the task
+  ``("workflow-driver", <submission>)`` on a worker. The task calls `secede` (it leaves the worker's
+  thread pool: it holds no task slot while it waits on renders) and is held by `fire_and_forget`, so the
+  render goes on when the submitting process exits or is killed. Its log and state are published under
+  ``("farm", "submissions", <submission>)``.
+- **Cancel** (`cancel`): records ``("farm", "cancelled", <id>)`` (workflows stop at their next check)
+  and releases, on the scheduler, every task whose key's second element is the render id, or a render of
+  the submission (``<submission>.<n>-<job>``), until none are left. Done markers are written only after a
+  batch's frames and segment, so whatever finished stays finished and a rerun resumes from there.
+
+Submission ids look like ``s1a2b3c4``; render ids of a submission ``s1a2b3c4.1-jobname``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from farm.errors import FarmError
+from farm.monitor import FINAL_STATES, TASK_PREFIXES, render_matches
+from farm.workflow import (
+    ENV_PRIORITY,
+    ENV_SCHEDULER,
+    ENV_SUBMISSION,
+    EXIT_CANCELLED,
+    Context,
+    use_context,
+)
+
+DRIVER_PREFIX = "workflow-driver"
+DRIVER_PRIORITY = 10**12  # a detached driver starts before any render's tasks
+LOG_LINES = 200  # lines of a detached workflow's log kept on the scheduler
+
+
+def new_submission_id() -> str:
+    return "s" + uuid.uuid4().hex[:7]
+
+
+def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
+    """The scheduler address from ``--scheduler`` or ``--scheduler-file`` (exactly one is needed)."""
+    if scheduler and scheduler_file:
+        raise FarmError(
+            f"both --scheduler ({scheduler}) and --scheduler-file ({scheduler_file}) were given; give one"
+        )
+    if scheduler:
+        return scheduler
+    if not scheduler_file:
+        raise FarmError(
+            "no cluster given: pass --scheduler ADDRESS or --scheduler-file FILE of a running cluster "
+            "(start one with `farm cluster --scheduler-file FILE`)"
+        )
+    try:
+        return str(json.loads(Path(scheduler_file).read_text())["address"])
+    except FileNotFoundError:
+        raise FarmError(
+            f"scheduler file {scheduler_file} does not exist; start a cluster with "
+            f"`farm cluster --scheduler-file {scheduler_file}`, or give --scheduler ADDRESS"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FarmError(f"scheduler file {scheduler_file} is not a Dask scheduler file ({exc})") from None
+
+
+def client_for(address: str) -> Any:
+    from distributed import Client
+
+    try:
+        return Client(address, set_as_default=False, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise FarmError(
+            f"could not connect to the scheduler at {address}: {exc}; check that the cluster is running "
+            "(farm cluster prints its address) and reachable from here"
+        ) from None
+
+
+def _check_script(script: str | os.PathLike) -> Path:
+    path = Path(script)
+    if not path.is_file():
+        raise FarmError(f"workflow script {str(path)!r} does not exist or is not a file")
+    if path.suffix != ".py":
+        raise FarmError(f"workflow script {str(path)!r} is not a Python file (.py)")
+    return path
+
+
+def _publish(client: Any, submission: str, record: dict[str, Any]) -> None:
+    for key, value in record.items():
+        with contextlib.suppress(Exception):
+            client.set_metadata(["farm", "submissions", submission, key], value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Foreground
+# --------------------------------------------------------------------------------------------------
+
+
+def run_foreground(
+    script: str | os.PathLike,
+    args: Sequence[str],
+    address: str,
+    *,
+    priority: int = 0,
+    submission: str | None = None,
+    log: Callable[[str], None] = print,
+) -> int:
+    """Run `script` here against the cluster at `address`; returns its exit code (130 if interrupted)."""
+    from farm.monitor import install
+
+    path = _check_script(script)
+    submission = submission or new_submission_id()
+    client = client_for(address)
+    try:
+        page = install(client)
+        _publish(client, submission, {
+            "script": str(path), "args": list(args), "priority": priority, "detached": False,
+            "state": "running", "started": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+        })  # fmt: skip
+        log(f"farm: submission {submission}: running {path} against {address}" +
+            (f"; farm page {page}" if page else ""))  # fmt: skip
+        env = {**os.environ, ENV_SCHEDULER: address, ENV_SUBMISSION: submission, ENV_PRIORITY: str(priority)}
+        proc = subprocess.Popen([sys.executable, str(path), *args], env=env)
+        try:
+            code = proc.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C on a terminal reached the script too; send it anyway in case only we got it.
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            _flag_cancelled(client, submission)
+            released = _cancel_tasks(client, submission)
+            _publish(client, submission, {"state": "cancelled", "finished": time.time(),
+                                          "exit_code": EXIT_CANCELLED})  # fmt: skip
+            log(f"farm: submission {submission} interrupted ({released} task(s) released); "
+                "finished batches are kept, submit again to resume")  # fmt: skip
+            return EXIT_CANCELLED
+        state = "done" if code == 0 else ("cancelled" if code == EXIT_CANCELLED else "failed")
+        _publish(client, submission, {"state": state, "finished": time.time(), "exit_code": code})
+        return code
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Detached: the driver task
+# --------------------------------------------------------------------------------------------------
+
+
+class _DriverLog:
+    """A detached workflow's log: the worker's logger plus the last lines on the scheduler."""
+
+    def __init__(self, client: Any, submission: str) -> None:
+        import logging
+
+        self.client, self.submission = client, submission
+        self.lines: list[str] = []
+        self.count = 0
+        self.logger = logging.getLogger("farm.workflow")
+
+    def __call__(self, message: str) -> None:
+        for line in str(message).splitlines() or [""]:
+            self.logger.info("[%s] %s", self.submission, line)
+            self.lines.append(line)
+            self.count += 1
+        del self.lines[:-LOG_LINES]
+        _publish(self.client, self.submission, {"log": list(self.lines), "log_count": self.count})
+
+
+def run_driver(source: str, filename: str, args: list[str], submission: str, priority: int) -> int:
+    """The detached workflow, run as a task on a worker: secede, then run the script to its end.
+
+    It talks to the scheduler through a client of its own rather than `get_client()`: while a render
+    runs in this process, `farm.cluster.connect`'s client is the process' default client, which
+    `get_client()` prefers and caches on the worker, and that client closes when the render ends.
+    """
+    from distributed import Client, get_worker, secede
+
+    secede()  # a long-running task: give the worker its thread slot back
+    worker = get_worker()
+    address = worker.scheduler.address
+    client = Client(address, set_as_default=False)
+    log = _DriverLog(client, submission)
+    _publish(client, submission, {"state": "running", "running_since": time.time(),
+                                  "worker": get_worker().address})  # fmt: skip
+    ctx = Context(scheduler=address, submission=submission, priority=priority, argv=list(args),
+                  detached=True, log=log, client=client)  # fmt: skip
+    code: int = 0
+    try:
+        with use_context(ctx):
+            code = exec_script(source, filename, log)
+    finally:
+        state = "done" if code == 0 else ("cancelled" if code == EXIT_CANCELLED else "failed")
+        _publish(client, submission, {"state": state, "finished": time.time(), "exit_code": code})
+        client.close()
+        # A render's client that get_client() cached on this worker is closed now: let the next
+        # get_client() on this worker make a fresh one.
+        cached = getattr(worker, "_client", None)
+        if cached is not None and getattr(cached, "status", "") in ("closing", "closed"):
+            worker._client = None
+    return code
+
+
+def exec_script(source: str, filename: str, log: Callable[[str], None]) -> int:
+    """Run a workflow's source as ``__main__``; its exit code (SystemExit), or 1 with the traceback logged."""
+
+    def script_print(*values: Any, sep: str | None = " ", end: str | None = "\n", **_: Any) -> None:
+        log((sep if sep is not None else " ").join(map(str, values)))
+
+    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": filename, "print": script_print}
+    try:
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - running the user's workflow is the point
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        log(str(exc.code))
+        return 1
+    except BaseException:
+        log(traceback.format_exc())
+        return 1
+    return 0
+
+
+def submit_detached(
+    script: str | os.PathLike,
+    args: Sequence[str],
+    address: str,
+    *,
+    priority: int = 0,
+    submission: str | None = None,
+    log: Callable[[str], None] = print,
+) -> str:
+    """Start `script` on the cluster at `address` as a detached driver; returns the submission id."""
+    from distributed import fire_and_forget
+
+    from farm.monitor import install
+
+    path = _check_script(script)
+    source = path.read_text()
+    compile(source, str(path), "exec")  # a syntax error is reported here, not on the cluster
+    submission = submission or new_submission_id()
+    client = client_for(address)
+    try:
+        page = install(client)
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not workers:
+            raise FarmError(f"the cluster at {address} has no workers to run the workflow on")
+        _publish(client, submission, {
+            "script": str(path), "args": list(args), "priority": priority, "detached": True,
+            "state": "queued", "started": time.time(), "host": socket.gethostname(), "log": [],
+            "log_count": 0,
+        })  # fmt: skip
+        # Restricted to the workers there are (any of them, or others later): restricted tasks skip the
+        # scheduler's queue, so the driver starts as soon as a thread is free, even on a busy cluster.
+        driver = client.submit(
+            run_driver, source, str(path), list(args), submission, priority,
+            key=(DRIVER_PREFIX, submission), pure=False, priority=DRIVER_PRIORITY,
+            workers=workers, allow_other_workers=True,
+        )  # fmt: skip
+        fire_and_forget(driver)
+        log(f"farm: submission {submission}: {path} runs on the cluster at {address} (detached)" +
+            (f"; farm page {page}" if page else ""))  # fmt: skip
+        log(f"farm: watch it on the farm page or with `farm status OUT`; "
+            f"stop it with `farm cancel {submission} --scheduler {address}`")  # fmt: skip
+        return submission
+    finally:
+        client.close()
+
+
+def follow(
+    address: str, submission: str, *, log: Callable[[str], None] = print, poll: float = 0.5
+) -> int:
+    """Print a detached workflow's log until it ends; returns its exit code. Stopping this stops nothing."""
+    client = client_for(address)
+    try:
+        seen = 0
+        while True:
+            record = client.get_metadata(["farm", "submissions", submission], default=None)
+            if record is None:
+                raise FarmError(f"no submission {submission!r} on the cluster at {address}")
+            lines, count = record.get("log", []), int(record.get("log_count", 0))
+            new = count - seen
+            for line in lines[max(len(lines) - new, 0):] if new > 0 else []:
+                log(line)
+            seen = count
+            state = record.get("state")
+            if state in FINAL_STATES:
+                code = record.get("exit_code")
+                log(f"farm: submission {submission} {state}" + (f" (exit code {code})" if code else ""))
+                return int(code) if code is not None else (0 if state == "done" else 1)
+            time.sleep(poll)
+    finally:
+        client.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Cancel
+# --------------------------------------------------------------------------------------------------
+
+
+def _release_on_scheduler(dask_scheduler: Any, target: str, release: bool = True) -> dict[str, int]:
+    """Runs on the scheduler: release every task of render `target` (or of its submission's renders)
+    from every client that wants it, telling those clients their futures were cancelled.
+
+    Done here rather than with `Client.cancel(force=True)`: that walks dependents and asserts each one
+    is wanted by a client, which fails for farm's intermediate tasks (a blend's write and encode are
+    held only through the mark task that needs them)."""
+    s = dask_scheduler
+    wanted: dict[str, list[Any]] = {}
+    matched = drivers = 0
+    for key, ts in list(s.tasks.items()):
+        if not (isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES):
+            continue
+        if not render_matches(str(key[1]), target):
+            continue
+        if key[0] == DRIVER_PREFIX:
+            drivers += 1  # a detached driver stops by itself at its next cancellation check
+            continue
+        matched += 1
+        for cs in ts.who_wants or ():
+            wanted.setdefault(cs.client_key, []).append(key)
+    keys = sorted({k for ks in wanted.values() for k in ks}, key=str)
+    if keys and release:
+        s.report({"op": "cancelled-keys", "keys": keys, "reason": f"farm cancel {target}", "msg": None})
+        for client, client_keys in wanted.items():
+            s.client_releases_keys(keys=client_keys, client=client, stimulus_id=f"farm-cancel-{time.time()}")
+    return {"tasks": matched, "released": len(keys), "drivers": drivers}
+
+
+def _flag_cancelled(client: Any, target: str) -> None:
+    client.set_metadata(["farm", "cancelled", target], {"at": time.time(), "host": socket.gethostname()})
+
+
+def _submission_state(client: Any, submission: str) -> str:
+    return str(client.get_metadata(["farm", "submissions", submission, "state"], default="done"))
+
+
+def _cancel_tasks(client: Any, target: str) -> int:
+    return int(client.run_on_scheduler(_release_on_scheduler, target=target)["tasks"])
+
+
+def cancel(
+    target: str,
+    address: str,
+    *,
+    wait: float = 60.0,
+    log: Callable[[str], None] = print,
+    poll: float = 0.2,
+    quiet_for: float = 1.0,
+) -> int:
+    """Cancel render or submission `target` on the cluster at `address`; 0 when it stopped in `wait` s.
+
+    Keeps releasing the target's tasks until none have appeared for `quiet_for` seconds (a driver may
+    submit a few more before it notices), and waits for a detached driver of the target to end.
+    """
+    client = client_for(address)
+    try:
+        meta = client.get_metadata(["farm"], default={}) or {}
+        renders = [r for r in meta.get("renders", {}) if render_matches(r, target)]
+        submissions = [s for s in meta.get("submissions", {}) if render_matches(s, target)]
+        first = client.run_on_scheduler(_release_on_scheduler, target=target, release=False)
+        if not renders and not submissions and not first["tasks"] and not first["drivers"]:
+            known = sorted(set(meta.get("renders", {})) | set(meta.get("submissions", {})))
+            raise FarmError(
+                f"no render or submission {target!r} on the cluster at {address}; known ids: "
+                + (", ".join(known[-20:]) if known else "none")
+            )
+        # First the flag (workflows check it when their render returns), then release the tasks.
+        _flag_cancelled(client, target)
+        released = 0
+        deadline = time.monotonic() + wait
+        quiet_since = time.monotonic()
+        while True:
+            step = client.run_on_scheduler(_release_on_scheduler, target=target)
+            released += step["tasks"]
+            now = time.monotonic()
+            if step["tasks"]:
+                quiet_since = now
+            live_subs = [s for s in submissions if _submission_state(client, s) not in FINAL_STATES]
+            if now - quiet_since >= quiet_for and not live_subs:
+                break
+            if now > deadline:
+                log(f"farm: cancel {target}: still running after {wait:.0f} s "
+                    f"({step['tasks']} task(s), workflow(s) {live_subs or 'none'}); try again")  # fmt: skip
+                return 1
+            time.sleep(poll)
+        for r in renders:
+            state = client.get_metadata(["farm", "renders", r, "state"], default=None)
+            if state not in ("done",):
+                client.set_metadata(["farm", "renders", r, "state"], "cancelled")
+        log(f"farm: cancelled {target}: {released} task(s) released; finished batches are kept "
+            "(farm status OUT shows them), a rerun resumes from there")  # fmt: skip
+        return 0
+    finally:
+        client.close()

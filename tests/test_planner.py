@@ -1,0 +1,339 @@
+"""The auto planner and the cost model: invariants, fits, and the comparison with LTX-2's shipped grids."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import farm.render as fr
+from farm import costmodel, planner
+from farm.costmodel import CostModel, DecodeCost, Link, MemoryModel, Sample
+from farm.errors import FarmError
+from farm.tiling import ChunkSize, Geometry, TileGrid, assign_round_robin, plan_shot
+
+G = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
+H200 = costmodel.load("ltx2-h200")
+MEM = MemoryModel(weight_bytes=1_056_000_000, bytes_per_pixel=118.0)  # LTX2Decoder.peak_bytes, ltx2 bf16
+SHOT_720 = (128, 16, 22, 38)  # 121 x 704 x 1216
+SHOT_1080 = (128, 16, 34, 60)  # 121 x 1088 x 1920
+
+
+def plans_for(grids: dict[str, TileGrid], shapes: dict[str, tuple], n_workers: int):
+    return assign_round_robin([plan_shot(n, shapes[n], G, grids[n]) for n in shapes], n_workers)
+
+
+def predicted(grids, shapes, n_workers, model=H200):
+    return planner.predict(plans_for(grids, shapes, n_workers), n_workers, model, memory=MEM, geometry=G)
+
+
+# --------------------------------------------------------------------------------------------------
+# Cost model
+# --------------------------------------------------------------------------------------------------
+
+
+def test_fit_recovers_known_coefficients():
+    truth = {"const": 0.012, "pixel_volume": 4.5e-9, "halo": 6e-9}
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(12):
+        f, h, w = (
+            int(rng.integers(1, 20)) * 8 + 1,
+            int(rng.integers(2, 40)) * 32,
+            int(rng.integers(2, 60)) * 32,
+        )
+        seconds = sum(c * costmodel.features((f, h, w))[k] for k, c in truth.items())
+        samples.append(Sample((f, h, w), seconds))
+    fitted = costmodel.fit_decode_cost(samples)
+    for name, value in truth.items():
+        assert fitted.coefficients[name] == pytest.approx(value, rel=1e-6)
+
+
+def test_fit_keeps_coefficients_non_negative():
+    # times that grow with volume only, plus noise: no negative intercept or halo term comes out
+    rng = np.random.default_rng(1)
+    shapes = [(9 + 8 * k, 32 * (2 + k), 64 * (1 + k)) for k in range(8)]
+    samples = [Sample(s, 3e-9 * math.prod(s) * (1 + 0.02 * rng.standard_normal())) for s in shapes]
+    fitted = costmodel.fit_decode_cost(samples)
+    assert all(v >= 0 for v in fitted.coefficients.values())
+    assert fitted.coefficients["pixel_volume"] == pytest.approx(3e-9, rel=0.05)
+
+
+def test_fit_needs_enough_samples():
+    with pytest.raises(FarmError, match="at least 3 measured decodes"):
+        costmodel.fit_decode_cost([Sample((9, 64, 64), 0.1)])
+
+
+@pytest.mark.parametrize("name", costmodel.available())
+def test_stored_models_record_their_machine_and_refit_to_their_coefficients(name):
+    model = costmodel.load(name)
+    assert model.machine and model.date == "2026-11-29"
+    assert len(model.samples) >= 3
+    refit = costmodel.fit_decode_cost(model.samples, tuple(model.decode.coefficients))
+    for key, value in model.decode.coefficients.items():
+        assert refit.coefficients[key] == pytest.approx(value, rel=1e-6, abs=1e-15)
+    # the fit is close to what was measured
+    assert costmodel.relative_rms(model.decode, model.samples) < 0.2  # CPU timings are noisy (~15 %)
+    assert CostModel.from_json(model.to_json()) == model
+
+
+def test_h200_model_predicts_the_measured_decodes():
+    assert set(costmodel.available()) >= {"ltx2-h200", "ltx2-tiny-cpu"}
+    assert H200.decode_seconds((121, 704, 1216)) == pytest.approx(0.493, rel=0.02)
+    assert H200.decode_seconds((121, 416, 416)) == pytest.approx(0.102, rel=0.02)
+    assert H200.decode_seconds((121, 1088, 1920)) == pytest.approx(1.21, rel=0.02)
+    # UCX moves a GiB in ~10 ms, TCP in ~2 s (FINDINGS)
+    assert H200.transfer_seconds(2**30, same_node=True, protocol="ucx") == pytest.approx(0.0107, rel=0.01)
+    assert H200.transfer_seconds(2**30, same_node=True, protocol="tcp") == pytest.approx(1.95, rel=0.01)
+
+
+def test_memory_model_is_the_decoder_adapters_peak_bytes():
+    from farm.decoders.ltx2 import LTX2Decoder
+
+    spec = fr.synth_spec("ltx2", dtype="bfloat16")
+    mem = MemoryModel.from_spec(spec)
+    for volume in (0, 10**6, 121 * 704 * 1216):
+        assert abs(mem.peak_bytes(volume) - LTX2Decoder.peak_bytes(spec, volume)) <= 1
+
+
+def test_unknown_cost_model_is_a_clear_error():
+    with pytest.raises(FarmError, match="unknown cost model 'nope'"):
+        costmodel.load("nope")
+
+
+# --------------------------------------------------------------------------------------------------
+# Planner invariants
+# --------------------------------------------------------------------------------------------------
+
+CASES = [
+    ({"a": SHOT_720}, 1),
+    ({"a": SHOT_720}, 2),
+    ({"a": SHOT_720}, 8),
+    ({"a": SHOT_1080}, 4),
+    ({"a": (128, 5, 6, 9), "b": SHOT_720, "c": (128, 3, 4, 4)}, 3),
+    ({f"s{k}": SHOT_720 for k in range(9)}, 8),
+]
+
+
+@pytest.mark.parametrize(("shots", "n_workers"), CASES)
+def test_auto_grids_cover_every_pixel_once(shots, n_workers):
+    grids = planner.choose_plans(shots, G, n_workers, H200, H200.worker_memory_bytes, memory=MEM)
+    assert list(grids) == list(shots)  # job order kept
+    for name, grid in grids.items():
+        plan = plan_shot(name, shots[name], G, grid)
+        for axis in range(3):
+            total = np.zeros(plan.pixel_shape[axis])
+            seen = set()
+            for tile in plan.tiles:
+                span = tile.pixels[axis]
+                if (span.start, span.stop) in seen:
+                    continue
+                seen.add((span.start, span.stop))
+                total[span.start : span.stop] += span.weights
+            np.testing.assert_allclose(total, 1.0, atol=1e-9)
+        # auto never thins a seam below the decoder's minimum overlap
+        minimum = planner.min_overlap_for(None)
+        for axis, (count, overlap) in enumerate(zip(grid.tiles, grid.overlap, strict=True)):
+            assert overlap == (minimum[axis] if count > 1 else 0)
+
+
+def test_choice_is_deterministic():
+    shots = {"a": SHOT_720, "b": SHOT_1080, "c": SHOT_720}
+    first = planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM)
+    for _ in range(3):
+        assert planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM) == first
+
+
+@pytest.mark.parametrize(("n_shots", "n_workers"), [(8, 8), (64, 8), (16, 4), (3, 3)])
+def test_whole_shots_when_there_are_enough_shots(n_shots, n_workers):
+    shots = {f"s{k:03d}": SHOT_720 for k in range(n_shots)}
+    grids = planner.choose_plans(shots, G, n_workers, H200, H200.worker_memory_bytes, memory=MEM)
+    assert all(g.tiles == (1, 1, 1) for g in grids.values())
+    assert predicted(grids, shots, n_workers).redundancy == 1.0
+
+
+def test_a_single_large_shot_on_many_workers_is_split():
+    shots = {"a": SHOT_1080}
+    grids = planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM)
+    assert math.prod(grids["a"].tiles) > 1
+    auto = predicted(grids, shots, 8)
+    whole = predicted({"a": TileGrid()}, shots, 8)
+    assert auto.makespan_s < whole.makespan_s
+    assert auto.decode_makespan_s < whole.decode_makespan_s
+
+
+def test_a_partial_last_round_is_split_to_fill_the_workers():
+    # 9 whole shots on 8 workers take two rounds; splitting beats that by far more than MIN_GAIN
+    shots = {f"s{k}": SHOT_720 for k in range(9)}
+    grids = planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM)
+    assert any(g.tiles != (1, 1, 1) for g in grids.values())
+    auto = predicted(grids, shots, 8)
+    whole = predicted({n: TileGrid() for n in shots}, shots, 8)
+    assert auto.makespan_s < whole.makespan_s * (1 - planner.MIN_GAIN)
+    assert auto.redundancy < 1.2
+
+
+def test_one_worker_decodes_whole_shots():
+    shots = {"a": SHOT_1080, "b": SHOT_720}
+    grids = planner.choose_plans(shots, G, 1, H200, H200.worker_memory_bytes, memory=MEM)
+    assert grids == {"a": TileGrid(), "b": TileGrid()}
+
+
+def test_memory_bound_is_respected():
+    shots = {"a": SHOT_1080}
+    budget = 8 * 2**30  # the whole 1080p shot needs ~29 GiB
+    for n_workers in (1, 4):
+        grids = planner.choose_plans(shots, G, n_workers, H200, budget, memory=MEM)
+        plan = plan_shot("a", SHOT_1080, G, grids["a"])
+        assert len(plan.tiles) > 1
+        pred = planner.predict(assign_round_robin([plan], n_workers), n_workers, H200, memory=MEM, geometry=G)
+        assert pred.peak_bytes <= budget * planner.MEMORY_HEADROOM
+        assert all(MEM.peak_bytes(t.pixel_volume) <= budget * planner.MEMORY_HEADROOM for t in plan.tiles)
+
+
+def test_memory_bound_counts_chunks():
+    shots = {"a": SHOT_1080}
+    chunk = ChunkSize(height=9, width=15)
+    budget = 8 * 2**30
+    grids = planner.choose_plans(shots, G, 1, H200, budget, memory=MEM, chunk=chunk)
+    assert grids["a"] == TileGrid()  # chunked calls fit, so one worker keeps the shot whole
+
+
+def test_impossible_memory_is_a_clear_error():
+    with pytest.raises(FarmError, match="fits a worker's memory.*--chunk"):
+        planner.choose_plans({"a": SHOT_1080}, G, 4, H200, 2**30, memory=MEM)
+
+
+def test_fixed_grids_are_kept():
+    shots = {"a": SHOT_720, "b": SHOT_720}
+    fixed = {"a": TileGrid((1, 1, 2), (0, 0, 3))}
+    grids = planner.choose_plans(shots, G, 4, H200, None, memory=MEM, fixed=fixed)
+    assert grids["a"] == fixed["a"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Predictions
+# --------------------------------------------------------------------------------------------------
+
+
+def test_prediction_of_whole_shots():
+    shots = {f"s{k}": SHOT_720 for k in range(4)}
+    pred = predicted({n: TileGrid() for n in shots}, shots, 4)
+    assert pred.redundancy == 1.0 and pred.tiles == 4 and pred.transfer_bytes == 0
+    one = H200.task_overhead_s + H200.decode_seconds((121, 704, 1216))
+    assert pred.decode_makespan_s == pytest.approx(one, rel=1e-9)  # one shot per worker, side by side
+    assert pred.makespan_s > pred.decode_makespan_s
+    assert 0 < pred.utilisation <= 1.0 + 1e-9 and 0 < pred.thread_utilisation <= 1.0 + 1e-9
+    assert pred.peak_bytes == MEM.peak_bytes(121 * 704 * 1216)
+
+
+def test_tcp_transfers_cost_more_than_ucx():
+    shots = {"a": SHOT_720}
+    grid = {"a": TileGrid((1, 2, 2), (0, 4, 4))}
+    ucx = predicted(grid, shots, 4)
+    tcp = predicted(grid, shots, 4, H200.with_(protocol="tcp"))
+    assert ucx.transfer_bytes == tcp.transfer_bytes > 0
+    assert tcp.decode_makespan_s > ucx.decode_makespan_s + 0.1
+
+
+def test_minimal_cost_model_without_links():
+    model = CostModel("m", "ltx2-tiny", "float32", "test", "2026-11-29", DecodeCost({"pixel_volume": 1e-8}))
+    shots = {"a": (8, 3, 4, 6)}
+    grids = planner.choose_plans(shots, G, 2, model, None, memory=MEM)
+    pred = predicted(grids, shots, 2, model)
+    assert pred.makespan_s > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Against LTX-2's shipped grids (the issue's target rows)
+# --------------------------------------------------------------------------------------------------
+
+SHIPPED = {
+    2: TileGrid((1, 2, 2), (0, 4, 4)),
+    4: TileGrid((1, 2, 2), (0, 4, 4)),
+    8: TileGrid((1, 2, 4), (0, 4, 4)),
+}
+STRIPS = TileGrid((1, 8, 1), (0, 4, 0))
+
+
+@pytest.mark.parametrize("shape", [SHOT_720, SHOT_1080])
+@pytest.mark.parametrize("n_workers", [2, 4, 8])
+def test_auto_is_no_worse_than_the_shipped_grids(shape, n_workers):
+    shots = {"a": shape}
+    grids = planner.choose_plans(shots, G, n_workers, H200, H200.worker_memory_bytes, memory=MEM)
+    auto = predicted(grids, shots, n_workers)
+    for shipped in (SHIPPED[n_workers], STRIPS):
+        other = predicted({"a": shipped}, shots, n_workers)
+        assert auto.redundancy <= other.redundancy + 1e-9
+        assert auto.makespan_s <= other.makespan_s + 1e-9
+
+
+@pytest.mark.parametrize("n_shots", [8, 64])
+def test_batches_decode_whole_shots_and_beat_the_shipped_grids(n_shots):
+    shots = {f"s{k:02d}": SHOT_720 for k in range(n_shots)}
+    grids = planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM)
+    assert all(g.tiles == (1, 1, 1) for g in grids.values())
+    auto = predicted(grids, shots, 8)
+    shipped = predicted({n: SHIPPED[8] for n in shots}, shots, 8)
+    assert auto.redundancy == 1.0 < shipped.redundancy
+    assert auto.makespan_s < shipped.makespan_s
+
+
+# --------------------------------------------------------------------------------------------------
+# plan_job hooks
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    path = tmp_path_factory.mktemp("planner") / "job.zarr"
+    return fr.synth(path, decoder="ltx2-tiny", shots=3, frames=121, height=704, width=1216)
+
+
+def test_auto_is_the_default_and_plans_whole_shots_on_one_worker(job):
+    assert fr.PlanOptions().tiles == "auto"
+    auto = fr.plan_job(job, fr.PlanOptions(), 1)
+    explicit = fr.plan_job(job, fr.PlanOptions(tiles=(1, 1, 1)), 1)
+    assert [p.grid for p in auto] == [p.grid for p in explicit] == [TileGrid()] * 3
+    assert auto == explicit
+
+
+def test_explicit_tiles_win(job):
+    options = fr.PlanOptions(tiles=(1, 2, 3), overlap=(0, 1, 1))
+    for n_workers in (1, 2, 8):
+        plans = fr.plan_job(job, options, n_workers)
+        assert all(p.grid == TileGrid((1, 2, 3), (0, 1, 1)) for p in plans)
+
+
+def test_plan_job_auto_uses_the_worker_count_and_fixed_grids(job):
+    # under the H200 model one shot on eight workers is split (the CPU model keeps it whole: its
+    # workers share two cores)
+    options = fr.PlanOptions(cost_model="ltx2-h200")
+    one_shot = fr.plan_job(job, options, 8, ["shot000"])
+    assert len(one_shot[0].tiles) > 1
+    assert [t.worker for t in one_shot[0].tiles] == list(range(len(one_shot[0].tiles)))
+    fixed = {"shot000": TileGrid((1, 1, 2), (0, 0, 4))}
+    kept = fr.plan_job(job, options, 8, ["shot000"], fixed=fixed)
+    assert kept[0].grid == fixed["shot000"]
+
+
+def test_parse_tiles():
+    assert fr.parse_tiles("auto") == "auto" and fr.parse_tiles(" AUTO ") == "auto"
+    assert fr.parse_tiles("1,2,2") == (1, 2, 2)
+    with pytest.raises(FarmError, match="--tiles '2,1' is invalid; give auto or three"):
+        fr.parse_tiles("2,1")
+
+
+def test_describe_reports_the_prediction():
+    shots = {"a": SHOT_720}
+    pred = predicted({"a": TileGrid((1, 2, 2), (0, 4, 4))}, shots, 4)
+    text = planner.describe(pred, H200)
+    assert "makespan" in text and "redundant work 1.31x" in text and "peak memory per worker" in text
+
+
+def test_link_seconds():
+    link = Link(intra_node_bytes_per_s=1e9, inter_node_bytes_per_s=1e8, latency_s=0.001)
+    assert link.seconds(0, same_node=True) == 0.0
+    assert link.seconds(1e9, same_node=True) == pytest.approx(1.001)
+    assert link.seconds(1e9, same_node=False) == pytest.approx(10.001)

@@ -1,0 +1,443 @@
+"""Seam quality as a number: a tiled decode against the untiled decode of the same latent.
+
+Every tiled decode here runs in this process the way a farm worker does it (`farm.tasks.decode_block`
+per tile, multiplied by the tile's separable blend weights, summed in tile order), so what is measured is
+the plan, not the cluster. Untiled is one `decode_block` of the whole latent.
+
+Three measurements:
+
+* ``overlaps``: for each axis, the latent split into two tiles along that axis only, with overlaps
+  0, 1, 2, ... latent units. This is what the planner's minimum overlap per axis
+  (`farm.planner.MIN_OVERLAP`) is read from.
+* ``edges``: how far from a tile's edge its decode differs from the untiled one (after a temporal
+  tile's causal start, and after a spatial cut), per latent unit.
+* ``plans``: for full-size shots (1216x704x121 and 1920x1088x121 by default), each compared plan (LTX-2's
+  shipped grids with overlap 4, and the auto planner's choice for 2, 4 and 8 workers under a cost model).
+
+Metrics, all on frames clamped to [0, 1] as a render writes them (before the uint8 rounding):
+PSNR over the whole video (peak 1.0), PSNR over the seam band only (pixels within one latent unit of a
+tile edge, plus the overlaps), and the largest absolute difference in uint8 levels (x255).
+
+On a CPU there are no real weights here: the decoders have RANDOM weights (seeded). Random weights make
+a decoder's output noise-like and its activations larger than a trained model's; seams measured on them
+are worse than seams of a trained decoder, and the numbers compare plans with each other, not with what
+an audience would see. ``ltx2`` is the real LTX-2 architecture (slow on a CPU: use small latents),
+``ltx2-tiny`` the same class with a few channels and one layer per block (a much smaller receptive field
+than the real decoder, so its seams are narrower).
+
+Usage (from the repository root, venv active):
+
+    python workflows/measure_seams.py overlaps --decoder ltx2-tiny --out-json seams-tiny.json
+    python workflows/measure_seams.py overlaps --decoder ltx2 --overlaps 0,2,4,6,8 --long 20 --short 4 \
+        --frames-short 2 --out-json seams-ltx2.json
+    python workflows/measure_seams.py edges --decoder ltx2
+    python workflows/measure_seams.py plans --decoder ltx2-tiny --out-json seams-plans.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from farm.render import smooth_latent, synth_spec  # noqa: E402
+from farm.tiling import AXES, ChunkSize, Geometry, ShotPlan, TileGrid, plan_shot  # noqa: E402
+
+# Shipped LTX-2 multi-GPU grids (latent units): 2x2 and 2x4 (height x width) with overlap 4, and the
+# documentation's "8 height tiles, overlap 4".
+SHIPPED = {
+    "ltx2 2x2 o4 (4 GPUs)": TileGrid((1, 2, 2), (0, 4, 4)),
+    "ltx2 2x4 o4 (8 GPUs)": TileGrid((1, 2, 4), (0, 4, 4)),
+    "ltx2 8 height o4": TileGrid((1, 8, 1), (0, 4, 0)),
+}
+SHAPES = {"1216x704x121": (16, 22, 38), "1920x1088x121": (16, 34, 60)}
+
+
+def build_decoder(name: str, seed: int, dtype: str = "float32"):
+    import torch
+
+    from farm.decoders.ltx2 import LTX2Decoder
+
+    spec = synth_spec(name, seed=seed, dtype=dtype)
+    model = LTX2Decoder.build(spec)
+    model.encoder = torch.nn.Identity()
+    model.to(dtype=getattr(torch, dtype))
+    return LTX2Decoder(spec, model, "cpu")
+
+
+def decode_plan(decoder, latent, plan: ShotPlan):
+    """The render's frames for `plan` as float32 [3, F, H, W] (before clamping), decoded in this process."""
+    import torch
+
+    from farm.tasks import decode_block
+
+    full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
+    for tile in plan.tiles:
+        pixels = decode_block(decoder, latent[(slice(None), *tile.latent_slices())], plan.chunk).float()
+        wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
+        pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
+        (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
+        full[:, f0:f1, h0:h1, w0:w1] += pixels
+        del pixels
+        release_memory()
+    return full
+
+
+def release_memory() -> None:
+    """Give freed decode buffers back to the OS (glibc keeps them otherwise; full-size shots need it)."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError):  # not glibc
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def seam_mask(plan: ShotPlan, geometry: Geometry):
+    """Pixels within one latent unit of a tile edge inside the shot, and every overlap (boolean [F, H, W])."""
+    import torch
+
+    masks = []
+    for axis in range(3):
+        extent = plan.pixel_shape[axis]
+        scale = geometry.temporal_scale if axis == 0 else geometry.spatial_scale
+        m = torch.zeros(extent, dtype=torch.bool)
+        coverage = torch.zeros(extent, dtype=torch.int32)
+        seen = set()
+        for tile in plan.tiles:
+            span = tile.pixels[axis]
+            if (span.start, span.stop) in seen:
+                continue
+            seen.add((span.start, span.stop))
+            coverage[span.start : span.stop] += 1
+            for edge in (span.start, span.stop):
+                if 0 < edge < extent:
+                    m[max(0, edge - scale) : min(extent, edge + scale)] = True
+        m |= coverage > 1
+        masks.append(m)
+    f, h, w = masks
+    return f.view(-1, 1, 1) | h.view(1, -1, 1) | w.view(1, 1, -1)
+
+
+def compare(tiled, reference, mask=None, *, frames_per_step: int = 8) -> dict:
+    """PSNR, seam-band PSNR and max error of clamped frames, a few frames at a time (bounded memory)."""
+    total = band = 0.0
+    n_band = 0
+    worst = 0.0
+    for f0 in range(0, tiled.shape[1], frames_per_step):
+        sl = slice(f0, f0 + frames_per_step)
+        diff = tiled[:, sl].clamp(0, 1).double() - reference[:, sl].clamp(0, 1).double()
+        sq = diff**2
+        total += float(sq.sum())
+        worst = max(worst, float(diff.abs().max()))
+        if mask is not None:
+            m = mask[sl]
+            band += float(sq[:, m].sum())
+            n_band += int(m.sum()) * diff.shape[0]
+    out = {"psnr_db": psnr(total / tiled.numel()), "max_err_levels": worst * 255}
+    if mask is not None and n_band:
+        out["seam_psnr_db"] = psnr(band / n_band)
+        out["seam_fraction"] = float(mask.float().mean())
+    return out
+
+
+def psnr(mse: float) -> float:
+    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def fmt_db(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.1f}"
+
+
+def machine() -> str:
+    import torch
+
+    return (
+        f"{platform.node() or 'host'}: {platform.processor() or platform.machine()}, "
+        f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# overlaps: two tiles along one axis, overlap swept
+# --------------------------------------------------------------------------------------------------
+
+
+def run_overlaps(args) -> dict:
+    import torch
+
+    decoder = build_decoder(args.decoder, args.seed)
+    g = decoder.geometry
+    c = decoder.latent_channels
+    rng = np.random.default_rng(args.seed)
+    overlaps = [int(x) for x in args.overlaps.split(",")]
+    long, short = args.long, args.short
+    rows = []
+    for axis in [AXES.index(a) for a in args.axes.split(",")]:
+        fhw = [args.frames_short, short, short]
+        fhw[axis] = long
+        latent = torch.from_numpy(smooth_latent(rng, (c, *fhw)))
+        t0 = time.perf_counter()
+        whole = plan_shot("x", (c, *fhw), g)
+        reference = decode_plan(decoder, latent, whole)
+        t_ref = time.perf_counter() - t0
+        print(f"{AXES[axis]}: latent {fhw}, untiled decode {t_ref:.1f} s", flush=True)
+        for o in overlaps:
+            tiles = [1, 1, 1]
+            tiles[axis] = 2
+            ov = [0, 0, 0]
+            ov[axis] = o
+            plan = plan_shot("x", (c, *fhw), g, TileGrid(tuple(tiles), tuple(ov)))  # type: ignore[arg-type]
+            t0 = time.perf_counter()
+            tiled = decode_plan(decoder, latent, plan)
+            row = {
+                "axis": AXES[axis],
+                "latent": fhw,
+                "overlap": o,
+                "redundancy": plan.redundancy,
+                **compare(tiled, reference, seam_mask(plan, g)),
+                "seconds": time.perf_counter() - t0,
+            }
+            rows.append(row)
+            print(
+                f"  overlap {o}: PSNR {fmt_db(row['psnr_db'])} dB, seam PSNR "
+                f"{fmt_db(row.get('seam_psnr_db', math.inf))} dB, max error {row['max_err_levels']:.1f}/255",
+                flush=True,
+            )
+    return {
+        "what": "two tiles along one axis vs untiled, overlap swept",
+        "decoder": args.decoder,
+        "weights": f"RANDOM (seed {args.seed})",
+        "machine": machine(),
+        "date": str(date.today()),
+        "rows": rows,
+    }
+
+
+def overlaps_markdown(result: dict) -> str:
+    lines = [
+        f"Decoder `{result['decoder']}`, {result['weights']} weights, float32, {result['machine']}.",
+        "",
+        "| axis | latent F,H,W | overlap | redundancy | PSNR dB | seam-band PSNR dB | max error /255 |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['axis']} | {','.join(map(str, r['latent']))} | {r['overlap']} | {r['redundancy']:.2f} | "
+            f"{fmt_db(r['psnr_db'])} | {fmt_db(r.get('seam_psnr_db', math.inf))} | "
+            f"{r['max_err_levels']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# edges: how far from a tile's edge its decode differs from the untiled one
+# --------------------------------------------------------------------------------------------------
+
+
+def run_edges(args) -> dict:
+    """Largest difference per latent unit from a tile's edge: after a temporal tile's (causal) start,
+    and after a spatial cut, each against the untiled decode."""
+    import torch
+
+    decoder = build_decoder(args.decoder, args.seed)
+    c = decoder.latent_channels
+    t, k = decoder.geometry.temporal_scale, decoder.geometry.spatial_scale
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    frames, start = 24, 6
+    z = torch.from_numpy(smooth_latent(rng, (c, frames, 4, 4)))
+    whole, tile = decoder.decode(z), decoder.decode(z[:, start:])  # the tile starts at latent frame 6
+    err = (tile - whole[:, start * t :]).abs()
+    for j in range(frames - start):
+        lo, hi = (0, 1) if j == 0 else (1 + (j - 1) * t, 1 + j * t)  # pixel frames of latent frame j
+        rows.append(
+            {"axis": "frames", "units_from_edge": j, "max_err_levels": float(err[:, lo:hi].max() * 255)}
+        )
+    cut = 8
+    z = torch.from_numpy(smooth_latent(rng, (c, 2, 4, 20)))
+    whole, tile = decoder.decode(z), decoder.decode(z[..., cut:])  # the tile starts at latent column 8
+    err = (tile - whole[..., cut * k :]).abs()
+    for j in range(12):
+        rows.append({"axis": "width", "units_from_edge": j,
+                     "max_err_levels": float(err[..., j * k : (j + 1) * k].max() * 255)})  # fmt: skip
+    for r in rows:
+        print(f"  {r['axis']:<7} {r['units_from_edge']:>3} latent units from the edge: "
+              f"max error {r['max_err_levels']:.1f}/255", flush=True)  # fmt: skip
+    return {
+        "what": "difference from the untiled decode per latent unit from a tile's edge",
+        "decoder": args.decoder,
+        "weights": f"RANDOM (seed {args.seed})",
+        "machine": machine(),
+        "date": str(date.today()),
+        "rows": rows,
+    }
+
+
+def edges_markdown(result: dict) -> str:
+    by_axis: dict[str, list[str]] = {}
+    for r in result["rows"]:
+        by_axis.setdefault(r["axis"], []).append(f"{r['max_err_levels']:.1f}")
+    lines = [f"Decoder `{result['decoder']}`, {result['weights']} weights, {result['machine']}.", ""]
+    lines += [
+        f"- {axis}: max error /255 at 0, 1, 2, ... latent units: {', '.join(v)}"
+        for axis, v in by_axis.items()
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# plans: full-size shots, shipped grids vs auto
+# --------------------------------------------------------------------------------------------------
+
+
+def compared_plans(latent_fhw, cost_model_name: str) -> dict[str, TileGrid]:
+    """The shipped LTX-2 grids and the auto planner's grid for one shot on 2, 4 and 8 workers."""
+    from farm import costmodel, planner
+
+    model = costmodel.load(cost_model_name)
+    spec = synth_spec("ltx2", dtype="bfloat16")
+    from farm.decoders import decoder_class
+
+    g = decoder_class(spec).geometry_for(spec.config)
+    memory = costmodel.MemoryModel.from_spec(spec)
+    out = dict(SHIPPED)
+    for n in (2, 4, 8):
+        grid = planner.choose_plans(
+            {"shot": (128, *latent_fhw)}, g, n, model, model.worker_memory_bytes, memory=memory
+        )["shot"]
+        out.setdefault(f"auto {n} workers", grid)
+    return out
+
+
+def run_plans(args) -> dict:
+    import torch
+
+    decoder = build_decoder(args.decoder, args.seed)
+    g = decoder.geometry
+    c = decoder.latent_channels
+    rows = []
+    for label in args.shapes.split(","):
+        fhw = SHAPES[label]
+        rng = np.random.default_rng(args.seed)
+        latent = torch.from_numpy(smooth_latent(rng, (c, *fhw)))
+        t0 = time.perf_counter()
+        # kept clamped in float16 (error < 2.5e-4, a PSNR floor near 72 dB) to leave memory for decodes
+        reference = decode_plan(decoder, latent, plan_shot("x", (c, *fhw), g)).clamp(0, 1).half()
+        release_memory()
+        print(f"{label}: latent {fhw}, untiled decode {time.perf_counter() - t0:.1f} s", flush=True)
+        grids = compared_plans(fhw, args.cost_model)
+        done: dict[TileGrid, dict] = {}
+        for name, grid in grids.items():
+            plan = plan_shot("x", (c, *fhw), g, grid, chunk=ChunkSize())
+            if grid not in done:
+                t0 = time.perf_counter()
+                tiled = decode_plan(decoder, latent, plan)
+                done[grid] = {**compare(tiled, reference, seam_mask(plan, g)),
+                              "seconds": time.perf_counter() - t0}  # fmt: skip
+                del tiled
+                release_memory()
+            row = {"shape": label, "plan": name, "tiles": list(grid.tiles), "overlap": list(grid.overlap),
+                   "redundancy": plan.redundancy, **done[grid]}  # fmt: skip
+            rows.append(row)
+            print(
+                f"  {name:<22} tiles {grid.tiles} overlap {grid.overlap}: redundancy {plan.redundancy:.2f}, "
+                f"PSNR {fmt_db(row['psnr_db'])} dB, "
+                f"seam PSNR {fmt_db(row.get('seam_psnr_db', math.inf))} dB, "
+                f"max error {row['max_err_levels']:.1f}/255",
+                flush=True,
+            )
+    return {
+        "what": "full-size shots: tiled decode vs untiled, per plan",
+        "decoder": args.decoder,
+        "weights": f"RANDOM (seed {args.seed})",
+        "cost_model": args.cost_model,
+        "machine": machine(),
+        "date": str(date.today()),
+        "rows": rows,
+    }
+
+
+def plans_markdown(result: dict) -> str:
+    lines = [
+        f"Decoder `{result['decoder']}`, {result['weights']} weights, float32, {result['machine']}; "
+        f"auto grids chosen with cost model `{result['cost_model']}`.",
+        "",
+        "| shot | plan | tiles F,H,W | overlap F,H,W | redundancy | PSNR dB | seam-band PSNR dB "
+        "| max error /255 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['shape']} | {r['plan']} | {','.join(map(str, r['tiles']))} | "
+            f"{','.join(map(str, r['overlap']))} | {r['redundancy']:.2f} | {fmt_db(r['psnr_db'])} | "
+            f"{fmt_db(r.get('seam_psnr_db', math.inf))} | {r['max_err_levels']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("overlaps", help="two tiles along each axis, overlap swept")
+    p.add_argument("--decoder", default="ltx2-tiny")
+    p.add_argument("--axes", default="frames,height,width")
+    p.add_argument("--overlaps", default="0,1,2,3,4,5,6")
+    p.add_argument("--long", type=int, default=16, help="latent units along the split axis")
+    p.add_argument("--short", type=int, default=6, help="latent units along the other spatial axes")
+    p.add_argument("--frames-short", type=int, default=5, help="latent frames when frames are not split")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
+    p = sub.add_parser("edges", help="difference per latent unit from a tile's edge (frames, width)")
+    p.add_argument("--decoder", default="ltx2-tiny")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
+    p = sub.add_parser("plans", help="full-size shots: shipped grids and auto vs untiled")
+    p.add_argument("--decoder", default="ltx2-tiny")
+    p.add_argument("--shapes", default=",".join(SHAPES))
+    p.add_argument("--cost-model", default="ltx2-h200")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run, markdown = {
+        "overlaps": (run_overlaps, overlaps_markdown),
+        "edges": (run_edges, edges_markdown),
+        "plans": (run_plans, plans_markdown),
+    }[args.mode]
+    result = run(args)
+    md = markdown(result)
+    print()
+    print(md)
+    if args.out_json:
+        Path(args.out_json).write_text(json.dumps(result, indent=1) + "\n")
+    if args.out_md:
+        Path(args.out_md).write_text(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
