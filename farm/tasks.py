@@ -34,16 +34,23 @@ def _weights(tile: Tile, device: str) -> tuple[Any, Any, Any]:
     return f.view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
 
 
-def decode_block(decoder: Any, latent: Any, chunk: ChunkSize) -> Any:
-    """Decode a latent block ``[C, f, h, w]``, in chunks no larger than `chunk` when it is set."""
+def decode_block(
+    decoder: Any, latent: Any, chunk: ChunkSize, origin: tuple[int, int, int] = (0, 0, 0)
+) -> Any:
+    """Decode a latent block ``[C, f, h, w]``, in chunks no larger than `chunk` when it is set.
+
+    `origin` is the block's first latent frame, row and column in the shot: decoders whose output
+    depends on position (position-seeded noise) need it so overlapping tiles agree.
+    """
     import torch
 
     chunks = plan_chunks(latent.shape[1:], decoder.geometry, chunk)
     if len(chunks) == 1:
-        return decoder.decode(latent)
+        return decoder.decode(latent, origin=origin)
     out = None
     for piece in chunks:
-        pixels = decoder.decode(latent[(slice(None), *piece.latent_slices())])
+        at = tuple(o + iv.start for o, iv in zip(origin, piece.latent, strict=True))
+        pixels = decoder.decode(latent[(slice(None), *piece.latent_slices())], origin=at)
         wf, wh, ww = _weights(piece, pixels.device)
         pixels = pixels * wf * wh * ww
         if out is None:
@@ -91,7 +98,7 @@ def decode_tile(
     latent = torch.from_numpy(block)
     expected = tuple(span.size for span in tile.pixels)
     with _device_lock:
-        pixels = decode_block(decoder, latent, chunk)
+        pixels = decode_block(decoder, latent, chunk, origin=tuple(iv.start for iv in tile.latent))
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
                 f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "

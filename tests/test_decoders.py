@@ -70,12 +70,7 @@ def farm_tiles(job_path, spec, latent_shape, grid: TileGrid, batch_frames: int =
     pieces: dict[int, list] = {b.index: [] for b in plan.batches}
     for tile in plan.tiles:
         cuts = [(b.index, frames) for b, frames in plan.batch_pieces(tile)]
-        try:
-            out = decode_tile(str(job_path), spec.to_json(), tile, ChunkSize(), cuts)
-        except FarmError as exc:
-            if "origin" in str(exc):
-                pytest.xfail("farm.tasks.decode_tile does not pass the tile's origin yet (position noise)")
-            raise
+        out = decode_tile(str(job_path), spec.to_json(), tile, ChunkSize(), cuts)
         for b, _ in cuts:
             pieces[b].append((tile, out[b]))
     frames = []
