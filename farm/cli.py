@@ -79,6 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
+    p.add_argument(
+        "--codec",
+        default="h264",
+        choices=["h264", "h265", "prores_hq", "prores_4444"],
+        help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov (default h264)",
+    )
+    p.add_argument(
+        "--sequence",
+        choices=["png8", "png16", "exr"],
+        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext>",
+    )
+    p.add_argument("--first-frame", type=int, default=1, help="number of each shot's first frame (default 1)")
+    p.add_argument(
+        "--frames",
+        dest="frame_range",
+        metavar="LIST",
+        help="render only these frames, e.g. 1-48 or 1-100x2 (numbered from --first-frame)",
+    )
     p.add_argument("--priority", type=int, default=0,
                    help="on a shared cluster, higher priorities' tiles go first (default 0)")  # fmt: skip
 
@@ -241,8 +259,9 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
-        video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video),
-        window=args.window, restart=args.restart,
+        video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
+                            sequence=args.sequence, first_frame=args.first_frame),
+        window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile,
         on_progress=_progress_bar(),
         priority=args.priority,

@@ -33,6 +33,7 @@ from farm.tasks import (
     finish_shot,
     mark_batch,
     write_batch,
+    write_sequence,
 )
 from farm.tiling import ShotPlan, Tile, required_window
 
@@ -97,6 +98,7 @@ def run_graph(
     priority: int = 0,
     render_id: str | None = None,
     describe: dict[str, Any] | None = None,
+    finish: set[str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -202,8 +204,14 @@ def run_graph(
                     encode_batch, str(out.root), batch, frames, fps[plan.shot], video, metadata,
                     key=("encode-segment", *name), priority=job_priority + 90, **where,
                 )  # fmt: skip
+            extra = []
+            if video.sequence:
+                extra.append(client.submit(
+                    write_sequence, str(out.root), batch, frames, video,
+                    key=("write-sequence", *name), priority=job_priority + 90, **where,
+                ))  # fmt: skip
             fut = client.submit(
-                mark_batch, str(out.root), batch, written, encoded, key=("mark-batch", *name),
+                mark_batch, str(out.root), batch, written, encoded, *extra, key=("mark-batch", *name),
                 priority=job_priority + 95, **where,
             )  # fmt: skip
             futures.add(fut)
@@ -244,8 +252,10 @@ def run_graph(
     def submit_finish(plan: ShotPlan) -> None:
         if not video.enabled:
             return
+        if finish is not None and plan.shot not in finish:
+            return  # a frame-range render: the shot's other batches are still to do
         done = client.submit(
-            finish_shot, str(out.root), plan.shot, total_batches[plan.shot], metadata,
+            finish_shot, str(out.root), plan.shot, total_batches[plan.shot], metadata, video.suffix,
             key=("finish-shot", render_id, plan.shot), priority=job_priority + 50,
         )  # fmt: skip
         futures.add(done)

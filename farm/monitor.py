@@ -39,7 +39,8 @@ from tornado import web
 PLUGIN_NAME = "farm-monitor"
 PAGE_PATH = "farm"
 JSON_PATH = "farm/api/renders.json"
-# First elements of the task keys farm submits (farm.graph, farm.submit); their second is a render id.
+# First elements of the task keys farm submits (farm.graph, farm.submit), for reference: any tuple key
+# ``(prefix, render_id, …)`` with a string render id counts as a render's task (see `render_of`).
 TASK_PREFIXES = frozenset(
     {
         "decode-tile",
@@ -47,6 +48,7 @@ TASK_PREFIXES = frozenset(
         "blend-batch",
         "write-batch",
         "encode-segment",
+        "write-sequence",
         "mark-batch",
         "finish-shot",
         "workflow-driver",
@@ -66,6 +68,14 @@ class _TaskCounts:
     errors: dict[str, int] = field(default_factory=dict)  # shot -> tasks that ended erred
     last_error: str = ""
     last_seen: float = 0.0
+
+
+def render_of(key: Any) -> str | None:
+    """The render id of a farm task key ``(prefix, render_id, shot, …)``; None for other keys (Dask's
+    own collections use ``(name, 0, 1)``-style keys, whose second element is not a string)."""
+    if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str) and isinstance(key[1], str):
+        return key[1]
+    return None
 
 
 def render_matches(render_id: str, target: str) -> bool:
@@ -119,9 +129,10 @@ class FarmMonitor(SchedulerPlugin):
         _MONITORS.discard(self)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
-        if not (isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES):
+        render = render_of(key)
+        if render is None:
             return
-        counts = self.counts.setdefault(str(key[1]), _TaskCounts())
+        counts = self.counts.setdefault(render, _TaskCounts())
         counts.last_seen = time.time()
         shot = str(key[2]) if len(key) >= 3 else ""
         if key[0] == "decode-tile" and finish == "memory" and len(key) >= 4:
@@ -137,8 +148,9 @@ class FarmMonitor(SchedulerPlugin):
         """Render ids that have tasks on the scheduler now."""
         live = set()
         for key in list(getattr(self.scheduler, "tasks", {})):
-            if isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES:
-                live.add(str(key[1]))
+            render = render_of(key)
+            if render is not None:
+                live.add(render)
         return live
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
@@ -337,9 +349,7 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
     for r in renders:
         rid = html.escape(r["render"])
         out.append(f"<h2 id='render-{rid}'>render {rid}</h2>")
-        out.append(
-            f"<div class='sub'>job {html.escape(str(r['job']))} → {html.escape(str(r['out']))}</div>"
-        )
+        out.append(f"<div class='sub'>job {html.escape(str(r['job']))} → {html.escape(str(r['out']))}</div>")
         out.append(f"<table class='render' data-render='{rid}'><tr>")
         heads = ["state", "priority", "tiles decoded", "batches written", "frames", "frames/s", "elapsed",
                  "ETA", "failures"]  # fmt: skip

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,7 @@ def render(
     on_progress: ProgressCallback | None = None,
     priority: int = 0,
     render_id: str | None = None,
+    frames: str | None = None,
 ) -> RenderStats:
     """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``, resuming what OUT already holds.
 
@@ -216,6 +218,9 @@ def render(
     `restart` (which starts the differing shots over). `compile` runs the decoder through
     torch.compile on GPU workers (each new tile shape compiles once per worker process).
 
+    `frames` (e.g. ``"1-48"``, ``"1-100x2"``) renders only the batches holding those frame numbers and
+    merges with what OUT already holds. `video` chooses the codec and an optional image sequence.
+
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
@@ -223,7 +228,7 @@ def render(
     from farm.monitor import install as install_monitor
 
     job = open_job(job_path)
-    out = Output(Path(out_path))
+    out = Output(Path(out_path), video.suffix)
     plans, shot_errors = plan_shots(job, options, shots)  # validates everything before a cluster starts
     decoder_class(job.spec).check_weights(job.spec)
     check_writable(out)
@@ -240,13 +245,16 @@ def render(
         identities = {}
         for plan in list(plans):
             try:
-                identities[plan.shot] = render_identity(job, plan)
+                identities[plan.shot] = render_identity(job, plan, video)
             except FarmError as exc:  # unreadable or non-finite latents: this shot fails, the others go on
                 shot_errors[plan.shot] = exc
                 plans.remove(plan)
         if not plans:
             raise next(iter(shot_errors.values()))
-        pending, totals = resume_points(out, plans, identities, restart=restart, video=video.enabled, log=log)
+        pending, totals, finish = resume_points(
+            out, plans, identities, restart=restart, video=video.enabled, log=log,
+            frames=parse_frame_numbers(frames) if frames else None, first_frame=video.first_frame,
+        )  # fmt: skip
         prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
         for plan in plans:
             record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
@@ -270,7 +278,7 @@ def render(
                 fps={name: info.fps for name, info in job.shots.items()}, video=video,
                 metadata=metadata, window=window, on_progress=on_progress, total_batches=totals,
                 compile=compile, priority=priority, render_id=render_id,
-                describe={"job": str(job.path), "out": str(out.root)},
+                describe={"job": str(job.path), "out": str(out.root)}, finish=finish,
             )  # fmt: skip
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
@@ -294,11 +302,16 @@ def recorded_grids(out: Output, plans: Sequence[ShotPlan], restart: bool) -> dic
     return grids
 
 
-def render_identity(job: Job, plan: ShotPlan) -> dict:
+def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:
     return {
         "latents": latent_identity(job, plan.shot),
         "decoder": job.spec.to_json(),
         "plan": plan_identity(plan),
+        "outputs": {
+            "video": video.codec if video.enabled else None,
+            "sequence": video.sequence,
+            "first_frame": video.first_frame if video.sequence else None,
+        },
     }
 
 
@@ -309,10 +322,17 @@ def resume_points(
     *,
     restart: bool,
     video: bool = True,
+    frames: Sequence[int] | None = None,
+    first_frame: int = 1,
     log: Callable[[str], None],
-) -> tuple[list[ShotPlan], dict[str, int]]:
-    """What is left to do per shot, after checking OUT holds a render of the same job (or restarting)."""
-    pending, totals, refused = [], {}, []
+) -> tuple[list[ShotPlan], dict[str, int], set[str]]:
+    """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
+
+    With `frames` (frame numbers, the first frame numbered `first_frame`) only the batches holding those
+    frames are rendered; a shot's video is joined once all its batches are done. Returns the pending
+    plans, each shot's batch count and the shots whose video can be joined by this render.
+    """
+    pending, totals, refused, finish = [], {}, [], set()
     for plan in plans:
         recorded = recorded_identity(out, plan.shot)
         if recorded is not None:
@@ -328,17 +348,50 @@ def resume_points(
         done = out.batches_done(plan.shot)
         if video_done(out, plan.shot) or (not video and len(done) == len(plan.batches)):
             continue
+        skipped = set()
+        if frames is not None:
+            wanted = {n - first_frame for n in frames}
+            last = plan.pixel_shape[0] - 1
+            if not any(0 <= i <= last for i in wanted):
+                raise FarmError(
+                    f"--frames asks for no frame of shot {plan.shot!r}, whose frames are numbered "
+                    f"{first_frame}-{first_frame + last}"
+                )
+            skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
+        if not skipped - done:  # every unfinished batch is rendered now: the video can be joined
+            finish.add(plan.shot)
         if done:
             log(
                 f"farm: shot {plan.shot!r}: resuming, {len(done)} of {len(plan.batches)} batches already done"
             )
-        pending.append(pending_plan(plan, done))
+        pending.append(pending_plan(plan, done | skipped))
     if refused:
         raise FarmError(
             f"output {str(out.root)!r} holds a render of something else: " + " | ".join(refused)
             + ". Use a new --out, or --restart to render those shots over (their finished work is discarded)"
         )  # fmt: skip
-    return pending, totals
+    return pending, totals, finish
+
+
+def parse_frame_numbers(text: str) -> list[int]:
+    """Render-farm frame lists: ``1-48``, ``1-100x2`` (every 2nd), ``7``, and commas between them."""
+    numbers: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(-?\d+)(?:\s*-\s*(-?\d+)(?:\s*x\s*(\d+))?)?\s*", part)
+        if not match:
+            raise FarmError(
+                f"--frames {text!r} is invalid at {part!r}; use frame numbers and ranges like 1-48, "
+                "1-100x2 (every 2nd frame) or 1,5,10-20"
+            )
+        start = int(match.group(1))
+        stop = int(match.group(2)) if match.group(2) is not None else start
+        step = int(match.group(3) or 1)
+        if stop < start or step < 1:
+            raise FarmError(
+                f"--frames {part!r} is an empty range; write FIRST-LAST with FIRST ≤ LAST, step ≥ 1"
+            )
+        numbers.extend(range(start, stop + 1, step))
+    return sorted(set(numbers))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -150,16 +150,20 @@ def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> 
 @dataclass(frozen=True)
 class Output:
     root: Path
+    video_suffix: str = ".mp4"  # ".mov" for ProRes
 
     @property
     def frames_zarr(self) -> Path:
         return self.root / "frames.zarr"
 
     def video(self, shot: str) -> Path:
-        return self.root / "videos" / f"{shot}.mp4"
+        return self.root / "videos" / f"{shot}{self.video_suffix}"
 
     def segment(self, shot: str, batch: int) -> Path:
-        return self.root / ".farm" / "segments" / shot / f"{batch:05d}.mp4"
+        return self.root / ".farm" / "segments" / shot / f"{batch:05d}{self.video_suffix}"
+
+    def sequence_dir(self, shot: str) -> Path:
+        return self.root / "sequences" / shot
 
     def done_marker(self, shot: str, batch: int) -> Path:
         return self.root / ".farm" / "done" / shot / f"{batch:05d}"
@@ -315,9 +319,10 @@ def video_done(out: Output, shot: str) -> bool:
 
 def remove_stale_temporaries(out: Output) -> None:
     """Temp files a killed render left behind (never final outputs: they are renamed only when complete)."""
-    for folder in (out.root / "videos", out.root / ".farm" / "segments", out.root / ".farm" / "done"):
+    for folder in (out.root / "videos", out.root / ".farm" / "segments", out.root / ".farm" / "done",
+                   out.root / "sequences"):  # fmt: skip
         if folder.exists():
-            for tmp in [*folder.rglob(".*.tmp.mp4"), *folder.rglob("*.tmp")]:
+            for tmp in [*folder.rglob(".*.tmp.*"), *folder.rglob("*.tmp")]:
                 tmp.unlink(missing_ok=True)
 
 
@@ -342,7 +347,10 @@ def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
     for name, group in sorted(root.groups()):
         total = group.attrs.get("batches")
         frames = int(group["frames"].shape[0]) if "frames" in group else 0
-        progress.append(ShotProgress(name, len(out.batches_done(name)), total, frames, video_done(out, name)))
+        video = (out.root / ".farm" / "done" / name / "video").exists() and any(
+            p.suffix in (".mp4", ".mov") for p in (out.root / "videos").glob(f"{name}.*")
+        )
+        progress.append(ShotProgress(name, len(out.batches_done(name)), total, frames, video))
     return progress
 
 

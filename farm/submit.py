@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
-from farm.monitor import FINAL_STATES, TASK_PREFIXES, render_matches
+from farm.monitor import FINAL_STATES, render_matches, render_of
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -133,6 +134,9 @@ def run_foreground(
             (f"; farm page {page}" if page else ""))  # fmt: skip
         env = {**os.environ, ENV_SCHEDULER: address, ENV_SUBMISSION: submission, ENV_PRIORITY: str(priority)}
         proc = subprocess.Popen([sys.executable, str(path), *args], env=env)
+        previous = None
+        if threading.current_thread() is threading.main_thread():  # SIGTERM stops it like Ctrl-C
+            previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             code = proc.wait()
         except KeyboardInterrupt:
@@ -151,11 +155,18 @@ def run_foreground(
             log(f"farm: submission {submission} interrupted ({released} task(s) released); "
                 "finished batches are kept, submit again to resume")  # fmt: skip
             return EXIT_CANCELLED
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
         state = "done" if code == 0 else ("cancelled" if code == EXIT_CANCELLED else "failed")
         _publish(client, submission, {"state": state, "finished": time.time(), "exit_code": code})
         return code
     finally:
         client.close()
+
+
+def _raise_keyboard_interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,9 +296,7 @@ def submit_detached(
         client.close()
 
 
-def follow(
-    address: str, submission: str, *, log: Callable[[str], None] = print, poll: float = 0.5
-) -> int:
+def follow(address: str, submission: str, *, log: Callable[[str], None] = print, poll: float = 0.5) -> int:
     """Print a detached workflow's log until it ends; returns its exit code. Stopping this stops nothing."""
     client = client_for(address)
     try:
@@ -298,7 +307,7 @@ def follow(
                 raise FarmError(f"no submission {submission!r} on the cluster at {address}")
             lines, count = record.get("log", []), int(record.get("log_count", 0))
             new = count - seen
-            for line in lines[max(len(lines) - new, 0):] if new > 0 else []:
+            for line in lines[max(len(lines) - new, 0) :] if new > 0 else []:
                 log(line)
             seen = count
             state = record.get("state")
@@ -327,9 +336,8 @@ def _release_on_scheduler(dask_scheduler: Any, target: str, release: bool = True
     wanted: dict[str, list[Any]] = {}
     matched = drivers = 0
     for key, ts in list(s.tasks.items()):
-        if not (isinstance(key, tuple) and len(key) >= 2 and key[0] in TASK_PREFIXES):
-            continue
-        if not render_matches(str(key[1]), target):
+        render = render_of(key)
+        if render is None or not render_matches(render, target):
             continue
         if key[0] == DRIVER_PREFIX:
             drivers += 1  # a detached driver stops by itself at its next cancellation check

@@ -120,9 +120,20 @@ class Placement:
 
 @dataclass(frozen=True)
 class VideoSettings:
+    """What a render writes besides the Zarr frames: a video (codec) and/or an image sequence."""
+
     crf: int = 18
     preset: str = "veryfast"
-    enabled: bool = True  # False: frames to Zarr only, no segments or mp4
+    enabled: bool = True  # False: frames to Zarr only, no segments or video
+    codec: str = "h264"  # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS
+    sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
+    first_frame: int = 1  # number of a shot's first frame in sequence file names
+
+    @property
+    def suffix(self) -> str:
+        from farm.video import codec_for
+
+        return codec_for(self.codec).suffix
 
 
 def blend_batch(
@@ -164,14 +175,25 @@ def encode_batch(
     from farm.video import encode_segment
 
     t0 = time.perf_counter()
-    out = Output(Path(out_root))
-    encode_segment(frames, out.segment(batch.shot, batch.index), fps, crf=video.crf, preset=video.preset,
-                   metadata=metadata)  # fmt: skip
+    out = Output(Path(out_root), video.suffix)
+    encode_segment(frames, out.segment(batch.shot, batch.index), fps, codec=video.codec, crf=video.crf,
+                   preset=video.preset, metadata=metadata)  # fmt: skip
     return time.perf_counter() - t0
 
 
-def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float) -> dict[str, Any]:
-    """Record the batch as done: runs only after its frames and its segment are both in place."""
+def write_sequence(out_root: str, batch: Batch, frames: np.ndarray, video: VideoSettings) -> float:
+    """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
+    from farm.sequences import write_frames as write_images
+
+    t0 = time.perf_counter()
+    out = Output(Path(out_root))
+    write_images(frames, out.sequence_dir(batch.shot), batch.shot, start=batch.start,
+                 first_frame=video.first_frame, format=video.sequence or "png8")  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
+    """Record the batch as done: runs only after its frames, segment and images are all in place."""
     mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
@@ -184,11 +206,13 @@ def to_uint8(pixels: Any) -> Any:
     return torch.round(pixels.clamp(0.0, 1.0) * 255.0).to(torch.uint8)
 
 
-def finish_shot(out_root: str, shot: str, n_batches: int, metadata: dict[str, str], *_done: Any) -> dict:
+def finish_shot(
+    out_root: str, shot: str, n_batches: int, metadata: dict[str, str], suffix: str = ".mp4", *_done: Any
+) -> dict:
     """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``."""
     from farm.video import join_segments
 
-    out = Output(Path(out_root))
+    out = Output(Path(out_root), suffix)
     segments = [out.segment(shot, k) for k in range(n_batches)]
     missing = [str(s) for s in segments if not s.exists()]
     if missing:

@@ -282,12 +282,34 @@ def test_cancel_keeps_finished_batches_and_a_rerun_resumes(cluster2, jobs, detac
         assert np.array_equal(a, b)
 
 
-def test_ctrl_c_of_a_foreground_submit_releases_its_tasks(cluster2, jobs, tmp_path):
+def test_rerender_renders_only_the_named_shots_again(cluster2, jobs, detached_render):
+    out = Output(detached_render)
+    before = {s: out.video(s).read_bytes() for s in ("shot000", "shot001")}
+    shot001 = detached_render / ".farm" / "done" / "shot001"
+    untouched = {p: p.stat().st_mtime_ns for p in shot001.iterdir()}
+    marker = out.done_marker("shot000", 0).stat().st_mtime_ns
+    args = ["--", str(jobs["long"] / "long.zarr"), "--out", str(detached_render), "--shots", "shot000",
+            *LONG_OPTIONS]  # fmt: skip
+    proc = submit(cluster2, "--detach", *args, script=RERENDER)
+    sid = proc.communicate(timeout=60)[0].strip().splitlines()[-1]
+    record = cluster2.wait_submission(sid)
+    assert record["state"] == "done", record
+    assert any("shot000: 17/17 batches" in line for line in record["log"]), record["log"]
+    assert out.done_marker("shot000", 0).stat().st_mtime_ns > marker  # rendered again
+    assert {p: p.stat().st_mtime_ns for p in shot001.iterdir()} == untouched
+    assert {s: out.video(s).read_bytes() for s in before} == before  # deterministic: the same bytes
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_stopping_a_foreground_submit_releases_its_tasks(cluster2, jobs, tmp_path, how):
     out = tmp_path / "renders"
     proc = submit(cluster2, "--", str(jobs["long"]), "--out", str(out), *LONG_OPTIONS)
     wait_until(lambda: done_markers(out / "long") >= 1, 120, "the first batch")
     with workers_paused(cluster2.client):
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on a terminal sends: the submitter and its script
+        if how == "ctrl-c":  # a terminal sends SIGINT to the submitter and its script
+            os.killpg(proc.pid, signal.SIGINT)
+        else:  # `kill PID` reaches the submitter only: it stops the script itself
+            proc.send_signal(signal.SIGTERM)
         text, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, text
     sid = text.split("farm: submission ", 1)[1].split(":", 1)[0]

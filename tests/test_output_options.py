@@ -1,0 +1,68 @@
+"""Render outputs chosen per render: codecs, image sequences, frame ranges merging into an output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import farm.render as fr
+from farm import sequences, video
+from farm.errors import FarmError
+from farm.store import Output, read_frames
+from farm.tasks import VideoSettings
+from tests.test_resume import assert_same_video
+
+QUIET = {"log": lambda _: None}
+WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+
+
+@pytest.fixture
+def job(tmp_path):
+    path = tmp_path / "job.zarr"
+    fr.synth(path, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, fps=25.0)
+    return path
+
+
+def test_frame_range_renders_only_its_batches_then_merges(job, tmp_path, scheduler3):
+    out = Output(tmp_path / "out")
+    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="1-10", **QUIET)
+    assert out.batches_done("shot000") == {0, 1}  # frames 1-10 live in batches [0, 8) and [8, 16)
+    assert stats.frames_written == 16 and not out.video("shot000").exists()
+    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="17-33x4", **QUIET)
+    assert out.batches_done("shot000") == {0, 1, 2, 3, 4} and stats.frames_written == 17
+    assert video.probe(out.video("shot000")).frames == 33  # every batch done: the video is joined
+    whole = Output(tmp_path / "whole")
+    fr.render(job, whole.root, scheduler=scheduler3, options=WHOLE, **QUIET)
+    assert read_frames(out, "shot000").tobytes() == read_frames(whole, "shot000").tobytes()
+    assert_same_video(out.video("shot000"), whole.video("shot000"))
+
+
+@pytest.mark.parametrize("text", ["10-1", "a-b", "1-10x0"])
+def test_bad_frame_lists_are_refused(job, tmp_path, scheduler3, text):
+    with pytest.raises(FarmError, match="--frames"):
+        fr.render(job, tmp_path / "out", scheduler=scheduler3, options=WHOLE, frames=text, **QUIET)
+
+
+def test_frames_outside_the_shot_are_refused(job, tmp_path, scheduler3):
+    with pytest.raises(FarmError, match="numbered 1-33"):
+        fr.render(job, tmp_path / "out", scheduler=scheduler3, options=WHOLE, frames="100-200", **QUIET)
+
+
+def test_prores_video_and_png16_sequence(job, tmp_path, scheduler3):
+    settings = VideoSettings(codec="prores_hq", sequence="png16", first_frame=1001)
+    out = Output(tmp_path / "out", settings.suffix)
+    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=settings, **QUIET)
+    assert not stats.failed and out.video("shot000").suffix == ".mov"
+    info = video.probe(out.video("shot000"))
+    assert info.codec == "prores" and info.frames == 33 and float(info.fps) == 25.0
+    frames = read_frames(out, "shot000")
+    by_number = sequences.sequence_files(out.sequence_dir("shot000"), "shot000", "png")
+    assert sorted(by_number) == list(range(1001, 1034))
+    files = [by_number[n] for n in sorted(by_number)]
+    assert files[0].name == "shot000.1001.png"
+    assert sequences.png_bit_depth(files[0]) == 16
+    first = sequences.read_image(files[0])
+    np.testing.assert_array_equal((first.astype(np.float64) / 257).round().astype(np.uint8), frames[0])
+    # a different output choice is a different render of OUT: refused, nothing touched
+    with pytest.raises(FarmError, match="outputs"):
+        fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET)
