@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--first-frame", type=int, default=1, help="number of each shot's first frame (default 1)")
     p.add_argument(
+        "--frames-dtype",
+        choices=["uint8", "float16"],
+        default="uint8",
+        help="the Zarr master copy: 8-bit levels (default) or float16 in [0, 1]",
+    )
+    p.add_argument(
         "--frames",
         dest="frame_range",
         metavar="LIST",
@@ -260,7 +266,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
-                            sequence=args.sequence, first_frame=args.first_frame),
+                            sequence=args.sequence, first_frame=args.first_frame,
+                            frames_dtype=args.frames_dtype),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile,
         on_progress=_progress_bar(),

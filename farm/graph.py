@@ -180,7 +180,7 @@ def run_graph(
                 blend_slot += 1
             name = (render_id, plan.shot, batch.index)
             frames = client.submit(
-                blend_batch, batch, plan.pixel_shape[1:], placements, pieces,
+                blend_batch, batch, plan.pixel_shape[1:], placements, pieces, video.frames_dtype,
                 key=("blend-batch", *name), priority=job_priority + 100,
                 workers=[target], allow_other_workers=True,
             )  # fmt: skip

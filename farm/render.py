@@ -255,7 +255,9 @@ def render(
             out, plans, identities, restart=restart, video=video.enabled, log=log,
             frames=parse_frame_numbers(frames) if frames else None, first_frame=video.first_frame,
         )  # fmt: skip
-        prepare_output(out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans])
+        prepare_output(
+            out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans], video.frames_dtype
+        )
         for plan in plans:
             record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
         if job.spec.random_weights:
@@ -311,6 +313,7 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:
             "video": video.codec if video.enabled else None,
             "sequence": video.sequence,
             "first_frame": video.first_frame if video.sequence else None,
+            "frames_dtype": video.frames_dtype,
         },
     }
 

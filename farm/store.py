@@ -173,8 +173,12 @@ class Output:
         return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
 
 
-def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]]) -> None:
-    """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames)."""
+def prepare_output(
+    out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]], dtype: str = "uint8"
+) -> None:
+    """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames).
+
+    `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]."""
     import zarr
     from zarr.codecs import ZstdCodec
 
@@ -192,7 +196,7 @@ def prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, 
         group.attrs.update({"fps": job.shots[name].fps, "random_weights": job.spec.random_weights})
         if "frames" not in group:
             group.create_array(
-                "frames", shape=(f, h, w, 3), dtype="uint8", chunks=(chunk_frames(batch_frames), h, w, 3),
+                "frames", shape=(f, h, w, 3), dtype=dtype, chunks=(chunk_frames(batch_frames), h, w, 3),
                 fill_value=0, compressors=[ZstdCodec(level=1)],
             )  # fmt: skip
         (out.root / ".farm" / "segments" / name).mkdir(parents=True, exist_ok=True)

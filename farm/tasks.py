@@ -128,6 +128,7 @@ class VideoSettings:
     codec: str = "h264"  # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS
     sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
     first_frame: int = 1  # number of a shot's first frame in sequence file names
+    frames_dtype: str = "uint8"  # the Zarr master copy: uint8 levels or float16 in [0, 1]
 
     @property
     def suffix(self) -> str:
@@ -137,9 +138,16 @@ class VideoSettings:
 
 
 def blend_batch(
-    batch: Batch, frame_size: tuple[int, int], placements: list[Placement], pieces: list[Any]
+    batch: Batch,
+    frame_size: tuple[int, int],
+    placements: list[Placement],
+    pieces: list[Any],
+    dtype: str = "uint8",
 ) -> np.ndarray:
-    """Sum the batch's pieces in tile order (on the device they arrived on) → uint8 frames on the host."""
+    """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
+
+    `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
+    """
     import torch
 
     device = pieces[0].device if pieces else torch.device(worker_device())
@@ -148,9 +156,10 @@ def blend_batch(
         f = place.frame
         region = (slice(None), slice(f, f + piece.shape[1]), slice(*place.rows), slice(*place.cols))
         acc[region] += piece.to(device)
-    frames = to_uint8(acc).permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
+    converted = to_uint8(acc) if dtype == "uint8" else acc.clamp(0.0, 1.0).to(torch.float16)
+    frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
     if frames.is_cuda:  # one device→host copy per batch, through pinned memory
-        host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=True)
+        host = torch.empty(frames.shape, dtype=frames.dtype, pin_memory=True)
         host.copy_(frames)
         return host.numpy()
     return frames.numpy()
@@ -175,6 +184,8 @@ def encode_batch(
     from farm.video import encode_segment
 
     t0 = time.perf_counter()
+    if frames.dtype != np.uint8 and video.codec in ("h264", "h265"):
+        frames = levels_uint8(frames)
     out = Output(Path(out_root), video.suffix)
     encode_segment(frames, out.segment(batch.shot, batch.index), fps, codec=video.codec, crf=video.crf,
                    preset=video.preset, metadata=metadata)  # fmt: skip
@@ -197,6 +208,11 @@ def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *ou
     mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
+
+
+def levels_uint8(frames: np.ndarray) -> np.ndarray:
+    """float frames in [0, 1] → uint8 levels, rounding like `to_uint8` (for 8-bit codecs)."""
+    return np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
 def to_uint8(pixels: Any) -> Any:

@@ -66,3 +66,20 @@ def test_prores_video_and_png16_sequence(job, tmp_path, scheduler3):
     # a different output choice is a different render of OUT: refused, nothing touched
     with pytest.raises(FarmError, match="outputs"):
         fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET)
+
+
+def test_float16_master_copy_with_h264_and_exr(job, tmp_path, scheduler3):
+    settings = VideoSettings(frames_dtype="float16", sequence="exr" if sequences.exr_available() else "png16")
+    out = Output(tmp_path / "f16")
+    assert not fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=settings, **QUIET).failed
+    levels = Output(tmp_path / "u8")
+    fr.render(job, levels.root, scheduler=scheduler3, options=WHOLE, **QUIET)
+    master = read_frames(out, "shot000")
+    assert master.dtype == np.float16 and master.min() >= 0.0 and master.max() <= 1.0
+    # the same blend kept at half precision: within one level of the 8-bit render (half rounds first)
+    as_levels = master.astype(np.float32) * 255
+    assert np.abs(as_levels - read_frames(levels, "shot000")).max() <= 1.0
+    assert video.probe(out.video("shot000")).frames == 33
+    if settings.sequence == "exr":
+        files = sequences.sequence_files(out.sequence_dir("shot000"), "shot000", "exr")
+        np.testing.assert_array_equal(sequences.read_image(files[1]).astype(np.float16), master[0])
