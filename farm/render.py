@@ -43,6 +43,7 @@ from farm.store import (
 from farm.tasks import VideoSettings
 from farm.tiling import (
     AXES,
+    MIN_SPATIAL_CHUNK,
     ChunkSize,
     Geometry,
     ShotPlan,
@@ -147,11 +148,24 @@ def plan_job(
     for name in names:
         info = job.shots[name]
         grid = auto[name] if options.tiles == AUTO else grid_for(info.latent_shape[1:], options)
-        plans.append(
-            plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
-                      chunk=options.chunk)
-        )  # fmt: skip
+        plan = plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
+                         chunk=options.chunk)  # fmt: skip
+        check_tile_widths(plan)
+        plans.append(plan)
     return assign_round_robin(plans, n_workers)
+
+
+def check_tile_widths(plan: ShotPlan) -> None:
+    """Decoders pad every tile spatially (reflect padding): a tile 1 latent unit wide cannot decode."""
+    for axis in (1, 2):
+        sizes = [iv.size for iv in {t.latent[axis] for t in plan.tiles}]
+        if plan.grid.tiles[axis] > 1 and min(sizes) < MIN_SPATIAL_CHUNK:
+            extent = plan.latent_shape[axis + 1]
+            raise FarmError(
+                f"shot {plan.shot!r}, {AXES[axis]}: {plan.grid.tiles[axis]} tiles over {extent} latent units "
+                f"leave a tile {min(sizes)} unit wide, and decoders pad each tile (reflect padding), which "
+                f"needs at least {MIN_SPATIAL_CHUNK}: use at most {max(1, extent // MIN_SPATIAL_CHUNK)} tiles"
+            )
 
 
 def _auto_grids(

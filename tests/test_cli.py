@@ -62,6 +62,8 @@ def test_render_rejects_bad_options_before_writing(job, tmp_path):
     out = tmp_path / "out"
     assert_user_error(farm("render", str(job), "--out", str(out), "--tiles", "1,5,1"), "5 tiles do not fit")
     assert_user_error(farm("render", str(job), "--out", str(out), "--tiles", "2,1"), "--tiles '2,1'")
+    too_thin = farm("render", str(job), "--out", str(out), "--tiles", "1,1,3", "--overlap", "0,0,0")
+    assert_user_error(too_thin, "leave a tile 1 unit wide", "use at most 1 tiles")
     assert_user_error(
         farm("render", str(job), "--out", str(out), "--tiles", "2,1,1", "--chunk", "1,0,0"),
         "conflicting temporal tilings",
