@@ -265,8 +265,19 @@ def run_graph(
         if not plan.batches:  # resumed after its last batch: only the video is left to join
             submit_finish(plan)
     fill_window()
+    last_check = 0.0
     for fut in futures:
-        kind, what = meaning.pop(fut.key)
+        if time.monotonic() - last_check > 0.5:  # `farm cancel` records the render id on the scheduler
+            last_check = time.monotonic()
+            if cancel_requested(client, render_id):
+                for plan in plans:
+                    if not stats.shots[plan.shot].video and plan.shot not in failed_shots:
+                        fail_shot(plan.shot, FarmError("cancelled (farm cancel); finished batches are kept"))
+                futures.clear()
+                break
+        kind, what = meaning.pop(fut.key, (None, None))
+        if kind is None:
+            continue
         if kind == "decode":
             if fut.status == "finished":
                 stats.tiles_decoded += 1
@@ -340,6 +351,16 @@ class ProgressPublisher:
         }
         with contextlib.suppress(Exception):  # monitoring must never break a render
             self.client.set_metadata(self.key, record)
+
+
+def cancel_requested(client: Any, render_id: str) -> bool:
+    from farm.monitor import is_cancelled
+
+    try:
+        cancelled = client.get_metadata(["farm", "cancelled"], default={}) or {}
+    except Exception:  # monitoring must never break a render
+        return False
+    return is_cancelled(render_id, cancelled)
 
 
 def split_workers(client: Any) -> tuple[list[str], list[str]]:
