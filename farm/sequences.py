@@ -24,11 +24,8 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
+from farm.video import atomic_path
 
 __all__ = [
     "FORMATS",
@@ -122,23 +120,6 @@ def _to_half(frames: np.ndarray) -> np.ndarray:
 # ---- writing -------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _atomic(final: Path) -> Iterator[str]:
-    """A temp path next to `final`, renamed to it on success and removed on failure."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
-    except OSError as e:
-        raise FarmError(f"cannot write {str(final)!r}: {e}") from e
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _encode_png(image: np.ndarray) -> bytes:
     import av
 
@@ -217,7 +198,7 @@ def write_frames(
     paths = []
     for k in range(data.shape[0]):
         path = frame_path(out_dir, shot, first_frame + start + k, fmt.ext, padding)
-        with _atomic(path) as tmp:
+        with atomic_path(path) as tmp:
             if format == "exr":
                 _write_exr(data[k], tmp, exr_compression)
             else:

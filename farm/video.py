@@ -126,7 +126,7 @@ def _fraction(value: Any) -> Fraction:
 
 
 @contextlib.contextmanager
-def _atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
     final = Path(path)
     try:
@@ -198,7 +198,7 @@ def encode_segment(
         raise FarmError(f"{where}: fps must be positive, got {fps!r}")
     time_base = 1 / rate
 
-    with _atomic_path(path) as tmp, av.open(tmp, mode="w", format=spec.container) as out:
+    with atomic_path(path) as tmp, av.open(tmp, mode="w", format=spec.container) as out:
         out.metadata.update(metadata or {})
         stream = out.add_stream(spec.encoder, rate=rate, options=spec.stream_options(crf, preset))
         stream.width = width
@@ -319,7 +319,7 @@ def join_segments(
     delays = [min(p.pts for p in pk) - min(p.dts for p in pk) for _, pk, _ in read]
     max_delay = max(delays)
     with (
-        _atomic_path(path) as tmp,
+        atomic_path(path) as tmp,
         _open_video(segments[0]) as first,
         av.open(tmp, mode="w", format=container) as out,
     ):
