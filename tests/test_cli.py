@@ -50,12 +50,14 @@ def test_synth_refuses_to_overwrite(job):
 
 
 def test_plan_prints_tiles_workers_and_redundancy(job):
-    result = farm("plan", str(job), "--workers", "3", "--tiles", "1,2,2", "--overlap", "0,0,1")
+    result = farm("plan", str(job), "--workers", "3", "--tiles", "1,1,2", "--overlap", "0,0,1")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "shot shot000: latent 8x3x2x3 -> 17 frames 96x64" in out
     assert "redundant work 1.33x" in out  # width: 2 tiles of 2 columns for 3: 4/3
-    assert out.count("\n     0      0  ") == 1 and "     3      0  " in out  # slots cycle over 3 workers
+    # worker slots cycle over the job's 4 tiles: 0, 1 (shot000), 2, 0 (shot001)
+    assert "     1      1  0:3 0:2 1:3" in out and "     0      2  0:3 0:2 0:2" in out
+    assert "makespan" in out  # the planner's prediction
 
 
 def test_render_rejects_bad_options_before_writing(job, tmp_path):
