@@ -6,7 +6,6 @@ so the client never holds pixels. Tensors stay on the worker's GPU where there i
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from dataclasses import dataclass
@@ -238,8 +237,3 @@ def finish_shot(
     for s in segments:
         s.unlink(missing_ok=True)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}
-
-
-def decoded_bytes(tile: Tile) -> int:
-    """Host/device bytes of a tile's float32 pixels (3 channels)."""
-    return 3 * 4 * math.prod(span.size for span in tile.pixels)
