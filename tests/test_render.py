@@ -212,3 +212,19 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
             == read_frames(Output(tmp_path / "plain"), shot).tobytes()
         )
         assert_same_video(Output(tmp_path / "io").video(shot), Output(tmp_path / "plain").video(shot))
+
+
+def test_chunked_tile_peak_counts_the_blend_buffer():
+    from farm.tiling import ChunkSize, plan_chunks, plan_shot
+
+    spec = fr.synth_spec("ltx2")
+    g = LTX2Decoder.geometry_for(spec.config)
+    whole = plan_shot("s", (128, 16, 22, 38), g).tiles[0]
+    chunk = ChunkSize(height=11, width=19)
+    largest = max(c.pixel_volume for c in plan_chunks((16, 22, 38), g, chunk))
+    assert fr.tile_peak_bytes(LTX2Decoder, spec, whole, ChunkSize()) == LTX2Decoder.peak_bytes(
+        spec, 121 * 704 * 1216
+    )
+    assert fr.tile_peak_bytes(LTX2Decoder, spec, whole, chunk) == (
+        LTX2Decoder.peak_bytes(spec, largest) + 12 * 121 * 704 * 1216
+    )
