@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -256,6 +257,9 @@ def render(
             plans = plan_job(
                 job, options, n_workers, [p.shot for p in plans], fixed=recorded_grids(out, plans, restart)
             )
+        warning = memory_warning(plans, job.spec, smallest_gpu_memory(client, split_workers(client)[0]))
+        if warning:
+            log(warning)
         identities = {}
         for plan in list(plans):
             try:
@@ -541,6 +545,33 @@ def tile_peak_bytes(cls: type, spec: DecoderSpec, tile: Tile, chunk: ChunkSize) 
     chunks = plan_chunks([iv.size for iv in tile.latent], geometry, chunk)
     peak = cls.peak_bytes(spec, max(c.pixel_volume for c in chunks))
     return peak + (12 * tile.pixel_volume if len(chunks) > 1 else 0)
+
+
+def smallest_gpu_memory(client: Any, workers: Sequence[str]) -> int | None:
+    """Total memory of the smallest GPU among `workers` (None on a CPU cluster)."""
+    sizes = [v for v in client.run(_gpu_memory_total, workers=list(workers)).values() if v]
+    return min(sizes) if sizes else None
+
+
+def _gpu_memory_total() -> int | None:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+
+
+def memory_warning(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int | None) -> str | None:
+    """A warning when the plan's largest tile is estimated to need more than 90 % of a worker's GPU."""
+    if not gpu_bytes or not plans:
+        return None
+    cls = decoder_class(spec)
+    need, shot = max((tile_peak_bytes(cls, spec, t, p.chunk), p.shot) for p in plans for t in p.tiles)
+    if need <= 0.9 * gpu_bytes:
+        return None
+    return (
+        f"warning: shot {shot!r}: a tile is estimated to need {human_bytes(need)} of GPU memory, more than "
+        f"90% of the smallest worker GPU ({human_bytes(gpu_bytes)}); split it with --tiles or bound each "
+        "decode call with --chunk F,H,W"
+    )
 
 
 def tile_chunk_volume(tile: Tile, chunk: ChunkSize, geometry: Geometry) -> int:

@@ -228,3 +228,17 @@ def test_chunked_tile_peak_counts_the_blend_buffer():
     assert fr.tile_peak_bytes(LTX2Decoder, spec, whole, chunk) == (
         LTX2Decoder.peak_bytes(spec, largest) + 12 * 121 * 704 * 1216
     )
+
+
+def test_memory_warning_names_the_shot_and_the_fix():
+    from farm.tiling import ChunkSize, plan_shot
+
+    spec = fr.synth_spec("ltx2")
+    g = LTX2Decoder.geometry_for(spec.config)
+    plan = plan_shot("big", (128, 16, 34, 60), g)  # 121x1088x1920 untiled: ~20 GiB estimated
+    warning = fr.memory_warning([plan], spec, 16 * 2**30)
+    assert warning and "shot 'big'" in warning and "--chunk" in warning and "--tiles" in warning
+    assert fr.memory_warning([plan], spec, 141 * 2**30) is None  # an H200 holds it
+    chunked = plan_shot("big", (128, 16, 34, 60), g, chunk=ChunkSize(height=11, width=19))
+    assert fr.memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
+    assert fr.memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
