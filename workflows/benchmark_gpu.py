@@ -190,6 +190,19 @@ def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool
 # --------------------------------------------------------------------------------------------------
 
 
+def timed_reps(decode: Any, reps: int) -> list[float]:
+    """Wall seconds of `reps` calls of `decode`, each bracketed by a device synchronisation."""
+    times = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        out = decode()
+        sync()
+        times.append(time.perf_counter() - t0)
+        del out
+    return times
+
+
 def part_plain(args: argparse.Namespace, results: dict) -> None:
     import torch
 
@@ -228,14 +241,7 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
     del out
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.reps):
-        sync()
-        t0 = time.perf_counter()
-        out = decode()
-        sync()
-        times.append(time.perf_counter() - t0)
-        del out
+    times = timed_reps(decode, args.reps)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
     med = statistics.median(times)
     results["plain"] = {
@@ -261,14 +267,7 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
         decode()
         sync()
         compile_s = time.perf_counter() - t0
-        times = []
-        for _ in range(args.reps):
-            sync()
-            t0 = time.perf_counter()
-            out = decode()
-            sync()
-            times.append(time.perf_counter() - t0)
-            del out
+        times = timed_reps(decode, args.reps)
         med = statistics.median(times)
         results["plain_compiled"] = {"compile_s": compile_s, "median_s": med, "frames_per_s": shape[2] / med}
         log(f"plain decode, torch.compile: first call {compile_s:.1f} s, median {med:.3f} s "
