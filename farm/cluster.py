@@ -261,7 +261,10 @@ def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
                 "nthreads": 2,
                 "host": "127.0.0.1",
                 "memory_limit": memory_limit,
-                "env": {"CUDA_VISIBLE_DEVICES": ""},  # never touch a GPU: these only write and encode
+                # never touch a GPU: these only write and encode. UCX must then not create a CUDA
+                # context either (the parent's config asks for one; with no visible device it fails).
+                "env": {"CUDA_VISIBLE_DEVICES": "", "DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT": "False"},
+                "config": {"distributed-ucxx.create-cuda-context": False},
             },
         }
     cluster.sync(cluster._correct_state)

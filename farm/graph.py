@@ -181,6 +181,7 @@ def run_graph(
             name = (render_id, plan.shot, batch.index)
             frames = client.submit(
                 blend_batch, batch, plan.pixel_shape[1:], placements, pieces, video.frames_dtype,
+                video.takes_yuv420,
                 key=("blend-batch", *name), priority=job_priority + 100,
                 workers=[target], allow_other_workers=True,
             )  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from dask.sizeof import sizeof
 
 from farm.errors import FarmError
 from farm.store import Output, mark_done, read_latent, write_frames
@@ -135,6 +136,31 @@ class VideoSettings:
 
         return codec_for(self.codec).suffix
 
+    @property
+    def takes_yuv420(self) -> bool:
+        """The video codec encodes yuv420p, so blends can hand it converted planes."""
+        from farm.video import codec_for
+
+        return self.enabled and codec_for(self.codec).pix_fmt == "yuv420p"
+
+
+@dataclass(frozen=True)
+class BlendedFrames:
+    """A blended batch on the host: RGB frames ``[F, H, W, 3]`` (uint8 or float16) for Zarr and images,
+    and, when the video codec takes them, the same frames as yuv420p planes ``[F, H*3/2, W]``."""
+
+    rgb: np.ndarray
+    yuv420: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.rgb.nbytes + (0 if self.yuv420 is None else self.yuv420.nbytes)
+
+
+@sizeof.register(BlendedFrames)
+def _sizeof_blended(frames: BlendedFrames) -> int:
+    return frames.nbytes + 64  # Dask's memory accounting and spilling see the pixels
+
 
 def blend_batch(
     batch: Batch,
@@ -142,12 +168,17 @@ def blend_batch(
     placements: list[Placement],
     pieces: list[Any],
     dtype: str = "uint8",
-) -> np.ndarray:
+    yuv420: bool = False,
+) -> BlendedFrames:
     """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
 
     `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
+    `yuv420`: also convert the blended pixels to yuv420p planes for the encoder (`farm.yuv`), on the
+    same device, so the I/O worker that encodes skips the colour conversion.
     """
     import torch
+
+    from farm.yuv import rgb_to_yuv420
 
     device = pieces[0].device if pieces else torch.device(worker_device())
     acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
@@ -157,47 +188,57 @@ def blend_batch(
         acc[region] += piece.to(device)
     converted = to_uint8(acc) if dtype == "uint8" else acc.clamp(0.0, 1.0).to(torch.float16)
     frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
-    if frames.is_cuda:  # one device→host copy per batch, through pinned memory
-        host = torch.empty(frames.shape, dtype=frames.dtype, pin_memory=True)
-        host.copy_(frames)
+    planes = rgb_to_yuv420(acc) if yuv420 else None
+    del acc
+    return BlendedFrames(_to_host(frames), None if planes is None else _to_host(planes))
+
+
+def _to_host(tensor: Any) -> np.ndarray:
+    """One device→host copy, through pinned memory, for a GPU tensor; CPU tensors as they are."""
+    import torch
+
+    if tensor.is_cuda:
+        host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor)
         return host.numpy()
-    return frames.numpy()
+    return tensor.numpy()
 
 
-def write_batch(out_root: str, batch: Batch, frames: np.ndarray) -> float:
+def write_batch(out_root: str, batch: Batch, frames: BlendedFrames) -> float:
     """Write a blended batch into the shot's Zarr frames; returns seconds spent."""
     t0 = time.perf_counter()
-    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames)
+    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb)
     return time.perf_counter() - t0
 
 
 def encode_batch(
     out_root: str,
     batch: Batch,
-    frames: np.ndarray,
+    frames: BlendedFrames,
     fps: float,
     video: VideoSettings,
     metadata: dict[str, str],
 ) -> float:
-    """Encode a blended batch as its own H.264 segment; returns seconds spent."""
+    """Encode a blended batch as its own video segment; returns seconds spent."""
     from farm.video import encode_segment
 
     t0 = time.perf_counter()
-    if frames.dtype != np.uint8 and video.codec in ("h264", "h265"):
-        frames = levels_uint8(frames)
+    rgb = frames.rgb
+    if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
+        rgb = levels_uint8(rgb)
     out = Output(Path(out_root), video.suffix)
-    encode_segment(frames, out.segment(batch.shot, batch.index), fps, codec=video.codec, crf=video.crf,
-                   preset=video.preset, metadata=metadata)  # fmt: skip
+    encode_segment(rgb, out.segment(batch.shot, batch.index), fps, codec=video.codec, crf=video.crf,
+                   preset=video.preset, metadata=metadata, yuv420=frames.yuv420)  # fmt: skip
     return time.perf_counter() - t0
 
 
-def write_sequence(out_root: str, batch: Batch, frames: np.ndarray, video: VideoSettings) -> float:
+def write_sequence(out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
     from farm.sequences import write_frames as write_images
 
     t0 = time.perf_counter()
     out = Output(Path(out_root))
-    write_images(frames, out.sequence_dir(batch.shot), batch.shot, start=batch.start,
+    write_images(frames.rgb, out.sequence_dir(batch.shot), batch.shot, start=batch.start,
                  first_frame=video.first_frame, format=video.sequence or "png8")  # fmt: skip
     return time.perf_counter() - t0
 

@@ -162,8 +162,22 @@ def _prepare_frames(frames: np.ndarray, codec: Codec, where: str) -> tuple[np.nd
     return frames, "rgb48le"
 
 
+def _prepare_planes(planes: np.ndarray, codec: Codec, where: str) -> tuple[int, int, int]:
+    """Check yuv420p planes ``[F, H * 3 / 2, W]`` (see :func:`farm.yuv.rgb_to_yuv420`): frames, H, W."""
+    planes = np.asarray(planes)
+    if codec.pix_fmt != "yuv420p":
+        raise FarmError(
+            f"{where}: {codec.name} encodes {codec.pix_fmt}; give it RGB frames, not yuv420p planes"
+        )
+    if planes.ndim != 3 or planes.dtype != np.uint8 or planes.shape[1] % 3:
+        raise FarmError(
+            f"{where}: yuv420p planes must be uint8 [F, H*3/2, W], got {planes.dtype} {planes.shape}"
+        )
+    return planes.shape[0], planes.shape[1] * 2 // 3, planes.shape[2]
+
+
 def encode_segment(
-    frames: np.ndarray,
+    frames: np.ndarray | None,
     path: str | os.PathLike[str],
     fps: float | Fraction,
     *,
@@ -171,18 +185,26 @@ def encode_segment(
     crf: int = 18,
     preset: str = "veryfast",
     metadata: dict[str, str] | None = None,
+    yuv420: np.ndarray | None = None,
 ) -> None:
     """Encode RGB frames ``[F, H, W, 3]`` as one independently decodable video file at ``path``.
 
     ``codec`` is a name in :data:`CODECS` (default H.264 mp4); ``crf``/``preset`` apply to H.264/H.265.
     8-bit codecs take uint8 frames; 10-bit ones (ProRes) also take uint16 or float frames in [0, 1].
-    BT.709 (tv range) tags, frame ``k`` at ``k / fps`` seconds. Written to a temp file in the same
-    directory and renamed into place, so ``path`` is either complete or absent.
+    ``yuv420``: the frames already converted to BT.709 tv-range yuv420p planes (``farm.yuv``), fed to the
+    encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
+    ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
+    ``path`` is either complete or absent.
     """
     spec = codec_for(codec)
     where = f"encode_segment({os.fspath(path)!r})"
-    frames, rgb_format = _prepare_frames(frames, spec, where)
-    n, height, width, _ = frames.shape
+    if yuv420 is not None:
+        n, height, width = _prepare_planes(yuv420, spec, where)
+    else:
+        if frames is None:
+            raise FarmError(f"{where}: give RGB frames or yuv420p planes")
+        frames, rgb_format = _prepare_frames(frames, spec, where)
+        n, height, width, _ = frames.shape
     if n == 0:
         raise FarmError(f"{where}: no frames to encode")
     needs_even = (height % 2 if spec.pix_fmt.startswith("yuv420") else 0) or (
@@ -214,10 +236,15 @@ def encode_segment(
         ctx.colorspace = _BT709
         ctx.color_range = int(ColorRange.MPEG)
         for k in range(n):
-            rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format=rgb_format)
-            frame = rgb.reformat(
-                format=spec.pix_fmt, dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
-            )
+            if yuv420 is not None:
+                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(yuv420[k]), format="yuv420p")
+                frame.colorspace = _BT709
+                frame.color_range = int(ColorRange.MPEG)
+            else:
+                rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format=rgb_format)
+                frame = rgb.reformat(
+                    format=spec.pix_fmt, dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
+                )
             frame.color_primaries = _BT709  # encoders that tag per frame (prores_ks) read these
             frame.color_trc = _BT709
             frame.pts = k

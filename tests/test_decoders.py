@@ -80,7 +80,7 @@ def farm_tiles(job_path, spec, latent_shape, grid: TileGrid, batch_frames: int =
             f, h, w = tile.pixels
             placements.append(Placement(max(f.start - batch.start, 0), (h.start, h.stop), (w.start, w.stop)))
             tensors.append(piece)
-        frames.append(blend_batch(batch, plan.pixel_shape[1:], placements, tensors))
+        frames.append(blend_batch(batch, plan.pixel_shape[1:], placements, tensors).rgb)
     return plan, np.concatenate(frames)
 
 

@@ -222,3 +222,64 @@ def test_join_missing_segment(tmp_path: Path) -> None:
 def test_missing_output_directory(tmp_path: Path) -> None:
     with pytest.raises(FarmError, match="cannot write"):
         encode_segment(pattern(2), tmp_path / "nope" / "a.mp4", 24)
+
+
+def yuv_planes(rgb: np.ndarray) -> np.ndarray:
+    import torch
+
+    from farm.yuv import rgb_to_yuv420
+
+    pixels = torch.from_numpy(rgb).permute(3, 0, 1, 2).float() / 255.0
+    return rgb_to_yuv420(pixels).numpy()
+
+
+def test_rgb_to_yuv420_matches_swscale() -> None:
+    """farm.yuv's conversion (done on the blending GPU) agrees with FFmpeg's BT.709 tv-range one."""
+    from av.video.reformatter import ColorRange, Colorspace
+
+    src = pattern(3)
+    planes = yuv_planes(src)
+    assert planes.shape == (3, H * 3 // 2, W) and planes.dtype == np.uint8
+    for k in range(3):
+        ref = av.VideoFrame.from_ndarray(src[k], format="rgb24").reformat(
+            format="yuv420p", dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
+        )
+        luma = np.frombuffer(ref.planes[0], np.uint8).reshape(H, ref.planes[0].line_size)[:, :W]
+        assert np.abs(planes[k, :H].astype(int) - luma).max() <= 1
+        for i, rows in ((1, slice(H, H + H // 4)), (2, slice(H + H // 4, None))):
+            plane = ref.planes[i]
+            chroma = np.frombuffer(plane, np.uint8).reshape(H // 2, plane.line_size)[:, : W // 2]
+            # swscale filters chroma with its own kernel; farm averages each 2x2 block
+            assert mean_abs_diff(planes[k, rows].reshape(H // 2, W // 2), chroma) < 1.5
+
+
+def test_encode_segment_from_yuv420_planes(tmp_path: Path) -> None:
+    src = pattern(10)
+    out = tmp_path / "y.mp4"
+    encode_segment(None, out, 24, yuv420=yuv_planes(src))
+    got = read_frames(out)
+    assert got.shape == src.shape
+    assert mean_abs_diff(got, src) < 3
+    with av.open(str(out)) as c:
+        frame = next(c.decode(video=0))
+    assert (frame.colorspace, frame.color_range) == (1, 1)
+    # joinable with a segment encoded from RGB: the same stream headers
+    rgb = tmp_path / "r.mp4"
+    encode_segment(pattern(4, start=10), rgb, 24)
+    join_segments([out, rgb], tmp_path / "joined.mp4")
+    assert probe(tmp_path / "joined.mp4").frames == 14
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"codec": "prores_hq"}, "give it RGB frames"),
+        ({"yuv420": np.zeros((2, H, W), np.uint16)}, "planes must be uint8"),
+        ({"yuv420": np.zeros((2, H + 1, W), np.uint8)}, "planes must be uint8"),
+    ],
+)
+def test_encode_segment_refuses_bad_planes(tmp_path: Path, kw: dict, match: str) -> None:
+    kw.setdefault("yuv420", np.zeros((2, H * 3 // 2, W), np.uint8))
+    with pytest.raises(FarmError, match=match):
+        encode_segment(None, tmp_path / "bad.mov", 24, **kw)
+    assert list(tmp_path.iterdir()) == []
