@@ -155,9 +155,13 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 COMPILE = False  # set from --compile: farm's workers torch.compile the decoder
 VIDEO: Any = None  # farm.tasks.VideoSettings from --preset / --no-video
+VARIANTS: list[tuple[str, Any]] = []  # (label, VideoSettings) of each farm render, from --videos
+TILES: Any = (1, 1, 1)  # --tiles: the farm renders' tile grid, or "auto"
 
 
-def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool = True) -> dict[str, Any]:
+def timed_render(
+    job: Path, out: Path, scheduler: str, options: Any, quiet: bool = True, video: Any = None
+) -> dict[str, Any]:
     """Render `job` on the running cluster; wall time from the call to frames and videos written."""
     import zarr
 
@@ -168,7 +172,7 @@ def timed_render(job: Path, out: Path, scheduler: str, options: Any, quiet: bool
     t0 = time.perf_counter()
     stats = render(
         str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log,
-        compile=COMPILE, video=VIDEO,
+        compile=COMPILE, video=video or VIDEO,
     )  # fmt: skip
     wall = time.perf_counter() - t0
     d = stats_dict(stats)
@@ -311,7 +315,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
         # one shot per worker, so every worker loads (and compiles) its model before the timed runs
         stats = render(
             str(jobs[args.workers]), str(work / "out-warm"), scheduler=address, log=lambda _m: None,
-            compile=COMPILE, options=PlanOptions(tiles=(1, 1, 1)),
+            compile=COMPILE, options=PlanOptions(tiles=TILES),
         )  # fmt: skip
         results["farm"]["warmup_s"] = time.perf_counter() - t0
         log(
@@ -319,15 +323,19 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
             f"{stats.frames_written} frames"
         )
 
-        for n in sorted(jobs):
+        results["farm"]["workers"] = sorted(
+            str(w.get("name")) for w in client.scheduler_info(n_workers=-1)["workers"].values()
+        )
+        for (label, video), n in ((v, n) for v in VARIANTS for n in sorted(jobs)):
             try:
                 per_worker(client, worker_reset_peak)
-                d = timed_render(jobs[n], work / f"out-{n}", address, PlanOptions(tiles=(1, 1, 1)))
+                d = timed_render(jobs[n], work / f"out-{n}", address, PlanOptions(tiles=TILES), video=video)
                 d["peak_per_worker"] = per_worker(client, worker_peak)
-                runs[str(n)] = d
+                d["video"] = label
+                runs[f"{n} {label}" if len(VARIANTS) > 1 else str(n)] = d
                 peaks = [v["max_allocated"] for v in d["peak_per_worker"].values()]
                 log(
-                    f"farm {n} shot(s): {d['frames_written']} frames in {d['wall_s']:.2f} s "
+                    f"farm {n} shot(s), {label}: {d['frames_written']} frames in {d['wall_s']:.2f} s "
                     f"({d['frames_per_s']:.1f} frames/s; run_graph {d['seconds']:.2f} s) "
                     ""
                     f"write {d['write_s']:.2f} s encode {d['encode_s']:.2f} s; peak/worker "
@@ -718,14 +726,24 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the decoder (farm and plain)")
     p.add_argument("--preset", default="veryfast", help="x264 preset of the farm renders")
     p.add_argument("--no-video", action="store_true", help="farm renders write Zarr only")
+    p.add_argument(
+        "--videos", default="", help="comma list of x264 presets and/or 'none' (Zarr only): each is "
+        "rendered on the same warm cluster (default: --preset, or none with --no-video)",
+    )  # fmt: skip
+    p.add_argument("--tiles", default="1,1,1", help="tile grid F,H,W of the farm renders, or auto")
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
-    global COMPILE, VIDEO
+    global COMPILE, VIDEO, VARIANTS, TILES
     from farm.tasks import VideoSettings
 
     COMPILE = args.compile
     VIDEO = VideoSettings(preset=args.preset, enabled=not args.no_video)
+    labels = args.videos.split(",") if args.videos else ["none" if args.no_video else args.preset]
+    VARIANTS = [
+        (lb, VideoSettings(enabled=False) if lb == "none" else VideoSettings(preset=lb)) for lb in labels
+    ]
+    TILES = "auto" if args.tiles == "auto" else tuple(int(x) for x in args.tiles.split(","))
     args.chunk = tuple(int(x) for x in args.chunk.split(","))
     parts = set(args.parts.split(","))
 
