@@ -24,11 +24,8 @@ SHARED_ROOT = Path("/dev/shm")
 
 
 def shared_dir(render_id: str, root: Path = SHARED_ROOT) -> str | None:
-    """The folder a render's handed-off batches live in, or None where this host has no /dev/shm or
-    ``FARM_SHM_HANDOFF=0`` is set (frames then travel through Dask's comms)."""
-    if os.environ.get("FARM_SHM_HANDOFF", "1") == "0" or not root.is_dir():
-        return None
-    return str(root / f"farm-{render_id}")
+    """The folder a render's handed-off batches live in, or None where this host has no /dev/shm."""
+    return str(root / f"farm-{render_id}") if root.is_dir() else None
 
 
 @dataclass(frozen=True)

@@ -177,11 +177,9 @@ def blend_batch(
     if shared is not None:
         out = allocate(f"{shared}/{batch.shot}-{batch.index}", tuple(frames.shape),
                        _numpy_dtype(frames), None if planes is None else tuple(planes.shape))  # fmt: skip
-        # device→host into pinned memory (a pageable target would stall the GPU's stream), then a
-        # host copy (torch's: threaded, without the GIL) into the shared pages
-        torch.from_numpy(out.rgb).copy_(torch.from_numpy(_to_host(frames)))
+        torch.from_numpy(out.rgb).copy_(frames)  # device→host straight into the shared pages
         if planes is not None:
-            torch.from_numpy(out.yuv420).copy_(torch.from_numpy(_to_host(planes)))
+            torch.from_numpy(out.yuv420).copy_(planes)
         return out
     return BlendedFrames(_to_host(frames), None if planes is None else _to_host(planes))
 

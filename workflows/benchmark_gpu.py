@@ -352,8 +352,6 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
             str(w.get("name")) for w in client.scheduler_info(n_workers=-1)["workers"].values()
         )
         for (label, video), n in ((v, n) for v in VARIANTS for n in sorted(jobs)):
-            comms = label.endswith("+comms")  # "<preset>+comms": frames through Dask's comms, not /dev/shm
-            os.environ["FARM_SHM_HANDOFF"] = "0" if comms else "1"
             try:
                 per_worker(client, worker_reset_peak)
                 d = timed_render(jobs[n], work / f"out-{n}", address, PlanOptions(tiles=TILES), video=video)
@@ -774,11 +772,7 @@ def main() -> None:
     VIDEO = VideoSettings(preset=args.preset, enabled=not args.no_video)
     labels = args.videos.split(",") if args.videos else ["none" if args.no_video else args.preset]
     VARIANTS = [
-        (
-            lb,
-            VideoSettings(enabled=False) if lb.startswith("none") else VideoSettings(preset=lb.split("+")[0]),
-        )
-        for lb in labels
+        (lb, VideoSettings(enabled=False) if lb == "none" else VideoSettings(preset=lb)) for lb in labels
     ]
     WINDOW = args.window
     TILES = "auto" if args.tiles == "auto" else tuple(int(x) for x in args.tiles.split(","))
