@@ -23,7 +23,6 @@ from typing import Any
 
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
-from farm.handoff import remove_shared_dir, shared_dir
 from farm.store import Output
 from farm.tasks import (
     Placement,
@@ -118,9 +117,6 @@ def run_graph(
     workers, io_workers = split_workers(client)
     if not workers:
         raise RuntimeError("the cluster has no decode workers")
-    hosts = worker_hosts(client)
-    handoff = shared_dir(render_id)
-    handoff_hosts: set[str] = set()
 
     metadata = dict(metadata or {})
     stats = RenderStats(
@@ -183,21 +179,17 @@ def run_graph(
                 target = workers[blend_slot % len(workers)]
                 blend_slot += 1
             name = (render_id, plan.shot, batch.index)
-            # I/O workers (other processes) write and encode when the cluster has them
-            io_target = io_workers[io_slot[0] % len(io_workers)] if io_workers else target
-            io_slot[0] += 1
-            # an I/O worker on the blending worker's host maps the frames from shared memory
-            shared = handoff if io_target != target and hosts.get(io_target) == hosts.get(target) else None
-            if shared:
-                handoff_hosts.add(target)
             frames = client.submit(
                 blend_batch, batch, plan.pixel_shape[1:], placements, pieces, video.frames_dtype,
-                video.takes_yuv420, shared,
+                video.takes_yuv420,
                 key=("blend-batch", *name), priority=job_priority + 100,
                 workers=[target], allow_other_workers=True,
             )  # fmt: skip
+            # I/O workers (other processes) write and encode when the cluster has them
+            io_target = io_workers[io_slot[0] % len(io_workers)] if io_workers else target
+            io_slot[0] += 1
             where = {"workers": [io_target], "allow_other_workers": True}
-            # writing and encoding run side by side (on an I/O worker, or the blending worker's other threads)
+            # writing and encoding run side by side on the blending worker's other threads
             written = client.submit(
                 write_batch,
                 str(out.root),
@@ -220,7 +212,7 @@ def run_graph(
                     key=("write-sequence", *name), priority=job_priority + 90, **where,
                 ))  # fmt: skip
             fut = client.submit(
-                mark_batch, str(out.root), batch, frames, written, encoded, *extra, key=("mark-batch", *name),
+                mark_batch, str(out.root), batch, written, encoded, *extra, key=("mark-batch", *name),
                 priority=job_priority + 95, **where,
             )  # fmt: skip
             futures.add(fut)
@@ -323,9 +315,6 @@ def run_graph(
         publisher.publish(stats)
         if on_progress:
             on_progress(stats)
-    if handoff_hosts:  # batches of failed or cancelled shots may have left their handoff files
-        with contextlib.suppress(Exception):
-            client.run(remove_shared_dir, handoff, workers=sorted(handoff_hosts))
     stats.seconds = time.perf_counter() - started
     publisher.publish(stats, final=True)
     if on_progress:
@@ -381,12 +370,6 @@ def split_workers(client: Any) -> tuple[list[str], list[str]]:
     for address, info in sorted(client.scheduler_info(n_workers=-1)["workers"].items()):
         (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
     return decode, io
-
-
-def worker_hosts(client: Any) -> dict[str, str]:
-    """Each worker's host, as the scheduler knows it."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    return {address: str(info.get("host", "")) for address, info in workers.items()}
 
 
 def placement(plan: ShotPlan, tile: Tile, batch_start: int) -> Placement:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.handoff import BlendedFrames, allocate
 from farm.store import Output, mark_done, read_latent, write_frames
 from farm.tiling import Batch, ChunkSize, Tile, plan_chunks
 
@@ -144,6 +144,24 @@ class VideoSettings:
         return self.enabled and codec_for(self.codec).pix_fmt == "yuv420p"
 
 
+@dataclass(frozen=True)
+class BlendedFrames:
+    """A blended batch on the host: RGB frames ``[F, H, W, 3]`` (uint8 or float16) for Zarr and images,
+    and, when the video codec takes them, the same frames as yuv420p planes ``[F, H*3/2, W]``."""
+
+    rgb: np.ndarray
+    yuv420: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.rgb.nbytes + (0 if self.yuv420 is None else self.yuv420.nbytes)
+
+
+@sizeof.register(BlendedFrames)
+def _sizeof_blended(frames: BlendedFrames) -> int:
+    return frames.nbytes + 64  # Dask's memory accounting and spilling see the pixels
+
+
 def blend_batch(
     batch: Batch,
     frame_size: tuple[int, int],
@@ -151,14 +169,12 @@ def blend_batch(
     pieces: list[Any],
     dtype: str = "uint8",
     yuv420: bool = False,
-    shared: str | None = None,
 ) -> BlendedFrames:
     """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
 
     `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
     `yuv420`: also convert the blended pixels to yuv420p planes for the encoder (`farm.yuv`), on the
-    same device, so the I/O worker that encodes skips the colour conversion. `shared`: a folder in
-    shared memory (`farm.handoff`) to put the frames in, for I/O workers on this host.
+    same device, so the I/O worker that encodes skips the colour conversion.
     """
     import torch
 
@@ -174,20 +190,7 @@ def blend_batch(
     frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
     planes = rgb_to_yuv420(acc) if yuv420 else None
     del acc
-    if shared is not None:
-        out = allocate(f"{shared}/{batch.shot}-{batch.index}", tuple(frames.shape),
-                       _numpy_dtype(frames), None if planes is None else tuple(planes.shape))  # fmt: skip
-        torch.from_numpy(out.rgb).copy_(frames)  # device→host straight into the shared pages
-        if planes is not None:
-            torch.from_numpy(out.yuv420).copy_(planes)
-        return out
     return BlendedFrames(_to_host(frames), None if planes is None else _to_host(planes))
-
-
-def _numpy_dtype(tensor: Any) -> np.dtype:
-    import torch
-
-    return np.dtype({torch.uint8: np.uint8, torch.float16: np.float16}[tensor.dtype])
 
 
 def _to_host(tensor: Any) -> np.ndarray:
@@ -240,13 +243,9 @@ def write_sequence(out_root: str, batch: Batch, frames: BlendedFrames, video: Vi
     return time.perf_counter() - t0
 
 
-def mark_batch(
-    out_root: str, batch: Batch, frames: BlendedFrames, write_s: float, encode_s: float, *outputs: Any
-) -> dict[str, Any]:
-    """Record the batch as done: runs only after its frames, segment and images are all in place.
-    Frees the batch's shared-memory handoff, if it had one."""
+def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
+    """Record the batch as done: runs only after its frames, segment and images are all in place."""
     mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
-    frames.release()
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -195,17 +193,13 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
 
     from farm.cluster import connect
     from farm.graph import split_workers
-    from farm.handoff import shared_dir
 
     with connect(workers=1, io_workers=2) as client:
         decode, io = split_workers(client)
         assert len(decode) == 1 and len(io) == 2
         address = client.scheduler.address
         with get_task_stream(client) as stream:
-            stats = fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
-    # frames went to the I/O workers through shared memory, and none of it is left behind
-    assert shared_dir(stats.render_id) is not None
-    assert not Path(shared_dir(stats.render_id)).exists()
+            fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
     where: dict[str, set] = {}
     for t in stream.data:  # every write and encode ran on an I/O worker
         where.setdefault(key_split(t["key"]), set()).add(t["worker"])
@@ -248,29 +242,3 @@ def test_memory_warning_names_the_shot_and_the_fix():
     chunked = plan_shot("big", (128, 16, 34, 60), g, chunk=ChunkSize(height=11, width=19))
     assert fr.memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
     assert fr.memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
-
-
-def test_blended_frames_travel_through_shared_memory(tmp_path):
-    """A batch blended into shared memory pickles as a descriptor and reads back the same pixels."""
-    import pickle
-
-    from farm.handoff import BlendedFrames
-    from farm.tasks import Placement, blend_batch
-    from farm.tiling import Batch
-
-    batch = Batch(shot="s", index=3, start=0, stop=4, tiles=(0,))
-    piece = torch.rand((3, 4, 16, 24))
-    args = (batch, (16, 24), [Placement(0, (0, 16), (0, 24))], [piece], "uint8", True)
-    local = blend_batch(*args)
-    shared = blend_batch(*args, shared=str(tmp_path / "handoff"))
-    assert shared.shared is not None and local.shared is None
-    wire = pickle.dumps(shared)
-    assert len(wire) < 1000 < len(pickle.dumps(local))
-    back = pickle.loads(wire)
-    assert isinstance(back, BlendedFrames)
-    np.testing.assert_array_equal(back.rgb, local.rgb)
-    np.testing.assert_array_equal(back.yuv420, local.yuv420)
-    back.release()
-    assert list((tmp_path / "handoff").iterdir()) == []
-    with pytest.raises(RuntimeError, match="not in this host's shared memory"):
-        pickle.loads(wire)
