@@ -157,6 +157,7 @@ COMPILE = False  # set from --compile: farm's workers torch.compile the decoder
 VIDEO: Any = None  # farm.tasks.VideoSettings from --preset / --no-video
 VARIANTS: list[tuple[str, Any]] = []  # (label, VideoSettings) of each farm render, from --videos
 TILES: Any = (1, 1, 1)  # --tiles: the farm renders' tile grid, or "auto"
+WINDOW: int | None = None  # --window: decoded tiles in flight (farm's default when None)
 
 
 def timed_render(
@@ -164,18 +165,21 @@ def timed_render(
 ) -> dict[str, Any]:
     """Render `job` on the running cluster; wall time from the call to frames and videos written."""
     import zarr
+    from distributed import get_task_stream
 
     from farm.render import render
 
     if out.exists():
         shutil.rmtree(out)
     t0 = time.perf_counter()
-    stats = render(
-        str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log,
-        compile=COMPILE, video=video or VIDEO,
-    )  # fmt: skip
+    with get_task_stream() as ts:  # the benchmark's client (the default one)
+        stats = render(
+            str(job), str(out), scheduler=scheduler, options=options, log=(lambda _m: None) if quiet else log,
+            compile=COMPILE, video=video or VIDEO, window=WINDOW,
+        )  # fmt: skip
     wall = time.perf_counter() - t0
     d = stats_dict(stats)
+    d["tasks"] = task_summary(ts.data)
     d["wall_s"] = wall
     d["frames_per_s"] = stats.frames_written / wall if wall > 0 else 0.0
     videos = [Path(v) for v in d["videos"] if v]
@@ -187,6 +191,27 @@ def timed_render(
     if d["failed"]:
         raise RuntimeError(f"render of {job.name} had failed shots: {d['failed']}")
     return d
+
+
+def task_summary(records: list[dict]) -> dict[str, dict[str, float]]:
+    """Per task kind (the key's first element): count, compute and transfer seconds, first start and
+    last stop (seconds after the first task started), from Dask's task stream."""
+    starts = [ss["start"] for r in records for ss in r.get("startstops", ())]
+    origin = min(starts) if starts else 0.0
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        key = r.get("key")
+        kind = str(key[0] if isinstance(key, tuple) else key).split("-")[0:2]
+        s = out.setdefault(
+            "-".join(kind), {"n": 0, "compute_s": 0.0, "transfer_s": 0.0, "first": 1e9, "last": 0.0}
+        )
+        s["n"] += 1
+        for ss in r.get("startstops", ()):
+            name = "compute_s" if ss["action"] == "compute" else "transfer_s"
+            s[name] += ss["stop"] - ss["start"]
+            s["first"] = min(s["first"], ss["start"] - origin)
+            s["last"] = max(s["last"], ss["stop"] - origin)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -342,6 +367,11 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
                     f"{[gib(p) for p in peaks]} GiB; zarr frames {d['zarr_frames']}, "
                     f"videos ok {d['videos_ok']}"
                 )
+                for kind, t in sorted(d["tasks"].items(), key=lambda kv: kv[1]["first"]):
+                    log(
+                        f"    {kind:16s} n={t['n']:3d} compute {t['compute_s']:6.2f} s transfer "
+                        f"{t['transfer_s']:5.2f} s span {t['first']:5.2f}-{t['last']:5.2f} s"
+                    )
             except Exception as exc:  # noqa: BLE001
                 record_error(results, f"farm-{n}", exc)
 
@@ -730,11 +760,12 @@ def main() -> None:
         "--videos", default="", help="comma list of x264 presets and/or 'none' (Zarr only): each is "
         "rendered on the same warm cluster (default: --preset, or none with --no-video)",
     )  # fmt: skip
+    p.add_argument("--window", type=int, default=None, help="decoded tiles in flight (render --window)")
     p.add_argument("--tiles", default="1,1,1", help="tile grid F,H,W of the farm renders, or auto")
     p.add_argument("--out-json", required=True)
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
-    global COMPILE, VIDEO, VARIANTS, TILES
+    global COMPILE, VIDEO, VARIANTS, TILES, WINDOW
     from farm.tasks import VideoSettings
 
     COMPILE = args.compile
@@ -743,6 +774,7 @@ def main() -> None:
     VARIANTS = [
         (lb, VideoSettings(enabled=False) if lb == "none" else VideoSettings(preset=lb)) for lb in labels
     ]
+    WINDOW = args.window
     TILES = "auto" if args.tiles == "auto" else tuple(int(x) for x in args.tiles.split(","))
     args.chunk = tuple(int(x) for x in args.chunk.split(","))
     parts = set(args.parts.split(","))
