@@ -75,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--restart", action="store_true", help="render over shots whose output came from other inputs or plan"
     )
-    p.add_argument("--compile", action="store_true", help="torch.compile the decoder on GPU workers")
+    p.add_argument(
+        "--compile", nargs="?", const=True, default=False, metavar="MODE",
+        help="torch.compile the decoder on GPU workers; MODE: default, reduce-overhead (CUDA graphs), "
+        "max-autotune, max-autotune-no-cudagraphs",
+    )  # fmt: skip
     p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
     p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")

@@ -94,7 +94,7 @@ def run_graph(
     on_progress: ProgressCallback | None = None,
     retries: int = 1,
     total_batches: dict[str, int] | None = None,
-    compile: bool = False,
+    compile: bool | str = False,
     priority: int = 0,
     render_id: str | None = None,
     describe: dict[str, Any] | None = None,

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
+from farm.decoders import FAMILIES, DecoderSpec, compile_mode, decoder_class, spec_from_json
 from farm.decoders.base import human_bytes
 from farm.errors import FarmError
 from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph, split_workers
@@ -217,7 +217,7 @@ def render(
     options: PlanOptions = PlanOptions(),
     shots: Sequence[str] | None = None,
     restart: bool = False,
-    compile: bool = False,
+    compile: bool | str = False,
     video: VideoSettings = VideoSettings(),
     window: int | None = None,
     log: Callable[[str], None] = print,
@@ -231,7 +231,8 @@ def render(
     A rerun into the same OUT decodes only tiles that feed unfinished batches. OUT records what it is a
     render of (latents' hash, decoder spec, plan); a render of something else into it is refused unless
     `restart` (which starts the differing shots over). `compile` runs the decoder through
-    torch.compile on GPU workers (each new tile shape compiles once per worker process).
+    torch.compile on GPU workers (each new tile shape compiles once per worker process); a string
+    names the mode (`farm.decoders.COMPILE_MODES`, e.g. "reduce-overhead" for CUDA graphs).
 
     `frames` (e.g. ``"1-48"``, ``"1-100x2"``) renders only the batches holding those frame numbers and
     merges with what OUT already holds. `video` chooses the codec and an optional image sequence.
@@ -246,6 +247,7 @@ def render(
     out = Output(Path(out_path), video.suffix)
     plans, shot_errors = plan_shots(job, options, shots)  # validates everything before a cluster starts
     decoder_class(job.spec).check_weights(job.spec)
+    compile_mode(compile)
     check_writable(out)
     with (
         output_lock(out.root),

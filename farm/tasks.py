@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,9 +64,17 @@ def decode_block(
     return out
 
 
-# One decode at a time per worker process: the GPU is the shared resource, while the worker's other
-# threads blend, write and encode earlier batches.
-_device_lock = threading.Lock()
+# One decode at a time per worker process, always on the same thread: the GPU is the shared resource
+# while the worker's other threads blend, write and encode earlier batches, and CUDA graphs recorded by
+# torch.compile's "reduce-overhead" mode belong to the thread that recorded them.
+_decode_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-decode")
+
+
+def on_decode_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run `fn(*args)` on this process' decode thread and wait for it (exceptions propagate)."""
+    if threading.current_thread().name.startswith("farm-decode"):
+        return fn(*args)
+    return _decode_thread.submit(fn, *args).result()
 
 
 def decode_tile(
@@ -73,7 +83,7 @@ def decode_tile(
     tile: Tile,
     chunk: ChunkSize,
     cuts: list[tuple[int, slice]],
-    compile: bool = False,
+    compile: bool | str = False,
 ) -> dict[int, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``."""
     import torch
@@ -97,7 +107,8 @@ def decode_tile(
         )
     latent = torch.from_numpy(block)
     expected = tuple(span.size for span in tile.pixels)
-    with _device_lock:
+
+    def decode() -> dict[int, Any]:
         pixels = decode_block(decoder, latent, chunk, origin=tuple(iv.start for iv in tile.latent))
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
@@ -107,6 +118,8 @@ def decode_tile(
         wf, wh, ww = _weights(tile, pixels.device)
         pixels = pixels.float() * wf * wh * ww
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+
+    return on_decode_thread(decode)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,10 @@ def test_render_rejects_bad_options_before_writing(job, tmp_path):
         "conflicting temporal tilings",
     )
     assert_user_error(farm("render", str(tmp_path / "nope.zarr"), "--out", str(out)), "does not exist")
+    assert_user_error(
+        farm("render", str(job), "--out", str(out), "--compile", "fastest"),
+        "unknown torch.compile mode 'fastest'", "reduce-overhead",
+    )  # fmt: skip
     assert not out.exists()
 
 

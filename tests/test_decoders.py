@@ -275,3 +275,45 @@ def test_ltxv_spec_fields_are_checked():
         LTXVideoDecoder.check_spec(spec_from_json(raw_spec("ltxv-0.9.1-tiny", decode_noise_scale=2)))
     with pytest.raises(FarmError, match="whole number"):
         LTXVideoDecoder.check_spec(spec_from_json(raw_spec("ltxv-0.9.1-tiny", decode_noise_seed=1.5)))
+
+
+def test_compile_modes():
+    from farm.decoders import COMPILE_MODES, compile_mode
+    from farm.errors import FarmError
+
+    assert compile_mode(False) is None and compile_mode(None) is None
+    assert compile_mode(True) == "default"
+    assert all(compile_mode(m) == m for m in COMPILE_MODES)
+    with pytest.raises(FarmError, match="unknown torch.compile mode 'fast'"):
+        compile_mode("fast")
+
+
+def test_decodes_run_on_one_thread_one_at_a_time():
+    """Every decode of a process runs on the same thread (CUDA graphs are per thread), one at a time."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from farm.tasks import on_decode_thread
+
+    seen, running, most = set(), [0], [0]
+    lock = threading.Lock()
+
+    def work(k: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        seen.add(threading.current_thread().name)
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        if k == 3:
+            raise ValueError("tile 3 failed")
+        return on_decode_thread(lambda: k * 2)  # nested: runs inline, no deadlock
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(on_decode_thread, work, k) for k in range(8)]
+    assert [f.result() for f in futures if f.exception() is None] == [0, 2, 4, 8, 10, 12, 14]
+    with pytest.raises(ValueError, match="tile 3 failed"):
+        futures[3].result()
+    assert len(seen) == 1 and next(iter(seen)).startswith("farm-decode") and most[0] == 1

@@ -22,6 +22,7 @@ from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.wan import WanDecoder
+from farm.errors import FarmError
 
 FAMILIES: dict[str, type[VideoDecoder]] = {
     "ltx2": LTX2Decoder,
@@ -39,24 +40,41 @@ def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
 
 
 def load_decoder(
-    spec: DecoderSpec | dict[str, Any], device: str = "cpu", compile: bool = False
+    spec: DecoderSpec | dict[str, Any], device: str = "cpu", compile: bool | str = False
 ) -> VideoDecoder:
     """The decoder for `spec` on `device`, built once per process and reused across tiles and shots.
 
-    `compile` wraps the decoder in `torch.compile` (CUDA only): each new tile shape compiles once per
-    process; inductor's on-disk cache lets later workers and shots reuse the kernels.
+    `compile` wraps the decoder in `torch.compile` (CUDA only): True for torch's default mode, or a
+    mode name from :data:`COMPILE_MODES`. Each new tile shape compiles once per process; inductor's
+    on-disk cache lets later workers and shots reuse the kernels.
     """
     if not isinstance(spec, DecoderSpec):
         spec = parse_spec(spec, families=FAMILIES)
-    compile = compile and device.startswith("cuda")
-    key = (json.dumps(spec.to_json(), sort_keys=True), device, compile)
+    mode = compile_mode(compile) if device.startswith("cuda") else None
+    key = (json.dumps(spec.to_json(), sort_keys=True), device, mode)
     with _cache_lock:  # several task threads may ask at once: build once
         if key not in _cache:
             decoder = decoder_class(spec).load(spec, device)
-            if compile:
-                decoder.enable_compile()
+            if mode is not None:
+                decoder.enable_compile(None if mode == "default" else mode)
             _cache[key] = decoder
     return _cache[key]
+
+
+# torch.compile modes farm accepts. "reduce-overhead" replays the decoder as CUDA graphs (one launch per
+# decode, so other threads holding the GIL cannot starve the GPU); it keeps the graphs' memory pool.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(compile: bool | str | None) -> str | None:
+    """`compile` as given to :func:`load_decoder` → a mode name, or None for no compilation."""
+    if compile is None or compile is False:
+        return None
+    if compile is True:
+        return "default"
+    if compile not in COMPILE_MODES:
+        raise FarmError(f"unknown torch.compile mode {compile!r}; choose one of {', '.join(COMPILE_MODES)}")
+    return compile
 
 
 def spec_from_json(raw: dict[str, Any], where: str = "decoder spec") -> DecoderSpec:

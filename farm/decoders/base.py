@@ -71,8 +71,9 @@ class VideoDecoder(Protocol):
         """Raise FarmError if the spec's weights cannot load into its config (cheap: headers only)."""
         ...
 
-    def enable_compile(self) -> None:
-        """Compile the decoder's forward pass (torch.compile) for faster repeated decodes."""
+    def enable_compile(self, mode: str | None = None) -> None:
+        """Compile the decoder's forward pass (torch.compile, `mode` as torch names it) for faster
+        repeated decodes."""
         ...
 
     def decode(self, latent: Any, origin: tuple[int, int, int] | None = None) -> Any:

@@ -138,10 +138,10 @@ class DiffusersVideoDecoder:
         cls.check_spec(spec)
         W.check_weights(spec, cls.model_class(), cls.required_weights)
 
-    def enable_compile(self) -> None:
+    def enable_compile(self, mode: str | None = None) -> None:
         import torch
 
-        self.model.decoder = torch.compile(self.model.decoder)
+        self.model.decoder = torch.compile(self.model.decoder, mode=mode)
 
     # ---- decoding ------------------------------------------------------------------------------
 
