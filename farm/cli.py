@@ -71,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder")
     cluster_options(p)
     plan_options(p)
-    p.add_argument("--window", type=int, help="decoded tiles held at once (default: 2 per worker)")
+    p.add_argument(
+        "--window", type=int,
+        help="decoded tiles held at once (default: per GPU worker as many as fit beside a decode, 2 to 8; "
+        "2 per worker on CPU)",
+    )  # fmt: skip
     p.add_argument(
         "--restart", action="store_true", help="render over shots whose output came from other inputs or plan"
     )

@@ -242,3 +242,21 @@ def test_memory_warning_names_the_shot_and_the_fix():
     chunked = plan_shot("big", (128, 16, 34, 60), g, chunk=ChunkSize(height=11, width=19))
     assert fr.memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
     assert fr.memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
+
+
+def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
+    from farm.tiling import plan_shot
+
+    spec = fr.synth_spec("ltx2")
+    g = LTX2Decoder.geometry_for(spec.config)
+    plans = [plan_shot(f"s{k}", (128, 16, 22, 38), g) for k in range(3)]  # whole 121x704x1216 shots
+    tile = plans[0].tiles[0]
+    decode = fr.tile_peak_bytes(LTX2Decoder, spec, tile, plans[0].chunk)
+    held = 12 * tile.pixel_volume
+    gib = 2**30
+    assert fr.default_window(plans, spec, 141 * gib, 1) == 8  # an H200: capped at 8
+    assert fr.default_window(plans, spec, 141 * gib, 4) == 32
+    free = 0.9 * 24 * gib - decode  # a 24 GiB card: what fits beside the decode
+    assert fr.default_window(plans, spec, 24 * gib, 1) == int(free // held) < 8
+    assert fr.default_window(plans, spec, 14 * gib, 2) == 4  # nothing fits: still 2 per worker
+    assert fr.default_window(plans, spec, None, 3) is None  # CPU cluster: run_graph's default
