@@ -285,7 +285,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.render import describe_plans, plan_job
+    from farm.render import default_window, describe_plans, plan_job, window_peak_bytes
     from farm.store import open_job
 
     if args.workers < 1:
@@ -299,6 +299,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
     memory = costmodel.MemoryModel.from_spec(job.spec)
     print(planner.describe(planner.predict(plans, args.workers, model, memory=memory), model))
+    window = default_window(plans, job.spec, model.worker_memory_bytes, 1)
+    if window:
+        peak = window_peak_bytes(plans, job.spec, window)
+        gpu = model.worker_memory_bytes / 2**30
+        print(
+            f"  render's default window on a {gpu:.1f} GiB GPU (the cost model's): {window} decoded tiles "
+            f"per worker, GPU memory per worker at most {peak / 2**30:.2f} GiB"
+        )
     return 0
 
 

@@ -260,3 +260,5 @@ def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
     assert fr.default_window(plans, spec, 24 * gib, 1) == int(free // held) < 8
     assert fr.default_window(plans, spec, 14 * gib, 2) == 4  # nothing fits: still 2 per worker
     assert fr.default_window(plans, spec, None, 3) is None  # CPU cluster: run_graph's default
+    assert fr.window_peak_bytes(plans, spec, 8) == decode + 7 * held
+    assert fr.window_peak_bytes(plans, spec, 1) == decode
