@@ -36,6 +36,17 @@ def _weights(tile: Tile, device: str) -> tuple[Any, Any, Any]:
     return f.view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
 
 
+def _weigh_in_place(pixels: Any, tile: Tile) -> Any:
+    """Multiply float32 pixels ``[3, F, H, W]`` (a tensor the caller owns) by the tile's blend ramps, in
+    place: the same products as ``pixels * wf * wh * ww`` without two tile-sized temporaries."""
+    import torch
+
+    wf, wh, ww = _weights(tile, pixels.device)
+    with torch.inference_mode():  # decoders return inference tensors, which only change in this mode
+        pixels.mul_(wf).mul_(wh).mul_(ww)
+    return pixels
+
+
 def decode_block(
     decoder: Any, latent: Any, chunk: ChunkSize, origin: tuple[int, int, int] = (0, 0, 0)
 ) -> Any:
@@ -53,8 +64,7 @@ def decode_block(
     for piece in chunks:
         at = tuple(o + iv.start for o, iv in zip(origin, piece.latent, strict=True))
         pixels = decoder.decode(latent[(slice(None), *piece.latent_slices())], origin=at)
-        wf, wh, ww = _weights(piece, pixels.device)
-        pixels = pixels * wf * wh * ww
+        _weigh_in_place(pixels, piece)
         if out is None:
             shape = decoder.geometry.pixel_shape(latent.shape[1:])
             out = torch.zeros((pixels.shape[0], *shape), dtype=torch.float32, device=pixels.device)
@@ -115,8 +125,7 @@ def decode_tile(
                 f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "
                 f"the plan expected {expected}; the decoder's scale factors do not match its geometry"
             )
-        wf, wh, ww = _weights(tile, pixels.device)
-        pixels = pixels.float() * wf * wh * ww
+        pixels = _weigh_in_place(pixels.float(), tile)
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
     return on_decode_thread(decode)
