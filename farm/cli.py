@@ -285,8 +285,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.render import default_window, describe_plans, plan_job, window_peak_bytes
+    from farm.render import default_window, describe_plans, host_peak_bytes, plan_job, window_peak_bytes
     from farm.store import open_job
+    from farm.tasks import VideoSettings
 
     if args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
@@ -303,9 +304,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if window:
         peak = window_peak_bytes(plans, job.spec, window)
         gpu = model.worker_memory_bytes / 2**30
+        host = host_peak_bytes(plans, window, VideoSettings())
         print(
             f"  render's default window on a {gpu:.1f} GiB GPU (the cost model's): {window} decoded tiles "
-            f"per worker, GPU memory per worker at most {peak / 2**30:.2f} GiB"
+            f"per worker, GPU memory per worker at most {peak / 2**30:.2f} GiB, host memory for blended "
+            f"batches at most {host / 2**30:.2f} GiB"
         )
     return 0
 

@@ -265,6 +265,11 @@ def render(
             log(warning)
         if window is None:
             window = default_window(plans, job.spec, gpu_bytes, n_workers)
+        per_worker = max(window or 2 * n_workers, 1) // max(n_workers, 1)
+        host_need = host_peak_bytes(plans, per_worker, video)
+        warning = host_memory_warning(host_need, smallest_memory_limit(client, split_workers(client)[0]))
+        if warning:
+            log(warning)
         identities = {}
         for plan in list(plans):
             try:
@@ -595,6 +600,40 @@ def _decode_and_held_bytes(plans: Sequence[ShotPlan], spec: DecoderSpec) -> tupl
     decode = max(tile_peak_bytes(cls, spec, t, p.chunk) for p in plans for t in p.tiles)
     held = max(12 * t.pixel_volume for p in plans for t in p.tiles)  # float32 RGB pieces of one tile
     return decode, held
+
+
+def host_peak_bytes(plans: Sequence[ShotPlan], tiles_in_flight: int, video: VideoSettings) -> int:
+    """Upper bound of a decode worker's host memory for blended batches: every batch the tiles in flight
+    feed, blended (full frames: 3 bytes per pixel for uint8, 6 for float16, 1.5 more for the encoder's
+    yuv420p planes) and held until its writes and encodes are done."""
+    if not plans:
+        return 0
+    per_pixel = (3 if video.frames_dtype == "uint8" else 6) + (1.5 if video.takes_yuv420 else 0)
+    largest = max(
+        sum(b.frames for b in p.batches if t.index in b.tiles) * p.pixel_shape[1] * p.pixel_shape[2]
+        for p in plans
+        for t in p.tiles
+    )
+    return int(max(1, tiles_in_flight) * largest * per_pixel)
+
+
+def host_memory_warning(need: int, limit: int | None) -> str | None:
+    """A warning when blended batches could pass 60 % of a worker's memory limit (where Dask spills)."""
+    if not limit or need <= 0.6 * limit:
+        return None
+    return (
+        f"warning: blended batches may need up to {human_bytes(need)} of host memory per decode worker, "
+        f"over 60% of its memory limit ({human_bytes(limit)}), where Dask starts spilling to disk; lower "
+        "--window or --batch-frames, or give workers more memory"
+    )
+
+
+def smallest_memory_limit(client: Any, workers: Sequence[str]) -> int | None:
+    """The smallest host-memory limit among `workers` (None when none has one)."""
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
+    limits = [v for v in limits if v > 0]
+    return min(limits) if limits else None
 
 
 def memory_warning(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int | None) -> str | None:

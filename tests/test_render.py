@@ -262,3 +262,28 @@ def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
     assert fr.default_window(plans, spec, None, 3) is None  # CPU cluster: run_graph's default
     assert fr.window_peak_bytes(plans, spec, 8) == decode + 7 * held
     assert fr.window_peak_bytes(plans, spec, 1) == decode
+
+
+def test_host_memory_bound_for_blended_batches(scheduler3):
+    from distributed import Client
+
+    from farm.graph import split_workers
+    from farm.tiling import plan_shot
+
+    spec = fr.synth_spec("ltx2")
+    g = LTX2Decoder.geometry_for(spec.config)
+    plans = [plan_shot("s", (128, 16, 22, 38), g)]  # one whole 121x704x1216 shot: 4 batches
+    frame = 704 * 1216
+    assert fr.host_peak_bytes(plans, 1, VideoSettings()) == int(121 * frame * 4.5)  # uint8 + yuv420p
+    assert fr.host_peak_bytes(plans, 8, VideoSettings(enabled=False)) == 8 * 121 * frame * 3
+    assert (
+        fr.host_peak_bytes(plans, 1, VideoSettings(frames_dtype="float16", codec="prores_hq"))
+        == 121 * frame * 6
+    )
+    assert fr.host_memory_warning(100, 1000) is None
+    warning = fr.host_memory_warning(700, 1000)
+    assert warning and "--window or --batch-frames" in warning and "60%" in warning
+    assert fr.host_memory_warning(700, None) is None
+    with Client(scheduler3) as client:
+        limit = fr.smallest_memory_limit(client, split_workers(client)[0])
+    assert limit is not None and limit > 2**20  # the session cluster's workers have Dask's "auto" limit
