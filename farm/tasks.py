@@ -208,10 +208,12 @@ def blend_batch(
         f = place.frame
         region = (slice(None), slice(f, f + piece.shape[1]), slice(*place.rows), slice(*place.cols))
         acc[region] += piece.to(device)
-    converted = to_uint8(acc) if dtype == "uint8" else acc.clamp(0.0, 1.0).to(torch.float16)
-    frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
-    planes = rgb_to_yuv420(acc) if yuv420 else None
+    planes = rgb_to_yuv420(acc) if yuv420 else None  # before the conversion below overwrites acc
+    # acc is this task's own buffer: convert it in place rather than through batch-sized temporaries
+    converted = to_uint8_(acc) if dtype == "uint8" else acc.clamp_(0.0, 1.0).to(torch.float16)
     del acc
+    frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
+    del converted
     return BlendedFrames(_to_host(frames), None if planes is None else _to_host(planes))
 
 
@@ -273,15 +275,17 @@ def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *ou
 
 
 def levels_uint8(frames: np.ndarray) -> np.ndarray:
-    """float frames in [0, 1] → uint8 levels, rounding like `to_uint8` (for 8-bit codecs)."""
+    """float frames in [0, 1] → uint8 levels, rounding like `to_uint8_` (for 8-bit codecs)."""
     return np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
-def to_uint8(pixels: Any) -> Any:
-    """[0, 1] floats → uint8 levels, rounding to nearest (values outside [0, 1] clip)."""
+def to_uint8_(pixels: Any) -> Any:
+    """[0, 1] floats → uint8 levels, rounding to nearest (values outside [0, 1] clip), overwriting the
+    float `pixels` on the way (no batch-sized temporaries)."""
     import torch
 
-    return torch.round(pixels.clamp(0.0, 1.0) * 255.0).to(torch.uint8)
+    with torch.inference_mode():  # pieces from decoders are inference tensors; in place needs the mode
+        return pixels.clamp_(0.0, 1.0).mul_(255.0).round_().to(torch.uint8)
 
 
 def finish_shot(
