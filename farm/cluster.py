@@ -113,7 +113,7 @@ def choose_cluster(
         n = workers if workers is not None else gpu_count
         protocol = "ucx" if ucx_available else "tcp"
         warning = None if ucx_available else UCX_WARNING
-        # One decode at a time runs on the GPU (farm.tasks holds a lock); the other task threads blend,
+        # One decode at a time runs on the GPU (farm.tasks' decode thread); the other task threads blend,
         # write Zarr and encode video while it does, so the GPU never waits on I/O.
         io_threads = threads_per_worker or min(8, max(2, cpu_count // n))
         return ClusterChoice("local-cuda", n, protocol, io_threads, warning, 1)

@@ -394,7 +394,7 @@ def _simulate(
 
     ready: list[list[tuple]] = [[] for _ in range(n_workers)]  # per worker: (-priority, seq, task)
     free_threads = [threads] * n_workers
-    gpu_free = [0.0] * n_workers  # one decode at a time per GPU (farm.tasks holds a lock)
+    gpu_free = [0.0] * n_workers  # one decode at a time per GPU (farm.tasks' decode thread)
     recv_free = [0.0] * n_workers
     n_nodes = (n_workers + per_node - 1) // per_node
     node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
