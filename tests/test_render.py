@@ -186,6 +186,15 @@ def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_p
         np.testing.assert_array_equal(a, b)
 
 
+def _gpu_settings() -> tuple:
+    import os
+
+    import dask
+
+    ucx_context = dask.config.get("distributed-ucxx.create-cuda-context", None)
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), ucx_context
+
+
 def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, scheduler3):
     """Writing and encoding on separate I/O worker processes changes where, not what, is written."""
     from distributed import get_task_stream
@@ -197,6 +206,10 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
     with connect(workers=1, io_workers=2) as client:
         decode, io = split_workers(client)
         assert len(decode) == 1 and len(io) == 2
+        # I/O workers see no GPU and never ask UCX for a CUDA context (beside a UCX cluster, inheriting
+        # the parent's request made them fail to start)
+        seen = client.run(_gpu_settings, workers=io)
+        assert set(seen.values()) == {("", False)}
         address = client.scheduler.address
         with get_task_stream(client) as stream:
             fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
