@@ -189,7 +189,7 @@ def run_graph(
             io_target = io_workers[io_slot[0] % len(io_workers)] if io_workers else target
             io_slot[0] += 1
             where = {"workers": [io_target], "allow_other_workers": True}
-            # writing and encoding run side by side on the blending worker's other threads
+            # writing and encoding run side by side: on an I/O worker, or the blending worker's other threads
             written = client.submit(
                 write_batch,
                 str(out.root),

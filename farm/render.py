@@ -254,12 +254,13 @@ def render(
         connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
     ):
         remove_stale_temporaries(out)
-        n_workers = len(split_workers(client)[0])  # decode workers (not farm-io-* writers)
+        decode_workers = split_workers(client)[0]  # not the farm-io-* writers
+        n_workers = len(decode_workers)
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
             plans = plan_job(
                 job, options, n_workers, [p.shot for p in plans], fixed=recorded_grids(out, plans, restart)
             )
-        gpu_bytes = smallest_gpu_memory(client, split_workers(client)[0])
+        gpu_bytes = smallest_gpu_memory(client, decode_workers)
         warning = memory_warning(plans, job.spec, gpu_bytes)
         if warning:
             log(warning)
@@ -267,7 +268,7 @@ def render(
             window = default_window(plans, job.spec, gpu_bytes, n_workers)
         per_worker = max(window or 2 * n_workers, 1) // max(n_workers, 1)
         host_need = host_peak_bytes(plans, per_worker, video)
-        warning = host_memory_warning(host_need, smallest_memory_limit(client, split_workers(client)[0]))
+        warning = host_memory_warning(host_need, smallest_memory_limit(client, decode_workers))
         if warning:
             log(warning)
         identities = {}

@@ -284,8 +284,7 @@ def to_uint8_(pixels: Any) -> Any:
     float `pixels` on the way (no batch-sized temporaries)."""
     import torch
 
-    with torch.inference_mode():  # pieces from decoders are inference tensors; in place needs the mode
-        return pixels.clamp_(0.0, 1.0).mul_(255.0).round_().to(torch.uint8)
+    return pixels.clamp_(0.0, 1.0).mul_(255.0).round_().to(torch.uint8)
 
 
 def finish_shot(

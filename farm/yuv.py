@@ -1,8 +1,9 @@
 """RGB → YUV 4:2:0 (BT.709, tv range) on the device that blended the frames.
 
 x264 and x265 take yuv420p. Converting there, from the blend's float pixels, spares the I/O worker
-FFmpeg's swscale pass per frame (single-threaded, on the encoder's feeding thread) and halves the bytes
-that travel to it. Chroma is the mean of each 2×2 block (centre-sited).
+FFmpeg's swscale pass per frame (single-threaded, on the encoder's feeding thread); the planes travel
+beside the RGB frames that Zarr needs, 1.5 bytes per pixel more. Chroma is the mean of each 2×2 block
+(centre-sited).
 """
 
 from __future__ import annotations
