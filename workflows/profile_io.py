@@ -22,7 +22,6 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -59,44 +58,14 @@ def smooth_frames(n: int, h: int, w: int) -> np.ndarray:
     return out
 
 
-def rgb_to_yuv420(frames: np.ndarray) -> np.ndarray:
-    """uint8 RGB [F, H, W, 3] → yuv420p planes stacked as [F, H*3/2, W] (BT.709 tv range), numpy."""
-    rgb = frames.astype(np.float32) / 255.0
-    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    cb, cr = (b - y) / 1.8556, (r - y) / 1.5748
-    f, h, w = y.shape
+def yuv_planes(frames: np.ndarray, device: str = "cpu") -> Any:
+    """uint8 RGB ``[F, H, W, 3]`` → yuv420p planes ``[F, H*3/2, W]`` by farm's own conversion (farm.yuv)."""
+    import torch
 
-    def sub(c: np.ndarray) -> np.ndarray:
-        return c.reshape(f, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
+    from farm.yuv import rgb_to_yuv420
 
-    out = np.empty((f, h * 3 // 2, w), np.uint8)
-    out[:, :h] = np.round(16 + 219 * y).clip(0, 255)
-    out[:, h : h + h // 4] = np.round(128 + 224 * sub(cb)).clip(0, 255).reshape(f, h // 4, w)
-    out[:, h + h // 4 :] = np.round(128 + 224 * sub(cr)).clip(0, 255).reshape(f, h // 4, w)
-    return out
-
-
-def encode_yuv(planes: np.ndarray, path: str, preset: str, crf: int = 18) -> None:
-    import av
-    from av.video.reformatter import ColorRange
-
-    from farm.video import _X264_PARAMS
-
-    f, hh, w = planes.shape
-    h = hh * 2 // 3
-    rate = Fraction(24)
-    with av.open(path, mode="w", format="mp4") as out:
-        options = {"crf": str(crf), "preset": preset, "x264-params": _X264_PARAMS}
-        s = out.add_stream("libx264", rate=rate, options=options)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        s.codec_context.colorspace = 1
-        s.codec_context.color_range = int(ColorRange.MPEG)
-        for k in range(f):
-            fr = av.VideoFrame.from_ndarray(planes[k], format="yuv420p")
-            fr.pts = k
-            out.mux(s.encode(fr))
-        out.mux(s.encode(None))
+    pixels = torch.from_numpy(np.ascontiguousarray(frames)).to(device).permute(3, 0, 1, 2).float() / 255.0
+    return rgb_to_yuv420(pixels)
 
 
 # ---- pool jobs (module level so spawned processes can import them) ---------------------------------
@@ -116,9 +85,12 @@ def job_encode(frames_path: str, start: int, n: int, preset: str, out_dir: str, 
 
 
 def job_encode_yuv(planes_path: str, start: int, n: int, preset: str, out_dir: str, tag: str) -> float:
+    from farm.video import encode_segment
+
     planes = np.ascontiguousarray(_load(planes_path)[start : start + n])
     t0 = time.perf_counter()
-    encode_yuv(planes, os.path.join(out_dir, f"{tag}-{start}-{os.getpid()}.mp4"), preset)
+    path = os.path.join(out_dir, f"{tag}-{start}-{os.getpid()}.mp4")
+    encode_segment(None, path, 24, preset=preset, yuv420=planes)
     return time.perf_counter() - t0
 
 
@@ -206,7 +178,7 @@ def main() -> None:
         print(f"{kind}: {frames.shape} made in {time.perf_counter() - t0:.1f} s", flush=True)
         fpath = str(shm / f"farm-{kind}.npy")
         np.save(fpath, frames)
-        planes = rgb_to_yuv420(frames)
+        planes = yuv_planes(frames).numpy()
         ypath = str(shm / f"farm-{kind}-yuv.npy")
         np.save(ypath, planes)
         starts = [(k * b) % (args.frames - b) for k in range(args.jobs)]
@@ -221,8 +193,8 @@ def main() -> None:
             )
         row(kind, "swscale rgb24→yuv420p", "-", 1, b / (time.perf_counter() - t0))
         t0 = time.perf_counter()
-        rgb_to_yuv420(frames[:b])
-        row(kind, "numpy rgb→yuv420 (float32)", "-", 1, b / (time.perf_counter() - t0))
+        yuv_planes(frames[:b])
+        row(kind, "farm.yuv rgb→yuv420p on the CPU (torch)", "-", 1, b / (time.perf_counter() - t0))
         for preset in presets:
             dt = job_encode(fpath, 0, b, preset, str(work), "one")
             row(kind, "encode rgb24 (one segment)", preset, 1, b / dt)
@@ -260,7 +232,10 @@ def main() -> None:
 
 
 def gpu_yuv(frames: np.ndarray, b: int, row: Any) -> None:
+    """farm.yuv on the GPU from a float batch (as a blend holds it), plus the pinned device→host copy."""
     import torch
+
+    from farm.yuv import rgb_to_yuv420
 
     if not torch.cuda.is_available():
         return
@@ -269,17 +244,7 @@ def gpu_yuv(frames: np.ndarray, b: int, row: Any) -> None:
     for rep in range(4):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        r, g, bl = x[0], x[1], x[2]
-        y = 0.2126 * r + 0.7152 * g + 0.0722 * bl
-        cb, cr = (bl - y) / 1.8556, (r - y) / 1.5748
-        f, h, w = y.shape
-        pool = torch.nn.functional.avg_pool2d
-        planes = torch.cat([
-            torch.round(16 + 219 * y).clamp(0, 255).to(torch.uint8).reshape(f, h, w),
-            torch.round(128 + 224 * pool(cb, 2)).clamp(0, 255).to(torch.uint8).reshape(f, h // 4, w),
-            torch.round(128 + 224 * pool(cr, 2)).clamp(0, 255).to(torch.uint8).reshape(f, h // 4, w),
-        ], dim=1)  # fmt: skip
-        host.copy_(planes)
+        host.copy_(rgb_to_yuv420(x))
         torch.cuda.synchronize()
         if rep == 3:
             row("ltx2", "GPU rgb→yuv420 + pinned D2H", "-", 1, b / (time.perf_counter() - t0))
