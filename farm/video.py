@@ -235,6 +235,7 @@ def encode_segment(
         ctx.color_trc = _BT709
         ctx.colorspace = _BT709
         ctx.color_range = int(ColorRange.MPEG)
+        packets: list[av.Packet] = []  # compressed, so a segment's worth is small
         for k in range(n):
             if yuv420 is not None:
                 frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(yuv420[k]), format="yuv420p")
@@ -249,8 +250,34 @@ def encode_segment(
             frame.color_trc = _BT709
             frame.pts = k
             frame.time_base = time_base
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
+            packets.extend(stream.encode(frame))
+        packets.extend(stream.encode(None))
+        out.mux(with_valid_decode_timestamps(packets))
+
+
+def with_valid_decode_timestamps(packets: list[Any]) -> list[Any]:
+    """``packets`` (in decode order) with decode timestamps the muxer accepts: increasing, never after pts.
+
+    x265 leaves the dts of a two-frame clip uninitialised (its B-frame delay is measured only from a
+    third frame), and the muxer then fails. Such packets get dts rebuilt from their pts: the k-th smallest
+    pts, moved back by the least delay that keeps every dts at or before its own pts. Valid dts are kept.
+    """
+    pts = [p.pts for p in packets]
+    dts = [p.dts for p in packets]
+    valid = (
+        None not in pts
+        and None not in dts
+        and all(d <= t for d, t in zip(dts, pts, strict=True))
+        and all(a < b for a, b in zip(dts, dts[1:], strict=False))
+        and (not dts or dts[0] >= min(pts) - len(packets))  # a reorder delay longer than the clip is noise
+    )
+    if valid or None in pts:
+        return packets
+    order = sorted(pts)
+    delay = max([0, *(o - t for o, t in zip(order, pts, strict=True))])
+    for p, o in zip(packets, order, strict=True):
+        p.dts = o - delay
+    return packets
 
 
 @dataclass(frozen=True)
