@@ -196,8 +196,12 @@ def plan_shots(
     unknown = [n for n in names if n not in job.shots]
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+    try:  # all together first: shots of one shape share the auto planner's search
+        return plan_job(job, options, 1, names), {}
+    except FarmError:
+        pass
     plans, errors = [], {}
-    for name in names:
+    for name in names:  # some shot cannot be planned: find which, and plan the rest
         try:
             plans.extend(plan_job(job, options, 1, [name]))
         except FarmError as exc:
@@ -271,13 +275,9 @@ def render(
         warning = host_memory_warning(host_need, smallest_memory_limit(client, decode_workers))
         if warning:
             log(warning)
-        identities = {}
-        for plan in list(plans):
-            try:
-                identities[plan.shot] = render_identity(job, plan, video)
-            except FarmError as exc:  # unreadable or non-finite latents: this shot fails, the others go on
-                shot_errors[plan.shot] = exc
-                plans.remove(plan)
+        identities, unreadable = render_identities(job, plans, video)
+        shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
+        plans = [p for p in plans if p.shot in identities]
         if not plans:
             raise next(iter(shot_errors.values()))
         pending, totals, finish = resume_points(
@@ -331,6 +331,29 @@ def recorded_grids(out: Output, plans: Sequence[ShotPlan], restart: bool) -> dic
         if recorded and "plan" in recorded:
             grids[plan.shot] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
     return grids
+
+
+def render_identities(
+    job: Job, plans: Sequence[ShotPlan], video: VideoSettings
+) -> tuple[dict[str, dict], dict[str, FarmError]]:
+    """Each shot's render identity, and the error of each shot whose latent cannot be read or hashed.
+
+    Shots are read and hashed on threads (Zarr reads, zstd and sha256 release the GIL): a job's latents
+    are the largest part of a render's set-up, paid before the first decode starts.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def identity(plan: ShotPlan) -> dict | FarmError:
+        try:
+            return render_identity(job, plan, video)
+        except FarmError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=min(8, max(len(plans), 1)), thread_name_prefix="farm-hash") as pool:
+        results = dict(zip([p.shot for p in plans], pool.map(identity, plans), strict=True))
+    identities = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
+    errors = {k: v for k, v in results.items() if isinstance(v, FarmError)}
+    return identities, errors
 
 
 def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:

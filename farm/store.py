@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,9 @@ def prepare_output(
         "random_weights": job.spec.random_weights,
         **({"warning": "decoded with RANDOM decoder weights"} if job.spec.random_weights else {}),
     }
-    for name, (f, h, w), batch_frames in shots:
+
+    def prepare_shot(name: str, shape: tuple[int, int, int], batch_frames: int) -> None:
+        f, h, w = shape
         group = root.require_group(name)
         group.attrs.update({"fps": job.shots[name].fps, "random_weights": job.spec.random_weights})
         if "frames" not in group:
@@ -201,6 +204,10 @@ def prepare_output(
             )  # fmt: skip
         (out.root / ".farm" / "segments" / name).mkdir(parents=True, exist_ok=True)
         (out.root / ".farm" / "done" / name).mkdir(parents=True, exist_ok=True)
+
+    shots = list(shots)
+    with ThreadPoolExecutor(max_workers=min(8, max(len(shots), 1)), thread_name_prefix="farm-out") as pool:
+        list(pool.map(lambda s: prepare_shot(*s), shots))  # metadata files: a few ms each, on threads
 
 
 # zstd level 1: measured 2.3x faster than zarr's default zstd level on decoded frames, same size.

@@ -337,3 +337,29 @@ def test_link_seconds():
     assert link.seconds(0, same_node=True) == 0.0
     assert link.seconds(1e9, same_node=True) == pytest.approx(1.001)
     assert link.seconds(1e9, same_node=False) == pytest.approx(10.001)
+
+
+def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
+    """A shot too narrow for the grid is reported on its own; the others get the plans they get alone."""
+    import numpy as np
+
+    import farm.render as fr
+    from farm.store import create_job, open_job, write_shot
+
+    path = tmp_path / "job.zarr"
+    spec = fr.synth_spec("ltx2-tiny")
+    create_job(path, spec)
+    rng = np.random.default_rng(0)
+    for name, width in (("wide", 6), ("narrow", 3), ("wide2", 6)):
+        write_shot(path, name, rng.standard_normal((8, 3, 4, width)).astype(np.float32), fps=24)
+    job = open_job(path)
+    options = fr.PlanOptions(tiles=(1, 1, 3), overlap=(0, 0, 0))
+    plans, errors = fr.plan_shots(job, options)
+    assert [p.shot for p in plans] == ["wide", "wide2"]
+    assert list(errors) == ["narrow"] and "leave a tile 1 unit wide" in str(errors["narrow"])
+    assert plans == [*fr.plan_job(job, options, 1, ["wide"]), *fr.plan_job(job, options, 1, ["wide2"])]
+    # Every shot plannable: one call for all of them, the same plans as one by one.
+    auto = fr.PlanOptions()
+    together, none = fr.plan_shots(job, auto, ["wide", "wide2"])
+    alone = [*fr.plan_job(job, auto, 1, ["wide"]), *fr.plan_job(job, auto, 1, ["wide2"])]
+    assert none == {} and together == alone

@@ -375,3 +375,19 @@ def test_cluster_stops_cleanly_on_sigterm(cluster2):
     assert cluster2.stop(signal.SIGTERM) == 0
     assert any("farm cluster: stopped" in line for line in cluster2.lines)
     assert not cluster2.scheduler_file.exists()
+
+
+def test_profile_setup_prints_a_row_per_job_size():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "workflows" / "profile_setup.py"), "--shots", "1", "--shots", "3",
+         "--frames", "9", "--height", "64", "--width", "96", "--repeats", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [
+        line.split("|")
+        for line in result.stdout.splitlines()
+        if line.startswith("| 1 ") or line.startswith("| 3 ")
+    ]
+    assert [r[1].strip() for r in rows] == ["1", "3"]
+    assert all(float(x) > 0 for r in rows for x in r[3:7])

@@ -7,9 +7,9 @@ The named shots start over (their frames, segments, video and done markers are d
 again with the options given); every other shot in OUT is untouched. Run directly, ``--workers N`` starts
 a local cluster and ``--scheduler``/``--scheduler-file`` join one.
 
-Frame ranges of a shot are left for issue 5: once a shot's video is joined its per-batch segments are
-removed, so re-rendering a few batches would need a re-encode of the whole video (or kept segments), and
-a range must be widened to whole batches of the recorded plan; neither is a small change.
+A whole shot is the unit: re-rendering only some frames of a finished shot is not offered, because
+once a shot's video is joined its per-batch segments are removed, so a few new batches would need a
+re-encode of the whole video. (``farm render --frames`` renders frame ranges not yet rendered.)
 """
 
 from __future__ import annotations
