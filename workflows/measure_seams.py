@@ -169,6 +169,12 @@ def machine() -> str:
     )
 
 
+def measurement(what: str, args, rows: list[dict], **extra) -> dict:
+    """A measurement's rows with what was measured, on which decoder and machine, and when."""
+    return {"what": what, "decoder": args.decoder, "weights": f"RANDOM (seed {args.seed})", **extra,
+            "machine": machine(), "date": str(date.today()), "rows": rows}  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------
 # overlaps: two tiles along one axis, overlap swept
 # --------------------------------------------------------------------------------------------------
@@ -215,14 +221,7 @@ def run_overlaps(args) -> dict:
                 f"{fmt_db(row.get('seam_psnr_db', math.inf))} dB, max error {row['max_err_levels']:.1f}/255",
                 flush=True,
             )
-    return {
-        "what": "two tiles along one axis vs untiled, overlap swept",
-        "decoder": args.decoder,
-        "weights": f"RANDOM (seed {args.seed})",
-        "machine": machine(),
-        "date": str(date.today()),
-        "rows": rows,
-    }
+    return measurement("two tiles along one axis vs untiled, overlap swept", args, rows)
 
 
 def overlaps_markdown(result: dict) -> str:
@@ -275,14 +274,7 @@ def run_edges(args) -> dict:
     for r in rows:
         print(f"  {r['axis']:<7} {r['units_from_edge']:>3} latent units from the edge: "
               f"max error {r['max_err_levels']:.1f}/255", flush=True)  # fmt: skip
-    return {
-        "what": "difference from the untiled decode per latent unit from a tile's edge",
-        "decoder": args.decoder,
-        "weights": f"RANDOM (seed {args.seed})",
-        "machine": machine(),
-        "date": str(date.today()),
-        "rows": rows,
-    }
+    return measurement("difference from the untiled decode per latent unit from a tile's edge", args, rows)
 
 
 def edges_markdown(result: dict) -> str:
@@ -358,15 +350,8 @@ def run_plans(args) -> dict:
                 f"max error {row['max_err_levels']:.1f}/255",
                 flush=True,
             )
-    return {
-        "what": "full-size shots: tiled decode vs untiled, per plan",
-        "decoder": args.decoder,
-        "weights": f"RANDOM (seed {args.seed})",
-        "cost_model": args.cost_model,
-        "machine": machine(),
-        "date": str(date.today()),
-        "rows": rows,
-    }
+    what = "full-size shots: tiled decode vs untiled, per plan"
+    return measurement(what, args, rows, cost_model=args.cost_model)
 
 
 def plans_markdown(result: dict) -> str:
