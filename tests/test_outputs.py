@@ -13,22 +13,18 @@ import pytest
 from farm import sequences
 from farm.errors import FarmError
 from farm.video import CODECS, encode_segment, join_segments, probe, read_frames
+from tests.test_video import pattern as video_pattern
 
 H, W = 48, 80
 
 
 def pattern(n: int, start: int = 0) -> np.ndarray:
-    """Smooth moving gradients in [30, 225], uint8 [n, H, W, 3]."""
-    t = np.arange(start, start + n, dtype=np.float64)[:, None, None]
-    y = np.arange(H, dtype=np.float64)[None, :, None] / H
-    x = np.arange(W, dtype=np.float64)[None, None, :] / W
-    r = 128 + 90 * np.sin(2 * np.pi * (x + t / 50))
-    g = 128 + 90 * np.cos(2 * np.pi * (y + t / 70))
-    b = 30 + 150 * (x + y) / 2 + 0.5 * t
-    return np.stack(np.broadcast_arrays(r, g, b), axis=-1).round().astype(np.uint8)
+    """The moving gradients of test_video, at this module's smaller frame size."""
+    return video_pattern(n, start, H, W)
 
 
 def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """Also for float and 16-bit frames (test_video's is for uint8)."""
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).mean())
 
 
