@@ -182,20 +182,25 @@ def test_normalized_latents_follow_the_pipeline(tmp_path, name):
     torch.testing.assert_close(decoder.decode(z, origin=(0, 0, 0)), plain_decode(name, source, denorm))
 
 
+def save_weights(model, tmp_path, form: str):
+    """Save a diffusers VAE as a `save_pretrained` folder or one safetensors file; returns its path."""
+    from safetensors.torch import save_file
+
+    if form == "folder":
+        model.save_pretrained(tmp_path / "vae")
+        return tmp_path / "vae"
+    path = tmp_path / "vae.safetensors"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
 @pytest.mark.parametrize("name", list(TINY))
 @pytest.mark.parametrize("form", ["folder", "file"])
 def test_weights_saved_then_loaded_equal_the_source(tmp_path, name, form):
-    from safetensors.torch import save_file
-
     spec = spec_from_json(raw_spec(name, weights={"random_seed": 123}))
     cls = decoder_class(spec)
     source = cls.build(spec)
-    if form == "folder":
-        source.save_pretrained(tmp_path / "vae")
-        path = tmp_path / "vae"
-    else:
-        path = tmp_path / "vae.safetensors"
-        save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    path = save_weights(source, tmp_path, form)
     loaded = spec_from_json(raw_spec(name, weights={"path": str(path)}))
     assert not loaded.random_weights
     cls.check_weights(loaded)  # headers only

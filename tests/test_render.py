@@ -12,6 +12,7 @@ from farm import video
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.store import Output, open_job, read_frames
 from farm.tasks import VideoSettings
+from tests.test_decoders import save_weights
 from tests.test_resume import assert_same_video
 
 
@@ -119,17 +120,10 @@ def luma(frames: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("form", ["folder", "file"])
 def test_weights_load_from_folder_and_single_file(tmp_path, form):
-    from safetensors.torch import save_file
-
     from farm.decoders import load_decoder, spec_from_json
 
     source = LTX2Decoder.build(fr.synth_spec("ltx2-tiny", seed=123))
-    if form == "folder":
-        source.save_pretrained(tmp_path / "vae")
-        path = tmp_path / "vae"
-    else:
-        path = tmp_path / "vae.safetensors"
-        save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    path = save_weights(source, tmp_path, form)
     spec = spec_from_json({"family": "ltx2", "config": "ltx2-tiny", "weights": {"path": str(path)}})
     assert not spec.random_weights
     decoder = load_decoder(spec)
