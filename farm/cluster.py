@@ -25,6 +25,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from farm import transport
 from farm.errors import FarmError
+from farm.schedule import IO_WORKER_THREADS
 
 # Local CPU clusters start at most this many workers unless asked for more: each worker holds its
 # own copy of the decoder, so more processes cost memory and rarely speed up one shot.
@@ -258,7 +259,7 @@ def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
         cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
             "cls": Nanny,
             "options": {
-                "nthreads": 2,
+                "nthreads": IO_WORKER_THREADS,
                 "host": "127.0.0.1",
                 "memory_limit": memory_limit,
                 # never touch a GPU: these only write and encode. UCX must then not create a CUDA

@@ -6,8 +6,9 @@ elsewhere), which takes them out of the scheduler's root-task queuing: this modu
 into every batch it feeds. Blends run as soon as all their pieces exist; a shot's video is joined
 once its last batch is written.
 
-Task keys read as what they are in the dashboard: ``("decode-tile", render, shot, i)``,
-``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
+The policy (order, slots, priorities, window, releases) is a `farm.schedule.Schedule`; this module only
+runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
+shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
 ``("encode-segment", …)``, ``("mark-batch", …)`` and ``("finish-shot", render, shot)``.
 """
 
@@ -19,10 +20,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from farm import keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
+from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.store import Output
 from farm.tasks import (
     Placement,
@@ -35,7 +38,10 @@ from farm.tasks import (
     write_batch,
     write_sequence,
 )
-from farm.tiling import ShotPlan, Tile, required_window
+from farm.tiling import ShotPlan, Tile
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @dataclass
@@ -70,18 +76,24 @@ class RenderStats:
 ProgressCallback = Callable[[RenderStats], None]
 
 
-@dataclass
-class _TileState:
-    plan: ShotPlan
-    tile: Tile
-    worker: str
-    pending_batches: int
-    decode: Any = None
-    pieces: dict[int, Any] = field(default_factory=dict)
+@dataclass(frozen=True)
+class RenderTargets:
+    """What a render's tasks read and write, and how they run: the same for every task of one render."""
+
+    job_path: str
+    spec_json: dict
+    out_root: str
+    fps: dict[str, float]
+    video: VideoSettings
+    metadata: dict[str, str]
+    total_batches: dict[str, int]  # per shot, all its batches (a partial plan writes only some)
+    finish: set[str] | None  # shots whose video to join (None: every shot whose batches all finish)
+    compile: bool | str = False
+    retries: int = 1
 
 
 def run_graph(
-    client: Any,
+    client: Client,
     plans: Sequence[ShotPlan],
     *,
     job_path: str,
@@ -102,224 +114,251 @@ def run_graph(
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
-    `plans` may be partial (`tiling.pending_plan`): only their batches are written; a shot's video is
-    joined from all `total_batches[shot]` segments once its last pending batch is done.
+    The run policy is `farm.schedule.make_schedule`'s; this runs it. `plans` may be partial
+    (`tiling.pending_plan`): only their batches are written; a shot's video is joined from all
+    `total_batches[shot]` segments once its last pending batch is done.
 
-    `priority`: a job with a higher priority has all its tasks run before a lower one's (Dask priorities
-    are offset by ``priority * 10**6``). Progress is published on the scheduler under the metadata key
-    ``("farm", "renders", render_id)`` (see `farm.monitor`), with `describe` merged in.
+    `priority`: a job with a higher priority has all its tasks run before a lower one's
+    (`farm.schedule.Priority`). Progress is published on the scheduler under the metadata key
+    ``keys.RENDERS + (render_id,)`` (see `farm.monitor`), with `describe` merged in.
     """
+    workers, io_workers = split_workers(client)
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window)
+    targets = RenderTargets(
+        job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
+        metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
+        finish=finish, compile=compile, retries=retries,
+    )  # fmt: skip
+    render_id = render_id or uuid.uuid4().hex[:8]
+    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id,
+                    priority=priority, describe=describe or {})  # fmt: skip
+    return driver.run(on_progress)
+
+
+def _as_completed() -> Any:
     from distributed import as_completed
 
-    started = time.perf_counter()
-    render_id = render_id or uuid.uuid4().hex[:8]
-    job_priority = int(priority) * 10**6
-    workers, io_workers = split_workers(client)
-    if not workers:
-        raise RuntimeError("the cluster has no decode workers")
+    return as_completed(with_results=False)
 
-    metadata = dict(metadata or {})
-    stats = RenderStats(
-        tiles_total=sum(len(p.tiles) for p in plans),
-        batches_total=sum(len(p.batches) for p in plans),
-        shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
-    )
-    stats.window = max(window or 2 * len(workers), required_window(plans))
-    stats.render_id = render_id
-    publisher = ProgressPublisher(client, render_id, priority, describe or {})
 
-    order: list[_TileState] = []
-    for plan in plans:
-        feeds = {t.index: 0 for t in plan.tiles}
-        for batch in plan.batches:
-            for i in batch.tiles:
-                feeds[i] += 1
-        for tile in plan.tiles:
-            order.append(_TileState(plan, tile, workers[tile.worker % len(workers)], feeds[tile.index]))
-    by_key = {(s.plan.shot, s.tile.index): s for s in order}
-    tiles_submitted: dict[str, set[int]] = {p.shot: set() for p in plans}
-    batches_left = {p.shot: len(p.batches) for p in plans}
-    total_batches = total_batches or {p.shot: len(p.batches) for p in plans}
-    failed_shots: set[str] = set()
-    futures = as_completed(with_results=False)
-    meaning: dict[str, tuple[str, Any]] = {}
-    blend_slot = 0
-    io_slot = [0]
-    held = 0
+class Driver:
+    """Runs one :class:`~farm.schedule.Schedule` on a Dask client: submits its decodes in order through
+    the window, each batch's blend and outputs right after the decode that completes it, releases a
+    decoded tile once every batch it feeds is written, and joins a shot's video after its last batch.
 
-    def submit_tile(state: _TileState) -> None:
-        plan, tile = state.plan, state.tile
-        cuts = [(b.index, frames) for b, frames in plan.batch_pieces(tile)]
-        state.decode = client.submit(
-            decode_tile, job_path, spec_json, tile, plan.chunk, cuts, compile,
-            key=("decode-tile", render_id, plan.shot, tile.index),
-            workers=[state.worker], allow_other_workers=True, retries=retries,
-            priority=job_priority - tile.index,
-        )  # fmt: skip
-        for b, _ in cuts:
-            state.pieces[b] = client.submit(
-                operator.getitem, state.decode, b,
-                key=("tile-piece", render_id, plan.shot, tile.index, b), priority=job_priority + 10,
-            )  # fmt: skip
-        futures.add(state.decode)
-        meaning[state.decode.key] = ("decode", state)
-        tiles_submitted[plan.shot].add(tile.index)
+    `completions` makes the iterator of finished futures (``distributed.as_completed``; tests of the
+    policy pass their own beside a fake client).
+    """
 
-    def submit_ready_blends(plan: ShotPlan, newly: int) -> None:
-        nonlocal blend_slot
-        for batch in plan.batches:
-            if newly not in batch.tiles or not set(batch.tiles) <= tiles_submitted[plan.shot]:
-                continue
-            states = [by_key[(plan.shot, i)] for i in batch.tiles]
-            placements = [placement(plan, s.tile, batch.start) for s in states]
-            pieces = [s.pieces[batch.index] for s in states]
-            if len(states) == 1:
-                target = states[0].worker  # whole-batch tile: blend where it was decoded, no transfer
-            else:
-                target = workers[blend_slot % len(workers)]
-                blend_slot += 1
-            name = (render_id, plan.shot, batch.index)
-            frames = client.submit(
-                blend_batch, batch, plan.pixel_shape[1:], placements, pieces, video.frames_dtype,
-                video.takes_yuv420,
-                key=("blend-batch", *name), priority=job_priority + 100,
-                workers=[target], allow_other_workers=True,
-            )  # fmt: skip
-            # I/O workers (other processes) write and encode when the cluster has them
-            io_target = io_workers[io_slot[0] % len(io_workers)] if io_workers else target
-            io_slot[0] += 1
-            where = {"workers": [io_target], "allow_other_workers": True}
-            # writing and encoding run side by side: on an I/O worker, or the blending worker's other threads
-            written = client.submit(
-                write_batch,
-                str(out.root),
-                batch,
-                frames,
-                key=("write-batch", *name),
-                priority=job_priority + 90,
-                **where,
-            )
-            encoded = 0.0
-            if video.enabled:
-                encoded = client.submit(
-                    encode_batch, str(out.root), batch, frames, fps[plan.shot], video, metadata,
-                    key=("encode-segment", *name), priority=job_priority + 90, **where,
-                )  # fmt: skip
-            extra = []
-            if video.sequence:
-                extra.append(client.submit(
-                    write_sequence, str(out.root), batch, frames, video,
-                    key=("write-sequence", *name), priority=job_priority + 90, **where,
-                ))  # fmt: skip
-            fut = client.submit(
-                mark_batch, str(out.root), batch, written, encoded, *extra, key=("mark-batch", *name),
-                priority=job_priority + 95, **where,
-            )  # fmt: skip
-            futures.add(fut)
-            meaning[fut.key] = ("blend", (plan, batch))
-
-    def release(state: _TileState) -> None:
-        nonlocal held
-        if state.decode is not None:
-            state.decode = None
-            state.pieces.clear()
-            held -= 1
-
-    def fail_shot(shot: str, error: BaseException) -> None:
-        if shot in failed_shots:
-            return
-        failed_shots.add(shot)
-        stats.shots[shot].error = (
-            str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
+    def __init__(
+        self,
+        client: Client,
+        plans: Sequence[ShotPlan],
+        schedule: Schedule,
+        workers: Sequence[str],
+        io_workers: Sequence[str],
+        targets: RenderTargets,
+        *,
+        render_id: str,
+        priority: int = 0,
+        describe: dict[str, Any] | None = None,
+        completions: Callable[[], Any] = _as_completed,
+    ) -> None:
+        self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
+        self.workers, self.io_workers = list(workers), list(io_workers)
+        self.render_id, self.base = render_id, Priority.base(priority)
+        self.stats = RenderStats(
+            tiles_total=len(schedule.decodes),
+            batches_total=len(schedule.blends),
+            shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
+            window=schedule.window,
+            render_id=render_id,
         )
-        for state in order:
-            if state.plan.shot == shot and state.decode is not None:
-                release(state)  # dropping our references lets the scheduler forget the shot's tasks
+        self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
+        self.futures = completions()
+        self.meaning: dict[Any, tuple[str, Any]] = {}
+        self.decoded: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future, while held
+        self.pieces: dict[tuple[int, int, int], Any] = {}  # (shot, tile, batch) → piece future
+        self.unwritten = schedule.releases()  # (shot, tile) → batches it feeds not yet written
+        self.batches_left = [len(p.batches) for p in plans]
+        self.failed: set[int] = set()
+        self.cursor = 0
 
-    cursor = 0
+    # -- submitting ---------------------------------------------------------------------------------
 
-    def fill_window() -> None:
-        nonlocal cursor, held
-        while cursor < len(order) and held < stats.window:
-            state = order[cursor]
-            cursor += 1
-            if state.plan.shot in failed_shots:
-                continue
-            submit_tile(state)
-            held += 1
-            stats.max_tiles_held = max(stats.max_tiles_held, held)
-            submit_ready_blends(state.plan, state.tile.index)
-
-    def submit_finish(plan: ShotPlan) -> None:
-        if not video.enabled:
-            return
-        if finish is not None and plan.shot not in finish:
-            return  # a frame-range render: the shot's other batches are still to do
-        done = client.submit(
-            finish_shot, str(out.root), plan.shot, total_batches[plan.shot], metadata, video.suffix,
-            key=("finish-shot", render_id, plan.shot), priority=job_priority + 50,
+    def submit_decode(self, step: DecodeStep) -> None:
+        plan = self.plans[step.shot]
+        tile = plan.tiles[step.tile]
+        cuts = [(plan.batches[b].index, frames) for b, frames in _cuts(plan, step)]
+        t = self.targets
+        decode = self.client.submit(
+            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile,
+            key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index),
+            workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
+            priority=self.base + step.priority,
         )  # fmt: skip
-        futures.add(done)
-        meaning[done.key] = ("finish", plan)
+        self.decoded[(step.shot, step.tile)] = decode
+        for b, (index, _) in zip(step.feeds, cuts, strict=True):
+            self.pieces[(step.shot, step.tile, b)] = self.client.submit(
+                operator.getitem, decode, index,
+                key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, index),
+                priority=self.base + Priority.PIECE,
+            )  # fmt: skip
+        self.futures.add(decode)
+        self.meaning[decode.key] = ("decode", step)
+        self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
 
-    for plan in plans:
-        if not plan.batches:  # resumed after its last batch: only the video is left to join
-            submit_finish(plan)
-    fill_window()
-    last_check = 0.0
-    for fut in futures:
-        if time.monotonic() - last_check > 0.5:  # `farm cancel` records the render id on the scheduler
-            last_check = time.monotonic()
-            if cancel_requested(client, render_id):
-                for plan in plans:
-                    if not stats.shots[plan.shot].video and plan.shot not in failed_shots:
-                        fail_shot(plan.shot, FarmError("cancelled (farm cancel); finished batches are kept"))
-                futures.clear()
-                break
-        kind, what = meaning.pop(fut.key, (None, None))
-        if kind is None:
-            continue
+    def submit_blend(self, step: BlendStep) -> None:
+        plan, t = self.plans[step.shot], self.targets
+        batch = plan.batches[step.batch]
+        tiles = [plan.tiles[k] for k in step.tiles]
+        pieces = [self.pieces[(step.shot, k, step.batch)] for k in step.tiles]
+        name = (self.render_id, plan.shot, batch.index)
+        blend_at = self.workers[step.slot]
+        frames = self.client.submit(
+            blend_batch, batch, plan.pixel_shape[1:], [placement(plan, x, batch.start) for x in tiles],
+            pieces, t.video.frames_dtype, t.video.takes_yuv420,
+            key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
+            workers=[blend_at], allow_other_workers=True,
+        )  # fmt: skip
+        # writes, encodes and images run side by side on an I/O worker, or on the blending worker's threads
+        where: dict[str, Any] = {
+            "workers": [self.io_workers[step.io] if step.io is not None else blend_at],
+            "allow_other_workers": True,
+            "priority": self.base + Priority.OUTPUT,
+        }
+        written = self.client.submit(
+            write_batch, t.out_root, batch, frames, key=(keys.WRITE_BATCH, *name), **where
+        )
+        encoded: Any = 0.0
+        if t.video.enabled:
+            encoded = self.client.submit(
+                encode_batch, t.out_root, batch, frames, t.fps[plan.shot], t.video, t.metadata,
+                key=(keys.ENCODE_SEGMENT, *name), **where,
+            )  # fmt: skip
+        extra = []
+        if t.video.sequence:
+            extra.append(self.client.submit(
+                write_sequence, t.out_root, batch, frames, t.video, key=(keys.WRITE_SEQUENCE, *name), **where,
+            ))  # fmt: skip
+        where["priority"] = self.base + Priority.MARK
+        mark = self.client.submit(
+            mark_batch, t.out_root, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
+        )
+        self.futures.add(mark)
+        self.meaning[mark.key] = ("blend", step)
+
+    def submit_finish(self, shot: int) -> None:
+        plan, t = self.plans[shot], self.targets
+        if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
+            return  # Zarr only, or a frame-range render whose shot still has other batches to do
+        done = self.client.submit(
+            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot], t.metadata, t.video.suffix,
+            key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
+        )  # fmt: skip
+        self.futures.add(done)
+        self.meaning[done.key] = ("finish", shot)
+
+    def fill_window(self) -> None:
+        decodes = self.schedule.decodes
+        while self.cursor < len(decodes) and len(self.decoded) < self.schedule.window:
+            step = decodes[self.cursor]
+            self.cursor += 1
+            if step.shot in self.failed:
+                continue
+            self.submit_decode(step)
+            for i in step.blends:
+                self.submit_blend(self.schedule.blends[i])
+
+    # -- reacting -----------------------------------------------------------------------------------
+
+    def release(self, shot: int, tile: int) -> None:
+        """Drop our references to a decoded tile, so the scheduler can forget it and its pieces."""
+        self.decoded.pop((shot, tile), None)
+        for key in [k for k in self.pieces if k[:2] == (shot, tile)]:
+            del self.pieces[key]
+
+    def fail_shot(self, shot: int, error: BaseException) -> None:
+        if shot in self.failed:
+            return
+        self.failed.add(shot)
+        name = self.plans[shot].shot
+        message = str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
+        self.stats.shots[name].error = message
+        for s, tile in list(self.decoded):
+            if s == shot:
+                self.release(s, tile)
+
+    def batch_written(self, step: BlendStep, result: dict[str, Any]) -> None:
+        stats = self.stats
+        stats.batches_written += 1
+        stats.frames_written += result["frames"]
+        stats.write_s += result["write_s"]
+        stats.encode_s += result["encode_s"]
+        stats.shots[self.plans[step.shot].shot].batches_written += 1
+        for tile in step.tiles:
+            self.unwritten[(step.shot, tile)] -= 1
+            if self.unwritten[(step.shot, tile)] == 0:
+                self.release(step.shot, tile)
+        self.batches_left[step.shot] -= 1
+        if self.batches_left[step.shot] == 0:
+            self.submit_finish(step.shot)
+
+    def handle(self, fut: Any) -> None:
+        kind, what = self.meaning.pop(fut.key, (None, None))
         if kind == "decode":
             if fut.status == "finished":
-                stats.tiles_decoded += 1
-            continue  # a failed decode surfaces through the blends that need it
+                self.stats.tiles_decoded += 1
+            return  # a failed decode surfaces through the blends that need it
         if kind == "blend":
-            plan, batch = what
-            if plan.shot in failed_shots:
-                continue
+            if what.shot in self.failed:
+                return
             if fut.status != "finished":
-                fail_shot(plan.shot, _exception(fut))
-                fill_window()
-                continue
-            result = fut.result()
-            stats.batches_written += 1
-            stats.frames_written += result["frames"]
-            stats.write_s += result["write_s"]
-            stats.encode_s += result["encode_s"]
-            stats.shots[plan.shot].batches_written += 1
-            for i in batch.tiles:
-                state = by_key[(plan.shot, i)]
-                state.pending_batches -= 1
-                if state.pending_batches == 0:
-                    release(state)
-            batches_left[plan.shot] -= 1
-            if batches_left[plan.shot] == 0:
-                submit_finish(plan)
-            fill_window()
-        elif kind == "finish":
-            plan = what
-            if fut.status != "finished":
-                fail_shot(plan.shot, _exception(fut))
+                self.fail_shot(what.shot, _exception(fut))
             else:
-                stats.shots[plan.shot].video = fut.result()["video"]
-        publisher.publish(stats)
+                self.batch_written(what, fut.result())
+            self.fill_window()
+        elif kind == "finish":
+            if fut.status != "finished":
+                self.fail_shot(what, _exception(fut))
+            else:
+                self.stats.shots[self.plans[what].shot].video = fut.result()["video"]
+
+    def cancel_all(self) -> None:
+        for p, plan in enumerate(self.plans):
+            if not self.stats.shots[plan.shot].video and p not in self.failed:
+                self.fail_shot(p, FarmError("cancelled (farm cancel); finished batches are kept"))
+        self.futures.clear()
+
+    def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
+        started = time.perf_counter()
+        for p, plan in enumerate(self.plans):
+            if not plan.batches:  # resumed after its last batch: only the video is left to join
+                self.submit_finish(p)
+        self.fill_window()
+        last_check = 0.0
+        for fut in self.futures:
+            if time.monotonic() - last_check > 0.5:  # `farm cancel` records the render id on the scheduler
+                last_check = time.monotonic()
+                if cancel_requested(self.client, self.render_id):
+                    self.cancel_all()
+                    break
+            self.handle(fut)
+            self.publisher.publish(self.stats)
+            if on_progress:
+                on_progress(self.stats)
+        self.stats.seconds = time.perf_counter() - started
+        self.publisher.publish(self.stats, final=True)
         if on_progress:
-            on_progress(stats)
-    stats.seconds = time.perf_counter() - started
-    publisher.publish(stats, final=True)
-    if on_progress:
-        on_progress(stats)
-    return stats
+            on_progress(self.stats)
+        return self.stats
+
+
+def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
+    """(batch position, frames of the tile that go there) for each batch the decode step feeds."""
+    tile = plan.tiles[step.tile]
+    position = {b.index: k for k, b in enumerate(plan.batches)}
+    return [(position[b.index], frames) for b, frames in plan.batch_pieces(tile)]
 
 
 class ProgressPublisher:
@@ -327,7 +366,7 @@ class ProgressPublisher:
     Prometheus metrics and `farm status` of a live render."""
 
     def __init__(self, client: Any, render_id: str, priority: int, describe: dict[str, Any]) -> None:
-        self.client, self.key = client, ["farm", "renders", render_id]
+        self.client, self.key = client, keys.metadata_path(*keys.RENDERS, render_id)
         self.base = {"render": render_id, "priority": priority, "started": time.time(), **describe}
         self.last = 0.0
 
@@ -358,7 +397,7 @@ def cancel_requested(client: Any, render_id: str) -> bool:
     from farm.monitor import is_cancelled
 
     try:
-        cancelled = client.get_metadata(["farm", "cancelled"], default={}) or {}
+        cancelled = client.get_metadata(keys.metadata_path(*keys.CANCELLED), default={}) or {}
     except Exception:  # monitoring must never break a render
         return False
     return is_cancelled(render_id, cancelled)

@@ -46,6 +46,7 @@ from typing import Any
 
 from farm.costmodel import CostModel, MemoryModel
 from farm.errors import FarmError
+from farm.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
 from farm.tiling import (
     ChunkSize,
     Geometry,
@@ -55,7 +56,6 @@ from farm.tiling import (
     causal_shift,
     plan_chunks,
     plan_shot,
-    required_window,
     split_by_count,
 )
 
@@ -304,18 +304,21 @@ def predict(
     memory: MemoryModel | None = None,
     window: int | None = None,
     geometry: Geometry | None = None,
+    n_io: int = 0,
 ) -> Prediction:
     """Simulate `plans` (tiles assigned to worker slots, as `plan_job` returns them) on `n_workers`.
 
     The simulation follows `farm.graph` and `farm.tasks`: each worker runs ``threads_per_worker`` tasks
     at once, highest priority first (blends, then writes and encodes, then shot finishing, then decodes
     in tile order), and decodes one at a time on its GPU (a decode waiting for the GPU holds a thread).
-    Decodes are pinned to their slot and submitted in job order through a window of
-    ``max(window or 2 * n_workers, required_window)`` tiles; a tile leaves the window when every batch
-    it feeds is written. A batch fed by one tile is blended where that tile was decoded, other batches
-    round-robin over the workers once their pieces have crossed (``latency + bytes / bandwidth``, one
-    transfer at a time into each worker). A blended batch's Zarr write and video encode are two tasks
-    on the blending worker, each waiting for an output stream: one of its node's
+    The order, slots, blend and I/O targets, priorities and window are those of
+    `farm.schedule.make_schedule` (what `farm.graph` runs): decodes pinned to their slot and submitted in
+    job order through the window; a tile leaves the window when every batch it feeds is written;
+    `n_io` I/O workers (``IO_WORKER_THREADS`` threads each) take the writes and encodes. A batch fed
+    by one tile is blended where that tile was decoded, other batches round-robin over the workers once
+    their pieces have crossed (``latency + bytes / bandwidth``, one transfer at a time into each
+    worker). A blended batch's Zarr write and video encode are two tasks on its I/O worker (none: the
+    blending worker), each waiting for an output stream: one of its node's
     ``output_streams_per_node`` when they are fewer than its workers' together, else one of its
     worker's ``output_streams_per_worker``. A shot's finishing task runs on the least busy worker
     after its last batch.
@@ -333,10 +336,10 @@ def predict(
         if key not in cache:
             cache[key] = _shot_tasks(plan, cost_model, memory, geometry or _geometry_of(plan))
         shots.append(cache[key])
+    schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
+    full = _simulate(shots, schedule, cost_model, output=True)
+    decode_only = _simulate(shots, schedule, cost_model, output=False)
     slots = [tuple(t.worker % n_workers for t in plan.tiles) for plan in plans]
-    win = max(window or 2 * n_workers, required_window(plans) if plans else 1)
-    full = _simulate(shots, slots, n_workers, cost_model, win, output=True)
-    decode_only = _simulate(shots, slots, n_workers, cost_model, win, output=False)
     peaks = [0] * n_workers
     for s, slot in zip(shots, slots, strict=True):
         for k, w in enumerate(slot):
@@ -360,165 +363,170 @@ def predict(
 
 
 def _simulate(
-    shots: Sequence[_ShotTasks],
-    slots: Sequence[tuple[int, ...]],
-    n_workers: int,
-    cost: CostModel,
-    window: int,
-    *,
-    output: bool,
-) -> dict[str, float]:
-    """Discrete-event simulation of one job; see :func:`predict`."""
-    overhead = cost.task_overhead_s
-    link = cost.link() if cost.links else None
-    per_node = max(1, cost.workers_per_node)
-    piece_bytes = cost.piece_bytes_per_pixel
-    threads = max(1, cost.threads_per_worker)
-    stages = [("write", cost.write_s_per_pixel), ("encode", cost.encode_s_per_pixel)]
-    stages = [(name, rate) for name, rate in stages if rate > 0] if output else []
+    shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool
+) -> dict[str, Any]:
+    """Discrete-event replay of `schedule` (see :func:`predict`); ``trace`` lists the tasks in the order
+    they became ready: ``(kind, shot, position, worker)``, I/O workers numbered after the decode ones."""
+    sim = _Simulation(shots, schedule, cost, output=output)
+    return sim.run()
 
-    # Timing-independent facts: submission order and blend targets (as farm.graph assigns them: in the
-    # order batches become complete while tiles are submitted in job order).
-    order = [(p, k) for p, s in enumerate(shots) for k in range(len(s.tile_seconds))]
-    target: list[list[int]] = []
-    blend_slot = 0
-    for p, s in enumerate(shots):
-        targets = []
-        for tiles in s.batch_tiles:
-            if len(tiles) == 1:
-                targets.append(slots[p][tiles[0]])
-            else:
-                targets.append(blend_slot % n_workers)
-                blend_slot += 1
-        target.append(targets)
 
-    ready: list[list[tuple]] = [[] for _ in range(n_workers)]  # per worker: (-priority, seq, task)
-    free_threads = [threads] * n_workers
-    gpu_free = [0.0] * n_workers  # one decode at a time per GPU (farm.tasks' decode thread)
-    recv_free = [0.0] * n_workers
-    n_nodes = (n_workers + per_node - 1) // per_node
-    node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
-    worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n_workers)]
-    # Whichever limit binds: the node's streams when fewer than its workers' together, else each worker's.
-    node_bound = cost.output_streams_per_node < per_node * max(1, cost.output_streams_per_worker)
-    events: list[tuple] = []  # (time, seq, worker, task)
-    seq = 0
-    arrived = [[0] * len(s.batch_tiles) for s in shots]
-    stages_left = [[len(stages)] * len(s.batch_tiles) for s in shots]
-    tile_batches_left = [[len(f) for f in s.feeds] for s in shots]
-    batches_left = [len(s.batch_tiles) for s in shots]
-    totals = {"decode_busy": 0.0, "busy": 0.0, "transfer_bytes": 0.0}
-    makespan = 0.0
-    cursor = held = 0
-    touched: set[int] = set()
+class _Simulation:
+    """The state of one replay. Workers ``0 … n_decode-1`` decode and blend; I/O workers follow them and
+    run only writes and encodes (``IO_WORKER_THREADS`` each)."""
 
-    def push_ready(w: int, priority: float, task: tuple) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(ready[w], (-priority, seq, task))
-        touched.add(w)
+    def __init__(self, shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool):
+        self.shots, self.schedule, self.cost, self.output = shots, schedule, cost, output
+        n, n_io = schedule.n_decode, schedule.n_io
+        self.n = n
+        self.link = cost.link() if cost.links else None
+        self.per_node = max(1, cost.workers_per_node)
+        stages = [("write", cost.write_s_per_pixel), ("encode", cost.encode_s_per_pixel)]
+        self.stages = dict((name, rate) for name, rate in stages if rate > 0) if output else {}
+        self.blend_of = {(b.shot, b.batch): b for b in schedule.blends}
+        threads = max(1, cost.threads_per_worker)
+        self.ready: list[list[tuple]] = [[] for _ in range(n + n_io)]  # per worker: (-priority, seq, task)
+        self.free_threads = [threads] * n + [IO_WORKER_THREADS] * n_io
+        self.gpu_free = [0.0] * n  # one decode at a time per GPU (farm.tasks' decode thread)
+        self.recv_free = [0.0] * n
+        n_nodes = (n + self.per_node - 1) // self.per_node
+        self.node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
+        self.worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n + n_io)]
+        # Whichever limit binds: the node's streams when fewer than its workers' together, else each worker's.
+        per_worker = max(1, cost.output_streams_per_worker)
+        self.node_bound = cost.output_streams_per_node < self.per_node * per_worker
+        self.events: list[tuple] = []  # (time, seq, worker, task)
+        self.seq = 0
+        self.arrived = {(b.shot, b.batch): 0 for b in schedule.blends}
+        self.stages_left = {(b.shot, b.batch): len(self.stages) for b in schedule.blends}
+        self.unwritten = schedule.releases()
+        self.held = 0
+        self.batches_left = [len(s.batch_tiles) for s in shots]
+        self.totals = {"decode_busy": 0.0, "busy": 0.0, "transfer_bytes": 0.0}
+        self.cursor = 0
+        self.touched: set[int] = set()
+        self.trace: list[tuple[str, int, int, int]] = []
 
-    def submit() -> None:
-        nonlocal cursor, held
-        while cursor < len(order) and held < window:
-            p, k = order[cursor]
-            cursor += 1
-            held += 1
-            push_ready(slots[p][k], -shots[p].tile_priority[k], ("decode", p, k))
+    def node_of(self, w: int) -> int:
+        return (w if w < self.n else w - self.n) // self.per_node % len(self.node_streams)
 
-    def start(w: int, now: float) -> None:
-        nonlocal seq
-        while free_threads[w] and ready[w]:
-            _, _, task = heapq.heappop(ready[w])
+    def push_ready(self, w: int, priority: float, task: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.ready[w], (-priority, self.seq, task))
+        self.touched.add(w)
+        self.trace.append((task[0], task[1], task[2], w))
+
+    def submit(self) -> None:
+        decodes = self.schedule.decodes
+        while self.cursor < len(decodes) and self.held < self.schedule.window:
+            step = decodes[self.cursor]
+            self.cursor += 1
+            self.held += 1
+            self.push_ready(step.slot, Priority.DECODE + step.priority, ("decode", step.shot, step.tile))
+
+    def start(self, w: int, now: float) -> None:
+        cost, overhead = self.cost, self.cost.task_overhead_s
+        while self.free_threads[w] and self.ready[w]:
+            _, _, task = heapq.heappop(self.ready[w])
             kind, p, k = task
-            s = shots[p]
+            s = self.shots[p]
             if kind == "decode":  # takes a thread, then waits for the GPU (CPU workers: for a stream)
                 d = overhead + s.tile_seconds[k]
-                begin = max(now, gpu_free[w])
+                begin = max(now, self.gpu_free[w])
                 if cost.decode_on_host:
-                    streams = node_streams[w // per_node]
+                    streams = self.node_streams[self.node_of(w)]
                     begin = max(begin, heapq.heappop(streams))
                     heapq.heappush(streams, begin + d)
-                end = gpu_free[w] = begin + d
-                totals["decode_busy"] += d
+                end = self.gpu_free[w] = begin + d
+                self.totals["decode_busy"] += d
             elif kind == "blend":
                 d = overhead + cost.blend_s_per_pixel * s.batch_piece_pixels[k]
                 end = now + d
             elif kind in ("write", "encode"):  # waits for an output stream (its node's or its own)
-                d = overhead + dict(stages)[kind] * s.batch_pixels[k]
-                streams = node_streams[w // per_node] if node_bound else worker_streams[w]
+                d = overhead + self.stages[kind] * s.batch_pixels[k]
+                streams = self.node_streams[self.node_of(w)] if self.node_bound else self.worker_streams[w]
                 begin = max(now, heapq.heappop(streams))
                 end = begin + d
                 heapq.heappush(streams, end)
             else:  # finish
                 d = cost.shot_overhead_s
                 end = now + d
-            totals["busy"] += d
-            free_threads[w] -= 1
-            seq += 1
-            heapq.heappush(events, (end, seq, w, task))
+            self.totals["busy"] += d
+            self.free_threads[w] -= 1
+            self.seq += 1
+            heapq.heappush(self.events, (end, self.seq, w, task))
 
-    def batch_done(p: int, b: int, now: float) -> None:
-        nonlocal held
-        for tile in shots[p].batch_tiles[b]:
-            tile_batches_left[p][tile] -= 1
-            if tile_batches_left[p][tile] == 0:
-                held -= 1
-        batches_left[p] -= 1
-        if batches_left[p] == 0 and output and cost.shot_overhead_s > 0:
-            least = min(range(n_workers), key=lambda i: (-free_threads[i], len(ready[i]), i))
-            push_ready(least, 50, ("finish", p, 0))
-        submit()
+    def batch_done(self, p: int, b: int) -> None:
+        for tile in self.blend_of[(p, b)].tiles:
+            self.unwritten[(p, tile)] -= 1
+            if self.unwritten[(p, tile)] == 0:
+                self.held -= 1
+        self.batches_left[p] -= 1
+        if self.batches_left[p] == 0 and self.output and self.cost.shot_overhead_s > 0:
+            n = self.n
+            least = min(range(n), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
+            self.push_ready(least, Priority.FINISH, ("finish", p, 0))
+        self.submit()
 
-    def arrive(p: int, b: int, now: float) -> None:
-        arrived[p][b] += 1
-        if arrived[p][b] < len(shots[p].batch_tiles[b]):
+    def arrive(self, p: int, b: int) -> None:
+        self.arrived[(p, b)] += 1
+        blend = self.blend_of[(p, b)]
+        if self.arrived[(p, b)] < len(blend.tiles):
             return
-        if output:
-            push_ready(target[p][b], 100, ("blend", p, b))
+        if self.output:
+            self.push_ready(blend.slot, Priority.BLEND, ("blend", p, b))
         else:
-            batch_done(p, b, now)
+            self.batch_done(p, b)
 
-    submit()
-    for w in range(n_workers):
-        start(w, 0.0)
-    touched.clear()
-    while events:
-        now, _, w, task = heapq.heappop(events)
-        makespan = max(makespan, now)
+    def decoded(self, w: int, p: int, k: int, now: float) -> None:
+        """Send a decoded tile's pieces to where their batches blend (one transfer at a time into each)."""
+        for b, px in self.shots[p].feeds[k]:
+            t = self.blend_of[(p, b)].slot
+            if t == w or self.link is None:
+                self.arrive(p, b)
+                continue
+            nbytes = px * self.cost.piece_bytes_per_pixel
+            self.totals["transfer_bytes"] += nbytes
+            begin = max(now, self.recv_free[t])
+            same_node = t // self.per_node == w // self.per_node
+            at = self.recv_free[t] = begin + self.link.seconds(nbytes, same_node=same_node)
+            self.seq += 1
+            heapq.heappush(self.events, (at, self.seq, t, ("arrive", p, b)))
+
+    def finished(self, w: int, task: tuple, now: float) -> None:
         kind, p, k = task
         if kind == "arrive":
-            arrive(p, k, now)
-        else:
-            free_threads[w] += 1
-            touched.add(w)
-            s = shots[p]
-            if kind == "decode":
-                for b, px in s.feeds[k]:
-                    t = target[p][b]
-                    if t == w or link is None:
-                        arrive(p, b, now)
-                        continue
-                    nbytes = px * piece_bytes
-                    totals["transfer_bytes"] += nbytes
-                    begin = max(now, recv_free[t])
-                    at = recv_free[t] = begin + link.seconds(nbytes, same_node=t // per_node == w // per_node)
-                    seq += 1
-                    heapq.heappush(events, (at, seq, t, ("arrive", p, b)))
-            elif kind == "blend":
-                if stages:
-                    for name, _ in stages:
-                        push_ready(w, 90, (name, p, k))
-                else:
-                    batch_done(p, k, now)
-            elif kind in ("write", "encode"):
-                stages_left[p][k] -= 1
-                if stages_left[p][k] == 0:
-                    batch_done(p, k, now)
-        for i in sorted(touched):
-            start(i, now)
-        touched.clear()
-    return {"makespan": makespan, **totals}
+            self.arrive(p, k)
+            return
+        self.free_threads[w] += 1
+        self.touched.add(w)
+        if kind == "decode":
+            self.decoded(w, p, k, now)
+        elif kind == "blend":
+            if not self.stages:
+                self.batch_done(p, k)
+            io = self.blend_of[(p, k)].io
+            for name in self.stages:  # on the batch's I/O worker, else beside the blend
+                self.push_ready(w if io is None else self.n + io, Priority.OUTPUT, (name, p, k))
+        elif kind in ("write", "encode"):
+            self.stages_left[(p, k)] -= 1
+            if self.stages_left[(p, k)] == 0:
+                self.batch_done(p, k)
+
+    def run(self) -> dict[str, Any]:
+        self.submit()
+        for w in range(len(self.ready)):
+            self.start(w, 0.0)
+        self.touched.clear()
+        makespan = 0.0
+        while self.events:
+            now, _, w, task = heapq.heappop(self.events)
+            makespan = max(makespan, now)
+            self.finished(w, task, now)
+            for i in sorted(self.touched):
+                self.start(i, now)
+            self.touched.clear()
+        return {"makespan": makespan, **self.totals, "trace": self.trace}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""Names farm gives things on the Dask scheduler: task-key prefixes and scheduler-metadata paths.
+
+Task keys are tuples whose first element names the kind of task, so the dashboard groups them by it:
+``(DECODE_TILE, render, shot, tile)``, ``(BLEND_BATCH, render, shot, batch)``, … Scheduler metadata
+(``client.set_metadata``) lives under ``("farm", …)``: renders publish progress under
+``RENDERS + (render_id,)``, submitted workflows under ``SUBMISSIONS + (id,)``, and `farm cancel`
+records ``CANCELLED + (id,)``.
+"""
+
+from __future__ import annotations
+
+DECODE_TILE = "decode-tile"
+TILE_PIECE = "tile-piece"
+BLEND_BATCH = "blend-batch"
+WRITE_BATCH = "write-batch"
+ENCODE_SEGMENT = "encode-segment"
+WRITE_SEQUENCE = "write-sequence"
+MARK_BATCH = "mark-batch"
+FINISH_SHOT = "finish-shot"
+
+#: every prefix of a render's task keys, in pipeline order (the farm page's task table)
+TASK_PREFIXES = (
+    DECODE_TILE,
+    TILE_PIECE,
+    BLEND_BATCH,
+    WRITE_BATCH,
+    ENCODE_SEGMENT,
+    WRITE_SEQUENCE,
+    MARK_BATCH,
+    FINISH_SHOT,
+)
+
+ROOT = ("farm",)
+RENDERS = (*ROOT, "renders")
+SUBMISSIONS = (*ROOT, "submissions")
+CANCELLED = (*ROOT, "cancelled")
+
+
+def metadata_path(*parts: str) -> list[str]:
+    """A scheduler-metadata path as `Client.set_metadata` takes it, e.g. ``metadata_path(*RENDERS, id)``."""
+    return [str(p) for p in parts]

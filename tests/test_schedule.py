@@ -1,0 +1,191 @@
+"""The run policy is one value: the Dask driver issues exactly its tasks, the simulator replays it.
+
+The driver runs against a fake client here (its schedule logic, not Dask: the real-cluster renders in
+test_render.py and test_resume.py run the same driver); the simulator is the planner's own.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+
+from farm import costmodel, keys
+from farm.errors import FarmError
+from farm.planner import _geometry_of, _shot_tasks, _simulate, predict
+from farm.schedule import Priority, make_schedule, window_for
+from farm.tiling import Geometry, TileGrid, assign_round_robin, plan_shot, required_window
+
+GEOMETRY = Geometry(32, 8, True)
+
+
+def job(grids: list[TileGrid], n_workers: int, *, frames: int = 9, batch_frames: int = 16):
+    plans = [
+        plan_shot(f"s{i}", (8, frames, 6, 8), GEOMETRY, grid, batch_frames=batch_frames)
+        for i, grid in enumerate(grids)
+    ]
+    return assign_round_robin(plans, n_workers)
+
+
+JOBS = {
+    "whole shots": (lambda: job([TileGrid()] * 5, 2), 2, 0),
+    "spatial tiles, I/O workers": (lambda: job([TileGrid((1, 2, 2), (0, 2, 2))] * 3, 3, frames=5), 3, 2),
+    "temporal tiles": (lambda: job([TileGrid((2, 1, 1), (1, 0, 0))] * 2, 2, frames=9, batch_frames=8), 2, 1),
+    "mixed": (
+        lambda: job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2)), TileGrid((2, 1, 2), (1, 0, 2))], 4),
+        4,
+        3,
+    ),
+}
+
+
+class FakeFuture:
+    def __init__(self, key: tuple, fn: Any, args: tuple, fail: bool) -> None:
+        self.key, self.fn, self.args = key, fn, args
+        self.status = "error" if fail else "finished"
+
+    def result(self) -> Any:
+        if self.key[0] == keys.MARK_BATCH:
+            return {"frames": self.args[1].frames, "write_s": 0.0, "encode_s": 0.0}
+        if self.key[0] == keys.FINISH_SHOT:
+            return {"video": f"{self.key[2]}.mp4"}
+        return None
+
+    def exception(self) -> BaseException | None:
+        return RuntimeError("boom") if self.status == "error" else None
+
+
+class FakeClient:
+    """Records what the driver submits; every task 'finishes' in submission order."""
+
+    def __init__(self, workers: list[str], io_workers: list[str], fail_shot: str | None = None) -> None:
+        self.workers, self.io_workers, self.fail_shot = workers, io_workers, fail_shot
+        self.submitted: list[dict[str, Any]] = []
+
+    def submit(self, fn: Any, *args: Any, key: tuple, workers: list[str] | None = None,
+               priority: int = 0, **_: Any) -> FakeFuture:  # fmt: skip
+        fail = key[0] == keys.MARK_BATCH and key[2] == self.fail_shot
+        worker = (workers or [None])[0]
+        self.submitted.append({"kind": key[0], "key": key, "worker": worker, "priority": priority})
+        return FakeFuture(key, fn, args, fail)
+
+    def get_metadata(self, key: Any, default: Any = None) -> Any:
+        return default
+
+    def set_metadata(self, key: Any, value: Any) -> None:
+        pass
+
+
+class FifoCompletions:
+    def __init__(self) -> None:
+        self.queue: deque = deque()
+
+    def add(self, fut: FakeFuture) -> None:
+        self.queue.append(fut)
+
+    def clear(self) -> None:
+        self.queue.clear()
+
+    def __iter__(self):
+        while self.queue:
+            yield self.queue.popleft()
+
+
+def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None):
+    from farm.graph import Driver, RenderTargets
+    from farm.tasks import VideoSettings
+
+    workers = [f"tcp://10.0.0.{i}:1" for i in range(n_workers)]
+    io_workers = [f"tcp://10.0.1.{i}:1" for i in range(n_io)]
+    client = FakeClient(workers, io_workers, fail_shot)
+    schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
+    targets = RenderTargets(
+        job_path="job", spec_json={}, out_root="out", fps={p.shot: 24.0 for p in plans},
+        video=VideoSettings(), metadata={}, finish=None,
+        total_batches={p.shot: len(p.batches) for p in plans},
+    )  # fmt: skip
+    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
+                    completions=FifoCompletions)  # fmt: skip
+    stats = driver.run()
+    return schedule, client, stats, workers, io_workers
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_driver_issues_exactly_the_schedule(name: str) -> None:
+    make, n_workers, n_io = JOBS[name]
+    plans = make()
+    schedule, client, stats, workers, io_workers = drive(plans, n_workers, n_io)
+    decodes = [s for s in client.submitted if s["kind"] == keys.DECODE_TILE]
+    expected = [(plans[d.shot].shot, plans[d.shot].tiles[d.tile].index, workers[d.slot])
+                for d in schedule.decodes]  # fmt: skip
+    assert [(s["key"][2], s["key"][3], s["worker"]) for s in decodes] == expected
+    assert [s["priority"] for s in decodes] == [d.priority for d in schedule.decodes]
+    blends = [s for s in client.submitted if s["kind"] == keys.BLEND_BATCH]
+    assert [(s["key"][2], s["key"][3], s["worker"]) for s in blends] == [
+        (plans[b.shot].shot, plans[b.shot].batches[b.batch].index, workers[b.slot]) for b in schedule.blends
+    ]
+    writes = [s for s in client.submitted if s["kind"] == keys.WRITE_BATCH]
+    assert [s["worker"] for s in writes] == [
+        io_workers[b.io] if b.io is not None else workers[b.slot] for b in schedule.blends
+    ]
+    assert {s["priority"] for s in blends} == {Priority.BLEND}
+    assert {s["priority"] for s in writes} == {Priority.OUTPUT}
+    # every decode before the blends it completes, and never more tiles held than the window
+    order = [(s["kind"], *s["key"][2:4]) for s in client.submitted]
+    for d in schedule.decodes:
+        at = order.index((keys.DECODE_TILE, plans[d.shot].shot, plans[d.shot].tiles[d.tile].index))
+        for i in d.blends:
+            b = schedule.blends[i]
+            name = (plans[b.shot].shot, plans[b.shot].batches[b.batch].index)
+            assert order.index((keys.BLEND_BATCH, *name)) > at
+    assert 1 <= stats.max_tiles_held <= schedule.window
+    assert stats.batches_written == len(schedule.blends) and not stats.failed
+    assert all(o.video for o in stats.shots.values())
+
+
+def test_driver_holds_the_window_and_skips_a_failed_shot() -> None:
+    plans = job([TileGrid((1, 1, 2), (0, 0, 2))] * 4, 2, frames=5)
+    schedule, client, stats, *_ = drive(plans, 2, 0, window=required_window(plans), fail_shot="s1")
+    assert stats.max_tiles_held <= schedule.window == required_window(plans)
+    assert [o.shot for o in stats.failed] == ["s1"] and "boom" in stats.shots["s1"].error
+    assert stats.shots["s0"].video and stats.shots["s3"].video and not stats.shots["s1"].video
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_simulator_replays_the_schedule(name: str) -> None:
+    make, n_workers, n_io = JOBS[name]
+    plans = make()
+    schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io)
+    cost = costmodel.load("ltx2-tiny-cpu")
+    shots = [_shot_tasks(p, cost, None, _geometry_of(p)) for p in plans]
+    trace = _simulate(shots, schedule, cost, output=True)["trace"]
+    assert [(p, k, w) for kind, p, k, w in trace if kind == "decode"] == [
+        (d.shot, d.tile, d.slot) for d in schedule.decodes
+    ]
+    blend_at = {(b.shot, b.batch): b for b in schedule.blends}
+    for kind, p, k, w in trace:
+        if kind == "blend":
+            assert w == blend_at[(p, k)].slot
+        elif kind in ("write", "encode"):
+            io = blend_at[(p, k)].io
+            assert w == (blend_at[(p, k)].slot if io is None else n_workers + io)
+    blended = sorted((p, k) for kind, p, k, _ in trace if kind == "blend")
+    assert blended == sorted(blend_at)
+
+
+def test_prediction_follows_the_schedule_window() -> None:
+    plans = job([TileGrid()] * 6, 2)
+    cost = costmodel.load("ltx2-tiny-cpu")
+    tight = predict(plans, 2, cost, window=1)
+    loose = predict(plans, 2, cost, window=8)
+    assert tight.makespan_s >= loose.makespan_s
+
+
+def test_schedule_values_are_validated() -> None:
+    plans = job([TileGrid()], 1)
+    with pytest.raises(FarmError, match="no decode workers"):
+        make_schedule(plans, n_decode=0, n_io=2)
+    with pytest.raises(FarmError, match="--window"):
+        window_for(plans, 2, 0)
+    assert window_for(plans, 3) == 6
