@@ -228,7 +228,7 @@ class Driver:
             "priority": self.base + Priority.OUTPUT,
         }
         written = self.client.submit(
-            write_batch, t.out_root, batch, frames, key=(keys.WRITE_BATCH, *name), **where
+            write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
         )
         encoded: Any = 0.0
         if t.video.enabled:

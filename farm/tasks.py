@@ -18,7 +18,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.store import Output, mark_done, read_latent, write_frames
+from farm.store import Output, fsync_path, mark_done, read_latent, write_frames
 from farm.tiling import Batch, ChunkSize, Tile, plan_chunks
 
 
@@ -151,6 +151,9 @@ class VideoSettings:
     sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
     first_frame: int = 1  # number of a shot's first frame in sequence file names
     frames_dtype: str = "uint8"  # the Zarr master copy: uint8 levels or float16 in [0, 1]
+    # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
+    # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
+    durable: bool = True
 
     @property
     def suffix(self) -> str:
@@ -228,10 +231,10 @@ def _to_host(tensor: Any) -> np.ndarray:
     return tensor.numpy()
 
 
-def write_batch(out_root: str, batch: Batch, frames: BlendedFrames) -> float:
-    """Write a blended batch into the shot's Zarr frames; returns seconds spent."""
+def write_batch(out_root: str, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
+    """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
-    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb)
+    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
 
@@ -251,8 +254,12 @@ def encode_batch(
     if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
         rgb = levels_uint8(rgb)
     out = Output(Path(out_root), video.suffix)
-    encode_segment(rgb, out.segment(batch.shot, batch.index), fps, codec=video.codec, crf=video.crf,
+    segment = out.segment(batch.shot, batch.index)
+    encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf,
                    preset=video.preset, metadata=metadata, yuv420=frames.yuv420)  # fmt: skip
+    if video.durable:
+        fsync_path(segment)
+        fsync_path(segment.parent)
     return time.perf_counter() - t0
 
 
@@ -262,8 +269,13 @@ def write_sequence(out_root: str, batch: Batch, frames: BlendedFrames, video: Vi
 
     t0 = time.perf_counter()
     out = Output(Path(out_root))
-    write_images(frames.rgb, out.sequence_dir(batch.shot), batch.shot, start=batch.start,
-                 first_frame=video.first_frame, format=video.sequence or "png8")  # fmt: skip
+    folder = out.sequence_dir(batch.shot)
+    written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
+                           first_frame=video.first_frame, format=video.sequence or "png8")  # fmt: skip
+    if video.durable:
+        for path in written or []:
+            fsync_path(Path(path))
+        fsync_path(folder)
     return time.perf_counter() - t0
 
 

@@ -1,0 +1,84 @@
+"""Durable before done: a batch's chunk files, segment and images reach the disk (fsync) before its
+done marker is created, so a power cut never leaves a batch marked done with frames missing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from farm.store import Output, chunk_files, create_frames_array
+from farm.tasks import BlendedFrames, VideoSettings, encode_batch, mark_batch, write_batch, write_sequence
+from farm.tiling import Batch
+
+
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records the path of every fsync'd descriptor, in order (the real fsync still runs)."""
+    calls: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        calls.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls
+
+
+def out_with_shot(tmp_path: Path, frames: int = 16, batch: int = 8) -> Output:
+    out = Output(tmp_path / "out")
+    (out.root / ".farm" / "segments" / "a").mkdir(parents=True)
+    create_frames_array(out.frames_zarr, "a", (frames, 16, 24), batch)
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name descriptors")
+def test_chunks_segment_and_images_are_synced_before_the_marker(tmp_path: Path, synced: list[str]) -> None:
+    out = out_with_shot(tmp_path)
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (8, 16, 24, 3), dtype=np.uint8)
+    batch = Batch(shot="a", index=1, start=8, stop=16, tiles=(0,))
+    video = VideoSettings(sequence="png8", preset="ultrafast")
+    blended = BlendedFrames(rgb)
+    write_batch(str(out.root), batch, blended)
+    encode_batch(str(out.root), batch, blended, 24.0, video, {})
+    write_sequence(str(out.root), batch, blended, video)
+    marker_at = len(synced)
+    mark_batch(str(out.root), batch, 0.0, 0.0)
+
+    arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
+    chunks = [str(p) for p in chunk_files(out.frames_zarr / "a" / "frames", arr, 8, 16)]
+    assert chunks and all(Path(c).exists() for c in chunks)
+    before = synced[:marker_at]
+    assert set(chunks) <= set(before), "every chunk file of the batch is fsync'd before the marker"
+    assert str(out.segment("a", 1)) in before
+    images = sorted((out.sequence_dir("a")).glob("a.*.png"))
+    assert len(images) == 8 and {str(p) for p in images} <= set(before)
+    # the chunk folders too (new names are durable only once their folder is synced)
+    assert str(Path(chunks[0]).parent) in before
+    marker = str(out.done_marker("a", 1))
+    assert marker + ".tmp" in synced[marker_at:] and Path(marker).exists()
+    # the other batch's chunk was never written, so nothing of it was touched
+    assert not any(c.endswith("/c/0/0/0/0") for c in before)
+
+
+def test_chunk_files_cover_exactly_the_batch(tmp_path: Path) -> None:
+    out = out_with_shot(tmp_path, frames=24, batch=8)
+    arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
+    names = [p.relative_to(out.frames_zarr / "a" / "frames").as_posix() for p in
+             chunk_files(out.frames_zarr / "a" / "frames", arr, 8, 24)]  # fmt: skip
+    assert names == ["c/1/0/0/0", "c/2/0/0/0"]
+
+
+def test_not_durable_skips_the_fsyncs(tmp_path: Path, synced: list[str]) -> None:
+    out = out_with_shot(tmp_path)
+    rgb = np.full((8, 16, 24, 3), 7, dtype=np.uint8)
+    batch = Batch(shot="a", index=0, start=0, stop=8, tiles=(0,))
+    write_batch(str(out.root), batch, BlendedFrames(rgb), False)
+    assert synced == []
+    got = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")[:8]
+    assert (np.asarray(got) == 7).all()

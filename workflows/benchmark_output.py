@@ -1,0 +1,267 @@
+"""farm's output path against the host's own ceilings, measured side by side in one run.
+
+Measures, on the machine it runs on:
+- ``plain``: the plain in-process decode on one GPU (eager and, with ``--compile``, compiled);
+- ``zarr``: the host's Zarr write ceiling: P processes writing farm's batches (its array layout, codec
+  and chunks, the same noise frames a random-weight decode gives) into one output, with and without
+  fsync of every chunk, for each P and each folder in ``--dirs``;
+- ``encode``: the video encode ceiling per x264 preset, P processes encoding 32-frame segments;
+- ``farm``: farm renders of ``--shots`` shots on 1 … ``--gpus`` GPU workers, Zarr only and with video,
+  each printed as a fraction of ``min(decode ceiling, output ceiling)``.
+
+Every script that starts processes needs the ``__main__`` guard (spawn).
+
+    python workflows/benchmark_output.py --parts zarr,encode,farm --gpus 2 --shots 24 \\
+        --dirs /tmp/farm-out --out-json $OUT/out.json --out-md $OUT/out.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BATCH = 32
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def noise_frames(frames: int, height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (frames, height, width, 3), dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------------------------------
+# Host ceilings
+# --------------------------------------------------------------------------------------------------
+
+
+def _zarr_writer(args: tuple) -> tuple[float, float]:
+    """One writer process: write `batches` of farm's batches into its own shot of the output."""
+    root, shot, batches, height, width, durable, pipeline = args
+    from farm.store import Output, write_frames
+
+    if pipeline == "zarrs":
+        import zarr
+
+        zarr.config.set({"codec_pipeline.path": "zarrs.ZarrsCodecPipeline"})
+    frames = noise_frames(BATCH, height, width, seed=hash(shot) % 1000)
+    out = Output(Path(root))
+    t0 = time.perf_counter()
+    for k in range(batches):
+        write_frames(out, shot, k * BATCH, frames, durable=durable)
+    return t0, time.perf_counter()
+
+
+def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int,
+                 durable: bool, pipeline: str) -> dict[str, Any]:  # fmt: skip
+    """Aggregate frames/s of `procs` processes writing `frames_total` frames of farm batches."""
+    from farm.store import create_frames_array
+
+    shutil.rmtree(folder, ignore_errors=True)
+    batches = max(1, frames_total // (BATCH * procs))
+    shots = [f"w{i}" for i in range(procs)]
+    for shot in shots:
+        create_frames_array(folder / "frames.zarr", shot, (batches * BATCH, height, width), BATCH)
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(procs) as pool:
+        pool.map(time.sleep, [0] * procs)  # processes up and importing before the clock starts
+        tasks = [(str(folder), s, batches, height, width, durable, pipeline) for s in shots]
+        spans = pool.map(_zarr_writer, tasks)
+    wall = max(e for _, e in spans) - min(s for s, _ in spans)
+    n = batches * BATCH * procs
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"procs": procs, "frames": n, "seconds": wall, "frames_per_s": n / wall, "durable": durable,
+            "pipeline": pipeline, "dir": str(folder)}  # fmt: skip
+
+
+def _encoder(args: tuple) -> tuple[float, float]:
+    folder, i, segments, height, width, preset = args
+    import torch
+
+    from farm.video import encode_segment
+    from farm.yuv import rgb_to_yuv420
+
+    rgb = noise_frames(BATCH, height, width, seed=i)
+    planes = rgb_to_yuv420(torch.from_numpy(rgb).permute(3, 0, 1, 2).float().div(255)).numpy()
+    t0 = time.perf_counter()
+    for k in range(segments):
+        encode_segment(rgb, Path(folder) / f"p{i}-{k}.mp4", 24.0, codec="h264", crf=18, preset=preset,
+                       metadata={}, yuv420=planes)  # fmt: skip
+    return t0, time.perf_counter()
+
+
+def encode_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int, preset: str) -> dict:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    segments = max(1, frames_total // (BATCH * procs))
+    with mp.get_context("spawn").Pool(procs) as pool:
+        pool.map(time.sleep, [0] * procs)
+        spans = pool.map(_encoder, [(str(folder), i, segments, height, width, preset) for i in range(procs)])
+    wall = max(e for _, e in spans) - min(s for s, _ in spans)
+    n = segments * BATCH * procs
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"procs": procs, "preset": preset, "frames": n, "seconds": wall, "frames_per_s": n / wall}
+
+
+# --------------------------------------------------------------------------------------------------
+# Plain decode and farm renders
+# --------------------------------------------------------------------------------------------------
+
+
+def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from farm.decoders import load_decoder
+    from farm.render import synth_spec
+
+    spec = synth_spec(args.decoder).to_json()
+    out: dict[str, Any] = {}
+    for mode in ["eager"] + (["compiled"] if args.compile else []):
+        decoder = load_decoder(spec, "cuda", compile=(mode == "compiled"))
+        c = decoder.latent_channels if hasattr(decoder, "latent_channels") else 128
+        g = decoder.geometry
+        lf = (args.frames - 1) // g.temporal_scale + 1
+        latent = torch.randn(c, lf, args.height // g.spatial_scale, args.width // g.spatial_scale)
+        t0 = time.perf_counter()
+        decoder.decode(latent, origin=(0, 0, 0))
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        times = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            decoder.decode(latent, origin=(0, 0, 0))
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        s = float(np.median(times))
+        out[mode] = {"seconds": s, "frames_per_s": args.frames / s, "first_call_s": first, "all": times}
+        log(f"plain {mode}: {s:.3f} s ({args.frames / s:.1f} frames/s), first call {first:.1f} s")
+        del decoder
+        torch.cuda.empty_cache()
+    return out
+
+
+def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
+    """Renders on 1 … N GPU workers: the batch of shots and one shot split over the GPUs, per output."""
+    from farm.cluster import connect
+    from farm.render import render, synth
+    from farm.tasks import VideoSettings
+
+    sizes = {"frames": args.frames, "height": args.height, "width": args.width}
+    job, one = work / "job.zarr", work / "one.zarr"
+    synth(job, decoder=args.decoder, shots=args.shots, overwrite=True, **sizes)
+    synth(one, decoder=args.decoder, shots=1, overwrite=True, **sizes)
+    videos = {"zarr": VideoSettings(enabled=False),
+              "zarr-nofsync": VideoSettings(enabled=False, durable=False),
+              **{p: VideoSettings(preset=p) for p in args.presets}}  # fmt: skip
+    runs = results.setdefault("farm", [])
+    for gpus in [int(g) for g in args.gpu_counts.split(",")]:
+        t0 = time.perf_counter()
+        with connect(workers=gpus, io_workers=args.io_workers) as client:
+            address = client.scheduler.address
+            log(f"{gpus} GPU cluster up in {time.perf_counter() - t0:.1f} s")
+            t0 = time.perf_counter()
+            render(str(job), str(work / "warm"), scheduler=address, log=lambda _m: None, compile=args.compile,
+                   video=videos["zarr"])  # fmt: skip
+            log(f"warm-up (every shot once, models loaded) {time.perf_counter() - t0:.1f} s")
+            cases = [("batch", job, (1, 1, 1), label) for label in videos]
+            cases += [("one shot", one, (1, 1, 1), "zarr"), ("one shot", one, tuple(args.one_tiles), "zarr")]
+            for out_dir in args.dirs:
+                for what, src, tiles, label in cases:
+                    if gpus == 1 and what == "one shot" and tiles != (1, 1, 1):
+                        continue
+                    row = timed_farm(address, src, Path(out_dir) / f"r{gpus}", tiles, videos[label], args)
+                    row.update({"gpus": gpus, "what": what, "output": label, "dir": out_dir})
+                    runs.append(row)
+                    log(f"farm {gpus} GPU {what} {tiles} {label} -> {out_dir}: {row['wall_s']:.2f} s, "
+                        f"{row['frames_per_s']:.1f} frames/s {row['failed'] or ''}")  # fmt: skip
+
+
+def timed_farm(
+    address: str, job: Path, dest: Path, tiles: tuple, video: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    from farm.render import PlanOptions, render
+
+    shutil.rmtree(dest, ignore_errors=True)
+    t0 = time.perf_counter()
+    stats = render(str(job), str(dest), scheduler=address, log=lambda _m: None, compile=args.compile,
+                   video=video, options=PlanOptions(tiles=tiles))  # fmt: skip
+    wall = time.perf_counter() - t0
+    shutil.rmtree(dest, ignore_errors=True)
+    failed = [s.error for s in stats.failed]
+    fps = stats.frames_written / wall
+    return {"tiles": tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
+            "failed": failed}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--parts", default="plain,zarr,encode,farm")
+    p.add_argument("--decoder", default="ltx2")
+    p.add_argument("--frames", type=int, default=121)
+    p.add_argument("--height", type=int, default=704)
+    p.add_argument("--width", type=int, default=1216)
+    p.add_argument("--shots", type=int, default=24)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--gpu-counts", default="1,2")
+    p.add_argument("--io-workers", type=int, default=None)
+    p.add_argument("--one-tiles", type=int, nargs=3, default=[1, 1, 2])
+    p.add_argument("--presets", nargs="*", default=["ultrafast"])
+    p.add_argument("--procs", default="8,16")
+    p.add_argument("--pipelines", default="default")
+    p.add_argument("--ceiling-frames", type=int, default=3072)
+    p.add_argument("--dirs", nargs="+", default=["/tmp/farm-bench-out"])
+    p.add_argument("--work", default="/tmp/farm-bench")
+    p.add_argument("--out-json", required=True)
+    p.add_argument("--out-md", default=None)
+    args = p.parse_args()
+    parts = set(args.parts.split(","))
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                                           "platform": platform.platform()}, "args": vars(args)}  # fmt: skip
+    procs = [int(x) for x in args.procs.split(",")]
+
+    def save() -> None:
+        Path(args.out_json).write_text(json.dumps(results, indent=1, default=str))
+
+    if "plain" in parts:
+        results["plain"] = plain_decode(args)
+        save()
+    if "zarr" in parts:
+        rows = results.setdefault("zarr", [])
+        for d in args.dirs:
+            for pipeline in args.pipelines.split(","):
+                for n in procs:
+                    for durable in (False, True):
+                        r = zarr_ceiling(Path(d) / "ceiling", n, args.ceiling_frames, args.height, args.width,
+                                         durable, pipeline)  # fmt: skip
+                        rows.append(r)
+                        log(f"zarr {pipeline} P={n} durable={durable} {d}: {r['frames_per_s']:.0f} frames/s")
+                        save()
+    if "encode" in parts:
+        rows = results.setdefault("encode", [])
+        for preset in args.presets:
+            for n in procs:
+                r = encode_ceiling(work / "enc", n, args.ceiling_frames // 2, args.height, args.width, preset)
+                rows.append(r)
+                log(f"encode {preset} P={n}: {r['frames_per_s']:.0f} frames/s")
+                save()
+    if "farm" in parts:
+        farm_renders(args, work, results)
+        save()
+
+
+if __name__ == "__main__":
+    main()
