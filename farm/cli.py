@@ -195,7 +195,7 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _plan_options(args: argparse.Namespace):
-    from farm.render import PlanOptions, parse_tiles, parse_triple
+    from farm.options import PlanOptions, parse_tiles, parse_triple
     from farm.tiling import ChunkSize
 
     chunk = ChunkSize()
@@ -231,11 +231,13 @@ def _progress_bar():
 
 
 def _report(stats, out: Path) -> int:
+    from farm.output import Output
+
     print(
         f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
         f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s"
     )
-    print(f"  frames: {out / 'frames.zarr'}")
+    print(f"  frames: {Output(out).frames_zarr}")
     for shot in stats.shots.values():
         if shot.video:
             print(f"  video:  {shot.video}")
@@ -254,7 +256,7 @@ def _report(stats, out: Path) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from farm.render import synth
+    from farm.synthetic import synth
 
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
@@ -285,7 +287,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.render import default_window, describe_plans, host_peak_bytes, plan_job, window_peak_bytes
+    from farm.budgets import default_window, host_peak_bytes, window_peak_bytes
+    from farm.jobplan import plan_job
+    from farm.plan_table import describe_plans
     from farm.store import open_job
     from farm.tasks import VideoSettings
 
@@ -314,7 +318,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from farm.store import output_progress
+    from farm.output import output_progress
 
     rows = output_progress(args.out)
     print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video")

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from farm import keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
+from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
-from farm.store import Output
 from farm.tasks import (
     Placement,
     VideoSettings,

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from farm.errors import FarmError
+from farm.output import Output
 
 
 def _alive(pid: int) -> bool:
@@ -26,7 +27,7 @@ def _alive(pid: int) -> bool:
 @contextmanager
 def output_lock(out_root: Path) -> Iterator[None]:
     """Hold ``OUT/.farm/lock`` for the duration; a lock whose owner process is gone is taken over."""
-    path = out_root / ".farm" / "lock"
+    path = Output(out_root).lock_file
     path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
     for _ in range(2):

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.video import atomic_path
+from farm.output import atomic_path
 
 __all__ = [
     "FORMATS",

@@ -18,7 +18,8 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.store import Output, fsync_path, mark_done, read_latent, write_frames
+from farm.output import Output, fsync_path, mark_done, write_frames
+from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Tile, plan_chunks
 
 
@@ -311,7 +312,7 @@ def finish_shot(
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
     join_segments(segments, out.video(shot), metadata=metadata)
-    mark_done(out.root / ".farm" / "done" / shot / "video")
+    mark_done(out.video_done_marker(shot))
     for s in segments:
         s.unlink(missing_ok=True)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}

@@ -22,10 +22,8 @@ All files carry BT.709 colour tags (primaries, transfer, matrix; tv range) and t
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -36,6 +34,7 @@ import numpy as np
 from av.video.reformatter import ColorRange, Colorspace
 
 from farm.errors import FarmError
+from farm.output import atomic_path
 
 __all__ = [
     "CODECS",
@@ -123,24 +122,6 @@ def _fraction(value: Any) -> Fraction:
     if value is None:
         return Fraction(0)
     return Fraction(int(value.numerator), int(value.denominator))
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
-    """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
-    final = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
-    except OSError as e:
-        raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _prepare_frames(frames: np.ndarray, codec: Codec, where: str) -> tuple[np.ndarray, str]:

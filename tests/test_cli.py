@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from farm import video
-from farm.store import Output, read_frames
+from farm.output import Output, read_frames
 
 
 def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from farm.store import Output, chunk_files, create_frames_array
+from farm.output import Output, chunk_files, create_frames_array
 from farm.tasks import BlendedFrames, VideoSettings, encode_batch, mark_batch, write_batch, write_sequence
 from farm.tiling import Batch
 

@@ -16,7 +16,7 @@ import pytest
 
 import farm.render as fr
 from farm import monitor
-from farm.store import Output, output_progress, read_frames
+from farm.output import Output, output_progress, read_frames
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 

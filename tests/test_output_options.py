@@ -8,7 +8,7 @@ import pytest
 import farm.render as fr
 from farm import sequences, video
 from farm.errors import FarmError
-from farm.store import Output, read_frames
+from farm.output import Output, read_frames
 from farm.tasks import VideoSettings
 from tests.test_resume import assert_same_video
 

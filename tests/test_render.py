@@ -10,7 +10,8 @@ import zarr
 import farm.render as fr
 from farm import video
 from farm.decoders.ltx2 import LTX2Decoder
-from farm.store import Output, open_job, read_frames
+from farm.output import Output, read_frames
+from farm.store import open_job
 from farm.tasks import VideoSettings
 from tests.test_decoders import save_weights
 from tests.test_resume import assert_same_video

@@ -16,7 +16,8 @@ import zarr
 
 import farm.render as fr
 from farm.errors import FarmError
-from farm.store import Output, open_job, read_frames, write_shot
+from farm.output import Output, read_frames
+from farm.store import open_job, write_shot
 
 OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
 QUIET = {"log": lambda _: None}

@@ -22,7 +22,7 @@ import zarr
 from distributed import Client
 
 import farm.render as fr
-from farm.store import Output, output_progress, read_frames
+from farm.output import Output, output_progress, read_frames
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER_FOLDER = str(ROOT / "workflows" / "render_folder.py")

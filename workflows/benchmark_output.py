@@ -49,7 +49,7 @@ def noise_frames(frames: int, height: int, width: int, seed: int = 0) -> np.ndar
 def _zarr_writer(args: tuple) -> tuple[float, float]:
     """One writer process: write `batches` of farm's batches into its own shot of the output."""
     root, shot, batches, height, width, durable, pipeline = args
-    from farm.store import Output, write_frames
+    from farm.output import Output, write_frames
 
     if pipeline == "zarrs":
         import zarr
@@ -66,7 +66,7 @@ def _zarr_writer(args: tuple) -> tuple[float, float]:
 def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int,
                  durable: bool, pipeline: str) -> dict[str, Any]:  # fmt: skip
     """Aggregate frames/s of `procs` processes writing `frames_total` frames of farm batches."""
-    from farm.store import create_frames_array
+    from farm.output import create_frames_array
 
     shutil.rmtree(folder, ignore_errors=True)
     batches = max(1, frames_total // (BATCH * procs))

@@ -31,8 +31,11 @@ def seconds(fn, repeats: int) -> float:
 
 
 def profile(work: Path, shots: int, frames: int, height: int, width: int, repeats: int) -> dict[str, float]:
-    from farm.render import PlanOptions, plan_shots, render_identities, render_identity, synth
-    from farm.store import Output, prepare_output, record_identity
+    from farm.jobplan import plan_shots
+    from farm.options import PlanOptions
+    from farm.output import Output, prepare_output
+    from farm.resume import record_identity, render_identities, render_identity
+    from farm.synthetic import synth
     from farm.tasks import VideoSettings
 
     job = synth(work / f"job-{shots}.zarr", decoder="ltx2", shots=shots, frames=frames, height=height,

@@ -1,0 +1,83 @@
+"""The user's planning options and the parsers of their command-line forms (pure: no cluster, no torch).
+
+`PlanOptions` is what `farm.render.render` and `farm.jobplan.plan_job` take; `parse_tiles`,
+`parse_triple` and `parse_frame_numbers` turn ``--tiles``, ``--overlap``/``--chunk`` and ``--frames``
+text into values, raising `FarmError` with the valid forms.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from farm.errors import FarmError
+from farm.tiling import ChunkSize
+
+AUTO = "auto"
+DEFAULT_OVERLAP = (1, 2, 2)  # latent units, used where an axis is split and no overlap was given
+DEFAULT_BATCH_FRAMES = 32
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How shots are tiled.
+
+    ``tiles="auto"`` (the default) lets `farm.planner` choose per shot, for the job's shots and the
+    worker count, between whole shots and tile grids, by predicted makespan; with auto, ``overlap``
+    (if given) is the overlap it uses where it splits an axis, ``cost_model`` names the stored cost
+    model (default: the decoder's, `farm.costmodel.default_name`) and ``worker_memory`` bounds one
+    decode call in bytes (default: the cost model's worker memory). Explicit ``tiles`` always win.
+    """
+
+    tiles: tuple[int, int, int] | str = AUTO
+    overlap: tuple[int, int, int] | None = None
+    batch_frames: int = DEFAULT_BATCH_FRAMES
+    chunk: ChunkSize = ChunkSize()
+    cost_model: str | None = None
+    worker_memory: int | None = None
+
+
+def parse_tiles(text: str) -> tuple[int, int, int] | str:
+    """``--tiles``: ``auto`` or three tile counts F,H,W."""
+    if text.strip().lower() == AUTO:
+        return AUTO
+    try:
+        return parse_triple(text, "--tiles", minimum=1)
+    except FarmError:
+        raise FarmError(
+            f"--tiles {text!r} is invalid; give auto or three whole numbers ≥ 1 as F,H,W (e.g. 1,2,2)"
+        ) from None
+
+
+def parse_triple(text: str, option: str, *, minimum: int) -> tuple[int, int, int]:
+    """Three whole numbers ≥ `minimum` written F,H,W (the value of `option`)."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or min(values) < minimum:
+        raise FarmError(
+            f"{option} {text!r} is invalid; give three whole numbers ≥ {minimum} as F,H,W (e.g. 1,2,2)"
+        )
+    return values  # type: ignore[return-value]
+
+
+def parse_frame_numbers(text: str) -> list[int]:
+    """Render-farm frame lists: ``1-48``, ``1-100x2`` (every 2nd), ``7``, and commas between them."""
+    numbers: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"\s*(-?\d+)(?:\s*-\s*(-?\d+)(?:\s*x\s*(\d+))?)?\s*", part)
+        if not match:
+            raise FarmError(
+                f"--frames {text!r} is invalid at {part!r}; use frame numbers and ranges like 1-48, "
+                "1-100x2 (every 2nd frame) or 1,5,10-20"
+            )
+        start = int(match.group(1))
+        stop = int(match.group(2)) if match.group(2) is not None else start
+        step = int(match.group(3) or 1)
+        if stop < start or step < 1:
+            raise FarmError(
+                f"--frames {part!r} is an empty range; write FIRST-LAST with FIRST ≤ LAST, step ≥ 1"
+            )
+        numbers.extend(range(start, stop + 1, step))
+    return sorted(set(numbers))
