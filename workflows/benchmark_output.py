@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 BATCH = 32
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmark_gpu's helpers
 
 
 def log(msg: str) -> None:
@@ -171,6 +172,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
             address = client.scheduler.address
             log(f"{gpus} GPU cluster up in {time.perf_counter() - t0:.1f} s")
             t0 = time.perf_counter()
+            shutil.rmtree(work / "warm", ignore_errors=True)
             render(str(job), str(work / "warm"), scheduler=address, log=lambda _m: None, compile=args.compile,
                    video=videos["zarr"])  # fmt: skip
             log(f"warm-up (every shot once, models loaded) {time.perf_counter() - t0:.1f} s")
@@ -180,7 +182,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                 for what, src, tiles, label in cases:
                     if gpus == 1 and what == "one shot" and tiles != (1, 1, 1):
                         continue
-                    row = timed_farm(address, src, Path(out_dir) / f"r{gpus}", tiles, videos[label], args)
+                    row = timed_farm(client, src, Path(out_dir) / f"r{gpus}", tiles, videos[label], args)
                     row.update({"gpus": gpus, "what": what, "output": label, "dir": out_dir})
                     runs.append(row)
                     log(f"farm {gpus} GPU {what} {tiles} {label} -> {out_dir}: {row['wall_s']:.2f} s, "
@@ -188,20 +190,24 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
 
 
 def timed_farm(
-    address: str, job: Path, dest: Path, tiles: tuple, video: Any, args: argparse.Namespace
+    client: Any, job: Path, dest: Path, tiles: tuple, video: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
+    from benchmark_gpu import task_summary
+    from distributed import get_task_stream
+
     from farm.render import PlanOptions, render
 
     shutil.rmtree(dest, ignore_errors=True)
     t0 = time.perf_counter()
-    stats = render(str(job), str(dest), scheduler=address, log=lambda _m: None, compile=args.compile,
-                   video=video, options=PlanOptions(tiles=tiles))  # fmt: skip
+    with get_task_stream(client=client) as ts:
+        stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
+                       compile=args.compile, video=video, options=PlanOptions(tiles=tiles))  # fmt: skip
     wall = time.perf_counter() - t0
     shutil.rmtree(dest, ignore_errors=True)
     failed = [s.error for s in stats.failed]
     fps = stats.frames_written / wall
     return {"tiles": tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
-            "failed": failed}
+            "failed": failed, "tasks": task_summary(ts.data)}
 
 
 def main() -> None:
