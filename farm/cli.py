@@ -30,6 +30,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
 
+    p = sub.add_parser(
+        "ingest", help="create or extend a job store from latent files (.latent, .safetensors, .pt, .npy)"
+    )
+    p.add_argument("job", help="job store (Zarr v3) to create or add shots to")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="latent files, folders of them, or globs")
+    p.add_argument("--decoder", metavar="SPEC_OR_NAME",
+                   help="named config (e.g. ltx2, with --weights), a JSON decoder spec or a .json file; "
+                        "needed to create a job, checked against an existing one")  # fmt: skip
+    p.add_argument("--weights", help="decoder weights: a diffusers VAE folder or one .safetensors file")
+    p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
+    p.add_argument("--name", metavar="PATTERN",
+                   help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "
+                        "(tensor name); default {stem}, or {stem}_{index} for a batch")  # fmt: skip
+    p.add_argument("--latents", choices=["normalized", "denormalized"],
+                   help="the files' convention (default: the job's; ComfyUI's: by model)")  # fmt: skip
+    p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
+    p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
+
     def cluster_options(p: argparse.ArgumentParser) -> None:
         g = p.add_mutually_exclusive_group()
         g.add_argument(
@@ -267,6 +285,38 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from farm.ingest import ingest
+
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, unit="shot", disable=None if total > 1 else True, dynamic_ncols=True)
+        bar.n = done
+        bar.refresh()
+
+    try:
+        result = ingest(
+            args.job, args.sources, decoder=args.decoder, weights=args.weights, fps=args.fps, name=args.name,
+            latents=args.latents, tensor=args.tensor, replace=args.replace, on_progress=progress,
+        )  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.close()
+    for line in result.warnings:
+        print(f"farm: warning: {line}", file=sys.stderr)
+    verb = "created" if result.created else "added to"
+    replaced = f", replaced {', '.join(result.replaced)}" if result.replaced else ""
+    print(f"farm: {verb} {result.job}: {len(result.shots)} shot(s) of {result.latents} latents{replaced}")
+    for name in result.shots:
+        print(f"  {name}")
+    return 0
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     from farm.render import render
     from farm.tasks import VideoSettings
@@ -383,6 +433,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "synth": cmd_synth,
+    "ingest": cmd_ingest,
     "render": cmd_render,
     "plan": cmd_plan,
     "status": cmd_status,

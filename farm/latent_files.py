@@ -1,0 +1,329 @@
+"""Latent tensors in the files other tools save: what each file holds, read without trusting it.
+
+Formats (by extension, confirmed by the file's first bytes):
+
+* ``.latent``: ComfyUI's Save Latent node: safetensors with ``latent_tensor`` ``[B, C, F, H, W]`` and the
+  empty marker ``latent_format_version_0``; the metadata holds the workflow (``prompt``) as JSON. A file
+  without the marker is ComfyUI's legacy format, which its Load Latent node multiplies by 1/0.18215;
+  farm does the same.
+* ``.safetensors``: a tensor named with ``tensor=``, else ``latent_tensor``/``latents``/``latent``/
+  ``samples``, else the only tensor in the file.
+* ``.pt``/``.pth``: ``torch.load(weights_only=True)``: a tensor, or a dict/list of tensors (chosen as for
+  safetensors). Any other pickled object is refused by torch's restricted unpickler before it runs.
+* ``.npy`` (``allow_pickle=False``) and ``.npz`` (arrays chosen as for safetensors).
+
+:func:`detect_format` and :func:`comfyui_info` are pure; :func:`scan` reads headers (shapes, dtypes,
+metadata) and :func:`load` reads the data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.errors import FarmError
+
+FORMATS = {
+    ".latent": "comfyui",
+    ".safetensors": "safetensors",
+    ".pt": "torch",
+    ".pth": "torch",
+    ".npy": "numpy",
+    ".npz": "numpy-zip",
+}
+PREFERRED_KEYS = ("latent_tensor", "latents", "latent", "samples")
+COMFYUI_LEGACY_SCALE = 1.0 / 0.18215  # ComfyUI's LoadLatent, for files without latent_format_version_0
+
+# Which farm decoder families a ComfyUI workflow's node types point to (a hint, checked against --decoder).
+COMFYUI_NODE_FAMILIES = {"ltxv": ("ltxv", "ltx2"), "ltx2": ("ltx2",), "hunyuan": ("hunyuanvideo",),
+                         "wan": ("wan",)}  # fmt: skip
+# Latent channels of the published models → the families that have them.
+CHANNEL_FAMILIES = {128: ("ltxv", "ltx2"), 16: ("wan", "hunyuanvideo"), 48: ("wan",)}
+
+
+def supported() -> str:
+    return ", ".join(sorted(FORMATS))
+
+
+def detect_format(name: str, head: bytes) -> str:
+    """A file's format from its name and first bytes (at least 16); FarmError if unknown or mislabelled."""
+    suffix = Path(name).suffix.lower()
+    fmt = FORMATS.get(suffix)
+    if fmt is None:
+        raise FarmError(
+            f"{name}: unknown latent file format {suffix or '(no extension)'!r}; farm reads {supported()}"
+        )
+    looks = _sniff(head)
+    expected = {"comfyui": "safetensors", "safetensors": "safetensors", "torch": "zip", "numpy": "npy",
+                "numpy-zip": "zip"}[fmt]  # fmt: skip
+    if looks != expected:
+        raise FarmError(
+            f"{name}: the extension says {fmt} but the file does not start like one "
+            f"({'looks like ' + looks if looks else 'unrecognised bytes'}); is it truncated or misnamed?"
+        )
+    return fmt
+
+
+def _sniff(head: bytes) -> str | None:
+    if head.startswith(b"\x93NUMPY"):
+        return "npy"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"  # torch.save's default and .npz
+    if len(head) >= 9:
+        n = int.from_bytes(head[:8], "little")
+        if 0 < n < 100_000_000 and head[8:9] == b"{":
+            return "safetensors"
+    return None
+
+
+@dataclass(frozen=True)
+class ComfyInfo:
+    """What a ComfyUI .latent file says about itself."""
+
+    format_version: int | None  # 0 with the latent_format_version_0 marker, None for the legacy format
+    families: tuple[str, ...]  # farm decoder families its workflow's nodes point to (empty: no hint)
+    fps: float | None  # the workflow's frame rate, where its nodes name exactly one
+
+
+def comfyui_info(tensor_names: set[str], metadata: Mapping[str, str]) -> ComfyInfo:
+    """Format version, model family hint and frame rate from a .latent file's tensors and metadata."""
+    version = 0 if "latent_format_version_0" in tensor_names else None
+    families: set[str] = set()
+    rates: set[float] = set()
+    try:
+        prompt = json.loads(metadata.get("prompt") or "{}")
+    except ValueError:
+        prompt = {}
+    nodes = prompt.values() if isinstance(prompt, dict) else []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        kind = str(node.get("class_type", "")).lower()
+        for word, fams in COMFYUI_NODE_FAMILIES.items():
+            if word in kind:
+                families.update(fams)
+        inputs = node.get("inputs")
+        for key in ("frame_rate", "fps"):
+            value = inputs.get(key) if isinstance(inputs, dict) else None
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                rates.add(float(value))
+    return ComfyInfo(version, tuple(sorted(families)), rates.pop() if len(rates) == 1 else None)
+
+
+@dataclass(frozen=True)
+class FoundTensor:
+    """One latent tensor in one file, before its data is read."""
+
+    path: Path
+    format: str
+    key: str | None  # its name inside the file (None: the file is one tensor)
+    shape: tuple[int, ...]
+    dtype: str
+    comfyui: ComfyInfo | None = None
+    metadata: dict[str, str] = field(default_factory=dict)  # safetensors metadata (strings)
+    label: str | None = None  # the name to use instead of the file's stem (latents not from a file)
+
+    @property
+    def stem(self) -> str:
+        return self.label if self.label is not None else self.path.stem
+
+
+def pick_key(keys: list[str], wanted: str | None, where: str) -> str:
+    """The tensor to ingest among a file's `keys`: `wanted`, a conventional name, or the only one."""
+    if wanted is not None:
+        if wanted not in keys:
+            raise FarmError(f"{where}: no tensor named {wanted!r}; it holds {sorted(keys)}")
+        return wanted
+    for name in PREFERRED_KEYS:
+        if name in keys:
+            return name
+    tensors = [k for k in keys if k != "latent_format_version_0"]
+    if len(tensors) == 1:
+        return tensors[0]
+    if not tensors:
+        raise FarmError(f"{where}: holds no tensors")
+    raise FarmError(
+        f"{where}: holds several tensors {sorted(tensors)} and none is named {' or '.join(PREFERRED_KEYS)}; "
+        "choose one with --tensor NAME"
+    )
+
+
+def read_head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16)
+    except OSError as exc:
+        raise FarmError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
+def scan(path: Path, tensor: str | None = None) -> FoundTensor:
+    """Open one file and describe the latent tensor it holds (shape, dtype, metadata), data unread."""
+    fmt = detect_format(path.name, read_head(path))
+    try:
+        if fmt in ("comfyui", "safetensors"):
+            return _scan_safetensors(path, fmt, tensor)
+        if fmt == "torch":
+            obj = _torch_load(path)
+            key, value = _choose(obj, tensor, str(path))
+            return FoundTensor(path, fmt, key, tuple(value.shape), str(value.dtype).removeprefix("torch."))
+        if fmt == "numpy":
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+            return FoundTensor(path, fmt, None, tuple(arr.shape), str(arr.dtype))
+        with np.load(path, allow_pickle=False) as npz:
+            key = pick_key(list(npz.files), tensor, str(path))
+            arr = npz[key]
+            return FoundTensor(path, fmt, key, tuple(arr.shape), str(arr.dtype))
+    except FarmError:
+        raise
+    except Exception as exc:  # each library raises its own types for corrupt files
+        raise FarmError(f"{path}: cannot read it as {fmt} ({type(exc).__name__}: {exc})") from None
+
+
+def _scan_safetensors(path: Path, fmt: str, tensor: str | None) -> FoundTensor:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as fh:
+        keys = list(fh.keys())
+        metadata = dict(fh.metadata() or {})
+        if fmt == "comfyui":
+            if "latent_tensor" not in keys:
+                raise FarmError(f"{path}: a .latent file must hold 'latent_tensor' (ComfyUI's Save Latent); "
+                                f"it holds {sorted(keys)}")  # fmt: skip
+            key = "latent_tensor"
+        else:
+            key = pick_key(keys, tensor, str(path))
+        sl = fh.get_slice(key)
+        shape, dtype = tuple(sl.get_shape()), str(sl.get_dtype()).lower()
+    info = comfyui_info(set(keys), metadata) if fmt == "comfyui" else None
+    return FoundTensor(path, fmt, key, shape, _safetensors_dtype(dtype), info, metadata)
+
+
+def _safetensors_dtype(name: str) -> str:
+    return {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64"}.get(name, name)
+
+
+def _torch_load(path: Path) -> Any:
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FarmError(
+            f"{path}: refused: it holds pickled objects other than tensors ({first}). farm loads .pt/.pth "
+            "files with torch.load(weights_only=True) and never runs code from a file; save the latent "
+            "tensor itself (torch.save(tensor, path)) or use .safetensors"
+        ) from None
+
+
+def _choose(obj: Any, tensor: str | None, where: str) -> tuple[str | None, Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if tensor is not None:
+            raise FarmError(f"{where}: holds one unnamed tensor; drop --tensor {tensor}")
+        return None, obj
+    if isinstance(obj, list | tuple):
+        obj = {str(i): v for i, v in enumerate(obj)}
+    if isinstance(obj, dict):
+        tensors = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+        key = pick_key(list(tensors), tensor, where)
+        return key, tensors[key]
+    raise FarmError(f"{where}: holds a {type(obj).__name__}, not a tensor or a dict of tensors")
+
+
+def load(found: FoundTensor) -> np.ndarray:
+    """The tensor's data as a float numpy array (bfloat16 and float64 become float32; float16 stays)."""
+    path = found.path
+    try:
+        if found.format in ("comfyui", "safetensors"):
+            data = _load_safetensors(found)
+        elif found.format == "torch":
+            data = _torch_to_numpy(_choose(_torch_load(path), found.key, str(path))[1])
+        elif found.format == "numpy":
+            data = np.load(path, allow_pickle=False)
+        else:
+            with np.load(path, allow_pickle=False) as npz:
+                data = npz[found.key]
+    except FarmError:
+        raise
+    except Exception as exc:
+        raise FarmError(f"{path}: cannot read its data ({type(exc).__name__}: {exc})") from None
+    if found.comfyui is not None and found.comfyui.format_version is None:
+        data = data.astype(np.float32) * np.float32(COMFYUI_LEGACY_SCALE)
+    return float_latent(data, str(path))
+
+
+def _load_safetensors(found: FoundTensor) -> np.ndarray:
+    from safetensors import safe_open
+
+    if found.dtype == "bfloat16":  # numpy has no bfloat16: read through torch
+        with safe_open(str(found.path), framework="pt") as fh:
+            return _torch_to_numpy(fh.get_tensor(found.key))
+    with safe_open(str(found.path), framework="np") as fh:
+        return fh.get_tensor(found.key)
+
+
+def _torch_to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.detach().cpu().contiguous().numpy()
+
+
+def float_latent(data: np.ndarray, where: str) -> np.ndarray:
+    if not np.issubdtype(data.dtype, np.floating):
+        raise FarmError(
+            f"{where}: latent dtype {data.dtype} is not floating point; latents are float tensors"
+        )
+    return np.ascontiguousarray(data if data.dtype in (np.float16, np.float32) else data.astype(np.float32))
+
+
+def expand_sources(
+    sources: list[str | os.PathLike], on_skip: Callable[[Path], None] | None = None
+) -> list[Path]:
+    """Files named, found in folders (not recursive) or matched by globs, sorted, without repeats.
+
+    Files in folders and glob matches whose extension farm does not read are skipped (`on_skip`); a file
+    named explicitly must be one farm reads."""
+    import glob
+
+    out: list[Path] = []
+    for source in sources:
+        text = str(source)
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        elif path.is_file():
+            out.append(path)
+            continue
+        elif glob.has_magic(text):
+            found = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+            if not found:
+                raise FarmError(f"{text}: the pattern matches no files")
+        else:
+            raise FarmError(f"{text}: no such file or folder")
+        kept = [p for p in found if p.suffix.lower() in FORMATS]
+        for p in found:
+            if p.suffix.lower() not in FORMATS and on_skip:
+                on_skip(p)
+        if not kept:
+            raise FarmError(f"{text}: holds no latent files ({supported()})")
+        out.extend(kept)
+    seen: set[Path] = set()
+    unique = []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique

@@ -1,0 +1,287 @@
+"""`farm ingest` and farm.ingest: latent files written by the libraries that write them, ingested, rendered
+on a real local cluster and compared with diffusers' own decode of the same tensors; refusals that leave
+the job store as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import farm.render as fr
+from farm.cli import main as farm_main
+from farm.errors import FarmError
+from farm.ingest import ingest
+from farm.store import Output, open_job, read_frames
+
+C = 8  # ltx2-tiny latent channels
+SHAPE = (C, 2, 3, 4)  # [C, F, H, W]: 9 frames of 96x128
+
+
+@pytest.fixture(scope="module")
+def vae_folder(tmp_path_factory) -> Path:
+    """An ltx2-tiny VAE with seeded weights and non-trivial latent statistics, saved by diffusers."""
+    from diffusers import AutoencoderKLLTX2Video
+
+    from farm.decoders.ltx2 import LTX2_TINY
+
+    torch.manual_seed(3)
+    vae = AutoencoderKLLTX2Video(**LTX2_TINY)
+    with torch.no_grad():
+        vae.latents_mean.copy_(torch.randn(C) * 0.5)
+        vae.latents_std.copy_(torch.rand(C) + 0.5)
+    path = tmp_path_factory.mktemp("vae") / "ltx2-tiny-vae"
+    vae.save_pretrained(path)
+    return path
+
+
+def diffusers_frames(vae_folder: Path, latent: torch.Tensor, normalized: bool) -> np.ndarray:
+    """Frames [F, H, W, 3] in 0-255 (float) from diffusers alone: the pipeline's un-normalisation and
+    ``vae.decode``."""
+    from diffusers import AutoencoderKLLTX2Video, LTX2Pipeline
+
+    vae = AutoencoderKLLTX2Video.from_pretrained(vae_folder).eval()
+    z = latent.float()[None]
+    if normalized:
+        z = LTX2Pipeline._denormalize_latents(z, vae.latents_mean, vae.latents_std, vae.config.scaling_factor)
+    with torch.inference_mode():
+        video = vae.decode(z, return_dict=False)[0][0]
+    return ((video + 1) / 2).clamp(0, 1).mul(255).permute(1, 2, 3, 0).numpy()
+
+
+def smooth(seed: int, shape=SHAPE, batch: int | None = None) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    if batch is None:
+        return torch.from_numpy(fr.smooth_latent(rng, shape))
+    return torch.stack([torch.from_numpy(fr.smooth_latent(rng, shape)) for _ in range(batch)])
+
+
+def comfyui_latent(path: Path, tensor: torch.Tensor, prompt: dict | None = None) -> None:
+    """A .latent file as ComfyUI's Save Latent node writes it."""
+    metadata = {"prompt": json.dumps(prompt)} if prompt is not None else None
+    save_file({"latent_tensor": tensor.contiguous(), "latent_format_version_0": torch.tensor([])}, str(path),
+              metadata=metadata)  # fmt: skip
+
+
+def snapshot(folder: Path, siblings: bool = True) -> dict[str, str]:
+    """Every file under `folder` with its content hash, and the names beside it (staging folders)."""
+    out = {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+           for p in sorted(folder.rglob("*")) if p.is_file()}  # fmt: skip
+    if siblings:
+        out["<siblings>"] = ",".join(sorted(p.name for p in folder.parent.iterdir()))
+    return out
+
+
+def spec_args(vae_folder: Path) -> list[str]:
+    return ["--decoder", "ltx2-tiny", "--weights", str(vae_folder)]
+
+
+def test_every_format_ingests_renders_and_matches_diffusers_decode(vae_folder, tmp_path, scheduler3, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    tensors = {"sh 010": smooth(1, batch=2), "sh020": smooth(2), "sh030": smooth(3), "sh040": smooth(4)}
+    # ComfyUI's LTX latents are normalized (its VAE un-normalises inside decode): the job becomes so.
+    comfyui_latent(src / "sh 010.latent", tensors["sh 010"],
+                   {"3": {"class_type": "LTXVConditioning", "inputs": {"frame_rate": 25}}})  # fmt: skip
+    save_file({"latents": tensors["sh020"], "noise": torch.zeros(3)}, str(src / "sh020.safetensors"))
+    torch.save(tensors["sh030"].bfloat16(), src / "sh030.pt")
+    np.save(src / "sh040.npy", tensors["sh040"].numpy())
+    (src / "notes.txt").write_text("not a latent")
+    job = tmp_path / "job.zarr"
+    assert farm_main(["ingest", str(job), str(src), *spec_args(vae_folder)]) == 0
+    assert "notes.txt: skipped (not a latent file)" in capsys.readouterr().err
+    info = open_job(job)
+    assert info.spec.latents == "normalized"
+    assert sorted(info.shots) == ["sh020", "sh030", "sh040", "sh_010_0", "sh_010_1"]
+    assert info.shots["sh_010_0"].fps == 25.0 and info.shots["sh020"].fps == 24.0  # from the workflow
+    assert info.shots["sh_010_1"].attrs["source"]["comfyui_format_version"] == 0
+    assert info.shots["sh030"].attrs["source"]["dtype"] == "bfloat16"
+
+    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
+                      log=lambda _: None)  # fmt: skip
+    assert not stats.failed
+    expected = {"sh_010_0": tensors["sh 010"][0], "sh_010_1": tensors["sh 010"][1], "sh020": tensors["sh020"],
+                "sh030": tensors["sh030"].bfloat16(), "sh040": tensors["sh040"]}  # fmt: skip
+    for shot, latent in expected.items():
+        got = read_frames(Output(tmp_path / "out"), shot).astype(np.float64)
+        want = diffusers_frames(vae_folder, latent, normalized=True)
+        assert got.shape == want.shape == (9, 96, 128, 3)
+        assert np.abs(got - want).max() <= 1.0, shot
+
+
+def test_adding_to_a_job_keeps_its_shots_and_replace_overwrites(vae_folder, tmp_path):
+    job = tmp_path / "job.zarr"
+    np.save(tmp_path / "a.npy", smooth(1).numpy())
+    result = ingest(job, [tmp_path / "a.npy"], decoder="ltx2-tiny", weights=vae_folder,
+                    latents="denormalized")  # fmt: skip
+    assert result.created and result.shots == ["a"]
+    before = snapshot(job / "a", siblings=False)
+    np.save(tmp_path / "b.npy", smooth(2).numpy())
+    assert ingest(job, [tmp_path / "b.npy"]).shots == ["b"]  # the job's decoder and convention
+    assert snapshot(job / "a", siblings=False) == before
+    np.save(tmp_path / "a.npy", smooth(3).numpy())
+    result = ingest(job, [tmp_path / "a.npy"], replace=True)
+    assert result.replaced == ["a"]
+    import zarr
+
+    got = np.asarray(zarr.open_array(store=str(job / "a" / "latent"), mode="r")[...])
+    np.testing.assert_array_equal(got, smooth(3).numpy())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".job.zarr.ingest")]
+
+
+def bad_sources(tmp: Path) -> dict[str, tuple[list[str], str]]:
+    """Each refusal: (arguments after the job, words the error must hold)."""
+    cases: dict[str, tuple[list[str], str]] = {}
+    np.save(tmp / "channels.npy", smooth(1, (4, 2, 3, 4)).numpy())
+    cases["wrong channel count"] = (["channels.npy"], "4 channels but the decoder ltx2 [ltx2-tiny] takes 8")
+    np.save(tmp / "rank.npy", np.zeros((8, 3, 4), np.float32))
+    cases["wrong rank"] = (["rank.npy"], "expected [C, F, H, W] or [B, C, F, H, W]")
+    np.save(tmp / "thin.npy", smooth(1, (C, 2, 1, 4)).numpy())
+    cases["too small"] = (["thin.npy"], "too small")
+    np.save(tmp / "ints.npy", np.zeros(SHAPE, np.int32))
+    cases["integer latent"] = (["ints.npy"], "not floating point")
+    nan = smooth(1).numpy()
+    nan[:, 1] = np.nan
+    np.save(tmp / "good.npy", smooth(2).numpy())
+    np.save(tmp / "zz_nan.npy", nan)  # read after good.npy was staged
+    cases["NaN after a good file"] = (["good.npy", "zz_nan.npy"], "NaN or Inf in latent frames [1]")
+    np.save(tmp / "shot.npy", smooth(1).numpy())
+    cases["collision with the job"] = (["shot.npy"], "already holds a shot 'shot'; pass --replace")
+    (tmp / "d1").mkdir()
+    (tmp / "d2").mkdir()
+    np.save(tmp / "d1" / "x.npy", smooth(1).numpy())
+    np.save(tmp / "d2" / "x.npy", smooth(2).numpy())
+    cases["collision between sources"] = (["d1", "d2"], "would come from both")
+    np.save(tmp / "a b.npy", smooth(1).numpy())
+    np.save(tmp / "a_b.npy", smooth(2).numpy())
+    cases["collision after sanitising"] = (["a b.npy", "a_b.npy"], "'a_b' would come from both")
+    (tmp / "x.txt").write_text("hello")
+    cases["unknown format"] = (["x.txt"], "unknown latent file format '.txt'")
+    np.save(tmp / "fake.npy", smooth(1).numpy())
+    os.rename(tmp / "fake.npy", tmp / "fake.pt")
+    cases["mislabelled file"] = (["fake.pt"], "does not start like one")
+    comfyui_latent(tmp / "norm.latent", smooth(1, batch=1))
+    cases["other convention"] = (["norm.latent"], "holds normalized latents but the job holds denormalized")
+    comfyui_latent(tmp / "image.latent", torch.zeros(1, C, 4, 4))
+    cases["image latent"] = (["image.latent"], "an image latent")
+    save_file({"p": torch.zeros(SHAPE), "q": torch.zeros(SHAPE)}, str(tmp / "two.safetensors"))
+    cases["ambiguous tensor"] = (["two.safetensors"], "choose one with --tensor NAME")
+    other = ["--decoder", "ltxv-tiny", "--weights", str(tmp)]
+    cases["other decoder"] = (["good.npy", *other], "another decoder")
+    cases["bad pattern"] = (["good.npy", "--name", "{file}"], "may use {stem}, {index}, {n}, {key}")
+    cases["missing source"] = (["nowhere.npy"], "no such file or folder")
+    return cases
+
+
+@pytest.mark.parametrize("case", [
+    "wrong channel count", "wrong rank", "too small", "integer latent", "NaN after a good file",
+    "collision with the job", "collision between sources", "collision after sanitising", "unknown format",
+    "mislabelled file", "other convention", "image latent", "ambiguous tensor", "other decoder",
+    "bad pattern", "missing source",
+])  # fmt: skip
+def test_refusals_are_clear_and_leave_the_job_as_it_was(vae_folder, tmp_path, capsys, monkeypatch, case):
+    monkeypatch.chdir(tmp_path)
+    job = tmp_path / "job" / "job.zarr"
+    np.save(tmp_path / "shot.npy", smooth(0).numpy())
+    ingest(job, [tmp_path / "shot.npy"], decoder="ltx2-tiny", weights=vae_folder, latents="denormalized")
+    args, words = bad_sources(tmp_path)[case]
+    before = snapshot(job)
+    capsys.readouterr()
+    assert farm_main(["ingest", str(job), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("farm: error: ") and "Traceback" not in err
+    assert words in err, err
+    assert snapshot(job) == before
+
+
+def test_refusal_before_a_new_job_leaves_nothing(vae_folder, tmp_path, capsys):
+    np.save(tmp_path / "ok.npy", smooth(1).numpy())
+    np.save(tmp_path / "raw.npy", smooth(2).numpy())
+    job = tmp_path / "new.zarr"
+    # raw tensors do not say their convention: a new job needs --latents
+    assert farm_main(["ingest", str(job), str(tmp_path / "raw.npy"), *spec_args(vae_folder)]) == 2
+    assert "--latents denormalized" in capsys.readouterr().err
+    nan = smooth(3).numpy()
+    nan[0, 0, 0, 0] = np.inf
+    np.save(tmp_path / "z.npy", nan)
+    args = ["ingest", str(job), str(tmp_path / "ok.npy"), str(tmp_path / "z.npy"), "--latents", "normalized"]
+    assert farm_main([*args, *spec_args(vae_folder)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.npy", "raw.npy", "z.npy"]
+
+
+class CreatesAFolder:
+    """A pickled object whose unpickling calls os.mkdir(path): code run by merely loading the file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_a_pt_file_with_a_pickled_object_is_refused_without_running_it(vae_folder, tmp_path, capsys):
+    armed = tmp_path / "ran-when-unpickled"
+    proof = tmp_path / "proof"
+    pickle.loads(pickle.dumps(CreatesAFolder(str(proof))))
+    assert proof.is_dir()  # the payload does run when unpickled unrestricted
+    torch.save({"latents": smooth(1), "extra": CreatesAFolder(str(armed))}, tmp_path / "evil.pt")
+    job = tmp_path / "job.zarr"
+    args = ["ingest", str(job), str(tmp_path / "evil.pt"), "--latents", "denormalized"]
+    assert farm_main([*args, *spec_args(vae_folder)]) == 2
+    err = capsys.readouterr().err
+    assert "refused: it holds pickled objects other than tensors" in err and "weights_only=True" in err
+    assert not armed.exists() and not job.exists()
+
+
+# ---- pure parts ----------------------------------------------------------------------------------
+
+
+def test_format_detection_by_extension_and_first_bytes(tmp_path):
+    from farm.latent_files import detect_format, read_head
+
+    np.save(tmp_path / "a.npy", np.zeros(3, np.float32))
+    torch.save(torch.zeros(3), tmp_path / "a.pt")
+    save_file({"x": torch.zeros(3)}, str(tmp_path / "a.safetensors"))
+    assert detect_format("a.npy", read_head(tmp_path / "a.npy")) == "numpy"
+    assert detect_format("A.PT", read_head(tmp_path / "a.pt")) == "torch"
+    assert detect_format("a.latent", read_head(tmp_path / "a.safetensors")) == "comfyui"
+    with pytest.raises(FarmError, match="does not start like one"):
+        detect_format("a.safetensors", read_head(tmp_path / "a.npy"))
+    with pytest.raises(FarmError, match="unknown latent file format '.h5'"):
+        detect_format("a.h5", b"\x89HDF\r\n\x1a\n")
+
+
+def test_comfyui_metadata_gives_version_family_hint_and_frame_rate():
+    from farm.latent_files import comfyui_info
+
+    prompt = {"1": {"class_type": "WanImageToVideo", "inputs": {"fps": 16}},
+              "2": {"class_type": "KSampler", "inputs": {"seed": 3}}}  # fmt: skip
+    info = comfyui_info({"latent_tensor", "latent_format_version_0"}, {"prompt": json.dumps(prompt)})
+    assert (info.format_version, info.families, info.fps) == (0, ("wan",), 16.0)
+    legacy = comfyui_info({"latent_tensor"}, {})
+    assert (legacy.format_version, legacy.families, legacy.fps) == (None, (), None)
+
+
+def test_legacy_comfyui_files_are_scaled_as_comfyui_loads_them(tmp_path):
+    from farm.latent_files import load, scan
+
+    t = smooth(1, batch=1)
+    save_file({"latent_tensor": t}, str(tmp_path / "old.latent"))
+    np.testing.assert_allclose(load(scan(tmp_path / "old.latent")), t.numpy() / 0.18215, rtol=1e-6)
+
+
+def test_names_are_sanitised_to_the_store_rules():
+    from farm.ingest import sanitize_name
+    from farm.store import check_shot_name
+
+    for raw, want in [("sh 010", "sh_010"), ("../up", "up"), ("ComfyUI_00001_", "ComfyUI_00001"),
+                      ("..", "shot"), ("é/ü", "shot"), ("a.b-c", "a.b-c")]:  # fmt: skip
+        assert sanitize_name(raw) == want
+        check_shot_name(want)
