@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
+from farm.decoders import DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
 from farm.errors import FarmError
 from farm.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
@@ -316,7 +316,9 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
                     f"--decoder {text}: cannot read a JSON decoder spec from it ({exc})"
                 ) from None
         else:
-            raw = {"family": _family_of(text), "config": text}
+            from farm.synthetic import resolve_decoder
+
+            raw = {"family": resolve_decoder(text)[0], "config": text}
     if not isinstance(raw, dict):
         raise FarmError(f"--decoder: expected a JSON object, got {type(raw).__name__}")
     if weights is not None:
@@ -333,15 +335,6 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     elif "dtype" not in raw:
         raw["dtype"] = "float32" if str(raw.get("config", "")).endswith("-tiny") else "bfloat16"
     return spec_from_json(raw, where="--decoder")
-
-
-def _family_of(config_name: str) -> str:
-    for family, cls in FAMILIES.items():
-        if config_name in cls.named_configs:
-            return family
-    known = sorted(n for cls in FAMILIES.values() for n in cls.named_configs)
-    raise FarmError(f"unknown decoder {config_name!r}; give a named config ({', '.join(known)}), a JSON spec "
-                    "or a JSON spec file")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import farm.render as fr
 from farm.cli import main as farm_main
 from farm.errors import FarmError
 from farm.ingest import ingest
-from farm.store import Output, open_job, read_frames
+from farm.output import Output, read_frames
+from farm.store import open_job
 
 C = 8  # ltx2-tiny latent channels
 SHAPE = (C, 2, 3, 4)  # [C, F, H, W]: 9 frames of 96x128
