@@ -1,11 +1,25 @@
-"""Shared fixtures: tiny jobs on disk and a real multi-process local Dask cluster."""
+"""Shared fixtures: tiny jobs on disk and a real multi-process local Dask cluster.
+
+Every test that starts a cluster is marked ``cluster`` (`pytest -m "not cluster"` runs the fast tier):
+tests that use a cluster fixture are marked here; tests that start one themselves carry the mark.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-import farm.render as fr
+from farm.synthetic import smooth_latent, synth
+
+# Fixtures that start (or hold) a Dask cluster, here and in test files ("client": test_transport's); a
+# test using one, directly or through another fixture, is a cluster test.
+CLUSTER_FIXTURES = frozenset({"cluster3", "scheduler3", "cluster2", "running_cluster", "client"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +40,9 @@ def scheduler3(cluster3) -> str:
 def tiny_job(tmp_path):
     """A 2-shot ltx2-tiny job: 17 frames of 128x192 and 25 frames of 96x128 (different shapes)."""
     path = tmp_path / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=128, width=192, seed=1)
+    synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=128, width=192, seed=1)
     rng = np.random.default_rng(7)
     from farm.store import write_shot
 
-    write_shot(path, "b-shot.2", fr.smooth_latent(rng, (8, 4, 3, 4)), fps=30.0)
+    write_shot(path, "b-shot.2", smooth_latent(rng, (8, 4, 3, 4)), fps=30.0)
     return path

@@ -104,6 +104,7 @@ def test_render_refuses_weights_for_another_model(job, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.cluster
 def test_demo_renders_videos(tmp_path):
     result = farm("demo", "--out", str(tmp_path / "demo"))
     assert result.returncode == 0, result.stderr

@@ -147,6 +147,7 @@ def _imported(name: str) -> bool:
 
 
 @pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
+@pytest.mark.cluster
 def test_connect_local_cpu_cluster(dask_cuda_tripwire):
     expected = choose_cluster(
         scheduler=None,
@@ -182,6 +183,7 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
 
 
 @pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
+@pytest.mark.cluster
 def test_connect_one_worker_gives_torch_the_cores():
     with connect(workers=1) as client:
         import torch

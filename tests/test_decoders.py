@@ -15,6 +15,7 @@ from farm.errors import FarmError
 from farm.store import create_job, write_shot
 from farm.tasks import Placement, blend_batch, decode_tile
 from farm.tiling import ChunkSize, TileGrid, plan_shot
+from tests.helpers import save_weights
 
 # tiny config → (latent F, H, W) of the test shot: 3 latent frames, 3x4 latent pixels
 TINY = {
@@ -180,18 +181,6 @@ def test_normalized_latents_follow_the_pipeline(tmp_path, name):
     else:  # HunyuanVideoPipeline
         denorm = z / cfg.scaling_factor
     torch.testing.assert_close(decoder.decode(z, origin=(0, 0, 0)), plain_decode(name, source, denorm))
-
-
-def save_weights(model, tmp_path, form: str):
-    """Save a diffusers VAE as a `save_pretrained` folder or one safetensors file; returns its path."""
-    from safetensors.torch import save_file
-
-    if form == "folder":
-        model.save_pretrained(tmp_path / "vae")
-        return tmp_path / "vae"
-    path = tmp_path / "vae.safetensors"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    return path
 
 
 @pytest.mark.parametrize("name", list(TINY))

@@ -10,7 +10,7 @@ from farm import sequences, video
 from farm.errors import FarmError
 from farm.output import Output, read_frames
 from farm.tasks import VideoSettings
-from tests.test_resume import assert_same_video
+from tests.helpers import assert_same_video
 
 QUIET = {"log": lambda _: None}
 WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)

@@ -13,7 +13,7 @@ import pytest
 from farm import sequences
 from farm.errors import FarmError
 from farm.video import CODECS, encode_segment, join_segments, probe, read_frames
-from tests.test_video import pattern as video_pattern
+from tests.helpers import pattern as video_pattern
 
 H, W = 48, 80
 

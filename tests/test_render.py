@@ -13,8 +13,7 @@ from farm.decoders.ltx2 import LTX2Decoder
 from farm.output import Output, read_frames
 from farm.store import open_job
 from farm.tasks import VideoSettings
-from tests.test_decoders import save_weights
-from tests.test_resume import assert_same_video
+from tests.helpers import assert_same_video, save_weights
 
 
 def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:

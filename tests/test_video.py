@@ -19,20 +19,10 @@ from farm.video import (
     read_frames,
     with_valid_decode_timestamps,
 )
+from tests.helpers import pattern
 
-H, W = 64, 96
+H, W = 64, 96  # tests.helpers.pattern's default size
 NTSC = Fraction(30000, 1001)
-
-
-def pattern(n: int, start: int = 0, h: int = H, w: int = W) -> np.ndarray:
-    """Smooth moving gradients in [30, 225] (no clipping, no sharp edges): near-lossless in H.264."""
-    t = np.arange(start, start + n, dtype=np.float64)[:, None, None]
-    y = np.arange(h, dtype=np.float64)[None, :, None] / h
-    x = np.arange(w, dtype=np.float64)[None, None, :] / w
-    r = 128 + 90 * np.sin(2 * np.pi * (x + t / 50))
-    g = 128 + 90 * np.cos(2 * np.pi * (y + t / 70))
-    b = 30 + 150 * (x + y) / 2 + 0.5 * t
-    return np.stack(np.broadcast_arrays(r, g, b), axis=-1).round().astype(np.uint8)
 
 
 def encode_batches(tmp_path: Path, sizes: list[int], fps: float | Fraction, **kw) -> list[Path]:
