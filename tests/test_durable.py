@@ -82,3 +82,30 @@ def test_not_durable_skips_the_fsyncs(tmp_path: Path, synced: list[str]) -> None
     assert synced == []
     got = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")[:8]
     assert (np.asarray(got) == 7).all()
+
+
+@pytest.mark.parametrize("pipeline", ["default", "zarrs"])
+def test_fast_codecs_write_what_zarr_python_reads(tmp_path: Path, pipeline: str) -> None:
+    """Frames written through the zarrs pipeline (when installed) read back equal with zarr-python's."""
+    import subprocess
+    import sys
+    import textwrap
+
+    if pipeline == "zarrs":
+        pytest.importorskip("zarrs")
+    out = out_with_shot(tmp_path, frames=16, batch=8)
+    # a fresh process, as a worker is: the pipeline is chosen there, at its first write
+    script = textwrap.dedent(f"""
+        import numpy as np, zarr
+        from pathlib import Path
+        from farm.output import Output, write_frames, use_fast_codecs
+        rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
+        write_frames(Output(Path({str(out.root)!r})), "a", 0, rgb)
+        print(zarr.config.get("codec_pipeline.path"))
+    """)
+    env = {**os.environ, "FARM_ZARRS": "1" if pipeline == "zarrs" else "0"}
+    used = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert ("zarrs" in used.stdout) == (pipeline == "zarrs")
+    rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
+    got = np.asarray(zarr.open_array(store=str(out.frames_array("a")), mode="r")[...])
+    assert (got == rgb).all()

@@ -185,8 +185,9 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                     row = timed_farm(client, src, Path(out_dir) / f"r{gpus}", tiles, videos[label], args)
                     row.update({"gpus": gpus, "what": what, "output": label, "dir": out_dir})
                     runs.append(row)
-                    log(f"farm {gpus} GPU {what} {tiles} {label} -> {out_dir}: {row['wall_s']:.2f} s, "
-                        f"{row['frames_per_s']:.1f} frames/s {row['failed'] or ''}")  # fmt: skip
+                    log(f"farm {gpus} GPU {what} {tiles} {label} -> {out_dir}: {row['wall_s']:.2f} s "
+                        f"(set-up {row['setup_s']:.2f} s), {row['frames_per_s']:.1f} frames/s "
+                        f"{row['failed'] or ''}")  # fmt: skip
 
 
 def timed_farm(
@@ -207,6 +208,7 @@ def timed_farm(
     failed = [s.error for s in stats.failed]
     fps = stats.frames_written / wall
     return {"tiles": tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
+            "graph_s": stats.seconds, "setup_s": wall - stats.seconds,
             "failed": failed, "tasks": task_summary(ts.data)}
 
 
