@@ -286,3 +286,146 @@ def test_names_are_sanitised_to_the_store_rules():
                       ("..", "shot"), ("é/ü", "shot"), ("a.b-c", "a.b-c")]:  # fmt: skip
         assert sanitize_name(raw) == want
         check_shot_name(want)
+
+
+# ---- diffusers pipelines with output_type="latent" -----------------------------------------------
+
+
+def tiny_pipeline(family: str, vae_dir: Path):
+    """A diffusers video pipeline at a tiny config with random weights, built here (no hub, no text
+    encoder: it is given prompt embeddings), its VAE loaded from `vae_dir`; and its call arguments."""
+    import diffusers as d
+
+    from farm.decoders.hunyuanvideo import HUNYUANVIDEO_TINY
+    from farm.decoders.ltxv import LTXV_TINY
+    from farm.decoders.wan import WAN_TINY
+
+    torch.manual_seed(5)
+    size = {"num_frames": 9, "height": 64, "width": 64} if family == "ltxv" else {
+        "num_frames": 9, "height": 32, "width": 32}  # fmt: skip
+    if family == "ltxv":
+        vae = d.AutoencoderKLLTXVideo(**LTXV_TINY)
+        with torch.no_grad():
+            vae.latents_mean.copy_(torch.randn(8) * 0.5)
+            vae.latents_std.copy_(torch.rand(8) + 0.5)
+        transformer = d.LTXVideoTransformer3DModel(
+            in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=2,
+            attention_head_dim=8, cross_attention_dim=16, num_layers=1, caption_channels=16)  # fmt: skip
+        cls, parts = d.LTXPipeline, {"text_encoder": None, "tokenizer": None}
+        prompt = {"prompt_embeds": torch.randn(1, 4, 16), "prompt_attention_mask": torch.ones(1, 4),
+                  "guidance_scale": 1.0, "frame_rate": 25}  # fmt: skip
+    elif family == "wan":
+        vae = d.AutoencoderKLWan(**WAN_TINY)
+        transformer = d.WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+            text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1, rope_max_seq_len=32)  # fmt: skip
+        cls, parts = d.WanPipeline, {"text_encoder": None, "tokenizer": None}
+        prompt = {"prompt_embeds": torch.randn(1, 4, 16), "guidance_scale": 1.0}
+    else:
+        vae = d.AutoencoderKLHunyuanVideo(**HUNYUANVIDEO_TINY)
+        transformer = d.HunyuanVideoTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=10, num_layers=1,
+            num_single_layers=1, num_refiner_layers=1, patch_size=1, patch_size_t=1, guidance_embeds=True,
+            text_embed_dim=16, pooled_projection_dim=8, rope_axes_dim=(2, 4, 4))  # fmt: skip
+        cls, parts = d.HunyuanVideoPipeline, {"text_encoder": None, "tokenizer": None, "text_encoder_2": None,
+                                              "tokenizer_2": None}  # fmt: skip
+        prompt = {"prompt_embeds": torch.randn(1, 4, 16), "pooled_prompt_embeds": torch.randn(1, 8),
+                  "prompt_attention_mask": torch.ones(1, 4)}  # fmt: skip
+    vae.save_pretrained(vae_dir)
+    scheduler = d.FlowMatchEulerDiscreteScheduler(shift=3.0 if family == "wan" else 1.0)
+    loaded = type(vae).from_pretrained(vae_dir).eval()  # the VAE knows the folder it came from
+    pipe = cls(vae=loaded, transformer=transformer, scheduler=scheduler, **parts)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe, {**prompt, **size, "num_inference_steps": 2}
+
+
+@pytest.mark.parametrize("family", ["ltxv", "wan", "hunyuanvideo"])
+def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(family, tmp_path, scheduler3):
+    from farm.ingest import add_pipeline_shot
+    from farm.pipelines import PIPELINES
+
+    pipe, call = tiny_pipeline(family, tmp_path / "vae")
+    latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(1)).frames
+    own = pipe(**call, output_type="np", generator=torch.Generator().manual_seed(1)).frames[0]  # [F, H, W, 3]
+    size = {k: call[k] for k in ("num_frames", "height", "width")}
+    job = tmp_path / "job.zarr"
+    result = add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=25, **size)
+    assert result.created and result.shots == ["sh010"]
+    info = open_job(job)
+    assert info.spec.family == family and info.spec.weights == {"path": str(tmp_path / "vae")}
+    assert info.spec.latents == PIPELINES[type(pipe).__name__].latents == result.latents
+    source = info.shots["sh010"].attrs["source"]
+    assert source["pipeline"] == type(pipe).__name__ and source["latents"] == info.spec.latents
+    with pytest.raises(FarmError, match="already holds a shot 'sh010'"):
+        add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=25, **size)
+    packed = latents.ndim == 3  # LTX-Video's tokens [B, S, D]
+    twice = torch.cat([latents, latents], dim=1 if packed else 2)
+    words = "do not hold 2x2x2 latent positions" if packed else "decodes to 21 pixel frames, but 9 were asked"
+    with pytest.raises(FarmError, match=words):
+        add_pipeline_shot(job, twice, pipeline=pipe, name="long", fps=25, **size)
+    assert sorted(open_job(job).shots) == ["sh010"]
+
+    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
+                      log=lambda _: None)  # fmt: skip
+    assert not stats.failed
+    got = read_frames(Output(tmp_path / "out"), "sh010").astype(np.float64)
+    assert got.shape == own.shape
+    assert np.abs(got - own.astype(np.float64) * 255).max() <= 1.0
+
+
+def branches(source: str, condition: str) -> tuple[str, str]:
+    """The bodies of ``if <condition>:`` and its ``else:`` in a function's source."""
+    lines = source.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"if {condition}:")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    bodies: list[list[str]] = [[], []]
+    part = 0
+    for line in lines[start + 1 :]:
+        depth = len(line) - len(line.lstrip())
+        if line.strip() and depth <= indent:
+            if line.strip() == "else:" and part == 0:
+                part = 1
+                continue
+            break
+        bodies[part].append(line)
+    return "\n".join(bodies[0]), "\n".join(bodies[1])
+
+
+@pytest.mark.parametrize("name", sorted(__import__("farm.pipelines").pipelines.PIPELINES))
+def test_each_pipeline_convention_is_what_its_source_does(name):
+    """farm.pipelines' table against diffusers' code: the branch taken with output_type="latent"."""
+    import inspect
+
+    import diffusers
+
+    from farm.pipelines import PIPELINES
+
+    conv = PIPELINES[name]
+    source = inspect.getsource(getattr(diffusers, name).__call__)
+    if 'if output_type == "latent":' in source:
+        latent_branch, decode_branch = branches(source, 'output_type == "latent"')
+    else:
+        decode_branch, latent_branch = branches(source, 'not output_type == "latent"')
+    undo = ("_denormalize_latents", "latents_std", "scaling_factor")
+    if conv.latents == "denormalized":
+        assert "_denormalize_latents" in latent_branch
+    else:
+        assert not any(word in latent_branch for word in undo), latent_branch
+        assert any(word in decode_branch for word in undo), decode_branch
+    # packed: the tokens are unpacked only on the way to vae.decode; else before the branch, or never
+    assert ("latents = self._unpack_latents(" in decode_branch) == conv.packed
+    assert "_unpack_latents(" not in latent_branch
+
+
+def test_unpacking_inverts_ltx_packing():
+    from diffusers import LTXPipeline
+
+    from farm.pipelines import unpack_tokens
+
+    video = torch.randn(2, 8, 3, 4, 6)
+    for p, pt in ((1, 1), (2, 1)):
+        tokens = LTXPipeline._pack_latents(video, p, pt)
+        np.testing.assert_array_equal(unpack_tokens(tokens.numpy(), (3, 4, 6), p, pt), video.numpy())
+    tokens = LTXPipeline._pack_latents(video, 1, 1)
+    theirs = LTXPipeline._unpack_latents(tokens, 3, 4, 6, 1, 1)
+    np.testing.assert_array_equal(unpack_tokens(tokens.numpy(), (3, 4, 6)), theirs.numpy())
