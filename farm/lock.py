@@ -1,7 +1,19 @@
-"""One render at a time per output folder: a lock file that records its owner and survives its crashes."""
+"""One render at a time per output folder: a kernel lock (``flock``) on ``OUT/.farm/lock``.
+
+The kernel releases the lock when its holder exits, however it exits (a crash, SIGKILL, a lost node),
+so no lock is ever left stale and no pid check can be fooled by a reused pid; two processes that find
+the same leftover file race on ``flock`` and exactly one wins. The file also holds a JSON owner record
+(pid, host, start time), only for the message a refused render prints.
+
+The holder unlinks the file before it releases the lock; a process that locked a file which was
+unlinked meanwhile (it opened the old one) sees the inode change and tries again, so two holders can
+never lock two different files of the same path.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -14,47 +26,54 @@ from farm.errors import FarmError
 from farm.output import Output
 
 
-def _alive(pid: int) -> bool:
+def lock_path(out_root: Path) -> Path:
+    return Output(out_root).lock_file
+
+
+def _owner(fd: int) -> dict:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
 
 
 @contextmanager
 def output_lock(out_root: Path) -> Iterator[None]:
-    """Hold ``OUT/.farm/lock`` for the duration; a lock whose owner process is gone is taken over."""
-    path = Output(out_root).lock_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
-    for _ in range(2):
+    """Hold the lock on ``OUT/.farm/lock`` for the duration, or refuse with who holds it.
+
+    Creates ``OUT/.farm`` when needed; the lock file is gone again when the block ends (on success or
+    failure), and the kernel drops the lock if this process dies inside the block.
+    """
+    path = lock_path(out_root)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                owner = json.loads(path.read_text() or "{}")
-            except (OSError, ValueError):
-                owner = {}
-            same_host = owner.get("host") == me["host"]
-            if same_host and isinstance(owner.get("pid"), int) and not _alive(owner["pid"]):
-                path.unlink(missing_ok=True)  # its holder died: a crashed render, take over
-                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _owner(fd)
+            os.close(fd)
             raise FarmError(
                 f"output {str(out_root)!r} is being written by another farm render "
-                f"(pid {owner.get('pid')} on {owner.get('host')}); wait for it to finish, or, if that "
-                f"render is gone, delete {str(path)!r}"
+                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}); wait for it to finish or "
+                "cancel it (the lock is released when that process ends)"
             ) from None
-        with os.fdopen(fd, "w") as fh:
-            json.dump(me, fh)
-        break
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # we locked a file its holder had just unlinked: lock the current one
     try:
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
         yield
     finally:
-        try:
-            if json.loads(path.read_text()).get("pid") == me["pid"]:
-                path.unlink()
-        except (OSError, ValueError):
-            pass
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)  # while still holding it: see the module docstring
+        os.close(fd)  # releases the flock

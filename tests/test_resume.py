@@ -135,14 +135,14 @@ def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
     fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     out = tmp_path / "out"
-    (out / ".farm").mkdir(parents=True)
-    holder = subprocess.Popen(["sleep", "60"])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from farm.lock import output_lock\n"
+         "with output_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        import json
-        import socket
-
-        (out / ".farm" / "lock").write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname()}))
-        with pytest.raises(FarmError, match="being written by another farm render"):
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FarmError, match=f"being written by another farm render \\(pid {holder.pid} "):
             fr.render(job, out, scheduler=scheduler3, **QUIET)
     finally:
         holder.kill()
