@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from farm.errors import FarmError
@@ -259,17 +261,18 @@ def _report(stats, out: Path) -> int:
     for shot in stats.shots.values():
         if shot.video:
             print(f"  video:  {shot.video}")
-    if stats.failed:
-        for shot in stats.failed:
-            message = (
-                shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
-            )
-            print(f"farm: error: {message}", file=sys.stderr)
-        done = len(stats.shots) - len(stats.failed)
-        print(
-            f"farm: {done} of {len(stats.shots)} shots finished; rerun to retry the others", file=sys.stderr
-        )
-        return 1
+    for shot in stats.failed:
+        message = shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
+        print(f"farm: error: {message}", file=sys.stderr)
+    if stats.cancelled:
+        names = ", ".join(repr(s.shot) for s in stats.cancelled)
+        print(f"farm: cancelled before shots {names} finished; their finished batches are kept",
+              file=sys.stderr)  # fmt: skip
+    if stats.failed or stats.cancelled:
+        done = len(stats.shots) - len(stats.failed) - len(stats.cancelled)
+        print(f"farm: {done} of {len(stats.shots)} shots finished; rerun to resume the others",
+              file=sys.stderr)  # fmt: skip
+        return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
 
 
@@ -444,16 +447,33 @@ COMMANDS = {
 }
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so both stop a command the same way."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+# Exit codes: 2 for a user error, 130 for Ctrl-C (128 + SIGINT), 143 for SIGTERM (128 + SIGTERM).
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return COMMANDS[args.command](args)
     except FarmError as exc:
         print(f"farm: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("farm: terminated (SIGTERM); finished batches are kept, rerun to resume", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print("farm: interrupted; finished batches are kept", file=sys.stderr)
-        return 130
+        print("farm: interrupted; finished batches are kept, rerun to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -182,6 +185,23 @@ class TorchThreadsPlugin(WorkerPlugin):
         torch.set_num_threads(self.n_threads)
 
 
+def _quiet_distributed_logs() -> None:
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+
+
+class IgnoreInterruptPlugin(WorkerPlugin):
+    """Workers of a local cluster ignore SIGINT: Ctrl-C on a terminal reaches every process of its group,
+    and the client, not each worker, decides what an interrupt stops (it closes the cluster quietly).
+    Applied to workers that restart later too."""
+
+    name = "farm-ignore-interrupt"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def connect(
     *,
@@ -232,6 +252,7 @@ def connect(
             cluster = _start_local(choice, memory_limit, stack)
             client = Client(cluster)
             stack.callback(client.close)
+            client.register_plugin(IgnoreInterruptPlugin())
             if choice.kind == "local-cpu":
                 client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
             n_io = default_io_workers(choice, _cpu_count()) if io_workers is None else io_workers
@@ -239,7 +260,16 @@ def connect(
                 _add_io_workers(cluster, n_io, memory_limit)
                 client.wait_for_workers(choice.n_workers + n_io, timeout=120)
         transport.install(client)
-        yield client
+        try:
+            yield client
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (farm.cli): stop the cluster without its warnings
+            logging.getLogger("distributed").setLevel(logging.CRITICAL)
+            if choice.kind != "existing":  # our own workers: their cancelled tasks need no warning either
+                with contextlib.suppress(Exception):
+                    client.run(_quiet_distributed_logs, on_error="ignore")
+            if threading.current_thread() is threading.main_thread():  # a second Ctrl-C must not cut
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup short (SIGKILL still does)
+            raise
 
 
 IO_WORKER_PREFIX = "farm-io-"

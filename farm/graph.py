@@ -51,6 +51,7 @@ class ShotOutcome:
     batches_written: int = 0
     video: str | None = None
     error: str | None = None
+    cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
 
 
 @dataclass
@@ -70,7 +71,11 @@ class RenderStats:
 
     @property
     def failed(self) -> list[ShotOutcome]:
-        return [s for s in self.shots.values() if s.error]
+        return [s for s in self.shots.values() if s.error and not s.cancelled]
+
+    @property
+    def cancelled(self) -> list[ShotOutcome]:
+        return [s for s in self.shots.values() if s.cancelled]
 
 
 ProgressCallback = Callable[[RenderStats], None]
@@ -328,6 +333,7 @@ class Driver:
         for p, plan in enumerate(self.plans):
             if not self.stats.shots[plan.shot].video and p not in self.failed:
                 self.fail_shot(p, FarmError("cancelled (farm cancel); finished batches are kept"))
+                self.stats.shots[plan.shot].cancelled = True
         self.futures.clear()
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
@@ -377,7 +383,7 @@ class ProgressPublisher:
         self.last = now
         state = "running"
         if final:
-            state = "failed" if stats.failed else "done"
+            state = "failed" if stats.failed else "cancelled" if stats.cancelled else "done"
         record = {
             **self.base,
             "state": state,

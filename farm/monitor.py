@@ -210,7 +210,9 @@ def summarize(
     for name, shot in dict(record.get("shots", {})).items():
         written, total = int(shot.get("batches_written", 0)), int(shot.get("batches_total", 0))
         errors = counts.errors.get(name, 0)
-        if shot.get("error"):
+        if shot.get("cancelled"):
+            shot_state = "cancelled"  # its own state: a cancel is not a failure
+        elif shot.get("error"):
             shot_state = "failed"
         elif written >= total and (shot.get("video") or state == "done"):
             shot_state = "done"
@@ -239,6 +241,7 @@ def summarize(
             }
         )
     failed_shots = sum(1 for s in shots if s["state"] == "failed")
+    cancelled_shots = sum(1 for s in shots if s["state"] == "cancelled")
     return {
         "render": render_id,
         "job": record.get("job"),
@@ -256,6 +259,7 @@ def summarize(
         "frames_per_second": fps,
         "eta_s": eta,
         "failed_shots": failed_shots,
+        "cancelled_shots": cancelled_shots,
         "task_errors": sum(counts.errors.values()),
         "failures": failed_shots + sum(counts.errors.values()),
         "last_error": counts.last_error or None,
@@ -431,7 +435,8 @@ class _FarmCollector:
             "frames_written": ("farm_render_frames_written", "Frames written", render_labels),
             "fps": ("farm_render_frames_per_second", "Frames written per second", render_labels),
             "eta": ("farm_render_eta_seconds", "Estimated seconds left (running renders)", render_labels),
-            "failed_shots": ("farm_render_failed_shots", "Shots that failed", render_labels),
+            "failed_shots": ("farm_render_failed_shots", "Shots that failed (not cancelled)", render_labels),
+            "cancelled_shots": ("farm_render_cancelled_shots", "Shots a cancel stopped", render_labels),
             "task_errors": ("farm_render_task_errors", "Tasks that ended in error", render_labels),
             "priority": ("farm_render_priority", "The render's priority", render_labels),
             "state": ("farm_render_state", "1 for the render's current state", [*render_labels, "state"]),
@@ -454,6 +459,7 @@ class _FarmCollector:
                     if r["eta_s"] is not None:
                         metrics["eta"].add_metric(labels, r["eta_s"])
                     metrics["failed_shots"].add_metric(labels, r["failed_shots"])
+                    metrics["cancelled_shots"].add_metric(labels, r["cancelled_shots"])
                     metrics["task_errors"].add_metric(labels, r["task_errors"])
                     metrics["priority"].add_metric(labels, r["priority"])
                     metrics["state"].add_metric([*labels, r["state"]], 1)

@@ -110,6 +110,17 @@ class Output:
                 for tmp in folder.rglob(pattern)]  # fmt: skip
 
 
+def process_umask() -> int:
+    """This process' umask, read without changing it (os.umask sets it, racing other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    current = os.umask(0o022)  # no /proc (not Linux): set and restore
+    os.umask(current)
+    return current
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
@@ -118,7 +129,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
         fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
     except OSError as e:
         raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
-    os.close(fd)
+    try:
+        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600; outputs get what open() would give
+    finally:
+        os.close(fd)
     try:
         yield tmp
         os.replace(tmp, final)

@@ -1,4 +1,4 @@
-"""The output lock: the kernel releases it with its holder, never taken twice, never left by a failed start."""
+"""The output lock: the kernel frees it with its holder, never taken twice, none left by a failed start."""
 
 from __future__ import annotations
 

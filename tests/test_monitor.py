@@ -201,3 +201,16 @@ def test_farm_page_in_a_headless_browser(rendered, tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.exists() and shot.stat().st_size > 10_000, "the screenshot is missing or blank"
     print(f"farm page screenshot: {shot}")
+
+
+def test_a_cancelled_shot_is_not_a_failure():
+    shots = {
+        "a": {"batches_written": 2, "batches_total": 2, "video": "a.mp4"},
+        "b": {"batches_written": 1, "batches_total": 3, "error": "cancelled", "cancelled": True},
+        "c": {"batches_written": 0, "batches_total": 3, "error": "decoder exploded"},
+    }
+    record = {"state": "cancelled", "started": 0.0, "updated": 10.0, "batches_total": 8, "shots": shots}
+    r = monitor.summarize("r1", record, None, {"r1": {}}, live=False, now=11.0)
+    assert r["state"] == "cancelled"
+    assert [s["state"] for s in r["shots"]] == ["done", "cancelled", "failed"]
+    assert r["failed_shots"] == 1 and r["cancelled_shots"] == 1 and r["failures"] == 1

@@ -136,7 +136,8 @@ def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from farm.lock import output_lock\n"
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from farm.lock import output_lock\n"
          "with output_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,0 +1,69 @@
+"""Ctrl-C and SIGTERM of `farm render`: one line, exit 130 / 143, workers stopped quietly, resumable;
+outputs honour the umask."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import farm.render as fr
+from farm.store import Output, read_frames
+from farm.video import encode_segment
+
+
+def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
+    """`farm render` in its own process group with Ctrl-C's default action (as on a terminal), once it
+    has started rendering."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "2",
+         "--tiles", "1,1,1", "--batch-frames", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "render id" in line:
+            break
+    return proc, lines
+
+
+def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, scheduler3):
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64)
+    out = tmp_path / "out"
+    cases = ((signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"))
+    for sig, code, line in cases:
+        proc, _ = start_render(job, out)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole process group
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == code, err
+        assert err.splitlines() == [f"farm: {line}; finished batches are kept, rerun to resume"], err
+        assert not (out / ".farm" / "lock").exists()
+    stats = fr.render(job, out, scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8),
+                      log=lambda _: None)  # fmt: skip
+    assert not stats.failed and all(Output(out).video(s).exists() for s in ("shot000", "shot001"))
+    assert read_frames(Output(out), "shot001").shape == (33, 64, 64, 3)
+
+
+def test_videos_and_sequences_honour_the_umask(tmp_path):
+    frames = np.zeros((2, 32, 32, 3), np.uint8)
+    old = os.umask(0o002)
+    try:
+        encode_segment(frames, tmp_path / "a.mp4", 24)
+        from farm.sequences import write_frames
+
+        (png,) = write_frames(frames[:1], tmp_path / "seq", "sh", format="png8")
+    finally:
+        os.umask(old)
+    for path in (tmp_path / "a.mp4", png):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o664, path
