@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import farm.render as fr
-from farm.store import Output, read_frames
+from farm.output import Output, read_frames
 from farm.video import encode_segment
 
 
