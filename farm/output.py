@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
+from farm.names import child_path
 
 if TYPE_CHECKING:
     from farm.store import Job
@@ -51,7 +52,7 @@ class Output:
 
     def shot_group(self, shot: str) -> Path:
         """The shot's Zarr group in frames.zarr (its attrs hold the render identity)."""
-        return self.frames_zarr / shot
+        return child_path(self.frames_zarr, shot)
 
     def frames_array(self, shot: str) -> Path:
         return self.shot_group(shot) / "frames"
@@ -60,15 +61,16 @@ class Output:
     def videos_dir(self) -> Path:
         return self.root / "videos"
 
-    def video(self, shot: str) -> Path:
-        return self.videos_dir / f"{shot}{self.video_suffix}"
+    def video(self, shot: str, suffix: str | None = None) -> Path:
+        """The shot's video; `suffix` another codec's (".mp4", ".mov") instead of this output's."""
+        return child_path(self.videos_dir, shot, self.video_suffix if suffix is None else suffix)
 
     @property
     def sequences_dir(self) -> Path:
         return self.root / "sequences"
 
     def sequence_dir(self, shot: str) -> Path:
-        return self.sequences_dir / shot
+        return child_path(self.sequences_dir, shot)
 
     @property
     def state_dir(self) -> Path:
@@ -84,13 +86,13 @@ class Output:
         return self.state_dir / "write-test"
 
     def segments_dir(self, shot: str) -> Path:
-        return self.state_dir / "segments" / shot
+        return child_path(self.state_dir / "segments", shot)
 
     def segment(self, shot: str, batch: int) -> Path:
         return self.segments_dir(shot) / f"{batch:05d}{self.video_suffix}"
 
     def done_dir(self, shot: str) -> Path:
-        return self.state_dir / "done" / shot
+        return child_path(self.state_dir / "done", shot)
 
     def done_marker(self, shot: str, batch: int) -> Path:
         return self.done_dir(shot) / f"{batch:05d}"
@@ -107,7 +109,7 @@ class Output:
         when complete)."""
         folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir)
         return [tmp for folder in folders if folder.exists() for pattern in TEMP_GLOBS
-                for tmp in folder.rglob(pattern)]  # fmt: skip
+                for tmp in folder.rglob(pattern) if tmp.is_file()]  # fmt: skip
 
 
 def process_umask() -> int:

@@ -10,7 +10,6 @@ The render's output folder is `farm.output`'s; what an output is a render of is 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +19,14 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, spec_from_json
 from farm.errors import FarmError
+from farm.names import check_name
 
 FORMAT = 1
-SHOT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def check_shot_name(name: str) -> str:
-    if not isinstance(name, str) or not SHOT_NAME.match(name) or set(name) == {"."}:
-        raise FarmError(
-            f"shot name {name!r} is not allowed: use letters, digits, '-', '_' and '.' only "
-            "(and not '.' or '..')"
-        )
-    return name
+    """A shot name follows `farm.names`' rule (it becomes folder and file names under OUT)."""
+    return check_name(name, "shot name")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ def load_overrides(path: str | None) -> tuple[dict[str, Any], dict[str, dict[str
 
 def find_jobs(folder: Path) -> dict[str, Path]:
     """Job stores directly inside `folder`, by name (``hero.zarr`` → ``hero``)."""
+    from farm.names import check_name
     from farm.store import open_job
 
     if not folder.is_dir():
@@ -122,12 +123,18 @@ def find_jobs(folder: Path) -> dict[str, Path]:
     for child in sorted(folder.iterdir()):
         if not (child.is_dir() and (child / "zarr.json").exists()):
             continue
+        name = child.name.removesuffix(".zarr")
         try:
+            check_name(name, "job name")  # RENDERS/<name> must stay inside RENDERS and clear of .views
             open_job(child)
         except FarmError as exc:
             workflow.log(f"render_folder: skipping {child.name}: {exc}")
             continue
-        jobs[child.name.removesuffix(".zarr")] = child
+        if name in jobs:
+            raise FarmError(
+                f"{str(jobs[name])!r} and {str(child)!r} would both render to {name!r}: rename one"
+            )
+        jobs[name] = child
     if not jobs:
         raise FarmError(f"no farm job stores in {str(folder)!r} (looked for folders holding zarr.json)")
     return jobs
@@ -162,6 +169,7 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
     """`job` with its decoder's compute dtype set to `dtype`: a group of its own whose shots link to the
     original shots (nothing is copied). Returns `job` itself when the dtype is already that."""
     from farm.decoders import spec_from_json
+    from farm.names import child_path
     from farm.store import open_job
 
     spec = open_job(job).spec
@@ -169,7 +177,7 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
         return job
     raw = {**spec.to_json(), "dtype": dtype}
     spec_from_json(raw, where=f"{job}: dtype override")  # validates
-    view = views / f"{job.name.removesuffix('.zarr')}.{dtype}.zarr"
+    view = child_path(views, job.name.removesuffix(".zarr"), f".{dtype}.zarr", what="job name")
     view.mkdir(parents=True, exist_ok=True)
     meta = json.loads((job / "zarr.json").read_text())
     meta.setdefault("attributes", {})["farm"] = {**meta["attributes"]["farm"], "decoder": raw}
@@ -179,16 +187,17 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
             old.unlink()
     for shot in job.iterdir():
         if shot.is_dir() and (shot / "zarr.json").exists():
-            (view / shot.name).symlink_to(shot.resolve(), target_is_directory=True)
+            child_path(view, shot.name).symlink_to(shot.resolve(), target_is_directory=True)
     return view
 
 
 def render_one(
     name: str, job: Path, out_root: Path, opts: dict[str, Any], base: argparse.Namespace
 ) -> JobResult:
+    from farm.names import child_path
     from farm.tasks import VideoSettings
 
-    out = out_root / name
+    out = child_path(out_root, name, what="job name")
     result = JobResult(name, out)
     started = time.perf_counter()
     try:

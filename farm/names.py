@@ -1,0 +1,45 @@
+"""Names users give (shots, jobs) that become file names: the one rule they follow, and paths built from
+them that provably stay inside their parent folder.
+
+A name is letters, digits, ``_``, ``-`` and ``.``, starting with a letter, digit or ``_`` (so never a
+hidden file like farm's temporaries ``.<name>.XXXX.tmp<suffix>``, never ``.``/``..``, never something
+a command line reads as an option), at most 200 characters, and not ending in farm's temporary suffix
+``.tmp`` nor holding ``.tmp.`` (what stale-temporary clean-up removes). So no name reaches farm's own
+files: ``OUT/.farm`` and temporaries are hidden, and each shot has its own folder under every output
+kind (``frames.zarr/<shot>``, ``sequences/<shot>``, ``.farm/done/<shot>``, ``.farm/segments/<shot>``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from farm.errors import FarmError
+
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
+TEMP_SUFFIX = ".tmp"  # farm's temporaries end in it (mark_done) or hold ".tmp." (atomic_path)
+
+
+def check_name(name: object, what: str = "shot name") -> str:
+    """`name` if it follows the rule above, else a FarmError saying what would be valid."""
+    if (
+        not isinstance(name, str)
+        or not NAME.fullmatch(name)
+        or name.endswith(TEMP_SUFFIX)
+        or TEMP_SUFFIX + "." in name
+    ):
+        raise FarmError(
+            f"{what} {name!r} is not allowed: use letters, digits, '_', '-' and '.', starting with a letter, "
+            f"digit or '_', at most 200 characters, not ending in {TEMP_SUFFIX!r} nor holding "
+            f"{TEMP_SUFFIX + '.'!r} (farm's temporary files)"
+        )
+    return name
+
+
+def child_path(parent: Path, name: str, suffix: str = "", what: str = "shot name") -> Path:
+    """``parent / (name + suffix)`` for a checked `name`, proven to be a direct child of `parent`."""
+    path = Path(parent) / (check_name(name, what) + suffix)
+    if os.path.dirname(os.path.normpath(path)) != os.path.normpath(parent):  # cannot fail for a checked name
+        raise FarmError(f"{what} {name!r} would leave the folder {str(parent)!r}")
+    return path
