@@ -429,3 +429,61 @@ def test_unpacking_inverts_ltx_packing():
     tokens = LTXPipeline._pack_latents(video, 1, 1)
     theirs = LTXPipeline._unpack_latents(tokens, 3, 4, 6, 1, 1)
     np.testing.assert_array_equal(unpack_tokens(tokens.numpy(), (3, 4, 6)), theirs.numpy())
+
+
+# ---- workflows/watch_latents.py ------------------------------------------------------------------
+
+
+def test_watch_latents_ingests_and_renders_files_as_they_arrive(vae_folder, tmp_path, scheduler3):
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    folder, job, out = tmp_path / "comfy", tmp_path / "job.zarr", tmp_path / "out"
+    folder.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(root / "workflows" / "watch_latents.py"), str(folder), "--job", str(job),
+         "--out", str(out), "--decoder", "ltx2-tiny", "--weights", str(vae_folder), "--scheduler", scheduler3,
+         "--interval", "0.2", "--settle", "0.5", "--stop-after", "2", "--tiles", "1,1,1", "--no-video"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+
+    def wait_for(text: str, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while not any(text in line for line in lines):
+            assert proc.poll() is None and time.time() < deadline, f"no {text!r} in:\n{''.join(lines)}"
+            time.sleep(0.1)
+
+    try:
+        latents = {"first": smooth(1, batch=1), "second": smooth(2, batch=1)}
+        comfyui_latent(folder / "first.latent", latents["first"])
+        wait_for("rendered first: 1/1 batches")
+        comfyui_latent(tmp_path / "second.latent", latents["second"])
+        data = (tmp_path / "second.latent").read_bytes()
+        (folder / "second.latent").write_bytes(data[: len(data) // 2])  # written slowly, as ComfyUI does
+        wait_for("second.latent: not ingested (tried again when it changes)")
+        (folder / "second.latent").write_bytes(data)
+        assert proc.wait(timeout=180) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "watch_latents: 2 file(s) ingested and rendered, 1 refusal(s)" in "".join(lines)
+    assert sorted(open_job(job).shots) == ["first", "second"]
+    for shot, latent in latents.items():
+        got = read_frames(Output(out), shot).astype(np.float64)
+        want = diffusers_frames(vae_folder, latent[0], normalized=True)
+        assert np.abs(got - want).max() <= 1.0, shot
+
+
+def test_watch_settles_files_before_taking_them():
+    from workflows.watch_latents import settled
+
+    a, b = Path("a.latent"), Path("b.latent")
+    first_seen = {a: ((10, 1), 0.0), b: ((10, 1), 0.0)}
+    assert settled({a: (10, 1), b: (20, 2)}, first_seen, now=3.0, settle=2.0) == [a]  # b changed
+    assert settled({a: (10, 1)}, first_seen, now=1.0, settle=2.0) == []  # not long enough
