@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decoder", metavar="SPEC_OR_NAME",
                    help="named config (e.g. ltx2, with --weights), a JSON decoder spec or a .json file; "
                         "needed to create a job, checked against an existing one")  # fmt: skip
-    p.add_argument("--weights", help="decoder weights: a diffusers VAE folder or one .safetensors file")
+    p.add_argument("--weights", metavar="PATH", help="decoder weights: a VAE folder or one .safetensors file")
     p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
     p.add_argument("--name", metavar="PATTERN",
                    help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "
