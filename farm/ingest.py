@@ -404,10 +404,17 @@ def write_staged(
 
 
 def _staging_dir(job: Path) -> Path:
-    """A new hidden folder beside the job (same file system, so renames are atomic); mode from the umask."""
+    """A new hidden folder beside the job (same file system, so renames are atomic); mode from the umask.
+
+    Staging folders that an ingest killed on this host left behind (its process is gone) are removed."""
     job.parent.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    for stale in job.parent.glob(f".{job.name}.ingest-{host}-*"):
+        pid = stale.name.removeprefix(f".{job.name}.ingest-{host}-").split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
     for k in range(1000):
-        path = job.parent / f".{job.name}.ingest-{socket.gethostname()}-{os.getpid()}-{k}"
+        path = job.parent / f".{job.name}.ingest-{host}-{os.getpid()}-{k}"
         try:
             path.mkdir()
             path.rmdir()  # create_job makes it again, as a Zarr group
@@ -415,6 +422,16 @@ def _staging_dir(job: Path) -> Path:
         except FileExistsError:
             continue
     raise FarmError(f"cannot create a staging folder beside {job}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _commit(stage: Path, job: Path, names: list[str], *, existing: bool, replace: bool) -> list[str]:

@@ -126,7 +126,7 @@ class FoundTensor:
     shape: tuple[int, ...]
     dtype: str
     comfyui: ComfyInfo | None = None
-    metadata: dict[str, str] = field(default_factory=dict)  # safetensors metadata (strings)
+    metadata: dict[str, Any] = field(default_factory=dict)  # safetensors metadata (strings), or a record
     label: str | None = None  # the name to use instead of the file's stem (latents not from a file)
 
     @property

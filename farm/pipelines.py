@@ -76,13 +76,11 @@ def convention_of(pipeline: Any) -> PipelineConvention:
 
 def to_numpy(latents: Any) -> np.ndarray:
     """A torch tensor (any device; bfloat16 becomes float32) or an array → a float numpy array."""
+    import torch
+
     if isinstance(latents, np.ndarray):
         return latents
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        torch = None
-    if torch is not None and isinstance(latents, torch.Tensor):
+    if isinstance(latents, torch.Tensor):
         t = latents.detach()
         if t.dtype == torch.bfloat16:
             t = t.float()
@@ -158,7 +156,8 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     vae = getattr(pipeline, "vae", None)
     if vae is None:
         raise FarmError("give decoder= (the pipeline has no vae to take the decoder spec from)")
-    family = next((f for f, cls in FAMILIES.items() if cls.model_class_name == type(vae).__name__), None)
+    vae_class = type(vae).__name__
+    family = next((f for f, c in FAMILIES.items() if getattr(c, "model_class_name", None) == vae_class), None)
     if family is None:
         raise FarmError(f"farm has no decoder for {type(vae).__name__}; known: {sorted(FAMILIES)}")
     config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}

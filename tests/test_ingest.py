@@ -124,8 +124,13 @@ def test_adding_to_a_job_keeps_its_shots_and_replace_overwrites(vae_folder, tmp_
                     latents="denormalized")  # fmt: skip
     assert result.created and result.shots == ["a"]
     before = snapshot(job / "a", siblings=False)
+    import socket
+
+    stale = tmp_path / f".job.zarr.ingest-{socket.gethostname()}-999999999-0"  # a killed ingest's
+    (stale / "x").mkdir(parents=True)
     np.save(tmp_path / "b.npy", smooth(2).numpy())
     assert ingest(job, [tmp_path / "b.npy"]).shots == ["b"]  # the job's decoder and convention
+    assert not stale.exists()
     assert snapshot(job / "a", siblings=False) == before
     np.save(tmp_path / "a.npy", smooth(3).numpy())
     result = ingest(job, [tmp_path / "a.npy"], replace=True)
@@ -487,3 +492,41 @@ def test_watch_settles_files_before_taking_them():
     first_seen = {a: ((10, 1), 0.0), b: ((10, 1), 0.0)}
     assert settled({a: (10, 1), b: (20, 2)}, first_seen, now=3.0, settle=2.0) == [a]  # b changed
     assert settled({a: (10, 1)}, first_seen, now=1.0, settle=2.0) == []  # not long enough
+
+
+def test_shots_appear_whole_to_a_reader_while_the_helper_appends(vae_folder, tmp_path):
+    import threading
+
+    import zarr
+
+    from farm.ingest import add_pipeline_shot
+
+    job = tmp_path / "job.zarr"
+    expected = {f"s{k:03d}": smooth(k).numpy() for k in range(12)}
+    np.save(tmp_path / "s000.npy", expected["s000"])
+    ingest(job, [tmp_path / "s000.npy"], decoder="ltx2-tiny", weights=vae_folder, latents="denormalized")
+    stop = threading.Event()
+    reads: list[int] = []
+    errors: list[str] = []
+
+    def reader() -> None:  # what a render's workers do: list the shots, read each latent
+        while not stop.is_set():
+            try:
+                for name in open_job(job).shots:
+                    got = np.asarray(zarr.open_array(store=str(job / name / "latent"), mode="r")[...])
+                    np.testing.assert_array_equal(got, expected[name])
+                    reads.append(1)
+            except Exception as exc:  # any partial shot seen
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for name, latent in list(expected.items())[1:]:  # LTX-2 pipelines hand back [B, C, F, H, W]
+            add_pipeline_shot(job, latent[None], pipeline="LTX2Pipeline", name=name, fps=24, num_frames=9)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[:3]
+    assert len(reads) > len(expected) and sorted(open_job(job).shots) == sorted(expected)
+    assert not [p for p in tmp_path.iterdir() if ".ingest-" in p.name]

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from farm import workflow
 from farm.errors import FarmError
@@ -95,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
     return watch(args, folder, cluster)
 
 
-def watch(args: argparse.Namespace, folder: Path, cluster: dict[str, str]) -> int:
+def watch(args: argparse.Namespace, folder: Path, cluster: dict[str, Any]) -> int:
     job = Path(args.job)
     done = ingested_sources(job)
     first_seen: dict[Path, tuple[Stamp, float]] = {}
@@ -146,7 +147,7 @@ def ingest_one(args: argparse.Namespace, job: Path, path: Path) -> list[str]:
     return result.shots
 
 
-def render_shots(args: argparse.Namespace, job: Path, shots: list[str], cluster: dict[str, str]) -> None:
+def render_shots(args: argparse.Namespace, job: Path, shots: list[str], cluster: dict[str, Any]) -> None:
     import farm.render as fr
     from farm.tasks import VideoSettings
 
