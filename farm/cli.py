@@ -3,36 +3,83 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+from farm import config, logs
 from farm.errors import FarmError
+
+LOGGER = logging.getLogger("farm")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that ends each option with its default, where it has one (None/False: none shown)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "%(default)" not in text
+            and action.option_strings
+            and action.default not in (None, False, argparse.SUPPRESS)
+            and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _verbosity_options(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument("-v", "--verbose", action="count", default=default,
+                   help="more messages on stderr (-v: debug)")  # fmt: skip
+    p.add_argument("-q", "--quiet", action="count", default=default,
+                   help="fewer messages on stderr (-q: warnings and errors, -qq: errors)")  # fmt: skip
+
+
+def _decoder_configs() -> str:
+    from farm.decoders import FAMILIES
+
+    return ", ".join(f"{family}: {'/'.join(cls.named_configs)}" for family, cls in FAMILIES.items())
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from farm import __version__
+
     parser = argparse.ArgumentParser(
         prog="farm",
-        description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster.",
+        description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster. "
+        "Defaults marked farm.KEY come from dask.config (YAML or DASK_FARM__KEY variables).",
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"farm {__version__}")
+    _verbosity_options(parser, 0)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    _verbosity_options(common, argparse.SUPPRESS)  # also after the command: farm render -q …
 
-    p = sub.add_parser("synth", help="write a synthetic job (random latents, random-weight decoder)")
+    def add(name: str, **kwargs):  # type: ignore[no-untyped-def]
+        return sub.add_parser(name, parents=[common], formatter_class=_HelpFormatter, **kwargs)
+
+    p = add("synth", help="write a synthetic job (random latents, random-weight decoder)")
     p.add_argument("job", help="path of the job store to create (Zarr v3)")
-    p.add_argument("--decoder", default="ltx2-tiny", help="named decoder config: ltx2-tiny or ltx2")
-    p.add_argument("--shots", type=int, default=1, help="number of shots (default 1)")
-    p.add_argument("--frames", type=int, default=17, help="pixel frames per shot: 1 + 8k (default 17)")
-    p.add_argument("--height", type=int, default=128, help="pixel height, a multiple of 32 (default 128)")
-    p.add_argument("--width", type=int, default=192, help="pixel width, a multiple of 32 (default 192)")
-    p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights (default 0)")
-    p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot (default 24)")
+    p.add_argument("--decoder", default="ltx2-tiny", help=f"named decoder config ({_decoder_configs()})")
+    p.add_argument("--shots", type=int, default=1, help="number of shots")
+    p.add_argument("--frames", type=int, default=17,
+                   help="pixel frames per shot: 1 + t·k, t: the decoder's time scale (8: LTX)")  # fmt: skip
+    p.add_argument("--height", type=int, default=128,
+                   help="pixel height, a multiple of the decoder's spatial scale (32 for LTX)")  # fmt: skip
+    p.add_argument("--width", type=int, default=192,
+                   help="pixel width, a multiple of the decoder's spatial scale (32 for LTX)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights")
+    p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
     p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
 
-    p = sub.add_parser(
+    p = add(
         "ingest", help="create or extend a job store from latent files (.latent, .safetensors, .pt, .npy)"
     )
     p.add_argument("job", help="job store (Zarr v3) to create or add shots to")
@@ -53,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     def cluster_options(p: argparse.ArgumentParser) -> None:
         g = p.add_mutually_exclusive_group()
         g.add_argument(
-            "--workers", type=int, help="start a local cluster of N workers (default: one per GPU)"
+            "--workers",
+            type=int,
+            help="start a local cluster of N workers (unset: one per GPU, or up to 4 CPU processes; or "
+            "the cluster at Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, when that is set)",
         )
         g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
         g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
@@ -61,10 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     def plan_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--tiles",
-            default="auto",
+            default=config.option("tiles"),
             metavar="F,H,W|auto",
-            help="tiles per shot along frames, height, width; auto (default) chooses per shot by the "
-            "predicted makespan of the job on the cluster's workers (whole shots when there are enough)",
+            help="tiles per shot along frames, height, width; auto chooses per shot by the predicted "
+            "makespan of the job on the cluster's workers (whole shots when there are enough); farm.tiles",
         )
         p.add_argument(
             "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"
@@ -77,76 +127,84 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--batch-frames",
             type=int,
-            default=32,
+            default=config.option("batch-frames"),
             metavar="N",
-            help="pixel frames per output batch: one blend task, Zarr chunk and video segment",
+            help="pixel frames per output batch: one blend task, Zarr chunks and video segment; "
+            "farm.batch-frames",
         )
         p.add_argument("--chunk", metavar="F,H,W",
                        help="largest latent block one decode call takes inside a worker (0 = no limit), "
                             "to bound GPU memory")  # fmt: skip
         p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
-    p = sub.add_parser("render", help="render every shot of a job to frames (Zarr) and videos (mp4)")
+    p = add("render", help="render every shot of a job to frames (Zarr) and videos (mp4)")
     p.add_argument("job", help="job store (Zarr v3) to render")
     p.add_argument("--out", required=True, help="output folder")
     cluster_options(p)
     plan_options(p)
     p.add_argument(
-        "--window", type=int,
-        help="decoded tiles held at once (default: per GPU worker as many as fit beside a decode, 2 to 8; "
-        "2 per worker on CPU)",
+        "--window", type=int, default=config.option("window"),
+        help="decoded tiles held at once (unset: per GPU worker as many as fit beside a decode, 2 to 8; "
+        "2 per worker on CPU); farm.window",
     )  # fmt: skip
     p.add_argument(
         "--restart", action="store_true", help="render over shots whose output came from other inputs or plan"
     )
     p.add_argument(
-        "--compile", nargs="?", const=True, default=False, metavar="MODE",
+        "--compile", nargs="?", const=True, default=config.option("compile"), metavar="MODE",
         help="torch.compile the decoder on GPU workers; MODE: default, reduce-overhead (CUDA graphs), "
-        "max-autotune, max-autotune-no-cudagraphs",
+        "max-autotune, max-autotune-no-cudagraphs; farm.compile (kernels cached in farm.compile-cache)",
     )  # fmt: skip
-    p.add_argument("--crf", type=int, default=18, help="H.264 quality, lower is better (default 18)")
-    p.add_argument("--preset", default="veryfast", help="x264 preset (default veryfast)")
+    p.add_argument("--crf", type=int, default=config.option("crf"),
+                   help="H.264/H.265 quality, lower is better; farm.crf")  # fmt: skip
+    p.add_argument("--preset", default=config.option("preset"), help="x264/x265 preset; farm.preset")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
     p.add_argument(
         "--codec",
-        default="h264",
+        default=config.option("codec"),
         choices=["h264", "h265", "prores_hq", "prores_4444"],
-        help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov (default h264)",
+        help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov; farm.codec",
     )
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
         help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext>",
     )
-    p.add_argument("--first-frame", type=int, default=1, help="number of each shot's first frame (default 1)")
+    p.add_argument("--exr-values", choices=["display", "linear"], default=config.option("exr-values"),
+                   help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
+                        "(BT.709 transfer inverted); farm.exr-values")  # fmt: skip
+    p.add_argument("--first-frame", type=int, default=config.option("first-frame"),
+                   help="number of each shot's first frame (Zarr frame coordinate, image sequences); "
+                        "farm.first-frame")  # fmt: skip
     p.add_argument(
         "--frames-dtype",
         choices=["uint8", "float16"],
-        default="uint8",
-        help="the Zarr master copy: 8-bit levels (default) or float16 in [0, 1]",
+        default=config.option("frames-dtype"),
+        help="the Zarr master copy: 8-bit levels or float16 in [0, 1]; farm.frames-dtype",
     )
     p.add_argument(
         "--frames",
         dest="frame_range",
         metavar="LIST",
-        help="render only these frames, e.g. 1-48 or 1-100x2 (numbered from --first-frame)",
+        help="render only these frames (numbered from --first-frame): 1-48, 1-100x2 (every 2nd), 1-100:2, "
+        "10-1, 1,5,10-20",
     )
-    p.add_argument("--priority", type=int, default=0,
-                   help="on a shared cluster, higher priorities' tiles go first (default 0)")  # fmt: skip
+    p.add_argument("--priority", type=int, default=config.option("priority"),
+                   help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
 
-    p = sub.add_parser("plan", help="print the tile plan of a job without decoding anything")
+    p = add("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
-    p.add_argument("--workers", type=int, default=1, help="number of workers to plan for (default 1)")
+    p.add_argument("--workers", type=int, default=1, help="number of workers to plan for")
     plan_options(p)
 
-    p = sub.add_parser("status", help="per-shot progress of a render output, read from the output alone")
+    p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
 
-    p = sub.add_parser("demo", help="synthesize a small ltx2-tiny job and render it")
+    p = add("demo", help="synthesize a small ltx2-tiny job and render it")
     p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
-    p.add_argument("--workers", type=int, default=2, help="local worker processes (default 2)")
+    p.add_argument("--workers", type=int, default=2, help="local worker processes")
 
-    p = sub.add_parser("cluster", help="run a local scheduler and workers until stopped (Ctrl-C)")
+    p = add("cluster", help="run a local scheduler and workers until stopped (Ctrl-C)")
     p.add_argument("--gpus", default="all", help="GPUs to use, one worker each: all or N (0: CPU workers)")
     p.add_argument("--workers", type=int, help="CPU worker processes where there are no GPUs (default ≤ 4)")
     p.add_argument("--threads", type=int, help="task threads per worker (default: 1 on CPU, more on GPU)")
@@ -154,14 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; 0.0.0.0: reachable by other nodes)",
+        help="address to listen on (0.0.0.0: reachable by other nodes)",
     )
-    p.add_argument("--port", type=int, default=8786, help="scheduler port (default 8786, 0: any free)")
-    p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (default 8787, 0: any)")
-    p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax; none)")
+    p.add_argument("--port", type=int, default=8786, help="scheduler port (0: any free)")
+    p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (0: any free)")
+    p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax, or none)")
     p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
 
-    p = sub.add_parser(
+    p = add(
         "submit", help="run a workflow script against a running cluster",
         usage="farm submit WORKFLOW.py (--scheduler ADDRESS | --scheduler-file F) [--detach [--follow]] "
               "[--priority P] [-- ARGS...]",
@@ -170,10 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     _submit_options(p)
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script, after --")
 
-    p = sub.add_parser("cancel", help="cancel a render or a submitted workflow; finished batches stay")
+    p = add("cancel", help="cancel a render or a submitted workflow; finished batches stay")
     p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
     _remote_options(p)
-    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop (default 60)")
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop")
     return parser
 
 
@@ -231,16 +289,21 @@ def _plan_options(args: argparse.Namespace):
     )
 
 
-def _progress_bar():
-    """A one-line progress bar on a terminal (tiles decoded, batches written); nothing otherwise."""
+def _progress_bar(started: float | None = None):
+    """A one-line progress bar on a terminal, on stderr (tiles decoded, batches written); nothing
+    otherwise. Its clock starts at `started` (the command's start: cluster start-up and set-up count)."""
     from tqdm import tqdm
 
     bar = None
+    started = time.time() if started is None else started
 
     def update(stats) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=stats.batches_total, unit="batch", disable=None, dynamic_ncols=True)
+            quiet = LOGGER.getEffectiveLevel() > logging.INFO
+            bar = tqdm(total=stats.batches_total, unit="batch", disable=True if quiet else None,
+                       dynamic_ncols=True)  # fmt: skip
+            bar.start_t = bar.last_print_t = started
         bar.set_postfix_str(f"tiles {stats.tiles_decoded}/{stats.tiles_total}", refresh=False)
         bar.n = stats.batches_written
         bar.refresh()
@@ -251,6 +314,7 @@ def _progress_bar():
 
 
 def _report(stats, out: Path) -> int:
+    """The outputs on stdout (what a script reads); failures as errors on stderr."""
     from farm.output import Output
 
     print(
@@ -263,15 +327,13 @@ def _report(stats, out: Path) -> int:
             print(f"  video:  {shot.video}")
     for shot in stats.failed:
         message = shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
-        print(f"farm: error: {message}", file=sys.stderr)
+        LOGGER.error(message)
     if stats.cancelled:
         names = ", ".join(repr(s.shot) for s in stats.cancelled)
-        print(f"farm: cancelled before shots {names} finished; their finished batches are kept",
-              file=sys.stderr)  # fmt: skip
+        LOGGER.error(f"cancelled before shots {names} finished; their finished batches are kept")
     if stats.failed or stats.cancelled:
         done = len(stats.shots) - len(stats.failed) - len(stats.cancelled)
-        print(f"farm: {done} of {len(stats.shots)} shots finished; rerun to resume the others",
-              file=sys.stderr)  # fmt: skip
+        LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
 
@@ -330,10 +392,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         shots=args.shots.split(",") if args.shots else None,
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
                             sequence=args.sequence, first_frame=args.first_frame,
-                            frames_dtype=args.frames_dtype),
+                            frames_dtype=args.frames_dtype, exr_values=args.exr_values),
         window=args.window, restart=args.restart, frames=args.frame_range,
-        compile=args.compile,
-        on_progress=_progress_bar(),
+        compile=args.compile, log=logs.message,
+        on_progress=_progress_bar(args.started),
         priority=args.priority,
     )  # fmt: skip
     return _report(stats, Path(args.out))
@@ -393,7 +455,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
     stats = render(
         job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
-        on_progress=_progress_bar(),
+        on_progress=_progress_bar(args.started), log=logs.message,
     )  # fmt: skip
     return _report(stats, out)
 
@@ -460,7 +522,10 @@ EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.time()
     args = build_parser().parse_args(argv)
+    args.started = started
+    logs.setup(args.verbose - args.quiet)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:

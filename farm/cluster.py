@@ -26,7 +26,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from farm import transport
+from farm import config, transport
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS
 
@@ -35,7 +35,7 @@ from farm.schedule import IO_WORKER_THREADS
 MAX_DEFAULT_CPU_WORKERS = 4
 
 UCX_WARNING = (
-    "UCX is not installed (distributed-ucxx; pip install 'farm[cuda]'): workers talk over TCP, so "
+    "UCX is not installed (distributed-ucxx; pip install 'farm-decode[cuda]'): workers talk over TCP, so "
     "decoded tiles travel between GPUs through host memory"
 )
 
@@ -215,8 +215,9 @@ def connect(
 ) -> Iterator[Client]:
     """Yield a :class:`distributed.Client` with farm's tensor transport installed.
 
-    Joins the cluster at ``scheduler`` (an address) or ``scheduler_file``, or starts a local one
-    (see :func:`choose_cluster`): local clusters listen on 127.0.0.1 only, dashboard on a free port.
+    Joins the cluster at ``scheduler`` (an address) or ``scheduler_file`` (or, with neither and no
+    ``workers``, at Dask's ``scheduler-address`` setting, ``DASK_SCHEDULER_ADDRESS``), or starts a local
+    one (see :func:`choose_cluster`): local clusters listen on 127.0.0.1 only, dashboard on a free port.
     On exit, closes the client and whatever cluster this call started; a cluster it joined keeps
     running. ``memory_limit`` is each local worker's host-memory limit (Dask's syntax: ``"auto"``,
     ``"8GiB"``, a fraction, ``None`` for no limit). ``on_warning(message)`` receives the choice's
@@ -225,8 +226,12 @@ def connect(
     ``io_workers``: CPU worker processes (named ``farm-io-N``) added to a local cluster to write Zarr
     and encode video, so a GPU worker's process spends its GIL on decoding (one process writes Zarr at
     ≈ 300 frames/s at most: docs/benchmarks.md). Default: about one per 3 cores beside a CUDA cluster
-    (at most 6 per GPU), none beside a CPU cluster.
+    (at most 6 per GPU), none beside a CPU cluster; ``farm.io-workers`` in dask.config sets it.
     """
+    if scheduler is None and scheduler_file is None and workers is None:
+        scheduler = config.scheduler_address()  # Dask's scheduler-address / DASK_SCHEDULER_ADDRESS
+    if io_workers is None:
+        io_workers = config.get("io-workers")
     choice = choose_cluster(
         scheduler=scheduler,
         scheduler_file=scheduler_file,
@@ -345,7 +350,7 @@ def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.Exi
     except ImportError as e:
         raise FarmError(
             f"found {detect_gpus()} GPU(s) but dask-cuda does not import ({e}); install the GPU extras "
-            "(pip install 'farm[cuda]'), or connect to a running cluster with --scheduler"
+            "(pip install 'farm-decode[cuda]'), or connect to a running cluster with --scheduler"
         ) from e
     if choice.protocol == "ucx":
         # UCX must create the CUDA context before it initialises, on the client and scheduler side too

@@ -62,7 +62,7 @@ def start(
         raise FarmError(f"--protocol {protocol!r} is invalid; use ucx or tcp")
     if protocol == "ucx" and (gpu_count == 0 or not ucx_available()):
         raise FarmError(
-            "--protocol ucx needs GPUs and distributed-ucxx (pip install 'farm[cuda]'); "
+            "--protocol ucx needs GPUs and distributed-ucxx (pip install 'farm-decode[cuda]'); "
             "use --protocol tcp, or leave it out"
         )
     if gpu_count and workers is not None:
@@ -103,7 +103,7 @@ def start(
             except ImportError as exc:
                 raise FarmError(
                     f"found {gpu_count} GPU(s) but dask-cuda does not import ({exc}); install the GPU extras "
-                    "(pip install 'farm[cuda]'), or start CPU workers with --gpus 0"
+                    "(pip install 'farm-decode[cuda]'), or start CPU workers with --gpus 0"
                 ) from exc
             if wire == "ucx":
                 import dask

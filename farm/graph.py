@@ -244,7 +244,8 @@ class Driver:
         extra = []
         if t.video.sequence:
             extra.append(self.client.submit(
-                write_sequence, t.out_root, batch, frames, t.video, key=(keys.WRITE_SEQUENCE, *name), **where,
+                write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
+                key=(keys.WRITE_SEQUENCE, *name), **where,
             ))  # fmt: skip
         where["priority"] = self.base + Priority.MARK
         mark = self.client.submit(
@@ -338,6 +339,8 @@ class Driver:
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
+        if on_progress:
+            on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         for p, plan in enumerate(self.plans):
             if not plan.batches:  # resumed after its last batch: only the video is left to join
                 self.submit_finish(p)

@@ -7,7 +7,6 @@ text into values, raising `FarmError` with the valid forms.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from farm.errors import FarmError
@@ -63,21 +62,23 @@ def parse_triple(text: str, option: str, *, minimum: int) -> tuple[int, int, int
 
 
 def parse_frame_numbers(text: str) -> list[int]:
-    """Render-farm frame lists: ``1-48``, ``1-100x2`` (every 2nd), ``7``, and commas between them."""
-    numbers: list[int] = []
-    for part in text.split(","):
-        match = re.fullmatch(r"\s*(-?\d+)(?:\s*-\s*(-?\d+)(?:\s*x\s*(\d+))?)?\s*", part)
-        if not match:
-            raise FarmError(
-                f"--frames {text!r} is invalid at {part!r}; use frame numbers and ranges like 1-48, "
-                "1-100x2 (every 2nd frame) or 1,5,10-20"
-            )
-        start = int(match.group(1))
-        stop = int(match.group(2)) if match.group(2) is not None else start
-        step = int(match.group(3) or 1)
-        if stop < start or step < 1:
-            raise FarmError(
-                f"--frames {part!r} is an empty range; write FIRST-LAST with FIRST ≤ LAST, step ≥ 1"
-            )
-        numbers.extend(range(start, stop + 1, step))
-    return sorted(set(numbers))
+    """Render-farm frame lists, as the ``fileseq`` library reads them: ``1-48``, ``1-100x2`` (every 2nd),
+    ``1-100:2`` (all of 1-100, staggered: every 2nd first), descending ``10-1``, ``7``, and commas
+    between them. Returns the sorted frame numbers (the order a list gives does not matter here)."""
+    import fileseq
+
+    hint = (
+        "use whole frame numbers and ranges like 1-48, 1-100x2 (every 2nd frame), 1-100:2, 10-1 or "
+        "1,5,10-20"
+    )
+    try:
+        numbers = list(fileseq.FrameSet(text.replace(" ", "")))
+    except (fileseq.ParseException, ValueError, TypeError) as exc:
+        reason = str(exc).splitlines()[0]
+        reason = reason.split(": ", 1)[-1].strip(' "')  # fileseq's "Could not parse "…": why"
+        raise FarmError(f"--frames {text!r} is invalid ({reason}); {hint}") from None
+    if not numbers:
+        raise FarmError(f"--frames {text!r} names no frame; {hint}")
+    if any(n != int(n) for n in numbers):
+        raise FarmError(f"--frames {text!r} names sub-frames; {hint}")
+    return sorted({int(n) for n in numbers})

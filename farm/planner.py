@@ -676,12 +676,13 @@ def _base_key(c: Candidate) -> tuple:
 def describe(prediction: Prediction, cost_model: CostModel) -> str:
     """Lines for `farm plan`: what the cost model predicts for these plans."""
     p = prediction
+    device = "CPU" if cost_model.decode_on_host else "GPU"  # where the cost model's decodes ran
     return "\n".join(
         [
             f"predicted on {p.n_workers} worker(s) by cost model {cost_model.name} ({cost_model.date}; "
             f"transfers over {cost_model.protocol}):",
             f"  makespan {p.makespan_s:.2f} s (decode and gather alone {p.decode_makespan_s:.2f} s); "
-            f"GPU decode utilisation {p.utilisation:.0%}, task threads busy {p.thread_utilisation:.0%}",
+            f"{device} decode utilisation {p.utilisation:.0%}, task threads busy {p.thread_utilisation:.0%}",
             f"  redundant work {p.redundancy:.2f}x over {p.tiles} tiles; {p.transfer_bytes / 1e9:.2f} GB of "
             f"pieces between workers; peak memory per worker {p.peak_bytes / 2**30:.2f} GiB",
         ]

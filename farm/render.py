@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from farm import logs
 from farm.budgets import (
     default_window,
     host_memory_warning,
@@ -68,7 +69,7 @@ def render(
     compile: bool | str = False,
     video: VideoSettings = VideoSettings(),
     window: int | None = None,
-    log: Callable[[str], None] = print,
+    log: Callable[[str], None] = logs.message,
     on_progress: ProgressCallback | None = None,
     priority: int = 0,
     render_id: str | None = None,
@@ -85,6 +86,7 @@ def render(
     `frames` (e.g. ``"1-48"``, ``"1-100x2"``) renders only the batches holding those frame numbers and
     merges with what OUT already holds. `video` chooses the codec and an optional image sequence.
 
+    `log` receives progress messages and warnings (default: the ``farm`` logger, `farm.logs`).
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
@@ -119,8 +121,9 @@ def render(
             frames=frame_numbers, first_frame=video.first_frame,
         )  # fmt: skip
         prepare_output(
-            out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans], video.frames_dtype
-        )
+            out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans], video.frames_dtype,
+            first_frame=video.first_frame,
+        )  # fmt: skip
         for plan in plans:
             record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
         if job.spec.random_weights:

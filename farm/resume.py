@@ -111,6 +111,9 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:
             "sequence": video.sequence,
             "first_frame": video.first_frame if video.sequence else None,
             "frames_dtype": video.frames_dtype,
+            # only when not the default, so outputs rendered before the option existed still resume
+            **({"exr_values": video.exr_values} if video.sequence == "exr" and video.exr_values != "display"
+               else {}),
         },
     }
 

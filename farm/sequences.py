@@ -4,8 +4,15 @@ Formats (:data:`FORMATS`):
 
 * ``png8``: 8-bit RGB PNG; ``png16``: 16-bit RGB PNG (uint8 levels are scaled by 257, so 255 → 65535);
 * ``exr``: OpenEXR, RGB half-float, ZIP compression by default (needs the ``openexr`` package,
-  ``pip install 'farm[exr]'``). Values are the decoder's output as is (display-referred BT.709
-  values nominally in [0, 1], not linearised); the header carries Rec. 709 chromaticities.
+  ``pip install 'farm-decode[exr]'``). By default (``exr_values="display"``) values are the decoder's
+  output as is: display-referred BT.709 values nominally in [0, 1], not linear, which the header says
+  (``colorInteropID`` ``g24_rec709_display`` and ``colorEncoding``), against EXR's scene-linear
+  convention. ``exr_values="linear"`` inverts the BT.709 transfer function (ITU-R BT.709 OETF) and
+  writes scene-linear Rec. 709 values (``lin_rec709_scene``). Both carry Rec. 709 chromaticities and,
+  given the shot's fps, ``framesPerSecond``.
+
+Colour: PNGs carry a ``cICP`` chunk (BT.709 primaries and transfer, RGB, full range) and, for older
+readers, ``cHRM`` and ``gAMA``, written by FFmpeg's PNG encoder from the frame's colour properties.
 
 Frames come as ``[F, H, W, 3]`` arrays of uint8, uint16 or float (float16 from a float master copy);
 each format converts: floats are clipped to [0, 1] and rounded for PNG, written unchanged for EXR.
@@ -64,6 +71,14 @@ FORMATS: dict[str, SequenceFormat] = {
     )
 }
 EXR_COMPRESSIONS = ("none", "zip", "zips", "piz", "rle", "dwaa", "dwab")
+# EXR value encodings: the Color Interop Forum's ID (OpenEXR's colorInteropID) and a plain description.
+EXR_VALUES = {
+    "display": ("g24_rec709_display",
+                "display-referred: BT.709 primaries and transfer (as decoded, as in the video), not linear"),
+    "linear": ("lin_rec709_scene", "scene-linear: BT.709 primaries, BT.709 transfer function inverted"),
+}  # fmt: skip
+# FFmpeg's AVCOL_PRI_BT709 and AVCOL_TRC_BT709: the PNG encoder writes cICP, cHRM and gAMA from them.
+_BT709 = 1
 # Rec. 709 / sRGB primaries and D65 white: red xy, green xy, blue xy, white xy.
 REC709_CHROMATICITIES = (0.64, 0.33, 0.30, 0.60, 0.15, 0.06, 0.3127, 0.3290)
 
@@ -133,18 +148,33 @@ def _encode_png(image: np.ndarray) -> bytes:
         ctx.pix_fmt = "rgb48be"
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb48le")
         frame = frame.reformat(format="rgb48be")  # PNG stores big-endian samples
+    frame.color_primaries = _BT709
+    frame.color_trc = _BT709
     packets = ctx.encode(frame) + ctx.encode(None)
     return b"".join(bytes(p) for p in packets)
 
 
-def _write_exr(image: np.ndarray, path: str, compression: str) -> None:
+def bt709_to_linear(values: np.ndarray) -> np.ndarray:
+    """Invert the BT.709 transfer function (ITU-R BT.709-6 1.2): encoded [0, 1] → scene-linear."""
+    v = values.astype(np.float32)
+    return np.where(v < 0.081, v / 4.5, np.power(np.maximum(v + 0.099, 0.0) / 1.099, 1 / 0.45))
+
+
+def _write_exr(image: np.ndarray, path: str, compression: str, fps: float | None, values: str) -> None:
+    from fractions import Fraction
+
     import OpenEXR
 
+    interop_id, description = EXR_VALUES[values]
     header = {
         "compression": getattr(OpenEXR, f"{compression.upper()}_COMPRESSION"),
         "type": OpenEXR.scanlineimage,
         "chromaticities": REC709_CHROMATICITIES,
+        "colorInteropID": interop_id,
+        "colorEncoding": description,
     }
+    if fps:
+        header["framesPerSecond"] = Fraction(fps).limit_denominator(1001)
     channels = {"RGB": np.ascontiguousarray(image)}
     with OpenEXR.File(header, channels) as f:
         f.write(path)
@@ -160,11 +190,14 @@ def write_frames(
     format: str = "png8",
     padding: int = 4,
     exr_compression: str = "zip",
+    fps: float | None = None,
+    exr_values: str = "display",
 ) -> list[Path]:
     """Write ``frames[k]`` as ``<directory>/<shot>.<first_frame + start + k>.<ext>``; returns the paths.
 
     ``start`` is the index of ``frames[0]`` in the shot (a temporal batch's first frame). The folder is
-    created if needed. Each file is written atomically (temp file + rename).
+    created if needed. Each file is written atomically (temp file + rename). EXR only: ``fps`` goes in
+    ``framesPerSecond``; ``exr_values`` is ``"display"`` or ``"linear"`` (see the module doc).
     """
     where = f"write_frames({shot!r}, {os.fspath(directory)!r})"
     if format not in FORMATS:
@@ -176,13 +209,16 @@ def write_frames(
             f"{where}: frame numbers must not be negative (start {start}, first frame {first_frame})"
         )
     if format == "exr":
+        if exr_values not in EXR_VALUES:
+            raise FarmError(f"{where}: EXR values {exr_values!r}; choose one of {list(EXR_VALUES)}")
         if exr_compression not in EXR_COMPRESSIONS:
             raise FarmError(
                 f"{where}: EXR compression {exr_compression!r}; choose one of {list(EXR_COMPRESSIONS)}"
             )
         if not exr_available():
             raise FarmError(
-                f"{where}: EXR output needs the 'openexr' package; install it with pip install 'farm[exr]'"
+                f"{where}: EXR output needs the 'openexr' package; install it with "
+                "pip install 'farm-decode[exr]'"
             )
     frames = _check_frames(frames, where)
     fmt = FORMATS[format]
@@ -193,6 +229,8 @@ def write_frames(
         raise FarmError(f"{where}: cannot create the folder: {e}") from e
     if format == "exr":
         data = _to_half(frames)
+        if exr_values == "linear":
+            data = bt709_to_linear(data).astype(np.float16)
     else:
         data = _to_uint(frames, fmt.bit_depth)
     paths = []
@@ -200,7 +238,7 @@ def write_frames(
         path = frame_path(out_dir, shot, first_frame + start + k, fmt.ext, padding)
         with atomic_path(path) as tmp:
             if format == "exr":
-                _write_exr(data[k], tmp, exr_compression)
+                _write_exr(data[k], tmp, exr_compression, fps, exr_values)
             else:
                 Path(tmp).write_bytes(_encode_png(data[k]))
         paths.append(path)

@@ -22,6 +22,7 @@ from farm.errors import FarmError
 from farm.names import check_name
 
 FORMAT = 1
+LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
 
 
 def check_shot_name(name: str) -> str:
@@ -71,8 +72,9 @@ def write_shot(
     group.attrs.update({"fps": float(fps), **(attrs or {})})
     c, f, h, w = latent.shape
     arr = group.create_array(
-        "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True
-    )
+        "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
+        dimension_names=LATENT_DIMS,
+    )  # fmt: skip
     arr[...] = latent
 
 

@@ -54,7 +54,12 @@ def new_submission_id() -> str:
 
 
 def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
-    """The scheduler address from ``--scheduler`` or ``--scheduler-file`` (exactly one is needed)."""
+    """The scheduler address from ``--scheduler`` or ``--scheduler-file`` (at most one), else from Dask's
+    ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
+    from farm import config
+
+    if not scheduler and not scheduler_file:
+        scheduler = config.scheduler_address()
     if scheduler and scheduler_file:
         raise FarmError(
             f"both --scheduler ({scheduler}) and --scheduler-file ({scheduler_file}) were given; give one"
@@ -63,8 +68,8 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
         return scheduler
     if not scheduler_file:
         raise FarmError(
-            "no cluster given: pass --scheduler ADDRESS or --scheduler-file FILE of a running cluster "
-            "(start one with `farm cluster --scheduler-file FILE`)"
+            "no cluster given: pass --scheduler ADDRESS or --scheduler-file FILE of a running cluster, or "
+            "set DASK_SCHEDULER_ADDRESS (start one with `farm cluster --scheduler-file FILE`)"
         )
     try:
         return str(json.loads(Path(scheduler_file).read_text())["address"])

@@ -155,6 +155,7 @@ class VideoSettings:
     # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
     # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
     durable: bool = True
+    exr_values: str = "display"  # EXR sequences: "display" (as decoded, BT.709-encoded) or "linear"
 
     @property
     def suffix(self) -> str:
@@ -264,7 +265,9 @@ def encode_batch(
     return time.perf_counter() - t0
 
 
-def write_sequence(out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings) -> float:
+def write_sequence(
+    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: float | None = None
+) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
     from farm.sequences import write_frames as write_images
 
@@ -272,7 +275,8 @@ def write_sequence(out_root: str, batch: Batch, frames: BlendedFrames, video: Vi
     out = Output(Path(out_root))
     folder = out.sequence_dir(batch.shot)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
-                           first_frame=video.first_frame, format=video.sequence or "png8")  # fmt: skip
+                           first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
+                           exr_values=video.exr_values)  # fmt: skip
     if video.durable:
         for path in written or []:
             fsync_path(Path(path))

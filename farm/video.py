@@ -18,6 +18,9 @@ no scene cuts, a GOP longer than any segment). Segments of one shot share size, 
 settings, so their stream headers (the ``avcC``/``hvcC`` extradata; ProRes has none) are byte-identical
 and their packets can be concatenated into one stream: :func:`join_segments` only rewrites timestamps.
 All files carry BT.709 colour tags (primaries, transfer, matrix; tv range) and the shot's frame rate.
+H.264/H.265 streams also say where their chroma samples sit (``chroma_sample_location`` centre,
+chroma_sample_loc_type 1 in the VUI): `farm.yuv` averages each 2×2 block, and RGB frames given here are
+converted by the same function, so the tag is true for both.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ _X265_PARAMS = (
 )
 # AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
 _BT709 = 1
+# farm.yuv's 4:2:0 chroma is centre-sited (the mean of each 2x2 block); without this tag, decoders assume
+# left-sited chroma (H.264/H.265's default) and shift colour edges by a quarter pixel.
+_CHROMA_CENTRE = ("chroma_sample_location", "center")
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,10 @@ class Codec:
 CODECS: dict[str, Codec] = {
     c.name: c
     for c in (
-        Codec("h264", "libx264", "mp4", ".mp4", "yuv420p", 8, True, (("x264-params", _X264_PARAMS),)),
-        Codec("h265", "libx265", "mp4", ".mp4", "yuv420p", 8, True, (("x265-params", _X265_PARAMS),),
-              codec_tag="hvc1"),
+        Codec("h264", "libx264", "mp4", ".mp4", "yuv420p", 8, True,
+              (("x264-params", _X264_PARAMS), _CHROMA_CENTRE)),
+        Codec("h265", "libx265", "mp4", ".mp4", "yuv420p", 8, True,
+              (("x265-params", _X265_PARAMS), _CHROMA_CENTRE), codec_tag="hvc1"),
         Codec("prores_hq", "prores_ks", "mov", ".mov", "yuv422p10le", 10, False,
               (("profile", "3"), ("vendor", "apl0"))),
         Codec("prores_4444", "prores_ks", "mov", ".mov", "yuv444p10le", 10, False,
@@ -143,6 +150,16 @@ def _prepare_frames(frames: np.ndarray, codec: Codec, where: str) -> tuple[np.nd
     return frames, "rgb48le"
 
 
+def _rgb_to_yuv420(frames: np.ndarray) -> np.ndarray:
+    """uint8 RGB frames ``[F, H, W, 3]`` → yuv420p planes by `farm.yuv.rgb_to_yuv420` (on the CPU)."""
+    import torch
+
+    from farm.yuv import rgb_to_yuv420
+
+    pixels = torch.from_numpy(np.ascontiguousarray(frames)).permute(3, 0, 1, 2).float().div_(255.0)
+    return rgb_to_yuv420(pixels).numpy()
+
+
 def _prepare_planes(planes: np.ndarray, codec: Codec, where: str) -> tuple[int, int, int]:
     """Check yuv420p planes ``[F, H * 3 / 2, W]`` (see :func:`farm.yuv.rgb_to_yuv420`): frames, H, W."""
     planes = np.asarray(planes)
@@ -186,6 +203,8 @@ def encode_segment(
             raise FarmError(f"{where}: give RGB frames or yuv420p planes")
         frames, rgb_format = _prepare_frames(frames, spec, where)
         n, height, width, _ = frames.shape
+        if spec.pix_fmt == "yuv420p" and n and not (height % 2 or width % 2):
+            yuv420 = _rgb_to_yuv420(frames)  # the blend's conversion: the same chroma siting
     if n == 0:
         raise FarmError(f"{where}: no frames to encode")
     needs_even = (height % 2 if spec.pix_fmt.startswith("yuv420") else 0) or (

@@ -108,7 +108,7 @@ def test_render_refuses_weights_for_another_model(job, tmp_path):
 def test_demo_renders_videos(tmp_path):
     result = farm("demo", "--out", str(tmp_path / "demo"))
     assert result.returncode == 0, result.stderr
-    assert "video:" in result.stdout and "RANDOM" in result.stdout
+    assert "video:" in result.stdout and "RANDOM" in result.stderr  # outputs on stdout, warnings on stderr
     out = Output(tmp_path / "demo" / "render")
     for shot in ("shot000", "shot001"):
         info = video.probe(out.video(shot))

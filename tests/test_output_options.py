@@ -25,8 +25,9 @@ def job(tmp_path):
 
 def test_frame_range_renders_only_its_batches_then_merges(job, tmp_path, scheduler3):
     out = Output(tmp_path / "out")
-    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="1-10", **QUIET)
-    assert out.batches_done("shot000") == {0, 1}  # frames 1-10 live in batches [0, 8) and [8, 16)
+    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="10-1", **QUIET)
+    # frames 10-1 (descending: the same set as 1-10) live in batches [0, 8) and [8, 16)
+    assert out.batches_done("shot000") == {0, 1}
     assert stats.frames_written == 16 and not out.video("shot000").exists()
     stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="17-33x4", **QUIET)
     assert out.batches_done("shot000") == {0, 1, 2, 3, 4} and stats.frames_written == 17
@@ -37,7 +38,16 @@ def test_frame_range_renders_only_its_batches_then_merges(job, tmp_path, schedul
     assert_same_video(out.video("shot000"), whole.video("shot000"))
 
 
-@pytest.mark.parametrize("text", ["10-1", "a-b", "1-10x0"])
+@pytest.mark.parametrize(
+    "text, numbers",
+    [("1-5", [1, 2, 3, 4, 5]), ("1-9x3", [1, 4, 7]), ("1-6:2", [1, 2, 3, 4, 5, 6]), ("5-1", [1, 2, 3, 4, 5]),
+     ("9-1x4", [1, 5, 9]), ("3,1,7-8", [1, 3, 7, 8]), ("1001-1003", [1001, 1002, 1003])],
+)  # fmt: skip
+def test_frame_lists_in_render_farm_forms(text, numbers):
+    assert fr.parse_frame_numbers(text) == numbers
+
+
+@pytest.mark.parametrize("text", ["a-b", "1-10x0", "1.5", "", "1-10x-2"])
 def test_bad_frame_lists_are_refused(job, tmp_path, scheduler3, text):
     with pytest.raises(FarmError, match="--frames"):
         fr.render(job, tmp_path / "out", scheduler=scheduler3, options=WHOLE, frames=text, **QUIET)

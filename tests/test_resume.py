@@ -84,7 +84,7 @@ def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, 
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr
     # finished shots are skipped, part-finished ones resume (which of the two depends on the kill's timing)
-    assert "resuming" in rerun.stdout or "2 shot(s) to render" in rerun.stdout
+    assert "resuming" in rerun.stderr or "2 shot(s) to render" in rerun.stderr  # messages: stderr
     import re
 
     decoded_again = int(re.search(r"\((\d+) tiles decoded\)", rerun.stdout).group(1))

@@ -14,9 +14,11 @@ Adding a model: one module with a class implementing `VideoDecoder`, plus an ent
 from __future__ import annotations
 
 import json
+import os
 import threading
 from typing import Any
 
+from farm import config
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
@@ -56,6 +58,9 @@ def load_decoder(
         if key not in _cache:
             decoder = decoder_class(spec).load(spec, device)
             if mode is not None:
+                cache = config.get("compile-cache")  # farm.compile-cache: inductor's kernels, shared
+                if cache:
+                    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser(str(cache)))
                 decoder.enable_compile(None if mode == "default" else mode)
             _cache[key] = decoder
     return _cache[key]

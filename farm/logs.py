@@ -1,0 +1,74 @@
+"""farm's messages: Python `logging` on the ``farm`` logger, shown by the command on stderr.
+
+stdout is for what a script would parse (output paths, ids, tables); progress messages and warnings
+go to stderr through :func:`setup`. The library itself only logs: an application using the API
+chooses what to show (without a handler, Python shows warnings and errors only).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from typing import Any, TextIO
+
+LOGGER = logging.getLogger("farm")
+
+# distributed's nanny logs this at WARNING whenever a worker process takes more than a few seconds to
+# exit as a local cluster closes; the process is then killed, which is the intended end of a render.
+SHUTDOWN_NOISE = ("Worker process still alive after",)
+
+
+def message(text: str) -> None:
+    """Log one of farm's human messages: ``"warning: …"`` as a warning, anything else as info."""
+    body = text.removeprefix("farm: ")
+    if body.startswith("warning: "):
+        LOGGER.warning(body.removeprefix("warning: "))
+    else:
+        LOGGER.info(body)
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.levelno >= logging.ERROR:
+            return f"farm: error: {text}"
+        if record.levelno >= logging.WARNING:
+            return f"farm: warning: {text}"
+        if record.levelno <= logging.DEBUG:
+            return f"farm: debug: {record.name}: {text}"
+        return f"farm: {text}"
+
+
+class _DropShutdownNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(SHUTDOWN_NOISE)
+
+
+def level_for(verbosity: int) -> int:
+    """``-q`` (-1): warnings and errors; ``-qq``: errors only; default: info; ``-v``: debug."""
+    if verbosity <= -2:
+        return logging.ERROR
+    return {-1: logging.WARNING, 0: logging.INFO}.get(verbosity, logging.DEBUG)
+
+
+def setup(verbosity: int = 0, stream: TextIO | None = None) -> None:
+    """Show farm's messages on `stream` (stderr) at the level `verbosity` asks for (see `level_for`),
+    Python warnings as farm warnings, and, unless ``-v``, without distributed's shutdown noise."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_Formatter())
+    LOGGER.handlers = [handler]
+    LOGGER.setLevel(level_for(verbosity))
+    LOGGER.propagate = False
+
+    def show_warning(message: Any, category: Any, filename: str, lineno: int, *_: Any, **__: Any) -> None:
+        LOGGER.warning(str(message))
+
+    warnings.showwarning = show_warning
+    nanny = logging.getLogger("distributed.nanny")
+    for old in [f for f in nanny.filters if isinstance(f, _DropShutdownNoise)]:
+        nanny.removeFilter(old)
+    if verbosity < 1:
+        nanny.addFilter(_DropShutdownNoise())
+    if verbosity <= -1:  # -q: distributed's own info lines too
+        logging.getLogger("distributed").setLevel(logging.WARNING)

@@ -1,0 +1,166 @@
+"""farm as the Python and Dask ecosystems expect it: version, logging streams, help and README defaults,
+dask.config settings (YAML, DASK_FARM__ variables, DASK_SCHEDULER_ADDRESS), the dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import zarr
+
+import farm.render as fr
+from farm import cli, config
+from farm.output import Output
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+
+
+def farm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, timeout=300,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def subcommand(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def options_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {o: a for a in parser._actions for o in a.option_strings if o.startswith("--")}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("conv") / "job.zarr"
+    fr.synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    return path
+
+
+def test_version_comes_from_the_package_metadata():
+    result = farm("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"farm {importlib.metadata.version('farm-decode')}"
+
+
+def test_help_shows_defaults_and_every_decoder_family():
+    text = farm("render", "--help").stdout
+    for option, default in [("--batch-frames", "32"), ("--crf", "18"), ("--preset", "veryfast"),
+                            ("--tiles", "auto"), ("--codec", "h264"), ("--first-frame", "1")]:  # fmt: skip
+        help_of = text[text.index("\n  " + option) :]  # its entry under options:
+        assert f"(default: {default})" in " ".join(help_of.split())[:400], option
+    synth = " ".join(farm("synth", "--help").stdout.split())
+    for config_name in ("ltx2-tiny", "ltxv-tiny", "wan-tiny", "hunyuanvideo-tiny"):
+        assert config_name in synth
+
+
+def readme_config_table() -> dict[str, tuple[str, str]]:
+    """README's configuration table: key → (option, default)."""
+    row = r"^\| `farm\.([a-z-]+)` \| (`--[a-z-]+`|–) \| `?([^`|]+?)`? \|"
+    rows = re.findall(row, README.read_text(), re.M)
+    return {key: (option.strip("`"), default) for key, option, default in rows}
+
+
+def test_readme_configuration_table_matches_the_defaults_and_the_parser():
+    documented = readme_config_table()
+    packaged = config.defaults()
+    assert set(documented) == set(packaged)  # every key documented, no stale ones
+    render = options_of(subcommand("render"))
+    for key, (option, default) in documented.items():
+        value = packaged[key]
+        assert default == ("unset" if value is None else str(value)), key
+        if option != "–":
+            assert render[option].default == value, option  # the parser's default is the setting
+
+
+def test_readme_command_rows_name_the_parser_options():
+    text = README.read_text()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `farm (\w+) .*$", text, re.M)}  # whole rows
+    outputs = re.search(r"^\| render outputs \|.*$", text, re.M).group(0)
+    for name in ("synth", "ingest", "render", "plan", "status", "demo", "cluster", "submit", "cancel"):
+        documented = set(re.findall(r"--[a-z][a-z-]*", rows[name] + (outputs if name == "render" else "")))
+        parsed = set(options_of(subcommand(name))) - {"--help", "--verbose", "--quiet"}
+        assert parsed <= documented, f"farm {name}: README lacks {sorted(parsed - documented)}"
+        assert documented <= parsed, f"farm {name}: README names {sorted(documented - parsed)}"
+    assert "default `auto`" in text[text.index("- `--tiles F,H,W`") :][:200]
+
+
+def test_plan_names_the_cost_models_device(job):
+    result = farm("plan", str(job))
+    assert result.returncode == 0, result.stderr
+    assert "CPU decode utilisation" in result.stdout and "GPU decode" not in result.stdout
+
+
+def test_yaml_and_environment_set_farms_defaults(tmp_path):
+    (tmp_path / "farm.yaml").write_text("farm:\n  crf: 23\n  preset: medium\n")
+    env = {"DASK_CONFIG": str(tmp_path), "DASK_FARM__BATCH_FRAMES": "16"}
+    text = " ".join(farm("render", "--help", env=env).stdout.split())
+    assert "farm.crf (default: 23)" in text and "farm.preset (default: medium)" in text
+    assert "farm.batch-frames (default: 16)" in text
+    probe = "import farm.config as c; print(c.get('crf'), c.get('batch-frames'), c.get('codec'))"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         env={**os.environ, **env})  # fmt: skip
+    assert run.stdout.split() == ["23", "16", "h264"]
+
+
+def test_scheduler_address_and_farm_settings_reach_a_real_render(job, tmp_path, cluster3):
+    """DASK_SCHEDULER_ADDRESS joins the running cluster (no local one); DASK_FARM__ sets the plan."""
+    out = Output(tmp_path / "out")
+    env = {"DASK_SCHEDULER_ADDRESS": cluster3.scheduler.address, "DASK_FARM__BATCH_FRAMES": "8",
+           "DASK_FARM__FIRST_FRAME": "101", "DASK_FARM__TILES": "1,1,1"}  # fmt: skip
+    result = farm("render", str(job), "--out", str(out.root), "--no-video", env=env)
+    assert result.returncode == 0, result.stderr
+    renders = cluster3.get_metadata(["farm", "renders"])
+    assert any(r.get("out") == str(out.root) for r in renders.values())  # it ran on cluster3
+    group = zarr.open_group(str(out.frames_zarr / "shot000"), mode="r")
+    assert group.attrs["batches"] == 3 and group["frames"].chunks[0] == 8  # 17 frames in batches of 8
+    assert group["frame"][0] == 101
+    # stdout: what a script reads; stderr: the messages (dashboard, render id)
+    assert result.stdout.splitlines()[1].strip() == f"frames: {out.frames_zarr}"
+    assert "render id" in result.stderr and "render id" not in result.stdout
+
+
+def test_quiet_keeps_warnings_on_stderr_and_the_outputs_on_stdout(job, tmp_path, scheduler3):
+    out = tmp_path / "q"
+    result = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--tiles", "1,1,1", "-q")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines and all(line.startswith("farm: warning: ") for line in lines), lines  # no info lines
+    assert any("RANDOM weights" in line for line in lines)
+    assert f"video:  {out / 'videos' / 'shot000.mp4'}" in result.stdout
+
+
+def test_progress_starts_with_the_totals(job, tmp_path, scheduler3):
+    calls = []
+
+    def record(stats) -> None:
+        calls.append((stats.batches_written, stats.batches_total, stats.tiles_decoded))
+
+    fr.render(job, tmp_path / "p", scheduler=scheduler3, options=WHOLE, log=print, on_progress=record)
+    assert calls[0] == (0, 3, 0) and calls[-1][0] == 3
+
+
+def test_dashboard_serves_status_during_a_render(job, tmp_path, scheduler3):
+    """bokeh is installed with farm: the dashboard link a render prints answers while it runs."""
+    messages, pages = [], []
+
+    def fetch_status(stats) -> None:
+        if pages:
+            return
+        link = next(m for m in messages if "dashboard http" in m).split("dashboard ")[1].split(",")[0]
+        with urllib.request.urlopen(link, timeout=30) as response:
+            pages.append((response.status, response.read().decode()))
+
+    fr.render(job, tmp_path / "d", scheduler=scheduler3, options=WHOLE, log=messages.append,
+              on_progress=fetch_status)  # fmt: skip
+    status, body = pages[0]
+    assert status == 200 and "Dask needs bokeh" not in body and "bokeh" in body.lower()
