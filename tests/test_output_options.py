@@ -45,9 +45,11 @@ def test_frame_range_renders_only_its_batches_then_merges(job, tmp_path, schedul
 )  # fmt: skip
 def test_frame_lists_in_render_farm_forms(text, numbers):
     assert fr.parse_frame_numbers(text) == numbers
+    with pytest.raises(FarmError, match="names no frame"):
+        fr.parse_frame_numbers(",")
 
 
-@pytest.mark.parametrize("text", ["a-b", "1-10x0", "1.5", "", "1-10x-2"])
+@pytest.mark.parametrize("text", ["a-b", "1-10x0", "1.5", "1-10x-2"])
 def test_bad_frame_lists_are_refused(job, tmp_path, scheduler3, text):
     with pytest.raises(FarmError, match="--frames"):
         fr.render(job, tmp_path / "out", scheduler=scheduler3, options=WHOLE, frames=text, **QUIET)
