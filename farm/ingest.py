@@ -156,16 +156,13 @@ def check_pixel_size(shape: Sequence[int], geometry: Geometry, *, frames: int | 
                      width: int | None, where: str) -> None:  # fmt: skip
     """Refuse a latent that does not decode to the frame count and size its maker says it used."""
     got = geometry.pixel_shape(shape[1:])
-    for label, want, have in (
-        ("frames", frames, got[0]),
-        ("height", height, got[1]),
-        ("width", width, got[2]),
-    ):
+    for label, want, have in (("num_frames", frames, got[0]), ("height", height, got[1]),
+                              ("width", width, got[2])):  # fmt: skip
         if want is not None and want != have:
             raise FarmError(
-                f"{where}: a latent {list(shape)} decodes to {have} pixel {label}, but {want} were asked "
-                f"for; the latent does not come from that {label} with this decoder "
-                f"({geometry.temporal_scale}x in time, {geometry.spatial_scale}x in space)"
+                f"{where}: a latent {list(shape)} decodes to {label} {have} with this decoder "
+                f"({geometry.temporal_scale}x in time, {geometry.spatial_scale}x in space), but {label} "
+                f"{want} was given; pass what the pipeline was called with, and check the decoder"
             )
 
 

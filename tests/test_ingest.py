@@ -298,7 +298,8 @@ def test_names_are_sanitised_to_the_store_rules():
 
 def tiny_pipeline(family: str, vae_dir: Path):
     """A diffusers video pipeline at a tiny config with random weights, built here (no hub, no text
-    encoder: it is given prompt embeddings), its VAE loaded from `vae_dir`; and its call arguments."""
+    encoder: it is given prompt embeddings; LTX-2's audio parts tiny too), its VAE loaded from `vae_dir`;
+    and its call arguments."""
     import diffusers as d
 
     from farm.decoders.hunyuanvideo import HUNYUANVIDEO_TINY
@@ -306,9 +307,42 @@ def tiny_pipeline(family: str, vae_dir: Path):
     from farm.decoders.wan import WAN_TINY
 
     torch.manual_seed(5)
-    size = {"num_frames": 9, "height": 64, "width": 64} if family == "ltxv" else {
+    size = {"num_frames": 9, "height": 64, "width": 64} if family.startswith("ltx") else {
         "num_frames": 9, "height": 32, "width": 32}  # fmt: skip
-    if family == "ltxv":
+    if family == "ltx2":
+        from diffusers.pipelines.ltx2.connectors import LTX2TextConnectors
+        from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+        from farm.decoders.ltx2 import LTX2_TINY
+
+        # the pipeline sizes latents by the VAE's compression ratios: say the decoder's (32, 8)
+        ratios = {"spatial_compression_ratio": 32, "temporal_compression_ratio": 8}
+        vae = d.AutoencoderKLLTX2Video(**LTX2_TINY, **ratios)
+        with torch.no_grad():
+            vae.latents_mean.copy_(torch.randn(8) * 0.5)
+            vae.latents_std.copy_(torch.rand(8) + 0.5)
+        heads = {"num_attention_heads": 2, "attention_head_dim": 8}
+        transformer = d.LTX2VideoTransformer3DModel(
+            in_channels=8, out_channels=8, **heads, cross_attention_dim=16, audio_in_channels=16,
+            audio_out_channels=16, audio_num_attention_heads=2, audio_attention_head_dim=8,
+            audio_cross_attention_dim=16, num_layers=1, caption_channels=16)  # fmt: skip
+        connectors = LTX2TextConnectors(
+            caption_channels=16, text_proj_in_factor=2, video_connector_num_attention_heads=2,
+            video_connector_attention_head_dim=8, video_connector_num_layers=1,
+            video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=2,
+            audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
+            audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32)  # fmt: skip
+        audio_vae = d.AutoencoderKLLTX2Audio(base_channels=16, ch_mult=(1, 2), num_res_blocks=1,
+                                             latent_channels=4, mel_bins=16, output_channels=2)  # fmt: skip
+        vocoder = LTX2Vocoder(in_channels=32, hidden_channels=8, upsample_kernel_sizes=[4, 4],
+                              upsample_factors=[2, 2], resnet_kernel_sizes=[3],
+                              resnet_dilations=[[1]])  # fmt: skip
+        cls, parts = d.LTX2Pipeline, {"text_encoder": None, "tokenizer": None, "connectors": connectors,
+                                      "audio_vae": audio_vae, "vocoder": vocoder}  # fmt: skip
+        prompt = {"prompt_embeds": torch.randn(1, 4, 32), "prompt_attention_mask": torch.ones(1, 4),
+                  "guidance_scale": 1.0, "stg_scale": 0.0, "modality_scale": 1.0, "audio_guidance_scale": 1.0,
+                  "audio_stg_scale": 0.0, "audio_modality_scale": 1.0}  # fmt: skip
+    elif family == "ltxv":
         vae = d.AutoencoderKLLTXVideo(**LTXV_TINY)
         with torch.no_grad():
             vae.latents_mean.copy_(torch.randn(8) * 0.5)
@@ -344,7 +378,7 @@ def tiny_pipeline(family: str, vae_dir: Path):
     return pipe, {**prompt, **size, "num_inference_steps": 2}
 
 
-@pytest.mark.parametrize("family", ["ltxv", "wan", "hunyuanvideo"])
+@pytest.mark.parametrize("family", ["ltx2", "ltxv", "wan", "hunyuanvideo"])
 def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(family, tmp_path, scheduler3):
     from farm.ingest import add_pipeline_shot
     from farm.pipelines import PIPELINES
@@ -365,7 +399,7 @@ def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(fami
         add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=25, **size)
     packed = latents.ndim == 3  # LTX-Video's tokens [B, S, D]
     twice = torch.cat([latents, latents], dim=1 if packed else 2)
-    words = "do not hold 2x2x2 latent positions" if packed else "decodes to 21 pixel frames, but 9 were asked"
+    words = "do not hold 2x2x2 latent positions" if packed else r"to num_frames (21|25) .* num_frames 9"
     with pytest.raises(FarmError, match=words):
         add_pipeline_shot(job, twice, pipeline=pipe, name="long", fps=25, **size)
     assert sorted(open_job(job).shots) == ["sh010"]
