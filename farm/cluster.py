@@ -155,7 +155,8 @@ def ucx_available() -> bool:
         return False
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
@@ -238,7 +239,7 @@ def connect(
         workers=workers,
         gpu_count=0 if scheduler or scheduler_file else detect_gpus(),
         ucx_available=ucx_available(),
-        cpu_count=_cpu_count(),
+        cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
     )
     if choice.warning:
@@ -260,7 +261,7 @@ def connect(
             client.register_plugin(IgnoreInterruptPlugin())
             if choice.kind == "local-cpu":
                 client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
-            n_io = default_io_workers(choice, _cpu_count()) if io_workers is None else io_workers
+            n_io = default_io_workers(choice, cpu_count()) if io_workers is None else io_workers
             if n_io:
                 _add_io_workers(cluster, n_io, memory_limit)
                 client.wait_for_workers(choice.n_workers + n_io, timeout=120)
@@ -328,44 +329,45 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         ) from e
 
 
-def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> Any:
+def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> LocalCluster:
     # farm places every task itself (decodes round-robin, writes and encodes on I/O workers); work
     # stealing would move a GPU decode onto a CPU-only I/O worker. Loose restrictions still let a lost
     # worker's tasks run elsewhere. (Dask ignores resources with loose restrictions, so not those.)
     stack.enter_context(dask.config.set({"distributed.scheduler.work-stealing": False}))
-    if choice.kind == "local-cpu":
-        cluster = LocalCluster(
-            n_workers=choice.n_workers,
-            threads_per_worker=choice.threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            memory_limit=memory_limit,
-        )
-        stack.callback(cluster.close)
-        return cluster
+    cluster = start_local_cluster(
+        choice, stack, no_cuda_hint="or connect to a running cluster with --scheduler",
+        memory_limit=memory_limit, host="127.0.0.1", dashboard_address="127.0.0.1:0",
+        **({"protocol": choice.protocol} if choice.kind == "local-cuda" else {}),
+    )  # fmt: skip
+    stack.callback(cluster.close)
+    return cluster
 
+
+def start_local_cluster(
+    choice: ClusterChoice, stack: contextlib.ExitStack, *, no_cuda_hint: str, **cluster_kwargs: Any
+) -> LocalCluster:
+    """Start the local cluster `choice` describes: a ``LocalCUDACluster`` (one worker per GPU) or a
+    ``LocalCluster`` of CPU worker processes; `cluster_kwargs` (host, ports, memory limit, protocol…)
+    go to its constructor, and `stack` holds the Dask settings it needs while it runs."""
+    common = {
+        "n_workers": choice.n_workers,
+        "threads_per_worker": choice.threads_per_worker,
+        **cluster_kwargs,
+    }
+    if choice.kind != "local-cuda":
+        return LocalCluster(processes=True, **common)
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError as e:
         raise FarmError(
             f"found {detect_gpus()} GPU(s) but dask-cuda does not import ({e}); install the GPU extras "
-            "(pip install 'farm-decode[cuda]'), or connect to a running cluster with --scheduler"
+            f"(pip install 'farm-decode[cuda]'), {no_cuda_hint}"
         ) from e
-    if choice.protocol == "ucx":
+    if common.get("protocol") == "ucx":
         # UCX must create the CUDA context before it initialises, on the client and scheduler side too
         # (the scheduler of a local cluster runs in this process). Workers get it from dask-cuda.
         stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
-    cluster = LocalCUDACluster(
-        n_workers=choice.n_workers,
-        threads_per_worker=choice.threads_per_worker,
-        protocol=choice.protocol,
-        memory_limit=memory_limit,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-    )
-    stack.callback(cluster.close)
-    return cluster
+    return LocalCUDACluster(**common)
 
 
 def dashboard_link(client: Client) -> str | None:

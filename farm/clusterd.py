@@ -12,7 +12,6 @@ are honoured: the cluster then listens on ``tls://``.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 from collections.abc import Callable
@@ -48,11 +47,19 @@ def start(
     memory_limit: str | None = "auto",
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Start the cluster; returns (cluster, client, facts) where facts say what was started."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
     from distributed.security import Security
 
     from farm import monitor, transport
-    from farm.cluster import TorchThreadsPlugin, choose_cluster, dashboard_link, detect_gpus, ucx_available
+    from farm.cluster import (
+        TorchThreadsPlugin,
+        choose_cluster,
+        cpu_count,
+        dashboard_link,
+        detect_gpus,
+        start_local_cluster,
+        ucx_available,
+    )
 
     found = detect_gpus()
     if gpus is not None and gpus > found:
@@ -73,7 +80,7 @@ def start(
         workers=gpu_count if gpu_count else workers,
         gpu_count=gpu_count,
         ucx_available=ucx_available() and protocol != "tcp",
-        cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
     )
     security = Security()  # from Dask's configuration: TLS when it requires encryption
@@ -85,8 +92,6 @@ def start(
     if scheduler_file:
         Path(scheduler_file).parent.mkdir(parents=True, exist_ok=True)
     common: dict[str, Any] = {
-        "n_workers": choice.n_workers,
-        "threads_per_worker": choice.threads_per_worker,
         "host": host,
         "scheduler_port": port,
         "dashboard_address": f"{host}:{dashboard_port}",
@@ -97,21 +102,9 @@ def start(
     }
     stack = contextlib.ExitStack()
     try:
-        if choice.kind == "local-cuda":
-            try:
-                from dask_cuda import LocalCUDACluster
-            except ImportError as exc:
-                raise FarmError(
-                    f"found {gpu_count} GPU(s) but dask-cuda does not import ({exc}); install the GPU extras "
-                    "(pip install 'farm-decode[cuda]'), or start CPU workers with --gpus 0"
-                ) from exc
-            if wire == "ucx":
-                import dask
-
-                stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
-            cluster = LocalCUDACluster(**common)
-        else:
-            cluster = LocalCluster(processes=True, **common)
+        cluster = start_local_cluster(
+            choice, stack, no_cuda_hint="or start CPU workers with --gpus 0", **common
+        )
     except OSError as exc:
         stack.close()
         raise FarmError(
