@@ -9,12 +9,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from farm import config, logs
 from farm.errors import FarmError
 
 LOGGER = logging.getLogger("farm")
+AddCommand = Callable[..., argparse.ArgumentParser]  # adds a subcommand: add(name, help=...)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -60,9 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _verbosity_options(common, argparse.SUPPRESS)  # also after the command: farm render -q …
 
-    def add(name: str, **kwargs):  # type: ignore[no-untyped-def]
+    def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], formatter_class=_HelpFormatter, **kwargs)
 
+    _add_synth_command(add)
+    _add_ingest_command(add)
+    _add_render_command(add)
+    _add_plan_command(add)
+    _add_status_command(add)
+    _add_demo_command(add)
+    _add_cluster_command(add)
+    _add_submit_command(add)
+    _add_cancel_command(add)
+    return parser
+
+
+def _add_synth_command(add: AddCommand) -> None:
     p = add("synth", help="write a synthetic job (random latents, random-weight decoder)")
     p.add_argument("job", help="path of the job store to create (Zarr v3)")
     p.add_argument("--decoder", default="ltx2-tiny", help=f"named decoder config ({_decoder_configs()})")
@@ -79,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
 
+
+def _add_ingest_command(add: AddCommand) -> None:
     p = add(
         "ingest", help="create or extend a job store from latent files (.latent, .safetensors, .pt, .npy)"
     )
@@ -97,51 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
 
-    def cluster_options(p: argparse.ArgumentParser) -> None:
-        g = p.add_mutually_exclusive_group()
-        g.add_argument(
-            "--workers",
-            type=int,
-            help="start a local cluster of N workers (unset: one per GPU, or up to 4 CPU processes; or "
-            "the cluster at Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, when that is set)",
-        )
-        g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
-        g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
 
-    def plan_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--tiles",
-            default=config.option("tiles"),
-            metavar="F,H,W|auto",
-            help="tiles per shot along frames, height, width; auto chooses per shot by the predicted "
-            "makespan of the job on the cluster's workers (whole shots when there are enough); farm.tiles",
-        )
-        p.add_argument(
-            "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"
-        )
-        p.add_argument(
-            "--overlap",
-            metavar="F,H,W",
-            help="overlap of neighbouring tiles in latent units (default 1,2,2 where split)",
-        )
-        p.add_argument(
-            "--batch-frames",
-            type=int,
-            default=config.option("batch-frames"),
-            metavar="N",
-            help="pixel frames per output batch: one blend task, Zarr chunks and video segment; "
-            "farm.batch-frames",
-        )
-        p.add_argument("--chunk", metavar="F,H,W",
-                       help="largest latent block one decode call takes inside a worker (0 = no limit), "
-                            "to bound GPU memory")  # fmt: skip
-        p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
-
+def _add_render_command(add: AddCommand) -> None:
     p = add("render", help="render every shot of a job to frames (Zarr) and videos (mp4)")
     p.add_argument("job", help="job store (Zarr v3) to render")
     p.add_argument("--out", required=True, help="output folder")
-    cluster_options(p)
-    plan_options(p)
+    _add_cluster_options(p, local=True)
+    _add_plan_options(p)
     p.add_argument(
         "--window", type=int, default=config.option("window"),
         help="decoded tiles held at once (unset: per GPU worker as many as fit beside a decode, 2 to 8; "
@@ -192,18 +172,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=int, default=config.option("priority"),
                    help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
 
+
+def _add_plan_command(add: AddCommand) -> None:
     p = add("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
     p.add_argument("--workers", type=int, default=1, help="number of workers to plan for")
-    plan_options(p)
+    _add_plan_options(p)
 
+
+def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
 
+
+def _add_demo_command(add: AddCommand) -> None:
     p = add("demo", help="synthesize a small ltx2-tiny job and render it")
     p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
     p.add_argument("--workers", type=int, default=2, help="local worker processes")
 
+
+def _add_cluster_command(add: AddCommand) -> None:
     p = add("cluster", help="run a local scheduler and workers until stopped (Ctrl-C)")
     p.add_argument("--gpus", default="all", help="GPUs to use, one worker each: all or N (0: CPU workers)")
     p.add_argument("--workers", type=int, help="CPU worker processes where there are no GPUs (default ≤ 4)")
@@ -219,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax, or none)")
     p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
 
+
+def _add_submit_command(add: AddCommand) -> None:
     p = add(
         "submit", help="run a workflow script against a running cluster",
         usage="farm submit WORKFLOW.py (--scheduler ADDRESS | --scheduler-file F) [--detach [--follow]] "
@@ -228,21 +218,61 @@ def build_parser() -> argparse.ArgumentParser:
     _submit_options(p)
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script, after --")
 
+
+def _add_cancel_command(add: AddCommand) -> None:
     p = add("cancel", help="cancel a render or a submitted workflow; finished batches stay")
     p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
-    _remote_options(p)
+    _add_cluster_options(p, local=False)
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop")
-    return parser
 
 
-def _remote_options(p: argparse.ArgumentParser) -> None:
+def _add_cluster_options(p: argparse.ArgumentParser, *, local: bool) -> None:
+    """The cluster a command uses: a running one (--scheduler or --scheduler-file), or, with `local`, a
+    local one it starts (--workers N)."""
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--scheduler", help="address of the running scheduler (tcp://host:port)")
-    g.add_argument("--scheduler-file", help="scheduler file of the running cluster")
+    if local:
+        g.add_argument(
+            "--workers",
+            type=int,
+            help="start a local cluster of N workers (unset: one per GPU, or up to 4 CPU processes; or "
+            "the cluster at Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, when that is set)",
+        )
+    g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
+    g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
+
+
+def _add_plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tiles",
+        default=config.option("tiles"),
+        metavar="F,H,W|auto",
+        help="tiles per shot along frames, height, width; auto chooses per shot by the predicted "
+        "makespan of the job on the cluster's workers (whole shots when there are enough); farm.tiles",
+    )
+    p.add_argument(
+        "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"
+    )
+    p.add_argument(
+        "--overlap",
+        metavar="F,H,W",
+        help="overlap of neighbouring tiles in latent units (default 1,2,2 where split)",
+    )
+    p.add_argument(
+        "--batch-frames",
+        type=int,
+        default=config.option("batch-frames"),
+        metavar="N",
+        help="pixel frames per output batch: one blend task, Zarr chunks and video segment; "
+        "farm.batch-frames",
+    )
+    p.add_argument("--chunk", metavar="F,H,W",
+                   help="largest latent block one decode call takes inside a worker (0 = no limit), "
+                        "to bound GPU memory")  # fmt: skip
+    p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
 
 def _submit_options(p: argparse.ArgumentParser) -> None:
-    _remote_options(p)
+    _add_cluster_options(p, local=False)
     p.add_argument("--detach", action="store_true",
                    help="run the script on the cluster: it goes on when this command exits")  # fmt: skip
     p.add_argument("--follow", action="store_true", help="with --detach: print its log until it ends")
