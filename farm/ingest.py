@@ -288,7 +288,8 @@ def known_conventions(found: Sequence[FoundTensor], family: str) -> dict[str, st
 
 
 def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str | os.PathLike | None = None,
-                 latents: str | None = None, dtype: str | None = None) -> DecoderSpec:  # fmt: skip
+                 latents: str | None = None, dtype: str | None = None,
+                 default_weights: Mapping[str, Any] | None = None) -> DecoderSpec:  # fmt: skip
     """A decoder spec from a named config ('ltx2'), a JSON object or file, or a spec, with overrides.
 
     A named config needs `weights` (farm initialises random weights only when a spec asks for them)."""
@@ -320,6 +321,8 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
         raise FarmError(f"--decoder: expected a JSON object, got {type(raw).__name__}")
     if weights is not None:
         raw["weights"] = {"path": str(weights)}
+    elif "weights" not in raw and default_weights is not None:
+        raw["weights"] = dict(default_weights)
     elif "weights" not in raw:
         raise FarmError(
             f"--decoder {raw.get('config')!r} needs weights: --weights PATH (a diffusers VAE folder or one "
@@ -537,7 +540,8 @@ def _job_spec(
         return resolve_spec(decoder, weights=weights, latents=latents)
     spec = current[0]
     if decoder is not None:
-        given = resolve_spec(decoder, weights=weights, latents=spec.latents, dtype=spec.dtype)
+        given = resolve_spec(decoder, weights=weights, latents=spec.latents, dtype=spec.dtype,
+                             default_weights=spec.weights)  # fmt: skip
         mine, theirs = given.to_json(), spec.to_json()
         diff = [k for k in ("family", "config", "weights") if mine.get(k) != theirs.get(k)]
         if diff:

@@ -129,7 +129,7 @@ def test_adding_to_a_job_keeps_its_shots_and_replace_overwrites(vae_folder, tmp_
     stale = tmp_path / f".job.zarr.ingest-{socket.gethostname()}-999999999-0"  # a killed ingest's
     (stale / "x").mkdir(parents=True)
     np.save(tmp_path / "b.npy", smooth(2).numpy())
-    assert ingest(job, [tmp_path / "b.npy"]).shots == ["b"]  # the job's decoder and convention
+    assert ingest(job, [tmp_path / "b.npy"], decoder="ltx2-tiny").shots == ["b"]  # the job's weights
     assert not stale.exists()
     assert snapshot(job / "a", siblings=False) == before
     np.save(tmp_path / "a.npy", smooth(3).numpy())
