@@ -390,7 +390,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     def progress(done: int, total: int) -> None:
         nonlocal bar
         if bar is None:
-            bar = tqdm(total=total, unit="shot", disable=None if total > 1 else True, dynamic_ncols=True)
+            quiet = LOGGER.getEffectiveLevel() > logging.INFO or total < 2
+            bar = tqdm(total=total, unit="shot", disable=True if quiet else None, dynamic_ncols=True)
         bar.n = done
         bar.refresh()
 
