@@ -40,9 +40,12 @@ FORMATS = {
 PREFERRED_KEYS = ("latent_tensor", "latents", "latent", "samples")
 COMFYUI_LEGACY_SCALE = 1.0 / 0.18215  # ComfyUI's LoadLatent, for files without latent_format_version_0
 
-# Which farm decoder families a ComfyUI workflow's node types point to (a hint, checked against --decoder).
-COMFYUI_NODE_FAMILIES = {"ltxv": ("ltxv", "ltx2"), "ltx2": ("ltx2",), "hunyuan": ("hunyuanvideo",),
-                         "wan": ("wan",)}  # fmt: skip
+# Which farm decoder families a ComfyUI workflow points to (a hint, checked against --decoder): words in
+# its node types and in the model files its loaders name. "Empty…Latent…" nodes are left out: ComfyUI's
+# Wan examples start from EmptyHunyuanLatentVideo.
+COMFYUI_FAMILY_WORDS = {"ltxv": ("ltxv", "ltx2"), "ltx-2": ("ltx2",), "ltx2": ("ltx2",),
+                        "hunyuan": ("hunyuanvideo",), "wan": ("wan",)}  # fmt: skip
+COMFYUI_MODEL_INPUTS = ("vae_name", "unet_name", "ckpt_name", "model_name")
 # Latent channels of the published models → the families that have them.
 CHANNEL_FAMILIES = {128: ("ltxv", "ltx2"), 16: ("wan", "hunyuanvideo"), 48: ("wan",)}
 
@@ -104,13 +107,15 @@ def comfyui_info(tensor_names: set[str], metadata: Mapping[str, str]) -> ComfyIn
     for node in nodes:
         if not isinstance(node, dict):
             continue
-        kind = str(node.get("class_type", "")).lower()
-        for word, fams in COMFYUI_NODE_FAMILIES.items():
-            if word in kind:
+        kind = str(node.get("class_type", ""))
+        inputs = node.get("inputs") if isinstance(node.get("inputs"), dict) else {}
+        texts = [] if kind.startswith("Empty") else [kind.lower()]
+        texts += [str(inputs[k]).lower() for k in COMFYUI_MODEL_INPUTS if k in inputs]
+        for word, fams in COMFYUI_FAMILY_WORDS.items():
+            if any(word in t for t in texts):
                 families.update(fams)
-        inputs = node.get("inputs")
         for key in ("frame_rate", "fps"):
-            value = inputs.get(key) if isinstance(inputs, dict) else None
+            value = inputs.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
                 rates.add(float(value))
     return ComfyInfo(version, tuple(sorted(families)), rates.pop() if len(rates) == 1 else None)

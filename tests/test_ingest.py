@@ -267,10 +267,14 @@ def test_format_detection_by_extension_and_first_bytes(tmp_path):
 def test_comfyui_metadata_gives_version_family_hint_and_frame_rate():
     from farm.latent_files import comfyui_info
 
-    prompt = {"1": {"class_type": "WanImageToVideo", "inputs": {"fps": 16}},
-              "2": {"class_type": "KSampler", "inputs": {"seed": 3}}}  # fmt: skip
+    prompt = {"1": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"length": 33}},  # Wan uses it too
+              "2": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
+              "3": {"class_type": "CreateVideo", "inputs": {"fps": 16}},
+              "4": {"class_type": "KSampler", "inputs": {"seed": 3}}}  # fmt: skip
     info = comfyui_info({"latent_tensor", "latent_format_version_0"}, {"prompt": json.dumps(prompt)})
     assert (info.format_version, info.families, info.fps) == (0, ("wan",), 16.0)
+    ltx = {"1": {"class_type": "LTXVConditioning", "inputs": {"frame_rate": 25}}}
+    assert comfyui_info(set(), {"prompt": json.dumps(ltx)}).families == ("ltx2", "ltxv")
     legacy = comfyui_info({"latent_tensor"}, {})
     assert (legacy.format_version, legacy.families, legacy.fps) == (None, (), None)
 
