@@ -21,14 +21,14 @@ def tile_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, tile: Tile, chun
     decoded in chunks, the float32 buffer the chunks are blended into (3 x 4 bytes per pixel-frame;
     measured on the H200: a chunked 121x704x1216 tile peaked at 4.46 GiB, 2.70 GiB for the call alone)."""
     geometry = cls.geometry_for(spec.config)
-    chunks = plan_chunks([iv.size for iv in tile.latent], geometry, chunk)
+    chunks = plan_chunks(tile.decoded_fhw, geometry, chunk)  # context frames included
     peak = cls.peak_bytes(spec, max(c.pixel_volume for c in chunks))
     return peak + (12 * tile.pixel_volume if len(chunks) > 1 else 0)
 
 
 def tile_chunk_volume(tile: Tile, chunk: ChunkSize, geometry: Geometry) -> int:
     """Pixel volume of the largest single decode call of a tile (its chunk, or the whole tile)."""
-    chunks = plan_chunks([iv.size for iv in tile.latent], geometry, chunk)
+    chunks = plan_chunks(tile.decoded_fhw, geometry, chunk)  # context frames included
     return max(c.pixel_volume for c in chunks)
 
 

@@ -27,16 +27,23 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
         )
         lines.append(
             f"  {'tile':>4} {'worker':>6}  {'latent F,H,W ranges':<28} {'pixel F,H,W ranges':<34} "
-            f"{'peak mem':>10}"
+            f"{'peak mem':>10}  {'context':>7}"
         )
         for tile in plan.tiles:
             lat = " ".join(f"{iv.start}:{iv.end}" for iv in tile.latent)
             pix = " ".join(f"{s.start}:{s.stop}" for s in tile.pixels)
             mem = tile_peak_bytes(cls, spec, tile, plan.chunk)
-            lines.append(f"  {tile.index:>4} {tile.worker:>6}  {lat:<28} {pix:<34} {human_bytes(mem):>10}")
+            warm = f"{tile.context},{tile.lookahead}"
+            lines.append(
+                f"  {tile.index:>4} {tile.worker:>6}  {lat:<28} {pix:<34} {human_bytes(mem):>10}  {warm:>7}"
+            )
         total_decoded += sum(t.latent_volume for t in plan.tiles)
         total_latent += f * h * w
     lines.append("")
+    lines.append(
+        "context: latent frames a tile decodes before, after its own and discards (they warm the decoder's "
+        "temporal state; never blended; counted in the redundant work)"
+    )
     lines.append(
         f"job: {sum(len(p.tiles) for p in plans)} tiles, redundant work {total_decoded / total_latent:.2f}x"
     )

@@ -57,6 +57,7 @@ from farm.tiling import (
     plan_chunks,
     plan_shot,
     split_by_count,
+    temporal_context,
 )
 
 # Minimum overlap per axis (frames, height, width), latent units, where auto splits an axis.
@@ -128,14 +129,20 @@ class Candidate:
         return max(loads)
 
 
-def _axis_sizes(size: int, count: int, overlap: int, *, temporal: bool, causal: bool) -> list[int] | None:
-    """Latent sizes of an axis' tiles, or None when the split is impossible at that overlap."""
+def _axis_sizes(
+    size: int, count: int, overlap: int, *, temporal: bool, causal: bool, geometry: Geometry | None = None
+) -> list[int] | None:
+    """Latent sizes each tile of an axis decodes (temporal: with the decoder's context and lookahead
+    frames), or None when the split is impossible at that overlap."""
     try:
         intervals = split_by_count(size, count, overlap)
     except FarmError:
         return None
     if temporal and causal:
         intervals = causal_shift(intervals)
+    if temporal and geometry is not None:
+        warm = temporal_context(intervals, size, geometry)
+        return [c + iv.size + a for iv, (c, a) in zip(intervals, warm, strict=True)]
     return [iv.size for iv in intervals]
 
 
@@ -185,7 +192,7 @@ def candidates(
             o = _fit_overlap(size, count, int(min_overlap[axis]))
             if o is None:
                 continue
-            lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal)
+            lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal, geometry=geometry)
             if lens is not None:
                 options[count] = (o, lens)
         per_axis.append(options)
@@ -273,7 +280,7 @@ def _shot_tasks(
     batch_pos = {b.index: k for k, b in enumerate(plan.batches)}
     seconds, peak, volume, feeds = [], [], [], []
     for tile in plan.tiles:
-        fhw = [iv.size for iv in tile.latent]
+        fhw = tile.decoded_fhw  # context and lookahead frames are decoded too
         seconds.append(_decode_seconds(fhw, geometry, plan.chunk, cost))
         peak.append(memory.peak_bytes(_largest_call(fhw, geometry, plan.chunk)) if memory else 0)
         volume.append(tile.latent_volume)

@@ -63,8 +63,9 @@ def decode_block(
         return decoder.decode(latent, origin=origin)
     out = None
     for piece in chunks:
-        at = tuple(o + iv.start for o, iv in zip(origin, piece.latent, strict=True))
-        pixels = decoder.decode(latent[(slice(None), *piece.latent_slices())], origin=at)
+        at = tuple(o + s.start for o, s in zip(origin, piece.decode_slices(), strict=True))
+        pixels = decoder.decode(latent[(slice(None), *piece.decode_slices())], origin=at)
+        pixels = drop_context(pixels, piece, decoder.geometry.temporal_scale)
         _weigh_in_place(pixels, piece)
         if out is None:
             shape = decoder.geometry.pixel_shape(latent.shape[1:])
@@ -73,6 +74,15 @@ def decode_block(
         out[:, f0:f1, h0:h1, w0:w1] += pixels
         del pixels
     return out
+
+
+def drop_context(pixels: Any, tile: Tile, temporal_scale: int) -> Any:
+    """The tile's own frames of a decoded block ``[3, F, H, W]``: context and lookahead frames dropped.
+
+    A view of `pixels` (callers weigh it in place: the dropped frames are never read again).
+    """
+    head, tail = tile.discarded_frames(temporal_scale)
+    return pixels[:, head : pixels.shape[1] - tail] if head or tail else pixels
 
 
 # One decode at a time per worker process, always on the same thread: the GPU is the shared resource
@@ -103,15 +113,15 @@ def decode_tile(
 
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
     try:
-        block = read_latent(job_path, tile.shot, tile.latent_slices())
+        block = read_latent(job_path, tile.shot, tile.decode_slices())
     except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
-        f = tile.latent[0]
+        f = tile.decode_slices()[0]
         raise FarmError(
-            f"shot {tile.shot!r}: cannot read latent frames {f.start}-{f.end - 1} from {job_path!r} "
+            f"shot {tile.shot!r}: cannot read latent frames {f.start}-{f.stop - 1} from {job_path!r} "
             f"(corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or re-export the latents"
         ) from None
     if not np.isfinite(block).all():
-        bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + tile.latent[0].start
+        bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + tile.decode_slices()[0].start
         raise FarmError(
             f"shot {tile.shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
             "re-export the latents (nothing was decoded for this tile)"
@@ -120,7 +130,8 @@ def decode_tile(
     expected = tuple(span.size for span in tile.pixels)
 
     def decode() -> dict[int, Any]:
-        pixels = decode_block(decoder, latent, chunk, origin=tuple(iv.start for iv in tile.latent))
+        pixels = decode_block(decoder, latent, chunk, origin=tile.decode_origin())
+        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
                 f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "

@@ -9,6 +9,9 @@ Splitting follows the LTX-2 multi-GPU decoder:
   (count-based split: the tiles together decode ``size + (count - 1) * overlap`` units);
 * temporal tiles of a causal decoder after the first start one latent frame early and widen their
   left ramp by one (the causal shift), so each tile sees the frame its first output depends on;
+* a temporal tile also decodes the decoder's `context` latent frames before its own and `lookahead`
+  frames after (``Geometry``; clipped to the shot) and discards their pixels: they warm the decoder's
+  temporal state and are never blended, so only the real overlap is; they count as redundant work;
 * latent frames ``[s, e)`` of a causal decoder with temporal scale ``t`` give pixel frames
   ``[s*t, 1 + (e-1)*t)`` (the first latent frame decodes to one pixel frame); spatial ``[s, e)`` gives
   ``[s*k, e*k)``;
@@ -39,11 +42,19 @@ MIN_SPATIAL_CHUNK = 2  # latent rows/columns: reflect padding of a 1-unit-wide b
 
 @dataclass(frozen=True)
 class Geometry:
-    """What a decoder does to shapes: latent units → pixels per axis, and whether time is causal."""
+    """What a decoder does to shapes: latent units → pixels per axis, and whether time is causal.
+
+    `context` / `lookahead`: latent frames a temporal tile (or chunk) decodes before / after its own
+    frames and then discards, so the frames it keeps see the same past and future as in a whole-shot
+    decode (the decoder's temporal receptive field; tiles at the shot's start / end need none). The
+    adapter records them per config (``temporal_context_for``); 0 decodes each tile on its own.
+    """
 
     spatial_scale: int
     temporal_scale: int
     causal: bool = True
+    context: int = 0
+    lookahead: int = 0
 
     def pixel_frames(self, latent_frames: int) -> int:
         if self.causal:
@@ -53,6 +64,9 @@ class Geometry:
     def pixel_shape(self, latent_fhw: Sequence[int]) -> tuple[int, int, int]:
         f, h, w = latent_fhw
         return (self.pixel_frames(f), h * self.spatial_scale, w * self.spatial_scale)
+
+    def without_context(self) -> Geometry:
+        return replace(self, context=0, lookahead=0)
 
 
 @dataclass(frozen=True)
@@ -105,7 +119,13 @@ class ChunkSize:
 
 @dataclass(frozen=True)
 class Tile:
-    """One decode task: a block of the latent, where its pixels go, and its separable weights."""
+    """One decode task: a block of the latent, where its pixels go, and its separable weights.
+
+    `context` latent frames before ``latent[0].start`` and `lookahead` frames after ``latent[0].end`` are
+    decoded with the tile and their pixel frames discarded (never blended): they only warm the decoder's
+    temporal state (causal convolution caches, receptive field) so the tile's own frames match a decode of
+    the whole shot. `latent` and `pixels` are the tile's own frames; :meth:`decode_slices` the decoded block.
+    """
 
     shot: str
     index: int  # position in the shot's tile order (frames-major): blends sum in this order
@@ -113,17 +133,45 @@ class Tile:
     latent: tuple[Interval, Interval, Interval]
     pixels: tuple[PixelSpan, PixelSpan, PixelSpan]
     worker: int = 0  # round-robin slot, assigned over the whole job
+    context: int = 0  # latent frames decoded before the tile's own, then discarded
+    lookahead: int = 0  # latent frames decoded after the tile's own, then discarded
+
+    @property
+    def decoded_fhw(self) -> tuple[int, int, int]:
+        """Latent frames, rows and columns one decode of this tile takes (context and lookahead included)."""
+        f, h, w = self.latent
+        return (self.context + f.size + self.lookahead, h.size, w.size)
 
     @property
     def latent_volume(self) -> int:
-        return math.prod(iv.size for iv in self.latent)
+        """Latent volume decoded for this tile (its context and lookahead frames are decode work too)."""
+        return math.prod(self.decoded_fhw)
 
     @property
     def pixel_volume(self) -> int:
         return math.prod(span.size for span in self.pixels)
 
     def latent_slices(self) -> tuple[slice, slice, slice]:
+        """The tile's own latent block (without context and lookahead)."""
         return tuple(slice(iv.start, iv.end) for iv in self.latent)  # type: ignore[return-value]
+
+    def decode_slices(self) -> tuple[slice, slice, slice]:
+        """The latent block one decode of this tile reads: context and lookahead frames included."""
+        f, h, w = self.latent_slices()
+        return (slice(f.start - self.context, f.stop + self.lookahead), h, w)
+
+    def decode_origin(self) -> tuple[int, int, int]:
+        """First latent frame, row and column of the decoded block in its shot."""
+        return tuple(s.start for s in self.decode_slices())  # type: ignore[return-value]
+
+    def discarded_frames(self, temporal_scale: int) -> tuple[int, int]:
+        """Pixel frames of the decoded block to drop at its start (context) and end (lookahead).
+
+        Latent frames ``[s - c, e + a)`` of a causal decoder give pixel frames
+        ``[(s - c) t, 1 + (e + a - 1) t)``; the tile keeps ``[s t, 1 + (e - 1) t)`` (non-causal:
+        ``[s t, e t)``), so ``c t`` go at the start and ``a t`` at the end either way.
+        """
+        return self.context * temporal_scale, self.lookahead * temporal_scale
 
 
 @dataclass(frozen=True)
@@ -302,10 +350,20 @@ def axis_spans(
 # --------------------------------------------------------------------------------------------------
 
 
-def validate_chunking(grid: TileGrid, chunk: ChunkSize, temporal_tiles: Sequence[Interval]) -> None:
-    """Temporal tiles across workers and temporal chunks inside a worker must not both split one tile."""
+def temporal_context(intervals: Sequence[Interval], frames: int, geometry: Geometry) -> list[tuple[int, int]]:
+    """(context, lookahead) latent frames per temporal interval: the decoder's, clipped to the shot."""
+    return [(min(geometry.context, iv.start), min(geometry.lookahead, frames - iv.end)) for iv in intervals]
+
+
+def validate_chunking(
+    grid: TileGrid, chunk: ChunkSize, temporal_tiles: Sequence[Interval], decoded: Sequence[int] = ()
+) -> None:
+    """Temporal tiles across workers and temporal chunks inside a worker must not both split one tile.
+
+    `decoded`: latent frames each temporal tile decodes (its own, context and lookahead), when known.
+    """
     if grid.tiles[0] > 1 and chunk.frames is not None:
-        tile_frames = max(iv.size for iv in temporal_tiles)  # after the causal shift
+        tile_frames = max([iv.size for iv in temporal_tiles] + list(decoded))  # after the causal shift
         if chunk.frames < tile_frames:
             raise FarmError(
                 f"conflicting temporal tilings: {grid.tiles[0]} temporal tiles across workers "
@@ -360,7 +418,9 @@ def plan_shot(
             intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal
         )
         per_axis.append((intervals, spans, complementary))
-    validate_chunking(grid, chunk, per_axis[0][0])
+    warm = temporal_context(per_axis[0][0], f, geometry)
+    decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
+    validate_chunking(grid, chunk, per_axis[0][0], decoded)
 
     tiles = []
     for i_f in range(grid.tiles[0]):
@@ -374,6 +434,8 @@ def plan_shot(
                         grid_pos=pos,
                         latent=tuple(per_axis[a][0][pos[a]] for a in range(3)),  # type: ignore[arg-type]
                         pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                        context=warm[i_f][0],
+                        lookahead=warm[i_f][1],
                     )
                 )
     batches = plan_batches(shot, pixel_shape[0], batch_frames, tiles)
@@ -437,6 +499,7 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
         scale = geometry.temporal_scale if temporal else geometry.spatial_scale
         spans, _ = axis_spans(intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal)
         per_axis.append((intervals, spans))
+    warm = temporal_context(per_axis[0][0], f, geometry)
     chunks = []
     for i_f in range(len(per_axis[0][0])):
         for i_h in range(len(per_axis[1][0])):
@@ -449,6 +512,8 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
                         grid_pos=pos,
                         latent=tuple(per_axis[a][0][pos[a]] for a in range(3)),  # type: ignore[arg-type]
                         pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
+                        context=warm[i_f][0],
+                        lookahead=warm[i_f][1],
                     )
                 )
     return chunks
@@ -506,4 +571,11 @@ def plan_identity(plan: ShotPlan) -> dict:
         "batch_frames": plan.batches[0].frames if plan.batches else 0,
         "chunk": [plan.chunk.frames, plan.chunk.height, plan.chunk.width, list(plan.chunk.overlap)],
         "pixel_shape": list(plan.pixel_shape),
+        # context frames change what a tile decodes; recorded only when used, so plans without them keep
+        # the identity earlier renders stored
+        **(
+            {"context": [[t.context, t.lookahead] for t in plan.tiles if t.grid_pos[1:] == (0, 0)]}
+            if any(t.context or t.lookahead for t in plan.tiles)
+            else {}
+        ),  # fmt: skip
     }

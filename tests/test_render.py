@@ -25,9 +25,11 @@ def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]
         latent = np.asarray(zarr.open_array(store=str(job_path / plan.shot / "latent"), mode="r")[...])
         full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
         for tile in plan.tiles:
-            block = torch.from_numpy(latent[(slice(None), *tile.latent_slices())])
+            block = torch.from_numpy(latent[(slice(None), *tile.decode_slices())])
             with torch.inference_mode():
                 pixels = (model.decode(block[None], return_dict=False)[0][0].float() + 1.0) / 2.0
+            head, tail = tile.context * 8, tile.lookahead * 8  # context frames decoded, then dropped
+            pixels = pixels[:, head : pixels.shape[1] - tail]
             wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
             pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
             (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)

@@ -677,3 +677,66 @@ def test_latent_must_be_4d(shape):
 def test_empty_latent_axis():
     with pytest.raises(FarmError, match="empty axis"):
         plan_shot("s", (4, 0, 2, 2), LTX2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Context and lookahead frames of temporal tiles
+# --------------------------------------------------------------------------------------------------
+
+
+@PROPS
+@given(shot_case(), st.integers(0, 6), st.integers(0, 6))
+def test_context_frames_are_decoded_then_dropped(case, context, lookahead):
+    """Tiles keep their own frames, ranges and ramps; they also decode the decoder's context before and
+    lookahead after (clipped to the shot), exactly the pixel frames they drop, counted as redundant work."""
+    geometry, latent, grid, batch_frames = case
+    plain = plan_shot("s", latent, geometry, grid, batch_frames=batch_frames)
+    warm = Geometry(geometry.spatial_scale, geometry.temporal_scale, geometry.causal, context, lookahead)
+    plan = plan_shot("s", latent, warm, grid, batch_frames=batch_frames)
+    frames = latent[1]
+    assert plan.batches == plain.batches
+    for tile, base in zip(plan.tiles, plain.tiles, strict=True):
+        assert (tile.latent, tile.pixels, tile.grid_pos) == (base.latent, base.pixels, base.grid_pos)
+        f = tile.latent[0]
+        assert tile.context == min(context, f.start) and tile.lookahead == min(lookahead, frames - f.end)
+        decoded = tile.decode_slices()
+        assert decoded[1:] == tile.latent_slices()[1:]
+        assert (decoded[0].start, decoded[0].stop) == (f.start - tile.context, f.end + tile.lookahead)
+        assert decoded[0].start >= 0 and decoded[0].stop <= frames
+        head, tail = tile.discarded_frames(geometry.temporal_scale)
+        decoded_pixels = geometry.pixel_frames(decoded[0].stop - decoded[0].start)
+        assert decoded_pixels - head - tail == tile.pixels[0].size
+        assert warm.pixel_frames(decoded[0].stop) - tail == tile.pixels[0].stop  # same place in the shot
+        assert tile.latent_volume == math.prod(tile.decoded_fhw)
+    extra = sum(t.latent_volume - b.latent_volume for t, b in zip(plan.tiles, plain.tiles, strict=True))
+    assert plan.redundancy == pytest.approx(plain.redundancy + extra / math.prod(latent[1:]))
+    if grid.tiles[0] == 1:
+        assert plan.tiles == plain.tiles  # one temporal tile: nothing before or after it to decode
+
+
+def test_context_is_part_of_the_plan_identity_only_when_used():
+    from farm.tiling import plan_identity
+
+    grid = TileGrid(tiles=(2, 1, 1), overlap=(1, 0, 0))
+    plain = plan_shot("s", (4, 16, 2, 2), LTX2, grid)
+    warm = plan_shot("s", (4, 16, 2, 2), Geometry(32, 8, True, context=3), grid)
+    assert "context" not in plan_identity(plain)
+    assert plan_identity(warm)["context"] == [[0, 0], [3, 0]]
+
+
+def test_temporal_guard_counts_context_frames():
+    """A temporal tile's context frames are decoded in the same call: a chunk must hold them too."""
+    grid = TileGrid(tiles=(2, 1, 1), overlap=(1, 0, 0))  # tiles [0, 9) and [7, 16)
+    warm = Geometry(32, 8, True, context=4)
+    with pytest.raises(FarmError, match="conflicting temporal tilings") as err:
+        plan_shot("s", (4, 16, 2, 2), warm, grid, chunk=ChunkSize(frames=12))
+    assert "at least 13" in str(err.value)
+    plan = plan_shot("s", (4, 16, 2, 2), warm, grid, chunk=ChunkSize(frames=13))
+    for t in plan.tiles:
+        assert {c.grid_pos[0] for c in plan_chunks(t.decoded_fhw, warm, plan.chunk)} == {0}
+
+
+def test_temporal_chunks_carry_context_inside_a_tile():
+    chunks = plan_chunks((16, 2, 2), Geometry(32, 8, True, context=3, lookahead=2), ChunkSize(frames=6))
+    firsts = [c for c in chunks if c.grid_pos[1:] == (0, 0)]
+    assert [(c.context, c.lookahead) for c in firsts] == [(0, 2)] + [(3, 2)] * (len(firsts) - 2) + [(3, 0)]

@@ -78,11 +78,13 @@ def decode_plan(decoder, latent, plan: ShotPlan):
     """The render's frames for `plan` as float32 [3, F, H, W] (before clamping), decoded in this process."""
     import torch
 
-    from farm.tasks import decode_block
+    from farm.tasks import decode_block, drop_context
 
     full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
     for tile in plan.tiles:
-        pixels = decode_block(decoder, latent[(slice(None), *tile.latent_slices())], plan.chunk).float()
+        block = latent[(slice(None), *tile.decode_slices())]
+        pixels = decode_block(decoder, block, plan.chunk, origin=tile.decode_origin()).float()
+        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
         pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
@@ -290,6 +292,92 @@ def edges_markdown(result: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# context: how many latent frames a temporal tile must decode before (after) its own
+# --------------------------------------------------------------------------------------------------
+
+
+def any_decoder(name: str, seed: int, dtype: str = "float32", device: str = "cpu"):
+    """Any family's decoder with RANDOM weights, decoding each tile on its own (no context frames)."""
+    from farm.decoders import decoder_class
+
+    spec = synth_spec(name, seed=seed, dtype=dtype)
+    decoder = decoder_class(spec).load(spec, device)
+    decoder.geometry = decoder.geometry.without_context()
+    return decoder
+
+
+def warmup_errors(
+    decoder, z, seam: int, *, before: bool, stop_below: float = 0.0
+) -> list[tuple[int, float, list[float]]]:
+    """Per amount of context (before=True) or lookahead, the largest error (uint8 levels) of the frames a
+    tile keeps against the whole decode, overall and per latent frame from the seam.
+
+    A tile starting at latent frame `seam` decodes ``[seam - c, F)`` and keeps pixel frames from
+    ``seam * t``; a tile ending there decodes ``[0, seam + a)`` and keeps frames up to ``1 + (seam - 1) t``.
+    """
+    t = decoder.geometry.temporal_scale
+    frames = z.shape[1]
+    whole = decoder.decode(z, origin=(0, 0, 0)).float()
+    rows = []
+    for k in range(0, (seam if before else frames - seam) + 1):
+        if before:
+            out = decoder.decode(z[:, seam - k :], origin=(seam - k, 0, 0)).float()[:, k * t :]
+            ref = whole[:, seam * t :]
+        else:
+            keep = 1 + (seam - 1) * t
+            out, ref = decoder.decode(z[:, : seam + k], origin=(0, 0, 0)).float()[:, :keep], whole[:, :keep]
+        err = (out - ref).abs().amax(dim=(0, 2, 3)) * 255
+        n = err.shape[0] // t
+        per_frame = [float(err[max(0, 1 + (j - 1) * t) : 1 + j * t].max()) for j in range(1, n)]
+        if before:
+            per_frame = [float(err[0])] + per_frame
+        rows.append((k, float(err.max()), per_frame if before else per_frame[::-1]))
+        if float(err.max()) < stop_below:
+            break
+    return rows
+
+
+def run_context(args) -> dict:
+    import torch
+
+    rows = []
+    for name in args.decoders.split(","):
+        decoder = any_decoder(name, args.seed, args.dtype, args.device)
+        rng = np.random.default_rng(args.seed)
+        z = torch.from_numpy(smooth_latent(rng, (decoder.latent_channels, args.frames, args.size, args.size)))
+        z = z.to(args.device)
+        seam = args.frames // 2
+        found = {}
+        for before in (True, False):
+            errs = warmup_errors(decoder, z, seam, before=before, stop_below=args.threshold)
+            need = next((k for k, worst, _ in errs if worst < args.threshold), None)
+            found["context" if before else "lookahead"] = need
+            for k, worst, per_frame in errs:
+                steps = " ".join(f"{x:.2g}" for x in per_frame[:10])
+                what = "context" if before else "lookahead"
+                print(f"{name} {what} {k:>2}: max {worst:8.3g} levels; from the seam {steps}", flush=True)
+        rows.append({"decoder": name, "latent": [args.frames, args.size, args.size], "seam": seam,
+                     "threshold_levels": args.threshold, **found})  # fmt: skip
+        print(f"{name}: context {found['context']}, lookahead {found['lookahead']}", flush=True)
+    return {"what": "latent frames of context / lookahead for a temporal tile to match the whole decode",
+            "weights": f"RANDOM (seed {args.seed})", "dtype": args.dtype, "device": args.device,
+            "machine": machine(), "date": str(date.today()), "rows": rows}  # fmt: skip
+
+
+def context_markdown(result: dict) -> str:
+    lines = [
+        f"{result['weights']} weights, {result['dtype']} on {result['device']}, {result['machine']}.",
+        "",
+        "| decoder | latent F,H,W (seam) | context | lookahead | (max error below, levels) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        lines.append(f"| {r['decoder']} | {','.join(map(str, r['latent']))} ({r['seam']}) | {r['context']} | "
+                     f"{r['lookahead']} | {r['threshold_levels']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
 # plans: full-size shots, shipped grids vs auto
 # --------------------------------------------------------------------------------------------------
 
@@ -402,6 +490,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out-json")
     p.add_argument("--out-md")
+    p = sub.add_parser("context", help="latent frames of context / lookahead a temporal tile needs")
+    p.add_argument("--decoders", default="ltx2-tiny,ltxv-tiny,wan-tiny,hunyuanvideo-tiny")
+    p.add_argument("--frames", type=int, default=48, help="latent frames (the seam is in the middle)")
+    p.add_argument("--size", type=int, default=2, help="latent rows and columns")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=0.01,
+        help="largest error counted as exact (uint8 levels; 0.01: float rounding only)",
+    )
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
     args = parser.parse_args(argv)
 
     import torch
@@ -412,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         "overlaps": (run_overlaps, overlaps_markdown),
         "edges": (run_edges, edges_markdown),
         "plans": (run_plans, plans_markdown),
+        "context": (run_context, context_markdown),
     }[args.mode]
     result = run(args)
     md = markdown(result)

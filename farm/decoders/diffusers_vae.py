@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -66,6 +67,27 @@ class DiffusersVideoDecoder:
     @classmethod
     def latent_channels_for(cls, config: dict[str, Any]) -> int:
         raise NotImplementedError
+
+    # Latent frames a temporal tile decodes before (context) and after (lookahead) its own, then discards,
+    # so the frames it keeps match a whole-shot decode: per named config, measured with random weights as
+    # the fewest frames that bring every kept frame within half a level of the whole decode
+    # (`workflows/measure_seams.py context`; the receptive field is the architecture's, not the weights').
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {}
+
+    @classmethod
+    def temporal_context_for(cls, config: dict[str, Any]) -> tuple[int, int]:
+        """(context, lookahead) latent frames for a config: its named config's, else the family's largest
+        (a custom config's receptive field is unknown; the largest recorded one errs on the safe side)."""
+        for name, named in cls.named_configs.items():
+            if named == config and name in cls.temporal_context:
+                return cls.temporal_context[name]
+        values = list(cls.temporal_context.values())
+        return (max((c for c, _ in values), default=0), max((a for _, a in values), default=0))
+
+    @classmethod
+    def _with_context(cls, geometry: Geometry, config: dict[str, Any]) -> Geometry:
+        context, lookahead = cls.temporal_context_for(config)
+        return replace(geometry, context=context, lookahead=lookahead)
 
     @classmethod
     def decoder_parameters(cls, config: dict[str, Any]) -> int:

@@ -44,6 +44,12 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         "hunyuanvideo-tiny": HUNYUANVIDEO_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLHunyuanVideo"
+    # No exact split exists: the GroupNorms' statistics span the whole tile, so every frame of a tile
+    # depends on all of its frames. Context frames bring a later tile's statistics (and its causally
+    # masked attention) closer to the whole shot's: measured at the tiny config, 8 frames of context make
+    # a 2-tile temporal split of a 25-frame latent as close to untiled (23.8 dB, worst frame 18.9 dB) as a
+    # 2x2 spatial split at overlap 2 (21.1 / 18.6 dB); lookahead frames barely help.
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"hunyuanvideo-tiny": (8, 0)}
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
     # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16; 17x256x384 to 33x512x768 decodes): peak
@@ -60,7 +66,8 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         # as HunyuanVideoDecoder3D builds its up blocks (it accepts only temporal_compression_ratio 4)
         spatial_up = sum(i < s for i in range(n))
         temporal_up = sum(n - 1 - t <= i < n - 1 for i in range(n))
-        return Geometry(spatial_scale=2**spatial_up, temporal_scale=2**temporal_up, causal=True)
+        geometry = Geometry(spatial_scale=2**spatial_up, temporal_scale=2**temporal_up, causal=True)
+        return cls._with_context(geometry, config)
 
     @classmethod
     def latent_channels_for(cls, config: dict[str, Any]) -> int:

@@ -77,6 +77,9 @@ class WanDecoder(DiffusersVideoDecoder):
         "wan2.2-tiny": WAN22_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLWan"
+    # Causal: each causal convolution caches two frames, and their chain reaches 26 (wan-tiny) / 22
+    # (wan2.2-tiny) latent frames back before errors after a seam fall below 0.01 levels.
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"wan-tiny": (26, 0), "wan2.2-tiny": (22, 0)}
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
     # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16, 33x256x768 and 33x512x768 decodes): peak
@@ -89,11 +92,12 @@ class WanDecoder(DiffusersVideoDecoder):
         full = cls._full_config(config)
         n_up = len(full["dim_mult"]) - 1  # every block but the last upsamples 2x in space
         temporal_up = list(full["temperal_downsample"])[::-1][:n_up]
-        return Geometry(
+        geometry = Geometry(
             spatial_scale=2**n_up * (full["patch_size"] or 1),
             temporal_scale=2 ** sum(bool(t) for t in temporal_up),
             causal=True,
         )
+        return cls._with_context(geometry, config)
 
     @classmethod
     def latent_channels_for(cls, config: dict[str, Any]) -> int:

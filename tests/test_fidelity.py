@@ -1,0 +1,82 @@
+"""Temporal tiles with causal context, per family, in real renders against the untiled render.
+
+Each family's adapter records how many latent frames a temporal tile decodes before (context) and after
+(lookahead) its own and discards. Where the decoder's temporal receptive field is finite (LTX-2, LTX-Video,
+Wan) that makes a temporal split exact: within one uint8 level of the untiled render. HunyuanVideo's
+GroupNorms take statistics over the whole tile, so no split is exact there; its context must make a
+2-tile temporal split at least as close to untiled as a 2x2 spatial split at overlap 2, over the whole
+clip and on the worst frame after the seam. The shots are long enough that a later tile's context does
+not reach back to the shot's first frame (which would make the test trivially exact).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import farm.render as fr
+from farm.decoders import decoder_class
+from farm.store import Output, create_job, open_job, read_frames, write_shot
+from farm.tasks import VideoSettings
+
+FRAMES_ONLY = VideoSettings(enabled=False)
+# decoder → latent frames, rows, columns of the test shot (long enough that a later tile's context does
+# not reach frame 0; HunyuanVideo's wide enough for a 2x2 split at overlap 2)
+SHOTS = {"ltx2-tiny": (30, 2, 2), "ltxv-tiny": (24, 2, 2), "wan-tiny": (56, 2, 2), "hunyuanvideo-tiny": (20, 4, 4)}
+TEMPORAL = fr.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
+
+
+def make_job(tmp_path, name: str):
+    spec = fr.synth_spec(name, seed=3)
+    cls = decoder_class(spec)
+    path = tmp_path / f"{name}.zarr"
+    create_job(path, spec)
+    channels = cls.latent_channels_for(spec.config)
+    latent = fr.smooth_latent(np.random.default_rng(5), (channels, *SHOTS[name]))
+    write_shot(path, "s", latent, fps=24.0)
+    return path, cls.geometry_for(spec.config)
+
+
+def render(job, out, scheduler, options) -> np.ndarray:
+    stats = fr.render(job, out, scheduler=scheduler, options=options, video=FRAMES_ONLY, log=lambda _: None)
+    assert not stats.failed
+    return read_frames(Output(out), "s").astype(np.float64)
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(((a - b) ** 2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def frame_psnr(a: np.ndarray, b: np.ndarray) -> list[float]:
+    return [psnr(x, y) for x, y in zip(a, b, strict=True)]
+
+
+def seam_frame(job) -> int:
+    """First pixel frame of the later temporal tile."""
+    plan = fr.plan_job(open_job(job), TEMPORAL, 1)[0]
+    later = [t for t in plan.tiles if t.grid_pos[0] == 1][0]
+    assert later.context > 0 and later.latent[0].start - later.context > 0  # context, not the whole prefix
+    return later.pixels[0].start
+
+
+@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny"])
+def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, scheduler3, name):
+    job, geometry = make_job(tmp_path, name)
+    seam_frame(job)
+    whole = render(job, tmp_path / "whole", scheduler3, fr.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
+    split = render(job, tmp_path / "split", scheduler3, TEMPORAL)
+    assert np.abs(split - whole).max() <= 1.0
+
+
+def test_hunyuanvideo_temporal_split_is_as_close_as_a_spatial_split(tmp_path, scheduler3):
+    job, _ = make_job(tmp_path, "hunyuanvideo-tiny")
+    seam = seam_frame(job)
+    whole = render(job, tmp_path / "whole", scheduler3, fr.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
+    split = render(job, tmp_path / "split", scheduler3, TEMPORAL)
+    spatial = render(job, tmp_path / "spatial", scheduler3,
+                     fr.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=64))  # fmt: skip
+    assert psnr(split, whole) >= psnr(spatial, whole)
+    assert min(frame_psnr(split, whole)[seam:]) >= min(frame_psnr(spatial, whole)[seam:])
