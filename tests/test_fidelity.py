@@ -24,7 +24,12 @@ from farm.tasks import VideoSettings
 FRAMES_ONLY = VideoSettings(enabled=False)
 # decoder → latent frames, rows, columns of the test shot (long enough that a later tile's context does
 # not reach frame 0; HunyuanVideo's wide enough for a 2x2 split at overlap 2)
-SHOTS = {"ltx2-tiny": (30, 2, 2), "ltxv-tiny": (24, 2, 2), "wan-tiny": (56, 2, 2), "hunyuanvideo-tiny": (20, 4, 4)}
+SHOTS = {
+    "ltx2-tiny": (30, 2, 2),
+    "ltxv-tiny": (24, 2, 2),
+    "wan-tiny": (56, 2, 2),
+    "hunyuanvideo-tiny": (20, 4, 4),
+}
 TEMPORAL = fr.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
 
 
