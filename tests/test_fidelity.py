@@ -18,7 +18,8 @@ import pytest
 
 import farm.render as fr
 from farm.decoders import decoder_class
-from farm.store import Output, create_job, open_job, read_frames, write_shot
+from farm.output import Output, read_frames
+from farm.store import create_job, open_job, write_shot
 from farm.tasks import VideoSettings
 
 FRAMES_ONLY = VideoSettings(enabled=False)
