@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -116,6 +117,7 @@ def run_graph(
     render_id: str | None = None,
     describe: dict[str, Any] | None = None,
     finish: set[str] | None = None,
+    outputs_ready: Callable[[], Any] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -126,6 +128,9 @@ def run_graph(
     `priority`: a job with a higher priority has all its tasks run before a lower one's
     (`farm.schedule.Priority`). Progress is published on the scheduler under the metadata key
     ``keys.RENDERS + (render_id,)`` (see `farm.monitor`), with `describe` merged in.
+
+    `outputs_ready`: waits until the output arrays exist (made on another thread meanwhile): the first
+    window of decodes is submitted before it is called, every blend and write after.
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window)
@@ -136,14 +141,16 @@ def run_graph(
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id,
-                    priority=priority, describe=describe or {})  # fmt: skip
+                    priority=priority, describe=describe or {}, outputs_ready=outputs_ready)  # fmt: skip
     return driver.run(on_progress)
 
 
 def _as_completed() -> Any:
     from distributed import as_completed
 
-    return as_completed(with_results=False)
+    # results come with the futures, fetched in the client's background thread: the loop never waits
+    # on a round trip per batch (only marks and finishes are tracked; their results are small dicts)
+    return as_completed(with_results=True, raise_errors=False)
 
 
 class Driver:
@@ -151,8 +158,9 @@ class Driver:
     the window, each batch's blend and outputs right after the decode that completes it, releases a
     decoded tile once every batch it feeds is written, and joins a shot's video after its last batch.
 
-    `completions` makes the iterator of finished futures (``distributed.as_completed``; tests of the
-    policy pass their own beside a fake client).
+    `completions` makes the iterator of finished ``(future, result)`` pairs (``distributed.as_completed``;
+    tests of the policy pass their own beside a fake client). Progress publishing and `farm cancel`
+    polling run on a thread of their own (:class:`Watcher`), so the loop only reacts to finished tasks.
     """
 
     def __init__(
@@ -168,6 +176,7 @@ class Driver:
         priority: int = 0,
         describe: dict[str, Any] | None = None,
         completions: Callable[[], Any] = _as_completed,
+        outputs_ready: Callable[[], Any] | None = None,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
         self.workers, self.io_workers = list(workers), list(io_workers)
@@ -188,6 +197,8 @@ class Driver:
         self.batches_left = [len(p.batches) for p in plans]
         self.failed: set[int] = set()
         self.cursor = 0
+        self.outputs_ready = outputs_ready
+        self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -209,8 +220,7 @@ class Driver:
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, index),
                 priority=self.base + Priority.PIECE,
             )  # fmt: skip
-        self.futures.add(decode)
-        self.meaning[decode.key] = ("decode", step)
+        decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
         self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
 
     def submit_blend(self, step: BlendStep) -> None:
@@ -274,7 +284,20 @@ class Driver:
                 continue
             self.submit_decode(step)
             for i in step.blends:
-                self.submit_blend(self.schedule.blends[i])
+                if self.outputs_ready is None:
+                    self.submit_blend(self.schedule.blends[i])
+                else:
+                    self.deferred.append(self.schedule.blends[i])
+
+    def open_outputs(self) -> None:
+        """Wait for the outputs to exist, then submit the blends held back meanwhile, in order."""
+        if self.outputs_ready is not None:
+            self.outputs_ready()
+            self.outputs_ready = None
+        for step in self.deferred:
+            if step.shot not in self.failed:
+                self.submit_blend(step)
+        self.deferred.clear()
 
     # -- reacting -----------------------------------------------------------------------------------
 
@@ -310,25 +333,25 @@ class Driver:
         if self.batches_left[step.shot] == 0:
             self.submit_finish(step.shot)
 
-    def handle(self, fut: Any) -> None:
+    def _count_decode(self, fut: Any) -> None:  # runs on the client's thread: one increment, no locks
+        if fut.status == "finished":
+            self.stats.tiles_decoded += 1
+
+    def handle(self, fut: Any, result: Any) -> None:
         kind, what = self.meaning.pop(fut.key, (None, None))
-        if kind == "decode":
-            if fut.status == "finished":
-                self.stats.tiles_decoded += 1
-            return  # a failed decode surfaces through the blends that need it
         if kind == "blend":
             if what.shot in self.failed:
                 return
             if fut.status != "finished":
                 self.fail_shot(what.shot, _exception(fut))
             else:
-                self.batch_written(what, fut.result())
+                self.batch_written(what, result)
             self.fill_window()
         elif kind == "finish":
             if fut.status != "finished":
                 self.fail_shot(what, _exception(fut))
             else:
-                self.stats.shots[self.plans[what].shot].video = fut.result()["video"]
+                self.stats.shots[self.plans[what].shot].video = result["video"]
 
     def cancel_all(self) -> None:
         for p, plan in enumerate(self.plans):
@@ -344,18 +367,21 @@ class Driver:
         for p, plan in enumerate(self.plans):
             if not plan.batches:  # resumed after its last batch: only the video is left to join
                 self.submit_finish(p)
-        self.fill_window()
-        last_check = 0.0
-        for fut in self.futures:
-            if time.monotonic() - last_check > 0.5:  # `farm cancel` records the render id on the scheduler
-                last_check = time.monotonic()
-                if cancel_requested(self.client, self.render_id):
-                    self.cancel_all()
+        self.fill_window()  # the first window's decodes start while the outputs are being made
+        self.open_outputs()
+        watcher = Watcher(self)
+        watcher.start()
+        try:
+            for fut, result in self.futures:
+                if watcher.cancelled.is_set():
                     break
-            self.handle(fut)
-            self.publisher.publish(self.stats)
-            if on_progress:
-                on_progress(self.stats)
+                self.handle(fut, result)
+                if on_progress:
+                    on_progress(self.stats)
+        finally:
+            watcher.stop()
+        if watcher.cancelled.is_set():
+            self.cancel_all()
         self.stats.seconds = time.perf_counter() - started
         self.publisher.publish(self.stats, final=True)
         if on_progress:
@@ -368,6 +394,30 @@ def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
     tile = plan.tiles[step.tile]
     position = {b.index: k for k, b in enumerate(plan.batches)}
     return [(position[b.index], frames) for b, frames in plan.batch_pieces(tile)]
+
+
+class Watcher(threading.Thread):
+    """Beside a driver's loop: publishes its progress every `period` seconds and polls whether
+    `farm cancel` named the render; on a cancel it empties the driver's completions so the loop ends."""
+
+    def __init__(self, driver: Driver, period: float = 0.5) -> None:
+        super().__init__(name=f"farm-watch-{driver.render_id}", daemon=True)
+        self.driver, self.period = driver, period
+        self.cancelled = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        d = self.driver
+        while not self.stopped.wait(self.period):
+            d.publisher.publish(d.stats)
+            if cancel_requested(d.client, d.render_id):
+                self.cancelled.set()
+                d.futures.clear()
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
 
 
 class ProgressPublisher:

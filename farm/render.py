@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,28 +121,44 @@ def render(
             out, plans, identities, restart=restart, video=video.enabled, log=log,
             frames=frame_numbers, first_frame=video.first_frame,
         )  # fmt: skip
-        prepare_output(
-            out, job, [(p.shot, p.pixel_shape, options.batch_frames) for p in plans], video.frames_dtype,
-            first_frame=video.first_frame,
+        # Output arrays and identity records are written on a thread while the first tiles decode
+        # (decodes only read the job store); no blend or write is submitted before they are in place.
+        preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
+        outputs = preparing.submit(
+            _prepare_outputs, out, job, plans, identities, options.batch_frames, video.frames_dtype,
+            video.first_frame,
         )  # fmt: skip
-        for plan in plans:
-            record_identity(out, plan.shot, identities[plan.shot], len(plan.batches))
+        preparing.shutdown(wait=False)
         if job.spec.random_weights:
             log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
-        if pending:
-            render_id = render_id or uuid.uuid4().hex[:8]
-            _announce(client, len(pending), n_workers, render_id, log)
-            stats = run_graph(
-                client, assign_round_robin(pending, n_workers), job_path=str(job.path),
-                spec_json=job.spec.to_json(), out=out,
-                fps={name: info.fps for name, info in job.shots.items()}, video=video,
-                metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
-                on_progress=on_progress, total_batches=totals, compile=compile, priority=priority,
-                render_id=render_id, describe={"job": str(job.path), "out": str(out.root)}, finish=finish,
-            )  # fmt: skip
+        try:
+            if pending:
+                render_id = render_id or uuid.uuid4().hex[:8]
+                _announce(client, len(pending), n_workers, render_id, log)
+                stats = run_graph(
+                    client, assign_round_robin(pending, n_workers), job_path=str(job.path),
+                    spec_json=job.spec.to_json(), out=out,
+                    fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                    metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
+                    on_progress=on_progress, total_batches=totals, compile=compile, priority=priority,
+                    render_id=render_id, describe={"job": str(job.path), "out": str(out.root)},
+                    finish=finish, outputs_ready=outputs.result,
+                )  # fmt: skip
+        finally:
+            outputs.result()  # in place (or its error raised) before the lock is released
     _add_outcomes(stats, plans, shot_errors, out, video)
     return stats
+
+
+def _prepare_outputs(
+    out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int, dtype: str,
+    first_frame: int,
+) -> None:  # fmt: skip
+    prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], dtype,
+                   first_frame=first_frame)  # fmt: skip
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
+        list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches)), plans))
 
 
 def _budget_window(

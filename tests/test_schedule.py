@@ -55,6 +55,9 @@ class FakeFuture:
     def exception(self) -> BaseException | None:
         return RuntimeError("boom") if self.status == "error" else None
 
+    def add_done_callback(self, fn: Any) -> None:
+        fn(self)
+
 
 class FakeClient:
     """Records what the driver submits; every task 'finishes' in submission order."""
@@ -89,10 +92,12 @@ class FifoCompletions:
 
     def __iter__(self):
         while self.queue:
-            yield self.queue.popleft()
+            fut = self.queue.popleft()
+            yield fut, fut.result()
 
 
-def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None):
+def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None,
+          gate: bool = False):  # fmt: skip
     from farm.graph import Driver, RenderTargets
     from farm.tasks import VideoSettings
 
@@ -105,8 +110,11 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
         video=VideoSettings(), metadata={}, finish=None,
         total_batches={p.shot: len(p.batches) for p in plans},
     )  # fmt: skip
+    def outputs_ready() -> None:
+        client.submitted.append({"kind": "outputs-ready", "key": ("outputs-ready",)})
+
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
-                    completions=FifoCompletions)  # fmt: skip
+                    completions=FifoCompletions, outputs_ready=outputs_ready if gate else None)  # fmt: skip
     stats = driver.run()
     return schedule, client, stats, workers, io_workers
 
@@ -142,6 +150,7 @@ def test_driver_issues_exactly_the_schedule(name: str) -> None:
     assert 1 <= stats.max_tiles_held <= schedule.window
     assert stats.batches_written == len(schedule.blends) and not stats.failed
     assert all(o.video for o in stats.shots.values())
+    assert stats.tiles_decoded == len(schedule.decodes)
 
 
 def test_driver_holds_the_window_and_skips_a_failed_shot() -> None:
@@ -189,3 +198,17 @@ def test_schedule_values_are_validated() -> None:
     with pytest.raises(FarmError, match="--window"):
         window_for(plans, 2, 0)
     assert window_for(plans, 3) == 6
+
+
+def test_first_decodes_start_before_the_outputs_exist_and_no_blend_does() -> None:
+    plans = job([TileGrid()] * 5, 2)
+    schedule, client, stats, *_ = drive(plans, 2, 1, gate=True)
+    kinds = [s["kind"] for s in client.submitted]
+    ready = kinds.index("outputs-ready")
+    assert kinds[:ready].count(keys.DECODE_TILE) == min(schedule.window, len(schedule.decodes))
+    assert keys.BLEND_BATCH not in kinds[:ready] and keys.WRITE_BATCH not in kinds[:ready]
+    blends = [s for s in client.submitted if s["kind"] == keys.BLEND_BATCH]
+    assert [(s["key"][2], s["key"][3]) for s in blends] == [
+        (plans[b.shot].shot, plans[b.shot].batches[b.batch].index) for b in schedule.blends
+    ]
+    assert stats.batches_written == len(schedule.blends) and not stats.failed
