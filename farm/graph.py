@@ -118,6 +118,7 @@ def run_graph(
     describe: dict[str, Any] | None = None,
     finish: set[str] | None = None,
     outputs_ready: Callable[[], Any] | None = None,
+    stream: bool = True,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -129,11 +130,14 @@ def run_graph(
     (`farm.schedule.Priority`). Progress is published on the scheduler under the metadata key
     ``keys.RENDERS + (render_id,)`` (see `farm.monitor`), with `describe` merged in.
 
+    `stream`: a tile split into temporal chunks (``--chunk F,…``) is decoded one chunk per task, so its
+    first batches are blended and written while its later frames decode (same frames either way).
+
     `outputs_ready`: waits until the output arrays exist (made on another thread meanwhile): the first
     window of decodes is submitted before it is called, every blend and write after.
     """
     workers, io_workers = split_workers(client)
-    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window)
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
     targets = RenderTargets(
         job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
         metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
@@ -191,9 +195,10 @@ class Driver:
         self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
         self.futures = completions()
         self.meaning: dict[Any, tuple[str, Any]] = {}
-        self.decoded: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future, while held
-        self.pieces: dict[tuple[int, int, int], Any] = {}  # (shot, tile, batch) → piece future
-        self.unwritten = schedule.releases()  # (shot, tile) → batches it feeds not yet written
+        self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
+        self.pieces: dict[tuple[int, int, int, int], Any] = {}  # (*unit, batch) → piece future
+        self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
+        self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
         self.batches_left = [len(p.batches) for p in plans]
         self.failed: set[int] = set()
         self.cursor = 0
@@ -205,19 +210,20 @@ class Driver:
     def submit_decode(self, step: DecodeStep) -> None:
         plan = self.plans[step.shot]
         tile = plan.tiles[step.tile]
-        cuts = [(plan.batches[b].index, frames) for b, frames in _cuts(plan, step)]
+        cuts = _cuts(plan, step)
         t = self.targets
+        part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
         decode = self.client.submit(
-            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile,
-            key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index),
+            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment,
+            key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
-        self.decoded[(step.shot, step.tile)] = decode
+        self.decoded[step.unit] = decode
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
-            self.pieces[(step.shot, step.tile, b)] = self.client.submit(
+            self.pieces[(*step.unit, b)] = self.client.submit(
                 operator.getitem, decode, index,
-                key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, index),
+                key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
                 priority=self.base + Priority.PIECE,
             )  # fmt: skip
         decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
@@ -226,13 +232,15 @@ class Driver:
     def submit_blend(self, step: BlendStep) -> None:
         plan, t = self.plans[step.shot], self.targets
         batch = plan.batches[step.batch]
-        tiles = [plan.tiles[k] for k in step.tiles]
-        pieces = [self.pieces[(step.shot, k, step.batch)] for k in step.tiles]
+        pieces = [self.pieces[(step.shot, k, segment, step.batch)] for k, segment in step.pieces]
+        places = [placement(plan, self.frames_of[(step.shot, k, seg)], plan.tiles[k], batch.start)
+                  for k, seg in step.pieces]  # fmt: skip
+        groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
         name = (self.render_id, plan.shot, batch.index)
         blend_at = self.workers[step.slot]
         frames = self.client.submit(
-            blend_batch, batch, plan.pixel_shape[1:], [placement(plan, x, batch.start) for x in tiles],
-            pieces, t.video.frames_dtype, t.video.takes_yuv420,
+            blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
+            t.video.takes_yuv420, groups,
             key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
             workers=[blend_at], allow_other_workers=True,
         )  # fmt: skip
@@ -301,10 +309,10 @@ class Driver:
 
     # -- reacting -----------------------------------------------------------------------------------
 
-    def release(self, shot: int, tile: int) -> None:
-        """Drop our references to a decoded tile, so the scheduler can forget it and its pieces."""
-        self.decoded.pop((shot, tile), None)
-        for key in [k for k in self.pieces if k[:2] == (shot, tile)]:
+    def release(self, unit: tuple[int, int, int]) -> None:
+        """Drop our references to a decoded tile (or segment), so the scheduler can forget it."""
+        self.decoded.pop(unit, None)
+        for key in [k for k in self.pieces if k[:3] == unit]:
             del self.pieces[key]
 
     def fail_shot(self, shot: int, error: BaseException) -> None:
@@ -314,9 +322,9 @@ class Driver:
         name = self.plans[shot].shot
         message = str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
         self.stats.shots[name].error = message
-        for s, tile in list(self.decoded):
-            if s == shot:
-                self.release(s, tile)
+        for unit in list(self.decoded):
+            if unit[0] == shot:
+                self.release(unit)
 
     def batch_written(self, step: BlendStep, result: dict[str, Any]) -> None:
         stats = self.stats
@@ -325,10 +333,11 @@ class Driver:
         stats.write_s += result["write_s"]
         stats.encode_s += result["encode_s"]
         stats.shots[self.plans[step.shot].shot].batches_written += 1
-        for tile in step.tiles:
-            self.unwritten[(step.shot, tile)] -= 1
-            if self.unwritten[(step.shot, tile)] == 0:
-                self.release(step.shot, tile)
+        for tile, segment in step.pieces:
+            unit = (step.shot, tile, segment)
+            self.unwritten[unit] -= 1
+            if self.unwritten[unit] == 0:
+                self.release(unit)
         self.batches_left[step.shot] -= 1
         if self.batches_left[step.shot] == 0:
             self.submit_finish(step.shot)
@@ -390,10 +399,14 @@ class Driver:
 
 
 def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
-    """(batch position, frames of the tile that go there) for each batch the decode step feeds."""
-    tile = plan.tiles[step.tile]
-    position = {b.index: k for k, b in enumerate(plan.batches)}
-    return [(position[b.index], frames) for b, frames in plan.batch_pieces(tile)]
+    """(batch index, frames of the step's own pixels that go there) for each batch the step feeds."""
+    first = plan.tiles[step.tile].pixels[0].start + step.frames[0]  # the step's first frame in the shot
+    cuts = []
+    for b in step.feeds:
+        batch = plan.batches[b]
+        lo, hi = max(batch.start, first), min(batch.stop, first + step.frames[1] - step.frames[0])
+        cuts.append((batch.index, slice(lo - first, hi - first)))
+    return cuts
 
 
 class Watcher(threading.Thread):
@@ -470,10 +483,12 @@ def split_workers(client: Any) -> tuple[list[str], list[str]]:
     return decode, io
 
 
-def placement(plan: ShotPlan, tile: Tile, batch_start: int) -> Placement:
+def placement(plan: ShotPlan, frames: tuple[int, int], tile: Tile, batch_start: int) -> Placement:
+    """Where a piece of `tile` (its tile-local pixel `frames`: the whole tile or one segment) goes in a
+    batch starting at frame `batch_start`."""
     span_f, span_h, span_w = tile.pixels
     return Placement(
-        frame=max(span_f.start - batch_start, 0),
+        frame=max(span_f.start + frames[0] - batch_start, 0),
         rows=(span_h.start, span_h.stop),
         cols=(span_w.start, span_w.stop),
     )

@@ -55,6 +55,7 @@ from farm.tiling import (
     assign_round_robin,
     causal_shift,
     plan_chunks,
+    plan_geometry,
     plan_shot,
     split_by_count,
     temporal_context,
@@ -257,20 +258,12 @@ class _ShotTasks:
     tile_peak: tuple[int, ...]
     tile_volume: tuple[int, ...]  # latent volume
     tile_priority: tuple[int, ...]  # tile index (decode priority is -index)
+    tile_hw: tuple[int, ...]  # pixels per frame of each tile
     feeds: tuple[tuple[tuple[int, int], ...], ...]  # per tile: (batch position, piece pixel volume)
     batch_tiles: tuple[tuple[int, ...], ...]  # per batch: tile positions
     batch_pixels: tuple[int, ...]
     batch_piece_pixels: tuple[int, ...]  # per batch: the summed pixel volume of its pieces
     latent_volume: int
-
-
-def _geometry_of(plan: ShotPlan) -> Geometry:
-    _, f, h, _ = plan.latent_shape
-    pf, ph, _ = plan.pixel_shape
-    spatial = ph // h
-    if f > 1 and (pf - 1) % (f - 1) == 0 and pf != f * ((pf - 1) // (f - 1)):
-        return Geometry(spatial, (pf - 1) // (f - 1), causal=True)
-    return Geometry(spatial, max(1, pf // f), causal=pf % f != 0)
 
 
 def _shot_tasks(
@@ -295,6 +288,7 @@ def _shot_tasks(
         tile_peak=tuple(peak),
         tile_volume=tuple(volume),
         tile_priority=tuple(t.index for t in plan.tiles),
+        tile_hw=tuple(t.pixels[1].size * t.pixels[2].size for t in plan.tiles),
         feeds=tuple(feeds),
         batch_tiles=tuple(tuple(position[i] for i in b.tiles) for b in plan.batches),
         batch_pixels=tuple(b.frames * plan.pixel_shape[1] * plan.pixel_shape[2] for b in plan.batches),
@@ -341,7 +335,7 @@ def predict(
         key = (plan.latent_shape, plan.grid, plan.chunk, tuple((b.start, b.stop) for b in plan.batches),
                tuple(t.index for t in plan.tiles))  # fmt: skip
         if key not in cache:
-            cache[key] = _shot_tasks(plan, cost_model, memory, geometry or _geometry_of(plan))
+            cache[key] = _shot_tasks(plan, cost_model, memory, geometry or plan_geometry(plan))
         shots.append(cache[key])
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
     full = _simulate(shots, schedule, cost_model, output=True)
@@ -380,7 +374,9 @@ def _simulate(
 
 class _Simulation:
     """The state of one replay. Workers ``0 … n_decode-1`` decode and blend; I/O workers follow them and
-    run only writes and encodes (``IO_WORKER_THREADS`` each)."""
+    run only writes and encodes (``IO_WORKER_THREADS`` each). Tasks: ``("decode", step)``,
+    ``("blend" | "write" | "encode", blend)``, ``("arrive", blend)``, ``("finish", shot)`` with positions
+    in ``schedule.decodes`` / ``schedule.blends``."""
 
     def __init__(self, shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool):
         self.shots, self.schedule, self.cost, self.output = shots, schedule, cost, output
@@ -390,7 +386,7 @@ class _Simulation:
         self.per_node = max(1, cost.workers_per_node)
         stages = [("write", cost.write_s_per_pixel), ("encode", cost.encode_s_per_pixel)]
         self.stages = dict((name, rate) for name, rate in stages if rate > 0) if output else {}
-        self.blend_of = {(b.shot, b.batch): b for b in schedule.blends}
+        self.blend_at = {(b.shot, b.batch): j for j, b in enumerate(schedule.blends)}
         threads = max(1, cost.threads_per_worker)
         self.ready: list[list[tuple]] = [[] for _ in range(n + n_io)]  # per worker: (-priority, seq, task)
         self.free_threads = [threads] * n + [IO_WORKER_THREADS] * n_io
@@ -404,9 +400,10 @@ class _Simulation:
         self.node_bound = cost.output_streams_per_node < self.per_node * per_worker
         self.events: list[tuple] = []  # (time, seq, worker, task)
         self.seq = 0
-        self.arrived = {(b.shot, b.batch): 0 for b in schedule.blends}
-        self.stages_left = {(b.shot, b.batch): len(self.stages) for b in schedule.blends}
+        self.arrived = [0] * len(schedule.blends)
+        self.stages_left = [len(self.stages)] * len(schedule.blends)
         self.unwritten = schedule.releases()
+        self.step_of = {d.unit: i for i, d in enumerate(schedule.decodes)}
         self.held = 0
         self.batches_left = [len(s.batch_tiles) for s in shots]
         self.totals = {"decode_busy": 0.0, "busy": 0.0, "transfer_bytes": 0.0}
@@ -421,7 +418,15 @@ class _Simulation:
         self.seq += 1
         heapq.heappush(self.ready[w], (-priority, self.seq, task))
         self.touched.add(w)
-        self.trace.append((task[0], task[1], task[2], w))
+        kind, i = task
+        if kind == "decode":
+            step = self.schedule.decodes[i]
+            self.trace.append((kind, step.shot, step.tile, w))
+        elif kind == "finish":
+            self.trace.append((kind, i, 0, w))
+        else:
+            blend = self.schedule.blends[i]
+            self.trace.append((kind, blend.shot, blend.batch, w))
 
     def submit(self) -> None:
         decodes = self.schedule.decodes
@@ -429,96 +434,106 @@ class _Simulation:
             step = decodes[self.cursor]
             self.cursor += 1
             self.held += 1
-            self.push_ready(step.slot, Priority.DECODE + step.priority, ("decode", step.shot, step.tile))
+            self.push_ready(step.slot, Priority.DECODE + step.priority, ("decode", self.cursor - 1))
+
+    def seconds(self, task: tuple) -> float:
+        kind, i = task
+        cost = self.cost
+        if kind == "decode":
+            step = self.schedule.decodes[i]
+            return cost.task_overhead_s + self.shots[step.shot].tile_seconds[step.tile] * step.share
+        if kind == "finish":
+            return cost.shot_overhead_s
+        blend = self.schedule.blends[i]
+        s = self.shots[blend.shot]
+        if kind == "blend":
+            return cost.task_overhead_s + cost.blend_s_per_pixel * s.batch_piece_pixels[blend.batch]
+        return cost.task_overhead_s + self.stages[kind] * s.batch_pixels[blend.batch]
 
     def start(self, w: int, now: float) -> None:
-        cost, overhead = self.cost, self.cost.task_overhead_s
         while self.free_threads[w] and self.ready[w]:
             _, _, task = heapq.heappop(self.ready[w])
-            kind, p, k = task
-            s = self.shots[p]
+            kind = task[0]
+            d = self.seconds(task)
+            end = now + d
             if kind == "decode":  # takes a thread, then waits for the GPU (CPU workers: for a stream)
-                d = overhead + s.tile_seconds[k]
                 begin = max(now, self.gpu_free[w])
-                if cost.decode_on_host:
+                if self.cost.decode_on_host:
                     streams = self.node_streams[self.node_of(w)]
                     begin = max(begin, heapq.heappop(streams))
                     heapq.heappush(streams, begin + d)
                 end = self.gpu_free[w] = begin + d
                 self.totals["decode_busy"] += d
-            elif kind == "blend":
-                d = overhead + cost.blend_s_per_pixel * s.batch_piece_pixels[k]
-                end = now + d
             elif kind in ("write", "encode"):  # waits for an output stream (its node's or its own)
-                d = overhead + self.stages[kind] * s.batch_pixels[k]
                 streams = self.node_streams[self.node_of(w)] if self.node_bound else self.worker_streams[w]
-                begin = max(now, heapq.heappop(streams))
-                end = begin + d
+                end = max(now, heapq.heappop(streams)) + d
                 heapq.heappush(streams, end)
-            else:  # finish
-                d = cost.shot_overhead_s
-                end = now + d
             self.totals["busy"] += d
             self.free_threads[w] -= 1
             self.seq += 1
             heapq.heappush(self.events, (end, self.seq, w, task))
 
-    def batch_done(self, p: int, b: int) -> None:
-        for tile in self.blend_of[(p, b)].tiles:
-            self.unwritten[(p, tile)] -= 1
-            if self.unwritten[(p, tile)] == 0:
+    def batch_done(self, j: int) -> None:
+        blend = self.schedule.blends[j]
+        for tile, segment in blend.pieces:
+            unit = (blend.shot, tile, segment)
+            self.unwritten[unit] -= 1
+            if self.unwritten[unit] == 0:
                 self.held -= 1
+        p = blend.shot
         self.batches_left[p] -= 1
         if self.batches_left[p] == 0 and self.output and self.cost.shot_overhead_s > 0:
-            n = self.n
-            least = min(range(n), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
-            self.push_ready(least, Priority.FINISH, ("finish", p, 0))
+            least = min(range(self.n), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
+            self.push_ready(least, Priority.FINISH, ("finish", p))
         self.submit()
 
-    def arrive(self, p: int, b: int) -> None:
-        self.arrived[(p, b)] += 1
-        blend = self.blend_of[(p, b)]
-        if self.arrived[(p, b)] < len(blend.tiles):
+    def arrive(self, j: int) -> None:
+        self.arrived[j] += 1
+        blend = self.schedule.blends[j]
+        if self.arrived[j] < len(blend.pieces):
             return
         if self.output:
-            self.push_ready(blend.slot, Priority.BLEND, ("blend", p, b))
+            self.push_ready(blend.slot, Priority.BLEND, ("blend", j))
         else:
-            self.batch_done(p, b)
+            self.batch_done(j)
 
-    def decoded(self, w: int, p: int, k: int, now: float) -> None:
-        """Send a decoded tile's pieces to where their batches blend (one transfer at a time into each)."""
-        for b, px in self.shots[p].feeds[k]:
-            t = self.blend_of[(p, b)].slot
+    def decoded(self, w: int, i: int, now: float) -> None:
+        """Send a decode's pieces to where their batches blend (one transfer at a time into each)."""
+        step = self.schedule.decodes[i]
+        hw = self.shots[step.shot].tile_hw[step.tile]
+        for b, frames in zip(step.feeds, step.feed_frames, strict=True):
+            j = self.blend_at[(step.shot, b)]
+            t = self.schedule.blends[j].slot
             if t == w or self.link is None:
-                self.arrive(p, b)
+                self.arrive(j)
                 continue
-            nbytes = px * self.cost.piece_bytes_per_pixel
+            nbytes = frames * hw * self.cost.piece_bytes_per_pixel
             self.totals["transfer_bytes"] += nbytes
             begin = max(now, self.recv_free[t])
             same_node = t // self.per_node == w // self.per_node
             at = self.recv_free[t] = begin + self.link.seconds(nbytes, same_node=same_node)
             self.seq += 1
-            heapq.heappush(self.events, (at, self.seq, t, ("arrive", p, b)))
+            heapq.heappush(self.events, (at, self.seq, t, ("arrive", j)))
 
     def finished(self, w: int, task: tuple, now: float) -> None:
-        kind, p, k = task
+        kind, i = task
         if kind == "arrive":
-            self.arrive(p, k)
+            self.arrive(i)
             return
         self.free_threads[w] += 1
         self.touched.add(w)
         if kind == "decode":
-            self.decoded(w, p, k, now)
+            self.decoded(w, i, now)
         elif kind == "blend":
             if not self.stages:
-                self.batch_done(p, k)
-            io = self.blend_of[(p, k)].io
+                self.batch_done(i)
+            io = self.schedule.blends[i].io
             for name in self.stages:  # on the batch's I/O worker, else beside the blend
-                self.push_ready(w if io is None else self.n + io, Priority.OUTPUT, (name, p, k))
+                self.push_ready(w if io is None else self.n + io, Priority.OUTPUT, (name, i))
         elif kind in ("write", "encode"):
-            self.stages_left[(p, k)] -= 1
-            if self.stages_left[(p, k)] == 0:
-                self.batch_done(p, k)
+            self.stages_left[i] -= 1
+            if self.stages_left[i] == 0:
+                self.batch_done(i)
 
     def run(self) -> dict[str, Any]:
         self.submit()

@@ -75,6 +75,7 @@ def render(
     priority: int = 0,
     render_id: str | None = None,
     frames: str | None = None,
+    stream: bool = True,
 ) -> RenderStats:
     """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``, resuming what OUT already holds.
 
@@ -143,7 +144,7 @@ def render(
                     metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
                     on_progress=on_progress, total_batches=totals, compile=compile, priority=priority,
                     render_id=render_id, describe={"job": str(job.path), "out": str(out.root)},
-                    finish=finish, outputs_ready=outputs.result,
+                    finish=finish, outputs_ready=outputs.result, stream=stream,
                 )  # fmt: skip
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released

@@ -19,11 +19,12 @@ I/O slot ``j`` the j-th I/O worker. Nothing here imports Dask or torch.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from farm.errors import FarmError
-from farm.tiling import ShotPlan, required_window
+from farm.tiling import ShotPlan, plan_geometry, tile_segments
 
 #: task threads of each I/O worker process (``farm-io-N``), in `farm.cluster` and in the simulator
 IO_WORKER_THREADS = 2
@@ -53,7 +54,8 @@ class Priority:
 
 @dataclass(frozen=True)
 class DecodeStep:
-    """One decode task: tile ``tile`` (position in ``plans[shot].tiles``) on decode slot ``slot``."""
+    """One decode task: tile ``tile`` (position in ``plans[shot].tiles``) on decode slot ``slot``; with
+    ``segment >= 0`` only that temporal segment of it (`farm.tiling.tile_segments`: a streamed tile)."""
 
     shot: int
     tile: int
@@ -61,26 +63,39 @@ class DecodeStep:
     priority: int  # relative to the job's base
     feeds: tuple[int, ...]  # positions in plans[shot].batches of the batches it feeds
     blends: tuple[int, ...]  # positions in Schedule.blends submitted right after this decode
+    segment: int = -1  # -1: the whole tile
+    frames: tuple[int, int] = (0, 0)  # tile-local pixel frames it decodes
+    share: float = 1.0  # its part of the tile's decode work (latent frames)
+    feed_frames: tuple[int, ...] = ()  # per fed batch: how many of its frames this step gives
+
+    @property
+    def unit(self) -> tuple[int, int, int]:
+        return (self.shot, self.tile, self.segment)
 
 
 @dataclass(frozen=True)
 class BlendStep:
-    """One batch's reduction and outputs: blended on decode slot ``slot`` from the pieces of ``tiles``
-    (summed in that order), written and encoded on I/O slot ``io`` (``None``: on the blending worker)."""
+    """One batch's reduction and outputs: blended on decode slot ``slot`` from ``pieces`` (``(tile,
+    segment)`` pairs, summed per tile then across tiles, in that order), written and encoded on I/O slot
+    ``io`` (``None``: on the blending worker)."""
 
     shot: int
     batch: int  # position in plans[shot].batches
-    tiles: tuple[int, ...]  # tile positions
+    pieces: tuple[tuple[int, int], ...]
     slot: int
     io: int | None
     local: bool  # fed by one tile: blended where it was decoded, no transfer
+
+    @property
+    def tiles(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(t for t, _ in self.pieces))
 
 
 @dataclass(frozen=True)
 class Schedule:
     decodes: tuple[DecodeStep, ...]  # in submission order
     blends: tuple[BlendStep, ...]  # in submission order
-    window: int  # most decoded tiles held at once
+    window: int  # most decoded tiles (or segments) held at once
     n_decode: int
     n_io: int
 
@@ -93,46 +108,81 @@ class Schedule:
         if self.window < 1:
             raise FarmError(f"the window must hold at least one decoded tile, got {self.window}")
 
-    def releases(self) -> dict[tuple[int, int], int]:
-        """Per decoded tile ``(shot, tile)``: how many batch writes must finish before it is released."""
-        return {(d.shot, d.tile): len(d.feeds) for d in self.decodes}
-
-    def shot_blends(self, shot: int) -> list[BlendStep]:
-        return [b for b in self.blends if b.shot == shot]
+    def releases(self) -> dict[tuple[int, int, int], int]:
+        """Per decode step (its `unit`): how many batch writes must finish before it is released."""
+        return {d.unit: len(d.feeds) for d in self.decodes}
 
 
-def window_for(plans: Sequence[ShotPlan], n_decode: int, requested: int | None = None) -> int:
-    """The window a render of `plans` holds: `requested` (default two decoded tiles per decode worker),
-    raised to the fewest tiles that let tiles submitted in order make progress."""
+def window_for(required: int, n_decode: int, requested: int | None = None) -> int:
+    """The window a render holds: `requested` (default two decoded tiles per decode worker), raised to
+    `required`, the fewest that let decodes submitted in order make progress."""
     if requested is not None and requested < 1:
         raise FarmError(f"--window must be at least 1 decoded tile, got {requested}")
     default = requested if requested is not None else 2 * max(1, n_decode)
-    return max(default, required_window(plans) if plans else 1)
+    return max(default, required, 1)
+
+
+def required_window(decodes: Sequence[DecodeStep], blends: Sequence[BlendStep]) -> int:
+    """Fewest decode results held at once for decodes submitted in order to make progress: when batch b
+    is the oldest unwritten one, the results held run from the oldest step still feeding an unwritten
+    batch to the newest step b needs (`farm.tiling.required_window`, per step)."""
+    position = {d.unit: i for i, d in enumerate(decodes)}
+    order = {(b.shot, b.batch): k for k, b in enumerate(sorted(blends, key=lambda b: (b.shot, b.batch)))}
+    last_of = sorted((max(order[(d.shot, b)] for b in d.feeds), position[d.unit]) for d in decodes if d.feeds)
+    suffix_min, running = [0] * len(last_of), len(decodes)
+    for i in range(len(last_of) - 1, -1, -1):
+        running = min(running, last_of[i][1])
+        suffix_min[i] = running
+    lasts = [last for last, _ in last_of]
+    need = 1
+    for b in blends:
+        newest = max(position[(b.shot, t, s)] for t, s in b.pieces)
+        oldest = suffix_min[bisect.bisect_left(lasts, order[(b.shot, b.batch)])]
+        need = max(need, newest - oldest + 1)
+    return need
+
+
+def _units(plan: ShotPlan, stream: bool) -> list[tuple[int, int, tuple[int, int], float]]:
+    """(tile position, segment, tile-local pixel frames, share of the tile) per decode step of a shot."""
+    geometry = plan_geometry(plan) if stream and plan.chunk.frames else None
+    units = []
+    for k, tile in enumerate(plan.tiles):
+        segments = tile_segments(tile, geometry, plan.chunk) if geometry else []
+        if len(segments) < 2:
+            units.append((k, -1, (0, tile.pixels[0].size), 1.0))
+            continue
+        total = sum(seg.latent_frames for seg in segments)
+        units.extend((k, seg.index, seg.frames, seg.latent_frames / total) for seg in segments)
+    return units
 
 
 def make_schedule(
-    plans: Sequence[ShotPlan], *, n_decode: int, n_io: int, window: int | None = None
+    plans: Sequence[ShotPlan], *, n_decode: int, n_io: int, window: int | None = None, stream: bool = True
 ) -> Schedule:
     """The schedule of `plans` on `n_decode` decode workers and `n_io` I/O workers.
 
-    Decodes are submitted in job order (shot by shot, tile by tile) on slot ``tile.worker % n_decode``.
-    A batch is submitted with the decode of the last tile it needs; a batch fed by one tile is blended
-    on that tile's slot, other batches round-robin over the decode slots in submission order; writes and
-    encodes go round-robin over the I/O slots, or stay on the blending worker when there are none.
+    Decodes are submitted in job order (shot by shot, tile by tile) on slot ``tile.worker % n_decode``;
+    with `stream`, a tile split into temporal chunks (``plan.chunk.frames``) is one decode per chunk, in
+    order, each feeding the batches it reaches. A batch is submitted with the decode of the last piece
+    it needs; a batch fed by one tile is blended on that tile's slot, other batches round-robin over the
+    decode slots in submission order; writes and encodes go round-robin over the I/O slots, or stay on
+    the blending worker when there are none.
     """
     decodes: list[DecodeStep] = []
     blends: list[BlendStep] = []
     blend_turn = io_turn = 0
     for p, plan in enumerate(plans):
-        position = {t.index: k for k, t in enumerate(plan.tiles)}
+        units = _units(plan, stream)
         slots = [t.worker % max(1, n_decode) for t in plan.tiles]
-        batch_tiles = [tuple(position[i] for i in batch.tiles) for batch in plan.batches]
-        for k, tile in enumerate(plan.tiles):
+        spans = [_absolute(plan, k, frames) for k, _, frames, _ in units]
+        bounds = [(b.start, b.stop) for b in plan.batches]
+        pieces = [[u for u, span in enumerate(spans) if _overlap(span, bound)] for bound in bounds]
+        for u, (k, segment, frames, share) in enumerate(units):
             ready = []
-            for b, tiles in enumerate(batch_tiles):  # batches whose last tile this is, in batch order
-                if max(tiles) != k:
+            for b, feeding in enumerate(pieces):  # batches whose last piece this is, in batch order
+                if not feeding or max(feeding) != u:
                     continue
-                local = len(tiles) == 1
+                local = len({units[v][0] for v in feeding}) == 1
                 if local:
                     slot = slots[k]
                 else:
@@ -141,7 +191,21 @@ def make_schedule(
                 if n_io:
                     io, io_turn = io_turn % n_io, io_turn + 1
                 ready.append(len(blends))
-                blends.append(BlendStep(p, b, tiles, slot, io, local))
-            feeds = tuple(b for b, tiles in enumerate(batch_tiles) if k in tiles)
-            decodes.append(DecodeStep(p, k, slots[k], Priority.DECODE - tile.index, feeds, tuple(ready)))
-    return Schedule(tuple(decodes), tuple(blends), window_for(plans, n_decode, window), n_decode, n_io)
+                blends.append(BlendStep(p, b, tuple(units[v][:2] for v in feeding), slot, io, local))
+            feeds = tuple(b for b, feeding in enumerate(pieces) if u in feeding)
+            given = tuple(_overlap(spans[u], bounds[b]) for b in feeds)
+            priority = Priority.DECODE - plan.tiles[k].index
+            decodes.append(
+                DecodeStep(p, k, slots[k], priority, feeds, tuple(ready), segment, frames, share, given)
+            )
+    required = required_window(decodes, blends) if decodes else 1
+    return Schedule(tuple(decodes), tuple(blends), window_for(required, n_decode, window), n_decode, n_io)
+
+
+def _absolute(plan: ShotPlan, tile: int, frames: tuple[int, int]) -> tuple[int, int]:
+    start = plan.tiles[tile].pixels[0].start
+    return (start + frames[0], start + frames[1])
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> int:
+    return max(0, min(a[1], b[1]) - max(a[0], b[0]))

@@ -20,7 +20,7 @@ from dask.sizeof import sizeof
 from farm.errors import FarmError
 from farm.output import Output, fsync_path, mark_done, write_frames
 from farm.store import read_latent
-from farm.tiling import Batch, ChunkSize, Tile, plan_chunks
+from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 
 
 def worker_device() -> str:
@@ -30,19 +30,20 @@ def worker_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _weights(tile: Tile, device: str) -> tuple[Any, Any, Any]:
+def _weights(tile: Tile, device: str, frames: slice = slice(None)) -> tuple[Any, Any, Any]:
     import torch
 
     f, h, w = (torch.tensor(span.weights, dtype=torch.float32, device=device) for span in tile.pixels)
-    return f.view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
+    return f[frames].view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
 
 
-def _weigh_in_place(pixels: Any, tile: Tile) -> Any:
+def _weigh_in_place(pixels: Any, tile: Tile, frames: slice = slice(None)) -> Any:
     """Multiply float32 pixels ``[3, F, H, W]`` (a tensor the caller owns) by the tile's blend ramps, in
-    place: the same products as ``pixels * wf * wh * ww`` without two tile-sized temporaries."""
+    place: the same products as ``pixels * wf * wh * ww`` without two tile-sized temporaries. `frames`:
+    the tile's frames these pixels are (a temporal segment of it)."""
     import torch
 
-    wf, wh, ww = _weights(tile, pixels.device)
+    wf, wh, ww = _weights(tile, pixels.device, frames)
     with torch.inference_mode():  # decoders return inference tensors, which only change in this mode
         pixels.mul_(wf).mul_(wh).mul_(ww)
     return pixels
@@ -105,8 +106,14 @@ def decode_tile(
     chunk: ChunkSize,
     cuts: list[tuple[int, slice]],
     compile: bool | str = False,
+    segment: int = -1,
 ) -> dict[int, Any]:
-    """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``."""
+    """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
+
+    A tile split into temporal chunks decodes segment by segment (`farm.tiling.tile_segments`), each
+    weighted by the tile's ramps, then summed in order; ``segment >= 0`` decodes only that one (a
+    streamed tile: one task per segment), its `cuts` relative to the segment's first frame. Both give
+    the same pieces for the same frames (`blend_batch` sums a tile's segments first)."""
     import torch
 
     from farm.decoders import load_decoder
@@ -129,8 +136,15 @@ def decode_tile(
     latent = torch.from_numpy(block)
     expected = tuple(span.size for span in tile.pixels)
 
+    origin = tile.decode_origin()
+    # temporal chunks (segments) never meet temporal context: the chunking guard keeps a tile split
+    # across workers along frames from also being chunked along frames inside one
+    segments = tile_segments(tile, decoder.geometry, chunk) if chunk.frames else []
+    if segment >= 0 or len(segments) > 1:
+        return on_decode_thread(_decode_segments, decoder, latent, tile, segments, segment, origin, cuts)
+
     def decode() -> dict[int, Any]:
-        pixels = decode_block(decoder, latent, chunk, origin=tile.decode_origin())
+        pixels = decode_block(decoder, latent, chunk, origin=origin)
         pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
@@ -141,6 +155,47 @@ def decode_tile(
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
     return on_decode_thread(decode)
+
+
+def _decode_segments(
+    decoder: Any, latent: Any, tile: Tile, segments: list[Segment], only: int,
+    origin: tuple[int, ...], cuts: list[tuple[int, slice]],
+) -> dict[int, Any]:  # fmt: skip
+    import torch
+
+    if only >= 0:
+        pixels = decode_segment(decoder, latent, tile, segments[only], origin)
+        return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+    out = None
+    for seg in segments:
+        pixels = decode_segment(decoder, latent, tile, seg, origin)
+        if out is None:
+            out = torch.zeros((pixels.shape[0], tile.pixels[0].size, *pixels.shape[2:]),
+                              dtype=torch.float32, device=pixels.device)  # fmt: skip
+        out[:, seg.frames[0] : seg.frames[1]] += pixels
+        del pixels
+    return {batch: out[:, frames].contiguous() for batch, frames in cuts}
+
+
+def decode_segment(decoder: Any, latent: Any, tile: Tile, segment: Segment, origin: tuple[int, ...]) -> Any:
+    """One temporal segment of a tile: its chunks decoded, weighted by their ramps and summed (as
+    `decode_block` does), then weighted by the tile's own ramps over the segment's frames."""
+    import torch
+
+    f0, f1 = segment.frames
+    out = None
+    for piece in segment.pieces:  # as decode_block does each chunk: context decoded, then dropped
+        at = tuple(o + sl.start for o, sl in zip(origin, piece.decode_slices(), strict=True))
+        pixels = decoder.decode(latent[(slice(None), *piece.decode_slices())], origin=at)
+        pixels = drop_context(pixels, piece, decoder.geometry.temporal_scale)
+        _weigh_in_place(pixels, piece)
+        if out is None:
+            shape = (pixels.shape[0], f1 - f0, tile.pixels[1].size, tile.pixels[2].size)
+            out = torch.zeros(shape, dtype=torch.float32, device=pixels.device)
+        (p0, p1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in piece.pixels)
+        out[:, p0 - f0 : p1 - f0, h0:h1, w0:w1] += pixels
+        del pixels
+    return _weigh_in_place(out, tile, slice(f0, f1))
 
 
 @dataclass(frozen=True)
@@ -207,8 +262,12 @@ def blend_batch(
     pieces: list[Any],
     dtype: str = "uint8",
     yuv420: bool = False,
+    groups: list[int] | None = None,
 ) -> BlendedFrames:
     """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
+
+    `groups`: the tile of each piece; consecutive pieces of one tile (the segments of a streamed tile)
+    are summed among themselves first, then added as one, exactly as the unstreamed tile's piece is.
 
     `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
     `yuv420`: also convert the blended pixels to yuv420p planes for the encoder (`farm.yuv`), on the
@@ -220,7 +279,7 @@ def blend_batch(
 
     device = pieces[0].device if pieces else torch.device(worker_device())
     acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
-    for place, piece in zip(placements, pieces, strict=True):
+    for place, piece in _tile_sums(placements, pieces, groups or list(range(len(pieces))), device):
         f = place.frame
         region = (slice(None), slice(f, f + piece.shape[1]), slice(*place.rows), slice(*place.cols))
         acc[region] += piece.to(device)
@@ -231,6 +290,32 @@ def blend_batch(
     frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
     del converted
     return BlendedFrames(_to_host(frames), None if planes is None else _to_host(planes))
+
+
+def _tile_sums(
+    placements: list[Placement], pieces: list[Any], groups: list[int], device: Any
+) -> list[tuple[Placement, Any]]:
+    """One (placement, pixels) per run of pieces of one tile: a lone piece as it is, several (a streamed
+    tile's segments) summed in order into a buffer spanning their frames, as the tile's decode would."""
+    import torch
+
+    out, i = [], 0
+    while i < len(pieces):
+        j = i
+        while j < len(pieces) and groups[j] == groups[i]:
+            j += 1
+        if j - i == 1:
+            out.append((placements[i], pieces[i]))
+        else:
+            lo = min(p.frame for p in placements[i:j])
+            hi = max(p.frame + x.shape[1] for p, x in zip(placements[i:j], pieces[i:j], strict=True))
+            first = pieces[i]
+            buf = torch.zeros((first.shape[0], hi - lo, *first.shape[2:]), dtype=torch.float32, device=device)
+            for place, piece in zip(placements[i:j], pieces[i:j], strict=True):
+                buf[:, place.frame - lo : place.frame - lo + piece.shape[1]] += piece.to(device)
+            out.append((Placement(lo, placements[i].rows, placements[i].cols), buf))
+        i = j
+    return out
 
 
 def _to_host(tensor: Any) -> np.ndarray:

@@ -519,6 +519,38 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
     return chunks
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One temporal chunk of a tile (its pieces share one latent frame interval), decoded as a task of
+    its own when a render streams: its batches are blended and written while later segments decode."""
+
+    index: int
+    frames: tuple[int, int]  # tile-local pixel frames [start, stop)
+    latent_frames: int
+    pieces: tuple[Tile, ...]  # its decode calls, from plan_chunks (tile-local coordinates)
+
+
+def tile_segments(tile: Tile, geometry: Geometry, chunk: ChunkSize) -> list[Segment]:
+    """The tile's temporal chunks, in order (one when `chunk` does not split frames)."""
+    groups: dict[int, list[Tile]] = {}
+    for piece in plan_chunks([iv.size for iv in tile.latent], geometry, chunk):
+        groups.setdefault(piece.grid_pos[0], []).append(piece)
+    return [
+        Segment(i, (ps[0].pixels[0].start, ps[0].pixels[0].stop), ps[0].latent[0].size, tuple(ps))
+        for i, ps in sorted(groups.items())
+    ]
+
+
+def plan_geometry(plan: ShotPlan) -> Geometry:
+    """The decoder geometry a plan was made with, read back from its latent and pixel shapes."""
+    _, f, h, _ = plan.latent_shape
+    pf, ph, _ = plan.pixel_shape
+    spatial = ph // h
+    if f > 1 and (pf - 1) % (f - 1) == 0 and pf != f * ((pf - 1) // (f - 1)):
+        return Geometry(spatial, (pf - 1) // (f - 1), causal=True)
+    return Geometry(spatial, max(1, pf // f), causal=pf % f != 0)
+
+
 def required_window(plans: Sequence[ShotPlan]) -> int:
     """Fewest decoded tiles that must be held at once for tiles submitted in order to make progress.
 

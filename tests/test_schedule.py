@@ -13,16 +13,25 @@ import pytest
 
 from farm import costmodel, keys
 from farm.errors import FarmError
-from farm.planner import _geometry_of, _shot_tasks, _simulate, predict
+from farm.planner import _shot_tasks, _simulate, predict
 from farm.schedule import Priority, make_schedule, window_for
-from farm.tiling import Geometry, TileGrid, assign_round_robin, plan_shot, required_window
+from farm.tiling import (
+    ChunkSize,
+    Geometry,
+    TileGrid,
+    assign_round_robin,
+    plan_geometry,
+    plan_shot,
+    required_window,
+)
 
 GEOMETRY = Geometry(32, 8, True)
 
 
-def job(grids: list[TileGrid], n_workers: int, *, frames: int = 9, batch_frames: int = 16):
+def job(grids: list[TileGrid], n_workers: int, *, frames: int = 9, batch_frames: int = 16,
+        chunk: ChunkSize = ChunkSize()):  # fmt: skip
     plans = [
-        plan_shot(f"s{i}", (8, frames, 6, 8), GEOMETRY, grid, batch_frames=batch_frames)
+        plan_shot(f"s{i}", (8, frames, 6, 8), GEOMETRY, grid, batch_frames=batch_frames, chunk=chunk)
         for i, grid in enumerate(grids)
     ]
     return assign_round_robin(plans, n_workers)
@@ -32,6 +41,12 @@ JOBS = {
     "whole shots": (lambda: job([TileGrid()] * 5, 2), 2, 0),
     "spatial tiles, I/O workers": (lambda: job([TileGrid((1, 2, 2), (0, 2, 2))] * 3, 3, frames=5), 3, 2),
     "temporal tiles": (lambda: job([TileGrid((2, 1, 1), (1, 0, 0))] * 2, 2, frames=9, batch_frames=8), 2, 1),
+    "streamed temporal chunks": (
+        lambda: job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8,
+                    chunk=ChunkSize(frames=3)),
+        2,
+        1,
+    ),
     "mixed": (
         lambda: job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2)), TileGrid((2, 1, 2), (1, 0, 2))], 4),
         4,
@@ -125,9 +140,10 @@ def test_driver_issues_exactly_the_schedule(name: str) -> None:
     plans = make()
     schedule, client, stats, workers, io_workers = drive(plans, n_workers, n_io)
     decodes = [s for s in client.submitted if s["kind"] == keys.DECODE_TILE]
-    expected = [(plans[d.shot].shot, plans[d.shot].tiles[d.tile].index, workers[d.slot])
+    expected = [(plans[d.shot].shot, plans[d.shot].tiles[d.tile].index,
+                 *([d.segment] if d.segment >= 0 else []), workers[d.slot])
                 for d in schedule.decodes]  # fmt: skip
-    assert [(s["key"][2], s["key"][3], s["worker"]) for s in decodes] == expected
+    assert [(*s["key"][2:], s["worker"]) for s in decodes] == expected
     assert [s["priority"] for s in decodes] == [d.priority for d in schedule.decodes]
     blends = [s for s in client.submitted if s["kind"] == keys.BLEND_BATCH]
     assert [(s["key"][2], s["key"][3], s["worker"]) for s in blends] == [
@@ -141,8 +157,10 @@ def test_driver_issues_exactly_the_schedule(name: str) -> None:
     assert {s["priority"] for s in writes} == {Priority.OUTPUT}
     # every decode before the blends it completes, and never more tiles held than the window
     order = [(s["kind"], *s["key"][2:4]) for s in client.submitted]
+    submitted = [(s["kind"], *s["key"][2:]) for s in client.submitted]
     for d in schedule.decodes:
-        at = order.index((keys.DECODE_TILE, plans[d.shot].shot, plans[d.shot].tiles[d.tile].index))
+        part = [d.segment] if d.segment >= 0 else []
+        at = submitted.index((keys.DECODE_TILE, plans[d.shot].shot, plans[d.shot].tiles[d.tile].index, *part))
         for i in d.blends:
             b = schedule.blends[i]
             name = (plans[b.shot].shot, plans[b.shot].batches[b.batch].index)
@@ -167,7 +185,7 @@ def test_simulator_replays_the_schedule(name: str) -> None:
     plans = make()
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io)
     cost = costmodel.load("ltx2-tiny-cpu")
-    shots = [_shot_tasks(p, cost, None, _geometry_of(p)) for p in plans]
+    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
     trace = _simulate(shots, schedule, cost, output=True)["trace"]
     assert [(p, k, w) for kind, p, k, w in trace if kind == "decode"] == [
         (d.shot, d.tile, d.slot) for d in schedule.decodes
@@ -196,8 +214,8 @@ def test_schedule_values_are_validated() -> None:
     with pytest.raises(FarmError, match="no decode workers"):
         make_schedule(plans, n_decode=0, n_io=2)
     with pytest.raises(FarmError, match="--window"):
-        window_for(plans, 2, 0)
-    assert window_for(plans, 3) == 6
+        window_for(1, 2, 0)
+    assert window_for(1, 3) == 6 and window_for(9, 3) == 9 and window_for(1, 3, 4) == 4
 
 
 def test_first_decodes_start_before_the_outputs_exist_and_no_blend_does() -> None:
@@ -212,3 +230,28 @@ def test_first_decodes_start_before_the_outputs_exist_and_no_blend_does() -> Non
         (plans[b.shot].shot, plans[b.shot].batches[b.batch].index) for b in schedule.blends
     ]
     assert stats.batches_written == len(schedule.blends) and not stats.failed
+
+
+def test_streamed_tiles_decode_segment_by_segment() -> None:
+    """A tile split into temporal chunks is one decode per chunk; each batch is submitted right after
+    the chunk that completes it, not after the whole tile."""
+    plans = job([TileGrid()], 1, frames=9, batch_frames=8, chunk=ChunkSize(frames=3))
+    streamed = make_schedule(plans, n_decode=1, n_io=0)
+    whole = make_schedule(plans, n_decode=1, n_io=0, stream=False)
+    assert len(whole.decodes) == 1 and whole.decodes[0].segment == -1
+    assert [d.segment for d in streamed.decodes] == list(range(len(streamed.decodes)))
+    assert len(streamed.decodes) > 2
+    # the first batch leaves after an early segment, the last after the last one
+    first = next(d for d in streamed.decodes if d.blends)
+    assert first.segment < streamed.decodes[-1].segment
+    frames = [d.frames for d in streamed.decodes]
+    assert frames[0][0] == 0 and frames[-1][1] == plans[0].pixel_shape[0]
+    assert all(a[1] > b[0] for a, b in zip(frames, frames[1:], strict=False))  # chunks overlap: no gaps
+    assert sum(d.share for d in streamed.decodes) == pytest.approx(1.0)
+    # every batch sums its pieces per tile, in segment order
+    for b in streamed.blends:
+        segs = [s for _, s in b.pieces]
+        assert segs == sorted(segs)
+    cost = costmodel.load("ltx2-tiny-cpu")
+    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
+    assert _simulate(shots, streamed, cost, output=True)["makespan"] > 0
