@@ -153,65 +153,108 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
-    """Renders on 1 … N GPU workers: the batch of shots and one shot split over the GPUs, per output."""
+    """Renders on 1 … N GPU workers: the batch of shots per output (``--batch-outputs``), and single
+    shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames)."""
     from farm.cluster import connect
     from farm.render import render, synth
     from farm.tasks import VideoSettings
 
-    sizes = {"frames": args.frames, "height": args.height, "width": args.width}
-    job, one = work / "job.zarr", work / "one.zarr"
-    synth(job, decoder=args.decoder, shots=args.shots, overwrite=True, **sizes)
-    synth(one, decoder=args.decoder, shots=1, overwrite=True, **sizes)
+    job = work / "job.zarr"
+    if args.shots:
+        synth(job, decoder=args.decoder, shots=args.shots, overwrite=True, frames=args.frames,
+              height=args.height, width=args.width)  # fmt: skip
+    ones = {}
+    for size in args.one_sizes:
+        h, w = (int(x) for x in size.split("x"))
+        ones[size] = work / f"one-{size}.zarr"
+        synth(ones[size], decoder=args.decoder, shots=1, overwrite=True, frames=args.frames,
+              height=h, width=w)  # fmt: skip
     videos = {"zarr": VideoSettings(enabled=False),
               "zarr-nofsync": VideoSettings(enabled=False, durable=False),
-              **{p: VideoSettings(preset=p) for p in args.presets}}  # fmt: skip
+              **{p: VideoSettings(preset=p) for p in ("ultrafast", "veryfast")}}  # fmt: skip
     runs = results.setdefault("farm", [])
     for gpus in [int(g) for g in args.gpu_counts.split(",")]:
         t0 = time.perf_counter()
         with connect(workers=gpus, io_workers=args.io_workers) as client:
-            address = client.scheduler.address
             log(f"{gpus} GPU cluster up in {time.perf_counter() - t0:.1f} s")
-            t0 = time.perf_counter()
-            shutil.rmtree(work / "warm", ignore_errors=True)
-            render(str(job), str(work / "warm"), scheduler=address, log=lambda _m: None, compile=args.compile,
-                   video=videos["zarr"])  # fmt: skip
-            log(f"warm-up (every shot once, models loaded) {time.perf_counter() - t0:.1f} s")
-            cases = [("batch", job, (1, 1, 1), label) for label in videos]
-            if not args.compile:  # a new tile shape would recompile: one-shot rows are measured eager
-                cases += [("one shot", one, (1, 1, 1), "zarr")]
-                cases += [("one shot", one, tuple(args.one_tiles), "zarr")]
-            for out_dir in args.dirs:
-                for what, src, tiles, label in cases:
-                    if gpus == 1 and what == "one shot" and tiles != (1, 1, 1):
-                        continue
-                    row = timed_farm(client, src, Path(out_dir) / f"r{gpus}", tiles, videos[label], args)
-                    row.update({"gpus": gpus, "what": what, "output": label, "dir": out_dir})
-                    runs.append(row)
-                    log(f"farm {gpus} GPU {what} {tiles} {label} -> {out_dir}: {row['wall_s']:.2f} s "
-                        f"(set-up {row['setup_s']:.2f} s), {row['frames_per_s']:.1f} frames/s "
-                        f"{row['failed'] or ''}")  # fmt: skip
+            for src in ([job] if args.shots else []) + list(ones.values()):  # models loaded (and compiled)
+                t0 = time.perf_counter()
+                shutil.rmtree(work / "warm", ignore_errors=True)
+                render(str(src), str(work / "warm"), scheduler=client.scheduler.address, log=lambda _m: None,
+                       compile=args.compile, video=videos["zarr"])  # fmt: skip
+                log(f"warm-up render of {src.name}: {time.perf_counter() - t0:.1f} s")
+            cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
+            for size, src in ones.items():
+                for case in args.one_cases:
+                    f, h, w, chunk, batch = (int(x) for x in case.split(","))
+                    if (gpus == 1) == (f * h * w == 1):
+                        cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
+            for what, src, tiles, chunk, batch, label in cases:
+                dest = Path(args.dirs[0]) / f"r{gpus}"
+                options = plan_options(tiles, chunk, batch)
+                row = timed_farm(client, src, dest, options, videos[label], args)
+                if chunk:  # streamed: the same plan decoded whole must give the same bytes
+                    row["same_bytes_as_unstreamed"] = same_bytes_unstreamed(client, src, dest, options)
+                row.update({"gpus": gpus, "what": what, "output": label, "chunk_frames": chunk, "batch": batch})
+                runs.append(row)
+                log(f"farm {gpus} GPU {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
+                    f"{'same bytes as unstreamed: ' + str(row['same_bytes_as_unstreamed']) if chunk else ''} "
+                    f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), {row['frames_per_s']:.1f} frames/s "
+                    f"{row['failed'] or ''}")  # fmt: skip
+
+
+def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> bool:
+    import numpy as np
+    import zarr
+
+    from farm.render import render
+
+    other = dest.with_name(dest.name + "-whole")
+    shutil.rmtree(other, ignore_errors=True)
+    render(str(job), str(other), scheduler=client.scheduler.address, log=lambda _m: None, stream=False,
+           options=options, video=_zarr_only())  # fmt: skip
+    a, b = (zarr.open_group(str(d / "frames.zarr"), mode="r") for d in (dest, other))
+    same = all(np.array_equal(a[s]["frames"][...], b[s]["frames"][...]) for s in a.group_keys())
+    shutil.rmtree(other, ignore_errors=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    return same
+
+
+def _zarr_only() -> Any:
+    from farm.tasks import VideoSettings
+
+    return VideoSettings(enabled=False)
+
+
+def plan_options(tiles: tuple, chunk_frames: int, batch_frames: int) -> Any:
+    from farm.render import PlanOptions
+    from farm.tiling import ChunkSize
+
+    chunk = ChunkSize(frames=chunk_frames) if chunk_frames else ChunkSize()
+    return PlanOptions(tiles=tiles, chunk=chunk, batch_frames=batch_frames)
 
 
 def timed_farm(
-    client: Any, job: Path, dest: Path, tiles: tuple, video: Any, args: argparse.Namespace
+    client: Any, job: Path, dest: Path, options: Any, video: Any, args: argparse.Namespace
 ) -> dict[str, Any]:
     from benchmark_gpu import task_summary
     from distributed import get_task_stream
 
-    from farm.render import PlanOptions, render
+    from farm.render import render
 
     shutil.rmtree(dest, ignore_errors=True)
     t0 = time.perf_counter()
     with get_task_stream(client=client) as ts:
         stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
-                       compile=args.compile, video=video, options=PlanOptions(tiles=tiles))  # fmt: skip
+                       compile=args.compile, video=video, options=options)  # fmt: skip
     wall = time.perf_counter() - t0
-    shutil.rmtree(dest, ignore_errors=True)
+    if not options.chunk.frames:
+        shutil.rmtree(dest, ignore_errors=True)
     failed = [s.error for s in stats.failed]
     fps = stats.frames_written / wall
-    return {"tiles": tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
-            "graph_s": stats.seconds, "setup_s": wall - stats.seconds,
-            "failed": failed, "tasks": task_summary(ts.data)}
+    return {"tiles": options.tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
+            "graph_s": stats.seconds, "setup_s": wall - stats.seconds, "decodes": stats.tiles_total,
+            "failed": failed, "tasks": task_summary(ts.data)}  # fmt: skip
 
 
 def main() -> None:
@@ -226,7 +269,10 @@ def main() -> None:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gpu-counts", default="1,2")
     p.add_argument("--io-workers", type=int, default=None)
-    p.add_argument("--one-tiles", type=int, nargs=3, default=[1, 1, 2])
+    p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])
+    p.add_argument("--one-sizes", nargs="*", default=[], help="single-shot sizes HxW, e.g. 704x1216")
+    p.add_argument("--one-cases", nargs="*", default=["1,1,1,0,32", "1,1,1,6,16", "1,1,2,0,32", "1,1,2,6,16"],
+                   help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, streamed chunk, batch)")
     p.add_argument("--presets", nargs="*", default=["ultrafast"])
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")
