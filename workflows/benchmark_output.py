@@ -194,7 +194,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                 options = plan_options(tiles, chunk, batch)
                 row = timed_farm(client, src, dest, options, videos[label], args)
                 if chunk:  # streamed: the same plan decoded whole must give the same bytes
-                    row["same_bytes_as_unstreamed"] = same_bytes_unstreamed(client, src, dest, options)
+                    same = same_bytes_unstreamed(client, src, dest, options)
+                    row["same_bytes_as_unstreamed"] = same
                 row.update({"gpus": gpus, "what": what, "output": label, "chunk_frames": chunk, "batch": batch})
                 runs.append(row)
                 log(f"farm {gpus} GPU {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
