@@ -196,11 +196,13 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                 if chunk:  # streamed: the same plan decoded whole must give the same bytes
                     same = same_bytes_unstreamed(client, src, dest, options)
                     row["same_bytes_as_unstreamed"] = same
-                row.update({"gpus": gpus, "what": what, "output": label, "chunk_frames": chunk, "batch": batch})
+                row.update({"gpus": gpus, "what": what, "output": label, "chunk_frames": chunk})
+                row["batch"] = batch
                 runs.append(row)
                 log(f"farm {gpus} GPU {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
                     f"{'same bytes as unstreamed: ' + str(row['same_bytes_as_unstreamed']) if chunk else ''} "
-                    f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), {row['frames_per_s']:.1f} frames/s "
+                    f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
+                    f"{row['frames_per_s']:.1f} frames/s "
                     f"{row['failed'] or ''}")  # fmt: skip
 
 
