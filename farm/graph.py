@@ -466,7 +466,7 @@ class ProgressPublisher:
 
 
 def cancel_requested(client: Any, render_id: str) -> bool:
-    from farm.monitor import is_cancelled
+    from farm.render_ids import is_cancelled
 
     try:
         cancelled = client.get_metadata(keys.metadata_path(*keys.CANCELLED), default={}) or {}

@@ -36,6 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
+from farm.render_ids import is_cancelled, render_of
+
 PLUGIN_NAME = "farm-monitor"
 PAGE_PATH = "farm"
 JSON_PATH = "farm/api/renders.json"
@@ -68,23 +70,6 @@ class _TaskCounts:
     errors: dict[str, int] = field(default_factory=dict)  # shot -> tasks that ended erred
     last_error: str = ""
     last_seen: float = 0.0
-
-
-def render_of(key: Any) -> str | None:
-    """The render id of a farm task key ``(prefix, render_id, shot, …)``; None for other keys (Dask's
-    own collections use ``(name, 0, 1)``-style keys, whose second element is not a string)."""
-    if isinstance(key, tuple) and len(key) >= 2 and isinstance(key[0], str) and isinstance(key[1], str):
-        return key[1]
-    return None
-
-
-def render_matches(render_id: str, target: str) -> bool:
-    """Whether `render_id` is `target` or one of its renders (a submission ``s1`` owns ``s1.2-job``)."""
-    return render_id == target or render_id.startswith(target + ".")
-
-
-def is_cancelled(render_id: str, cancelled: Mapping[str, Any]) -> bool:
-    return any(render_matches(render_id, target) for target in cancelled)
 
 
 def page_link(dashboard: str | None) -> str | None:
@@ -121,7 +106,7 @@ class FarmMonitor(SchedulerPlugin):
                 (self.prefix + JSON_PATH, _JsonHandler, {"monitor": self}),
                 (self.prefix + PAGE_PATH + "/?", _PageHandler, {"monitor": self}),
             ]
-            app.add_handlers(r".*$", handlers)  # type: ignore[arg-type]
+            app.add_handlers(r".*$", handlers)
         _register_collector()
         _MONITORS.add(self)
 

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
-from farm.monitor import FINAL_STATES, render_matches, render_of
+from farm.monitor import FINAL_STATES
+from farm.render_ids import render_matches, render_of
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,

@@ -146,7 +146,7 @@ def cancelled(render_id: str | None) -> bool:
     client = ctx.metadata_client()
     if client is None:
         return False
-    from farm.monitor import is_cancelled
+    from farm.render_ids import is_cancelled
 
     targets = client.get_metadata(["farm", "cancelled"], default={}) or {}
     ids = [i for i in (render_id, ctx.submission) if i]
