@@ -14,12 +14,13 @@ from farm.tiling import AXES, MIN_SPATIAL_CHUNK, Geometry, ShotPlan, TileGrid, a
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
     """The tile grid for a shot: explicit overlaps as given; default overlaps shrunk to fit small axes."""
-    if options.tiles == AUTO:
+    tiles = options.tiles
+    if isinstance(tiles, str):
         raise ValueError("grid_for needs explicit tiles; auto grids come from plan_job (farm.planner)")
     if options.overlap is not None:
-        return TileGrid(tuple(options.tiles), tuple(options.overlap))  # type: ignore[arg-type]
+        return TileGrid(_triple(tiles), _triple(options.overlap))
     overlap = []
-    for size, count, default in zip(latent_fhw, options.tiles, DEFAULT_OVERLAP, strict=True):
+    for size, count, default in zip(latent_fhw, tiles, DEFAULT_OVERLAP, strict=True):
         if count <= 1:
             overlap.append(0)
             continue
@@ -27,7 +28,13 @@ def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
         while o > 0 and o >= (size + (count - 1) * o) // count:
             o -= 1
         overlap.append(o)
-    return TileGrid(tuple(options.tiles), tuple(overlap))  # type: ignore[arg-type]
+    return TileGrid(_triple(tiles), _triple(overlap))
+
+
+def _triple(values: Sequence[int]) -> tuple[int, int, int]:
+    """F, H, W values as a tuple (options built by hand may hold lists)."""
+    f, h, w = values
+    return (f, h, w)
 
 
 def plan_job(

@@ -58,7 +58,7 @@ def parse_triple(text: str, option: str, *, minimum: int) -> tuple[int, int, int
         raise FarmError(
             f"{option} {text!r} is invalid; give three whole numbers ≥ {minimum} as F,H,W (e.g. 1,2,2)"
         )
-    return values  # type: ignore[return-value]
+    return (values[0], values[1], values[2])
 
 
 def parse_frame_numbers(text: str) -> list[int]:

@@ -13,6 +13,7 @@ modules named for them (`farm.options`, `farm.jobplan`, `farm.budgets`, `farm.re
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
 
 
 def render(
-    job_path: str | Path,
-    out_path: str | Path,
+    job_path: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
     *,
     workers: int | None = None,
     scheduler: str | None = None,

@@ -56,7 +56,8 @@ def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
         group = zarr.open_group(store=str(out.shot_group(shot)), mode="r")
     except Exception:  # no such group yet: nothing recorded
         return None
-    return group.attrs.get("render")
+    recorded = group.attrs.get("render")
+    return dict(recorded) if isinstance(recorded, dict) else None
 
 
 def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -422,7 +422,7 @@ def plan_shot(
     decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
     validate_chunking(grid, chunk, per_axis[0][0], decoded)
 
-    tiles = []
+    tiles: list[Tile] = []
     for i_f in range(grid.tiles[0]):
         for i_h in range(grid.tiles[1]):
             for i_w in range(grid.tiles[2]):
@@ -476,11 +476,12 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
     The chunks' pixel weights are normalised, so decoding each, weighting and summing gives the tile.
     """
     limits = chunk.limits()
-    for axis, limit in zip(AXES[1:], limits[1:], strict=True):
+    for axis_name, limit in zip(AXES[1:], limits[1:], strict=True):
         if limit is not None and limit < MIN_SPATIAL_CHUNK:
             raise FarmError(
-                f"chunk {axis} {limit} is too small: decoders pad each chunk spatially (reflect padding), "
-                f"which needs at least {MIN_SPATIAL_CHUNK} latent units; use {MIN_SPATIAL_CHUNK} or more"
+                f"chunk {axis_name} {limit} is too small: decoders pad each chunk spatially (reflect "
+                f"padding), which needs at least {MIN_SPATIAL_CHUNK} latent units; use {MIN_SPATIAL_CHUNK} "
+                "or more"
             )
     f, h, w = (int(x) for x in tile_latent_fhw)
     pixel_shape = geometry.pixel_shape((f, h, w))
@@ -500,7 +501,7 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
         spans, _ = axis_spans(intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal)
         per_axis.append((intervals, spans))
     warm = temporal_context(per_axis[0][0], f, geometry)
-    chunks = []
+    chunks: list[Tile] = []
     for i_f in range(len(per_axis[0][0])):
         for i_h in range(len(per_axis[1][0])):
             for i_w in range(len(per_axis[2][0])):

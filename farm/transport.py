@@ -215,7 +215,7 @@ def dask_dumps_tensor(t: torch.Tensor) -> tuple[dict[str, Any], list[memoryview]
         flat = flat.cpu()
         _count(device_to_host=1, device_to_host_bytes=nbytes)
     _count(dask_serialized=1, host_copies=1, host_copy_bytes=nbytes)
-    return header, [memoryview(flat.numpy())]
+    return header, [flat.numpy().data]
 
 
 def dask_loads_tensor(header: dict[str, Any], frames: list[Any]) -> torch.Tensor:

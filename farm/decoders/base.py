@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -91,7 +92,9 @@ class VideoDecoder(Protocol):
         ...
 
 
-def parse_spec(raw: Any, *, families: dict[str, type], where: str = "decoder spec") -> DecoderSpec:
+def parse_spec(
+    raw: Any, *, families: Mapping[str, type[VideoDecoder]], where: str = "decoder spec"
+) -> DecoderSpec:
     """Validate a decoder spec from a job store or the command line; errors name the field and the fix."""
     if not isinstance(raw, dict):
         raise FarmError(f"{where}: expected a JSON object, got {type(raw).__name__}")

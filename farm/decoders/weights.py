@@ -29,7 +29,7 @@ def constructor_defaults(model_cls: type) -> dict[str, Any]:
     """The keyword defaults of a diffusers model's constructor (its default config)."""
     return {
         name: p.default
-        for name, p in inspect.signature(model_cls.__init__).parameters.items()
+        for name, p in inspect.signature(model_cls.__init__).parameters.items()  # type: ignore[misc]
         if p.default is not inspect.Parameter.empty
     }
 
