@@ -313,3 +313,20 @@ def test_decodes_run_on_one_thread_one_at_a_time():
     with pytest.raises(ValueError, match="tile 3 failed"):
         futures[3].result()
     assert len(seen) == 1 and next(iter(seen)).startswith("farm-decode") and most[0] == 1
+
+
+def test_every_named_config_records_its_temporal_context():
+    """Temporal tiles decode the adapter's measured context / lookahead frames; a custom config gets the
+    family's largest (its receptive field is unknown)."""
+    for family, cls in FAMILIES.items():
+        for name, config in cls.named_configs.items():
+            g = cls.geometry_for(config)
+            assert (g.context, g.lookahead) == cls.temporal_context_for(config)
+            if family != "hunyuanvideo":  # no exact split: only the measured tiny config is recorded
+                assert name in cls.temporal_context, name
+        custom = {**cls.named_configs[next(iter(cls.named_configs))], "latent_channels": 999}
+        largest = (
+            max(c for c, _ in cls.temporal_context.values()),
+            max(a for _, a in cls.temporal_context.values()),
+        )
+        assert cls.temporal_context_for(custom) == largest

@@ -340,6 +340,8 @@ def warmup_errors(
 def run_context(args) -> dict:
     import torch
 
+    torch.backends.cudnn.allow_tf32 = False  # TF32 convolutions would bury float rounding under noise
+    torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
     for name in args.decoders.split(","):
         decoder = any_decoder(name, args.seed, args.dtype, args.device)

@@ -77,9 +77,15 @@ class WanDecoder(DiffusersVideoDecoder):
         "wan2.2-tiny": WAN22_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLWan"
-    # Causal: each causal convolution caches two frames, and their chain reaches 26 (wan-tiny) / 22
-    # (wan2.2-tiny) latent frames back before errors after a seam fall below 0.01 levels.
-    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"wan-tiny": (26, 0), "wan2.2-tiny": (22, 0)}
+    # Causal: each causal convolution caches two frames, and their chain reaches 37 latent frames back at
+    # the real configs (an H200 decodes frame by frame bit-identically beyond it), 26 (wan-tiny) and 22
+    # (wan2.2-tiny) at the tiny ones (errors after a seam below 0.01 levels, float32 on a CPU).
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {
+        "wan": (37, 0),
+        "wan2.2": (37, 0),
+        "wan-tiny": (26, 0),
+        "wan2.2-tiny": (22, 0),
+    }
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
     # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16, 33x256x768 and 33x512x768 decodes): peak
