@@ -252,7 +252,7 @@ def load(found: FoundTensor) -> np.ndarray:
         if found.format in ("comfyui", "safetensors"):
             data = _load_safetensors(found)
         elif found.format == "torch":
-            data = _torch_to_numpy(_choose(_torch_load(path), found.key, str(path))[1])
+            data = torch_to_numpy(_choose(_torch_load(path), found.key, str(path))[1])
         elif found.format == "numpy":
             data = np.load(path, allow_pickle=False)
         else:
@@ -272,12 +272,12 @@ def _load_safetensors(found: FoundTensor) -> np.ndarray:
 
     if found.dtype == "bfloat16":  # numpy has no bfloat16: read through torch
         with safe_open(str(found.path), framework="pt") as fh:
-            return _torch_to_numpy(fh.get_tensor(found.key))
+            return torch_to_numpy(fh.get_tensor(found.key))
     with safe_open(str(found.path), framework="np") as fh:
         return fh.get_tensor(found.key)
 
 
-def _torch_to_numpy(t: Any) -> np.ndarray:
+def torch_to_numpy(t: Any) -> np.ndarray:
     import torch
 
     if t.dtype == torch.bfloat16:

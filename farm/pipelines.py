@@ -75,16 +75,15 @@ def convention_of(pipeline: Any) -> PipelineConvention:
 
 
 def to_numpy(latents: Any) -> np.ndarray:
-    """A torch tensor (any device; bfloat16 becomes float32) or an array → a float numpy array."""
+    """A torch tensor (any device; bfloat16 becomes float32) or an array → a numpy array."""
     import torch
+
+    from farm.latent_files import torch_to_numpy
 
     if isinstance(latents, np.ndarray):
         return latents
     if isinstance(latents, torch.Tensor):
-        t = latents.detach()
-        if t.dtype == torch.bfloat16:
-            t = t.float()
-        return t.cpu().contiguous().numpy()
+        return torch_to_numpy(latents)
     raise FarmError(f"latents must be a torch tensor or a numpy array, got {type(latents).__name__}")
 
 
