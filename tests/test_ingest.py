@@ -20,6 +20,7 @@ from farm.cli import main as farm_main
 from farm.errors import FarmError
 from farm.ingest import ingest
 from farm.output import Output, read_frames
+from farm.pipelines import PIPELINES
 from farm.store import open_job
 
 C = 8  # ltx2-tiny latent channels
@@ -385,7 +386,6 @@ def tiny_pipeline(family: str, vae_dir: Path):
 @pytest.mark.parametrize("family", ["ltx2", "ltxv", "wan", "hunyuanvideo"])
 def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(family, tmp_path, scheduler3):
     from farm.ingest import add_pipeline_shot
-    from farm.pipelines import PIPELINES
 
     pipe, call = tiny_pipeline(family, tmp_path / "vae")
     latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(1)).frames
@@ -434,14 +434,12 @@ def branches(source: str, condition: str) -> tuple[str, str]:
     return "\n".join(bodies[0]), "\n".join(bodies[1])
 
 
-@pytest.mark.parametrize("name", sorted(__import__("farm.pipelines").pipelines.PIPELINES))
+@pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_each_pipeline_convention_is_what_its_source_does(name):
     """farm.pipelines' table against diffusers' code: the branch taken with output_type="latent"."""
     import inspect
 
     import diffusers
-
-    from farm.pipelines import PIPELINES
 
     conv = PIPELINES[name]
     source = inspect.getsource(getattr(diffusers, name).__call__)
