@@ -450,10 +450,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
     memory = costmodel.MemoryModel.from_spec(job.spec)
     print(planner.describe(planner.predict(plans, args.workers, model, memory=memory), model))
-    window = default_window(plans, job.spec, model.worker_memory_bytes, 1)
-    if window:
+    gpu_bytes = model.worker_memory_bytes
+    window = default_window(plans, job.spec, gpu_bytes, 1)
+    if window and gpu_bytes:
         peak = window_peak_bytes(plans, job.spec, window)
-        gpu = model.worker_memory_bytes / 2**30
+        gpu = gpu_bytes / 2**30
         host = host_peak_bytes(plans, window, VideoSettings())
         print(
             f"  render's default window on a {gpu:.1f} GiB GPU (the cost model's): {window} decoded tiles "

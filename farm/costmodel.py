@@ -365,7 +365,7 @@ def time_decodes(
             t0 = clock()
             decode(fhw)
             times.append(clock() - t0)
-        out.append(Sample(tuple(pixels), float(np.median(times)), tuple(fhw), f"median of {reps}"))
+        out.append(Sample((*pixels,), float(np.median(times)), (*fhw,), f"median of {reps}"))
     return out
 
 

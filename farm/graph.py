@@ -347,7 +347,10 @@ class Driver:
             self.stats.tiles_decoded += 1
 
     def handle(self, fut: Any, result: Any) -> None:
-        kind, what = self.meaning.pop(fut.key, (None, None))
+        entry = self.meaning.pop(fut.key, None)
+        if entry is None:
+            return
+        kind, what = entry
         if kind == "blend":
             if what.shot in self.failed:
                 return
@@ -477,7 +480,8 @@ def cancel_requested(client: Any, render_id: str) -> bool:
 
 def split_workers(client: Any) -> tuple[list[str], list[str]]:
     """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
-    decode, io = [], []
+    decode: list[str] = []
+    io: list[str] = []
     for address, info in sorted(client.scheduler_info(n_workers=-1)["workers"].items()):
         (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
     return decode, io

@@ -122,9 +122,9 @@ def samples_of(found: FoundTensor, channels: int) -> tuple[list[int | None], tup
         raise FarmError(f"{where}: an image latent {list(shape)} [B, C, H, W]; farm decodes video latents "
                         "[B, C, F, H, W]")  # fmt: skip
     if len(shape) == 5:
-        return list(range(shape[0])), shape[1:]  # type: ignore[return-value]
+        return list(range(shape[0])), shape[1:]
     if len(shape) == 4:
-        return [None], shape  # type: ignore[return-value]
+        return [None], shape
     hint = ""
     if len(shape) == 3:
         hint = (" (a packed [B, S, D] sequence, as LTXPipeline returns with output_type='latent'? "

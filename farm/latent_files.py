@@ -108,7 +108,8 @@ def comfyui_info(tensor_names: set[str], metadata: Mapping[str, str]) -> ComfyIn
         if not isinstance(node, dict):
             continue
         kind = str(node.get("class_type", ""))
-        inputs = node.get("inputs") if isinstance(node.get("inputs"), dict) else {}
+        raw_inputs = node.get("inputs")
+        inputs = raw_inputs if isinstance(raw_inputs, dict) else {}
         texts = [] if kind.startswith("Empty") else [kind.lower()]
         texts += [str(inputs[k]).lower() for k in COMFYUI_MODEL_INPUTS if k in inputs]
         for word, fams in COMFYUI_FAMILY_WORDS.items():

@@ -391,9 +391,11 @@ def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
     progress = []
     for name, group in sorted(root.groups()):
         total = group.attrs.get("batches")
-        frames = int(group["frames"].shape[0]) if "frames" in group else 0
+        array = group.get("frames")
+        frames = int(array.shape[0]) if isinstance(array, zarr.Array) else 0
         video = out.video_done_marker(name).exists() and any(
             p.suffix in (".mp4", ".mov") for p in out.videos_dir.glob(f"{name}.*")
         )
-        progress.append(ShotProgress(name, len(out.batches_done(name)), total, frames, video))
+        batches = total if isinstance(total, int) else None
+        progress.append(ShotProgress(name, len(out.batches_done(name)), batches, frames, video))
     return progress

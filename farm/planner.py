@@ -605,8 +605,8 @@ def choose_plans(
             whole = memory.peak_bytes(math.prod(geometry.pixel_shape(shape[1:]))) if memory else 0
             raise FarmError(
                 f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
-                f"a worker's memory ({worker_memory_bytes / 2**30:.1f} GiB x {headroom}); the whole shot "
-                f"needs {whole / 2**30:.1f} GiB. Set --chunk F,H,W to decode tiles in smaller calls, "
+                f"a worker's memory ({(worker_memory_bytes or 0) / 2**30:.1f} GiB x {headroom}); the whole "
+                f"shot needs {whole / 2**30:.1f} GiB. Set --chunk F,H,W to decode tiles in smaller calls, "
                 "or give --tiles"
             )
         cands[shape] = found

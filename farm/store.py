@@ -102,10 +102,12 @@ def open_job(path: str | os.PathLike) -> Job:
     shots = {}
     for name, group in sorted(root.groups()):
         check_shot_name(name)
-        if "latent" not in group:
+        latent = group.get("latent")
+        if not isinstance(latent, zarr.Array):
             raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
-        latent = group["latent"]
         fps = group.attrs.get("fps", 24.0)
+        if not isinstance(fps, int | float):
+            raise FarmError(f"{path}: shot {name!r}: its 'fps' attribute {fps!r} is not a number")
         shots[name] = ShotInfo(
             name=name,
             latent_shape=tuple(int(x) for x in latent.shape),  # type: ignore[arg-type]

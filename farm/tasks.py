@@ -174,6 +174,7 @@ def _decode_segments(
                               dtype=torch.float32, device=pixels.device)  # fmt: skip
         out[:, seg.frames[0] : seg.frames[1]] += pixels
         del pixels
+    assert out is not None, "a tile has at least one temporal segment"
     return {batch: out[:, frames].contiguous() for batch, frames in cuts}
 
 

@@ -162,7 +162,7 @@ class Tile:
 
     def decode_origin(self) -> tuple[int, int, int]:
         """First latent frame, row and column of the decoded block in its shot."""
-        return tuple(s.start for s in self.decode_slices())  # type: ignore[return-value]
+        return tuple(s.start for s in self.decode_slices())
 
     def discarded_frames(self, temporal_scale: int) -> tuple[int, int]:
         """Pixel frames of the decoded block to drop at its start (context) and end (lookahead).

@@ -30,11 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import av
 import numpy as np
 from av.video.reformatter import ColorRange, Colorspace
+from av.video.stream import VideoStream
 
 from farm.errors import FarmError
 from farm.output import atomic_path
@@ -222,7 +223,8 @@ def encode_segment(
 
     with atomic_path(path) as tmp, av.open(tmp, mode="w", format=spec.container) as out:
         out.metadata.update(metadata or {})
-        stream = out.add_stream(spec.encoder, rate=rate, options=spec.stream_options(crf, preset))
+        options = spec.stream_options(crf, preset)
+        stream = cast(VideoStream, out.add_stream(spec.encoder, rate=rate, options=options))
         stream.width = width
         stream.height = height
         stream.pix_fmt = spec.pix_fmt
@@ -242,6 +244,7 @@ def encode_segment(
                 frame.colorspace = _BT709
                 frame.color_range = int(ColorRange.MPEG)
             else:
+                assert frames is not None  # checked above: RGB frames or planes
                 rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(frames[k]), format=rgb_format)
                 frame = rgb.reformat(
                     format=spec.pix_fmt, dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
@@ -304,6 +307,13 @@ def _open_video(path: str | os.PathLike[str]) -> av.container.InputContainer:
     return container
 
 
+def _ts(timestamp: int | None) -> int:
+    """A packet's pts or dts, which every packet farm reads back has (packets without pts are skipped)."""
+    if timestamp is None:
+        raise FarmError("a video packet has no timestamp; the segment is damaged: render its batch again")
+    return timestamp
+
+
 def _read_packets(path: str | os.PathLike[str]) -> tuple[_StreamParams, list[av.Packet], dict[str, str]]:
     """Demux the first video stream: its parameters, its (non-empty) packets and the container tags."""
     with _open_video(path) as container:
@@ -311,8 +321,8 @@ def _read_packets(path: str | os.PathLike[str]) -> tuple[_StreamParams, list[av.
         ctx = stream.codec_context
         packets = [p for p in container.demux(stream) if p.size > 0 and p.pts is not None]
         time_base = _fraction(stream.time_base)
-        start = min((p.pts for p in packets), default=0)
-        span = max((p.pts + p.duration for p in packets), default=0) - start
+        start = min((_ts(p.pts) for p in packets), default=0)
+        span = max((_ts(p.pts) + (p.duration or 0) for p in packets), default=0) - start
         # Exact frame rate from the timestamps (frames per second of stream time); header rate as fallback.
         fps = Fraction(len(packets)) / (span * time_base) if span > 0 and time_base else None
         params = _StreamParams(
@@ -370,7 +380,7 @@ def join_segments(
     # Each segment starts where the previous one ended. Its dts run ``delay`` ticks ahead of its pts (B-frame
     # reordering); a short segment can have less delay than the rest (one frame: none), so every segment's
     # dts are moved to the largest delay: dts stay <= pts and strictly increase across the joins.
-    delays = [min(p.pts for p in pk) - min(p.dts for p in pk) for _, pk, _ in read]
+    delays = [min(_ts(p.pts) for p in pk) - min(_ts(p.dts) for p in pk) for _, pk, _ in read]
     max_delay = max(delays)
     with (
         atomic_path(path) as tmp,
@@ -385,18 +395,19 @@ def join_segments(
         offset = 0
         last_dts: int | None = None
         for seg, (_, packets, _), delay in zip(segments, read, delays, strict=True):
-            start = min(p.pts for p in packets)
+            start = min(_ts(p.pts) for p in packets)
             end = start
             for p in packets:
-                end = max(end, p.pts + p.duration)
-                p.pts += offset - start
-                p.dts += offset - start - (max_delay - delay)
-                if last_dts is not None and p.dts <= last_dts:
+                pts, dts = _ts(p.pts), _ts(p.dts)
+                end = max(end, pts + (p.duration or 0))
+                p.pts = pts + offset - start
+                p.dts = dts = dts + offset - start - (max_delay - delay)
+                if last_dts is not None and dts <= last_dts:
                     raise FarmError(
                         f"cannot join video segment {os.fspath(seg)!r}: its decode timestamps do not follow "
                         "the previous segment's (unexpected B-frame reordering)"
                     )
-                last_dts = p.dts
+                last_dts = dts
                 p.stream = stream
                 out.mux(p)
             offset += end - start

@@ -33,7 +33,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "hunyuanvideo": HunyuanVideoDecoder,
 }
 
-_cache: dict[tuple[str, str, bool], VideoDecoder] = {}
+_cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
 _cache_lock = threading.Lock()
 
 

@@ -99,7 +99,7 @@ def parse_spec(
     if not isinstance(raw, dict):
         raise FarmError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     family = raw.get("family")
-    if family not in families:
+    if not isinstance(family, str) or family not in families:
         raise FarmError(f"{where}: unknown decoder family {family!r}; known families: {sorted(families)}")
     cls = families[family]
     config = raw.get("config", family)
