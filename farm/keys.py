@@ -34,6 +34,7 @@ ROOT = ("farm",)
 RENDERS = (*ROOT, "renders")
 SUBMISSIONS = (*ROOT, "submissions")
 CANCELLED = (*ROOT, "cancelled")
+THUMBNAILS = (*ROOT, "thumbnails")  # + (render_id, shot): a finished shot's picture (farm.thumbnails)
 
 
 def metadata_path(*parts: str) -> list[str]:

@@ -8,8 +8,11 @@ errors; a task key's second element is its render id, its third the shot) and se
 HTTP server (the dashboard's port):
 
 - ``/farm``: the farm page, one table per render (job, output, priority, state, tiles decoded, batches
-  written, frames/s, ETA, failures) with a row per shot, and the submitted workflows;
+  written, frames/s, ETA, failures) with a row per shot: its thumbnail once finished and a strip of its
+  batches (done, running, pending, failed, skipped), and the submitted workflows;
 - ``/farm/api/renders.json``: the same numbers as JSON;
+- ``/farm/thumbnail/<render>/<shot>.png``: a finished shot's middle frame, small (made once by the
+  render's client, `farm.thumbnails`, and kept in the scheduler's metadata);
 - ``/metrics``: ``farm_*`` Prometheus metrics for the same counts, next to Dask's own.
 
 Install it with :func:`install` (what `farm render`, `farm submit` and `farm cluster` do), or on a
@@ -23,6 +26,7 @@ http://127.0.0.1:8787/farm
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import html
 import json
@@ -31,7 +35,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
@@ -56,6 +60,10 @@ TASK_PREFIXES = frozenset(
         "workflow-driver",
     }
 )
+# Tasks of one batch (key ``(prefix, render, shot, batch)``): the batch runs from its blend to its mark.
+BATCH_PREFIXES = frozenset({"blend-batch", "write-batch", "encode-segment", "write-sequence", "mark-batch"})
+BATCH_STATES = ("done", "running", "pending", "failed", "skipped")
+THUMBNAIL_PATH = "farm/thumbnail"
 # A "running" render whose tasks are all gone from the scheduler and whose record has not changed for
 # this long lost its driver (a killed `farm render` or foreground submit): shown as "interrupted".
 STALE_AFTER_S = 30.0
@@ -67,9 +75,41 @@ class _TaskCounts:
     """What the scheduler saw of one render's tasks, per shot."""
 
     decoded: dict[str, set[Any]] = field(default_factory=dict)  # shot -> decode-tile indices in memory
+    batches: dict[str, dict[int, str]] = field(default_factory=dict)  # shot -> batch -> running/done/failed
     errors: dict[str, int] = field(default_factory=dict)  # shot -> tasks that ended erred
     last_error: str = ""
     last_seen: float = 0.0
+
+
+def note_batch(states: dict[int, str], prefix: str, batch: Any, finish: str) -> None:
+    """A batch's state after one of its tasks moved to `finish`: done once its mark task holds a
+    result, failed once any of its tasks erred, running while any runs."""
+    if not isinstance(batch, int) or states.get(batch) in ("done", "failed"):
+        return
+    if finish == "erred":
+        states[batch] = "failed"
+    elif prefix == "mark-batch" and finish == "memory":
+        states[batch] = "done"
+    elif finish == "processing":
+        states[batch] = "running"
+
+
+def batch_states(layout: Mapping[str, Any] | None, seen: Mapping[int, str], total: int) -> list[str]:
+    """Every batch of a shot, in order: done before this render or by it, running, failed, pending, or
+    skipped (left out with ``--frames``). `layout` is what the render published (`render.batch_layout`);
+    without it (an older record) the shot's batches are counted from `total` and what was seen."""
+    layout = layout or {}
+    count = int(layout.get("total", 0)) or max([total, *(b + 1 for b in seen)])
+    before, skipped = set(layout.get("done", ())), set(layout.get("skipped", ()))
+    return [
+        "done" if i in before else seen.get(i) or ("skipped" if i in skipped else "pending")
+        for i in range(count)
+    ]
+
+
+def thumbnail_url(render_id: str, shot: str) -> str:
+    """A shot's thumbnail, relative to the dashboard's root (`farm.thumbnails` makes it)."""
+    return f"{THUMBNAIL_PATH}/{quote(render_id, safe='')}/{quote(shot, safe='')}.png"
 
 
 def page_link(dashboard: str | None) -> str | None:
@@ -104,6 +144,8 @@ class FarmMonitor(SchedulerPlugin):
         if app is not None:
             handlers = [
                 (self.prefix + JSON_PATH, _JsonHandler, {"monitor": self}),
+                (self.prefix + THUMBNAIL_PATH + r"/([^/]+)/([^/]+)\.png", _ThumbnailHandler,
+                 {"monitor": self}),  # fmt: skip
                 (self.prefix + PAGE_PATH + "/?", _PageHandler, {"monitor": self}),
             ]
             app.add_handlers(r".*$", handlers)
@@ -120,6 +162,8 @@ class FarmMonitor(SchedulerPlugin):
         counts = self.counts.setdefault(render, _TaskCounts())
         counts.last_seen = time.time()
         shot = str(key[2]) if len(key) >= 3 else ""
+        if key[0] in BATCH_PREFIXES and len(key) >= 4:
+            note_batch(counts.batches.setdefault(shot, {}), key[0], key[3], finish)
         if key[0] == "decode-tile" and finish == "memory" and len(key) >= 4:
             counts.decoded.setdefault(shot, set()).add(key[3])
         elif finish == "erred" and start == "processing":  # failed itself, not through a dependency
@@ -145,8 +189,9 @@ class FarmMonitor(SchedulerPlugin):
         records = dict(meta.get("renders", {}))
         cancelled = dict(meta.get("cancelled", {}))
         live = self.live_renders()
+        pictures = dict(meta.get("thumbnails", {}))
         renders = [
-            summarize(rid, rec, self.counts.get(rid), cancelled, rid in live, now)
+            summarize(rid, rec, self.counts.get(rid), cancelled, rid in live, now, pictures.get(rid))
             for rid, rec in records.items()
             if isinstance(rec, dict)
         ]
@@ -171,8 +216,10 @@ def summarize(
     cancelled: Mapping[str, Any],
     live: bool,
     now: float,
+    thumbnails: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One render's numbers: the published record plus rates, ETA, failures and per-shot tile counts."""
+    """One render's numbers: the published record plus rates, ETA, failures and per-shot tile counts,
+    batch states and thumbnails (`thumbnails`: shot → the picture `farm.thumbnails` published)."""
     counts = counts or _TaskCounts()
     state = str(record.get("state", "running"))
     if state != "done" and is_cancelled(render_id, cancelled):
@@ -223,6 +270,11 @@ def summarize(
                 "task_errors": errors,
                 "video": shot.get("video"),
                 "error": shot.get("error"),
+                "batches": batch_states(
+                    dict(record.get("batches", {})).get(name), counts.batches.get(name, {}), total
+                ),
+                "thumbnail": thumbnail_url(render_id, name) if name in (thumbnails or {}) else None,
+                "thumbnail_frame": (thumbnails or {}).get(name, {}).get("frame_index"),
             }
         )
     failed_shots = sum(1 for s in shots if s["state"] == "failed")
@@ -268,6 +320,17 @@ class _JsonHandler(_Handler):
         self.write(json.dumps(self.monitor.snapshot(), default=str))
 
 
+class _ThumbnailHandler(_Handler):
+    def get(self, render_id: str, shot: str) -> None:
+        meta = getattr(self.monitor.scheduler, "task_metadata", {}).get("farm", {})
+        picture = dict(meta.get("thumbnails", {})).get(render_id, {}).get(shot)
+        if not isinstance(picture, dict) or "png" not in picture:
+            raise web.HTTPError(404, f"no thumbnail for render {render_id!r}, shot {shot!r} (yet)")
+        self.set_header("Content-Type", "image/png")
+        self.set_header("Cache-Control", "max-age=86400")  # made once, when the shot finished
+        self.write(base64.b64decode(picture["png"]))
+
+
 class _PageHandler(_Handler):
     def get(self) -> None:
         refresh = self.get_argument("refresh", "2")
@@ -302,6 +365,50 @@ def _cell(name: str, value: Any, text: str | None = None, cls: str = "") -> str:
     return f'<td data-name="{name}" data-value="{html.escape(str(value))}"{klass}>{shown}</td>'
 
 
+def _shots_table(r: Mapping[str, Any], prefix: str) -> str:
+    """One render's shots: picture, state, tiles, batches (a strip, one mark per batch), rate, errors."""
+    rid = html.escape(r["render"])
+    out = [f"<table class='shots' data-render='{rid}'><tr><th>picture</th><th class='l'>shot</th>"
+           "<th>state</th><th>tiles decoded</th><th>batches written</th><th class='l'>batches</th>"
+           "<th>frames/s</th><th>task errors</th><th class='l'>video / error</th></tr>"]  # fmt: skip
+    for s in r["shots"]:
+        tiles = s["tiles_decoded"]
+        tiles_text = f"{tiles}/{s['tiles_total']}" if s["tiles_total"] is not None else str(tiles)
+        fps = s["frames_per_second"]
+        note = s["error"] or s["video"] or ""
+        out.append(f"<tr data-shot='{html.escape(s['shot'])}'>")
+        out.append(_thumbnail_cell(s, prefix))
+        out.append(_cell("shot", s["shot"], cls="l"))
+        out.append(_cell("state", s["state"], cls=f"state {s['state']}"))
+        out.append(_cell("tiles_decoded", tiles, tiles_text))
+        out.append(_progress_cell(s["batches_written"], s["batches_total"]))
+        out.append(_strip_cell(s.get("batches") or []))
+        out.append(_cell("frames_per_second", "" if fps is None else round(fps, 2),
+                         "–" if fps is None else f"{fps:.1f}"))  # fmt: skip
+        out.append(_cell("task_errors", s["task_errors"]))
+        out.append(_cell("note", note, cls="err l" if s["error"] else "l"))
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _thumbnail_cell(shot: Mapping[str, Any], prefix: str) -> str:
+    """The shot's picture once it has one; the browser notes in ``data-loaded`` the width it decoded."""
+    if not shot.get("thumbnail"):
+        return "<td class='pic' data-name='thumbnail' data-value=''><div class='nopic'></div></td>"
+    src = html.escape(prefix + shot["thumbnail"])
+    alt = html.escape(f"{shot['shot']}, frame {shot.get('thumbnail_frame')}")
+    return (f"<td class='pic' data-name='thumbnail' data-value='{src}'><img class='thumb' src='{src}' "
+            f"alt='{alt}' title='{alt}' onload='this.dataset.loaded=this.naturalWidth'></td>")  # fmt: skip
+
+
+def _strip_cell(states: list[str]) -> str:
+    """A mark per batch, coloured by its state (`BATCH_STATES`), in batch order."""
+    marks = "".join(f"<span class='b {st}' title='batch {i}: {st}'></span>" for i, st in enumerate(states))
+    value = html.escape(",".join(states))
+    return f"<td class='l' data-name='batches' data-value='{value}'><div class='strip'>{marks}</div></td>"
+
+
 STYLE = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:20px;color:#222;background:#fafafa}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
@@ -315,6 +422,12 @@ th{background:#f0f3f6;font-weight:600} td.l,th.l{text-align:left}
 margin-left:6px} .bar div{height:8px;background:#2e7d32;border-radius:4px}
 .err{color:#c62828;white-space:normal;text-align:left;max-width:520px}
 pre{background:#fff;padding:6px;font-size:12px;max-width:1100px;overflow:auto}
+td.pic{padding:2px 6px} img.thumb{width:96px;display:block;border-radius:2px}
+.nopic{width:96px;height:54px;background:#eee;border-radius:2px}
+.strip{display:flex;flex-wrap:wrap;gap:1px;max-width:260px} .strip .b{width:7px;height:12px;border-radius:1px}
+.b.done{background:#2e7d32} .b.running{background:#0b63c5} .b.pending{background:#cfd4da}
+.b.failed{background:#c62828} .b.skipped{background:#fff;outline:1px solid #cfd4da}
+.legend .b{display:inline-block;width:7px;height:12px;margin:0 3px 0 10px;vertical-align:middle}
 """
 
 
@@ -330,7 +443,9 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
     out.append(
         f"<div class='sub'>{len(renders)} render(s), {running} running · "
         f"<a href='{prefix}status'>Dask dashboard</a> · <a href='{prefix}{JSON_PATH}'>JSON</a> · "
-        f"<a href='{prefix}metrics'>metrics</a> · updated {time.strftime('%H:%M:%S')}</div>"
+        f"<a href='{prefix}metrics'>metrics</a> · updated {time.strftime('%H:%M:%S')}"
+        "<span class='legend'>" + "".join(f"<span class='b {st}'></span>{st}" for st in BATCH_STATES)
+        + "</span></div>"
     )
     if not renders:
         out.append("<p>No renders yet. Start one with <code>farm render JOB --out OUT --scheduler …</code> "
@@ -357,25 +472,7 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
         out.append("</tr></table>")
         if r["last_error"]:
             out.append(f"<div class='err'>last task error: {html.escape(r['last_error'])}</div>")
-        out.append(f"<table class='shots' data-render='{rid}'><tr><th class='l'>shot</th><th>state</th>"
-                   "<th>tiles decoded</th><th>batches written</th><th>frames/s</th><th>task errors</th>"
-                   "<th class='l'>video / error</th></tr>")  # fmt: skip
-        for s in r["shots"]:
-            tiles = s["tiles_decoded"]
-            tiles_text = f"{tiles}/{s['tiles_total']}" if s["tiles_total"] is not None else str(tiles)
-            fps = s["frames_per_second"]
-            note = s["error"] or s["video"] or ""
-            out.append(f"<tr data-shot='{html.escape(s['shot'])}'>")
-            out.append(_cell("shot", s["shot"], cls="l"))
-            out.append(_cell("state", s["state"], cls=f"state {s['state']}"))
-            out.append(_cell("tiles_decoded", tiles, tiles_text))
-            out.append(_progress_cell(s["batches_written"], s["batches_total"]))
-            out.append(_cell("frames_per_second", "" if fps is None else round(fps, 2),
-                             "–" if fps is None else f"{fps:.1f}"))  # fmt: skip
-            out.append(_cell("task_errors", s["task_errors"]))
-            out.append(_cell("note", note, cls="err l" if s["error"] else "l"))
-            out.append("</tr>")
-        out.append("</table>")
+        out.append(_shots_table(r, prefix))
     subs = snapshot.get("submissions", [])
     if subs:
         out.append(

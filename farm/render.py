@@ -52,6 +52,7 @@ from farm.resume import record_identity, recorded_grids, render_identities, rend
 from farm.store import Job, open_job
 from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.tasks import VideoSettings
+from farm.thumbnails import ShotThumbnails
 from farm.tiling import ShotPlan, assign_round_robin
 
 if TYPE_CHECKING:
@@ -138,15 +139,17 @@ def render(
             if pending:
                 render_id = render_id or uuid.uuid4().hex[:8]
                 _announce(client, len(pending), n_workers, render_id, log)
-                stats = run_graph(
-                    client, assign_round_robin(pending, n_workers), job_path=str(job.path),
-                    spec_json=job.spec.to_json(), out=out,
-                    fps={name: info.fps for name, info in job.shots.items()}, video=video,
-                    metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
-                    on_progress=on_progress, total_batches=totals, compile=compile, priority=priority,
-                    render_id=render_id, describe={"job": str(job.path), "out": str(out.root)},
-                    finish=finish, outputs_ready=outputs.result, stream=stream,
-                )  # fmt: skip
+                layout = batch_layout(out, plans, pending)
+                with ShotThumbnails(client, render_id, out, on_progress) as thumbnails:  # the farm page's
+                    stats = run_graph(
+                        client, assign_round_robin(pending, n_workers), job_path=str(job.path),
+                        spec_json=job.spec.to_json(), out=out,
+                        fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                        metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
+                        on_progress=thumbnails, total_batches=totals, compile=compile, priority=priority,
+                        render_id=render_id, finish=finish, outputs_ready=outputs.result, stream=stream,
+                        describe={"job": str(job.path), "out": str(out.root), "batches": layout},
+                    )  # fmt: skip
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     _add_outcomes(stats, plans, shot_errors, out, video)
@@ -161,6 +164,24 @@ def _prepare_outputs(
                    first_frame=first_frame)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
         list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches)), plans))
+
+
+def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotPlan]) -> dict[str, dict]:
+    """Per shot, all its batches as the farm page draws them: how many, which were done before this
+    render, and which it leaves out (``--frames``); the rest are this render's."""
+    todo = {p.shot: {b.index for b in p.batches} for p in pending}
+    layout = {}
+    for plan in plans:
+        if plan.shot not in todo:
+            continue
+        every = {b.index for b in plan.batches}
+        done = out.batches_done(plan.shot) & every
+        layout[plan.shot] = {
+            "total": len(plan.batches),
+            "done": sorted(done),
+            "skipped": sorted(every - done - todo[plan.shot]),
+        }
+    return layout
 
 
 def _budget_window(

@@ -135,7 +135,7 @@ def _to_half(frames: np.ndarray) -> np.ndarray:
 # ---- writing -------------------------------------------------------------------------------------
 
 
-def _encode_png(image: np.ndarray) -> bytes:
+def encode_png(image: np.ndarray) -> bytes:
     import av
 
     height, width, _ = image.shape
@@ -240,7 +240,7 @@ def write_frames(
             if format == "exr":
                 _write_exr(data[k], tmp, exr_compression, fps, exr_values)
             else:
-                Path(tmp).write_bytes(_encode_png(data[k]))
+                Path(tmp).write_bytes(encode_png(data[k]))
         paths.append(path)
     return paths
 

@@ -8,10 +8,12 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import farm.render as fr
@@ -111,6 +113,63 @@ def test_page_matches_the_outputs(rendered):
     assert {int(row["tiles_decoded"]) for row in shots.values()} == {2}
 
 
+def test_thumbnails_and_batch_strips_match_the_outputs(rendered, tmp_path):
+    """Each finished shot's picture is its middle Zarr frame (64x128: small already, kept at full size);
+    each shot's strip has one mark per batch, all done."""
+    from farm.sequences import read_image
+
+    out = Output(rendered["out"])
+    snapshot = json.loads(fetch(rendered["page"] + "/api/renders.json"))
+    (r,) = [r for r in snapshot["renders"] if r["render"] == "mon-1"]
+    root = rendered["page"].removesuffix("farm")
+    for shot in r["shots"]:
+        assert shot["batches"] == ["done"] * len(out.batches_done(shot["shot"])) == ["done"] * 4
+        assert shot["thumbnail"] == f"farm/thumbnail/mon-1/{shot['shot']}.png"
+        assert shot["thumbnail_frame"] == 12  # the middle of 25 frames
+        with urllib.request.urlopen(root + shot["thumbnail"], timeout=20) as response:
+            assert response.headers["Content-Type"] == "image/png"
+            (tmp_path / "t.png").write_bytes(response.read())
+        picture = read_image(tmp_path / "t.png")
+        middle = read_frames(out, shot["shot"])[12]
+        assert picture.shape == middle.shape == (64, 128, 3)
+        assert np.abs(picture.astype(int) - middle).max() <= 1
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        fetch(root + "farm/thumbnail/mon-1/nosuchshot.png")
+
+
+def test_batch_strips_follow_a_live_render(cluster3, scheduler3, tmp_path):
+    """The strips change while the render runs: batches start pending and end done."""
+    fr.synth(tmp_path / "job.zarr", decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=2)
+    page = monitor.page_link(cluster3.dashboard_link)
+    seen: list[list[str]] = []
+
+    def look(stats) -> None:
+        snapshot = json.loads(fetch(page + "/api/renders.json"))
+        for r in snapshot["renders"]:
+            if r["render"] == "mon-live":
+                seen.append(r["shots"][0]["batches"])
+
+    fr.render(tmp_path / "job.zarr", tmp_path / "out", scheduler=scheduler3, render_id="mon-live",
+              options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8), log=lambda _: None,
+              on_progress=look)  # fmt: skip
+    look(None)
+    assert seen and all(len(states) == 5 for states in seen)
+    assert any(states.count("done") < 5 for states in seen[:-1])  # caught mid-render
+    assert any({"pending", "running"} & set(states) for states in seen)
+    assert seen[-1] == ["done"] * 5
+
+
+def test_strip_shows_batches_done_before_and_skipped():
+    layout = {"total": 5, "done": [0], "skipped": [4]}
+    assert monitor.batch_states(layout, {1: "done", 2: "running"}, 4) == [
+        "done", "done", "running", "pending", "skipped"]  # fmt: skip
+    assert monitor.batch_states(None, {0: "failed"}, 2) == ["failed", "pending"]  # an older record
+    states: dict[int, str] = {}
+    for prefix, finish in [("blend-batch", "processing"), ("write-batch", "erred"), ("mark-batch", "memory")]:
+        monitor.note_batch(states, prefix, 3, finish)
+    assert states == {3: "failed"}  # a failed batch stays failed
+
+
 def test_metrics_match_the_outputs(rendered):
     want = expected(rendered["out"])
     text = fetch(rendered["page"].removesuffix("/farm") + "/metrics")
@@ -197,6 +256,13 @@ def test_farm_page_in_a_headless_browser(rendered, tmp_path):
     parser.feed(dom.stdout)  # the DOM as the browser built it
     written = parser.tables[("render", "mon-1")][""]["batches_written"]
     assert int(written) == expected(rendered["out"])["batches"]
+    # the pictures loaded in the browser (their onload noted the decoded width), one strip mark per batch
+    shots = parser.tables[("shots", "mon-1")]
+    table = re.search(r'<table class="shots" data-render="mon-1">.*?</table>', dom.stdout, re.S).group(0)
+    loaded = re.findall(r'<img class="thumb"[^>]*data-loaded="(\d+)"', table)
+    assert loaded == ["128"] * len(shots) == ["128", "128"], table
+    assert {row["batches"] for row in shots.values()} == {"done,done,done,done"}
+    assert table.count('class="b done"') == 8
     run = subprocess.run([*flags, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.exists() and shot.stat().st_size > 10_000, "the screenshot is missing or blank"

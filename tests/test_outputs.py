@@ -176,7 +176,7 @@ def test_sequence_errors_and_atomic_writes(tmp_path: Path, monkeypatch) -> None:
     # A write that fails midway leaves the earlier files complete and no temporary files.
     previous = sequences.frame_path(tmp_path, "b", 2, "png")
     previous.write_bytes(b"previous render")
-    real = sequences._encode_png
+    real = sequences.encode_png
     calls = []
 
     def failing(image):
@@ -185,7 +185,7 @@ def test_sequence_errors_and_atomic_writes(tmp_path: Path, monkeypatch) -> None:
             raise OSError("disk full")
         return real(image)
 
-    monkeypatch.setattr(sequences, "_encode_png", failing)
+    monkeypatch.setattr(sequences, "encode_png", failing)
     with pytest.raises(OSError, match="disk full"):
         sequences.write_frames(pattern(3), tmp_path, "b", first_frame=1)
     assert sorted(os.listdir(tmp_path)) == ["a.12345.png", "b.0001.png", "b.0002.png"]
