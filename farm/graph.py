@@ -374,6 +374,7 @@ class Driver:
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
+        self.publisher.publish(self.stats)  # the farm page shows the render from its start, nothing done
         if on_progress:
             on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         for p, plan in enumerate(self.plans):
