@@ -7,8 +7,9 @@ text into values, raising `FarmError` with the valid forms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from farm import config
 from farm.errors import FarmError
 from farm.tiling import ChunkSize
 
@@ -26,14 +27,21 @@ class PlanOptions:
     (if given) is the overlap it uses where it splits an axis, ``cost_model`` names the stored cost
     model (default: the decoder's, `farm.costmodel.default_name`) and ``worker_memory`` bounds one
     decode call in bytes (default: the cost model's worker memory). Explicit ``tiles`` always win.
+    The defaults of ``tiles`` and ``batch_frames`` are dask.config's ``farm.tiles`` and
+    ``farm.batch-frames`` (`farm.config`).
     """
 
-    tiles: tuple[int, int, int] | str = AUTO
+    tiles: tuple[int, int, int] | str = field(default_factory=lambda: configured_tiles())
     overlap: tuple[int, int, int] | None = None
-    batch_frames: int = DEFAULT_BATCH_FRAMES
+    batch_frames: int = field(default_factory=lambda: int(config.get("batch-frames")))
     chunk: ChunkSize = ChunkSize()
     cost_model: str | None = None
     worker_memory: int | None = None
+
+
+def configured_tiles() -> tuple[int, int, int] | str:
+    """``farm.tiles`` from dask.config: ``auto``, ``"1,2,2"`` (YAML) or ``(1, 2, 2)`` (a variable)."""
+    return parse_tiles(str(config.option("tiles")))
 
 
 def parse_tiles(text: str) -> tuple[int, int, int] | str:

@@ -10,13 +10,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from dask.sizeof import sizeof
 
+from farm import config
 from farm.errors import FarmError
 from farm.output import Output, fsync_path, mark_done, write_frames
 from farm.store import read_latent
@@ -210,19 +211,25 @@ class Placement:
 
 @dataclass(frozen=True)
 class VideoSettings:
-    """What a render writes besides the Zarr frames: a video (codec) and/or an image sequence."""
+    """What a render writes besides the Zarr frames: a video (codec) and/or an image sequence.
 
-    crf: int = 18
-    preset: str = "veryfast"
+    The defaults of the fields marked "farm.KEY" are dask.config's (`farm.config`)."""
+
+    crf: int = field(default_factory=lambda: int(config.get("crf")))  # farm.crf
+    preset: str = field(default_factory=lambda: str(config.get("preset")))  # farm.preset
     enabled: bool = True  # False: frames to Zarr only, no segments or video
-    codec: str = "h264"  # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS
+    # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS; farm.codec
+    codec: str = field(default_factory=lambda: str(config.get("codec")))
     sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
-    first_frame: int = 1  # number of a shot's first frame in sequence file names
-    frames_dtype: str = "uint8"  # the Zarr master copy: uint8 levels or float16 in [0, 1]
+    # number of a shot's first frame in sequence file names and the Zarr frame coordinate; farm.first-frame
+    first_frame: int = field(default_factory=lambda: int(config.get("first-frame")))
+    # the Zarr master copy: uint8 levels or float16 in [0, 1]; farm.frames-dtype
+    frames_dtype: str = field(default_factory=lambda: str(config.get("frames-dtype")))
     # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
     # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
     durable: bool = True
-    exr_values: str = "display"  # EXR sequences: "display" (as decoded, BT.709-encoded) or "linear"
+    # EXR sequences: "display" (as decoded, BT.709-encoded) or "linear"; farm.exr-values
+    exr_values: str = field(default_factory=lambda: str(config.get("exr-values")))
 
     @property
     def suffix(self) -> str:

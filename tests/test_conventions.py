@@ -110,6 +110,12 @@ def test_yaml_and_environment_set_farms_defaults(tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          env={**os.environ, **env})  # fmt: skip
     assert run.stdout.split() == ["23", "16", "h264"]
+    # the API's defaults too: PlanOptions and VideoSettings
+    api = ("from farm.options import PlanOptions; from farm.tasks import VideoSettings; "
+           "p, v = PlanOptions(), VideoSettings(); print(p.batch_frames, p.tiles, v.crf, v.preset, v.codec)")
+    env = {**os.environ, **env, "DASK_FARM__TILES": "1,1,2"}
+    run = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True, env=env)
+    assert run.stdout.strip() == "16 (1, 1, 2) 23 medium h264", run.stderr
 
 
 def test_scheduler_address_and_farm_settings_reach_a_real_render(job, tmp_path, cluster3):
