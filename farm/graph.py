@@ -441,7 +441,7 @@ class ProgressPublisher:
     """Keeps the scheduler's copy of a render's progress current (rate-limited), for the farm page,
     Prometheus metrics and `farm status` of a live render."""
 
-    def __init__(self, client: Any, render_id: str, priority: int, describe: dict[str, Any]) -> None:
+    def __init__(self, client: Client, render_id: str, priority: int, describe: dict[str, Any]) -> None:
         self.client, self.key = client, keys.metadata_path(*keys.RENDERS, render_id)
         self.base = {"render": render_id, "priority": priority, "started": time.time(), **describe}
         self.last = 0.0
@@ -469,7 +469,7 @@ class ProgressPublisher:
             self.client.set_metadata(self.key, record)
 
 
-def cancel_requested(client: Any, render_id: str) -> bool:
+def cancel_requested(client: Client, render_id: str) -> bool:
     from farm.render_ids import is_cancelled
 
     try:
@@ -479,7 +479,7 @@ def cancel_requested(client: Any, render_id: str) -> bool:
     return is_cancelled(render_id, cancelled)
 
 
-def split_workers(client: Any) -> tuple[list[str], list[str]]:
+def split_workers(client: Client) -> tuple[list[str], list[str]]:
     """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
     decode: list[str] = []
     io: list[str] = []

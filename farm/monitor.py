@@ -34,13 +34,16 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
 from farm.render_ids import is_cancelled, render_of
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 PLUGIN_NAME = "farm-monitor"
 PAGE_PATH = "farm"
@@ -571,7 +574,7 @@ def _register_collector() -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def install(client: Any) -> str | None:
+def install(client: Client) -> str | None:
     """Register :class:`FarmMonitor` on the client's scheduler (once) and return the farm page's URL.
 
     Returns None, installing nothing, when the scheduler cannot load farm (a scheduler started

@@ -31,7 +31,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError
 from farm.monitor import FINAL_STATES
@@ -44,6 +44,9 @@ from farm.workflow import (
     Context,
     use_context,
 )
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 DRIVER_PREFIX = "workflow-driver"
 DRIVER_PRIORITY = 10**12  # a detached driver starts before any render's tasks
@@ -83,7 +86,7 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
         raise FarmError(f"scheduler file {scheduler_file} is not a Dask scheduler file ({exc})") from None
 
 
-def client_for(address: str) -> Any:
+def client_for(address: str) -> Client:
     from distributed import Client
 
     try:
@@ -104,7 +107,7 @@ def _check_script(script: str | os.PathLike) -> Path:
     return path
 
 
-def _publish(client: Any, submission: str, record: dict[str, Any]) -> None:
+def _publish(client: Client, submission: str, record: dict[str, Any]) -> None:
     for key, value in record.items():
         with contextlib.suppress(Exception):
             client.set_metadata(["farm", "submissions", submission, key], value)
@@ -183,7 +186,7 @@ def _raise_keyboard_interrupt(*_: Any) -> None:
 class _DriverLog:
     """A detached workflow's log: the worker's logger plus the last lines on the scheduler."""
 
-    def __init__(self, client: Any, submission: str) -> None:
+    def __init__(self, client: Client, submission: str) -> None:
         import logging
 
         self.client, self.submission = client, submission
@@ -359,15 +362,15 @@ def _release_on_scheduler(dask_scheduler: Any, target: str, release: bool = True
     return {"tasks": matched, "released": len(keys), "drivers": drivers}
 
 
-def _flag_cancelled(client: Any, target: str) -> None:
+def _flag_cancelled(client: Client, target: str) -> None:
     client.set_metadata(["farm", "cancelled", target], {"at": time.time(), "host": socket.gethostname()})
 
 
-def _submission_state(client: Any, submission: str) -> str:
+def _submission_state(client: Client, submission: str) -> str:
     return str(client.get_metadata(["farm", "submissions", submission, "state"], default="done"))
 
 
-def _cancel_tasks(client: Any, target: str) -> int:
+def _cancel_tasks(client: Client, target: str) -> int:
     return int(client.run_on_scheduler(_release_on_scheduler, target=target)["tasks"])
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from dask.sizeof import sizeof
@@ -23,6 +23,11 @@ from farm.output import Output, fsync_path, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 
+if TYPE_CHECKING:
+    import torch
+
+    from farm.decoders.base import VideoDecoder
+
 
 def worker_device() -> str:
     """This process' GPU (dask-cuda gives each worker one visible device), else the CPU."""
@@ -31,14 +36,16 @@ def worker_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _weights(tile: Tile, device: str, frames: slice = slice(None)) -> tuple[Any, Any, Any]:
+def _weights(
+    tile: Tile, device: torch.device | str, frames: slice = slice(None)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     import torch
 
     f, h, w = (torch.tensor(span.weights, dtype=torch.float32, device=device) for span in tile.pixels)
     return f[frames].view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
 
 
-def _weigh_in_place(pixels: Any, tile: Tile, frames: slice = slice(None)) -> Any:
+def _weigh_in_place(pixels: torch.Tensor, tile: Tile, frames: slice = slice(None)) -> torch.Tensor:
     """Multiply float32 pixels ``[3, F, H, W]`` (a tensor the caller owns) by the tile's blend ramps, in
     place: the same products as ``pixels * wf * wh * ww`` without two tile-sized temporaries. `frames`:
     the tile's frames these pixels are (a temporal segment of it)."""
@@ -51,8 +58,8 @@ def _weigh_in_place(pixels: Any, tile: Tile, frames: slice = slice(None)) -> Any
 
 
 def decode_block(
-    decoder: Any, latent: Any, chunk: ChunkSize, origin: tuple[int, int, int] = (0, 0, 0)
-) -> Any:
+    decoder: VideoDecoder, latent: torch.Tensor, chunk: ChunkSize, origin: tuple[int, int, int] = (0, 0, 0)
+) -> torch.Tensor:
     """Decode a latent block ``[C, f, h, w]``, in chunks no larger than `chunk` when it is set.
 
     `origin` is the block's first latent frame, row and column in the shot: decoders whose output
@@ -75,10 +82,11 @@ def decode_block(
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in piece.pixels)
         out[:, f0:f1, h0:h1, w0:w1] += pixels
         del pixels
+    assert out is not None  # plan_chunks gives at least one chunk
     return out
 
 
-def drop_context(pixels: Any, tile: Tile, temporal_scale: int) -> Any:
+def drop_context(pixels: torch.Tensor, tile: Tile, temporal_scale: int) -> torch.Tensor:
     """The tile's own frames of a decoded block ``[3, F, H, W]``: context and lookahead frames dropped.
 
     A view of `pixels` (callers weigh it in place: the dropped frames are never read again).
@@ -159,7 +167,7 @@ def decode_tile(
 
 
 def _decode_segments(
-    decoder: Any, latent: Any, tile: Tile, segments: list[Segment], only: int,
+    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segments: list[Segment], only: int,
     origin: tuple[int, ...], cuts: list[tuple[int, slice]],
 ) -> dict[int, Any]:  # fmt: skip
     import torch
@@ -179,7 +187,9 @@ def _decode_segments(
     return {batch: out[:, frames].contiguous() for batch, frames in cuts}
 
 
-def decode_segment(decoder: Any, latent: Any, tile: Tile, segment: Segment, origin: tuple[int, ...]) -> Any:
+def decode_segment(
+    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segment: Segment, origin: tuple[int, ...]
+) -> torch.Tensor:
     """One temporal segment of a tile: its chunks decoded, weighted by their ramps and summed (as
     `decode_block` does), then weighted by the tile's own ramps over the segment's frames."""
     import torch
@@ -197,6 +207,7 @@ def decode_segment(decoder: Any, latent: Any, tile: Tile, segment: Segment, orig
         (p0, p1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in piece.pixels)
         out[:, p0 - f0 : p1 - f0, h0:h1, w0:w1] += pixels
         del pixels
+    assert out is not None  # a segment has at least one piece
     return _weigh_in_place(out, tile, slice(f0, f1))
 
 
@@ -326,7 +337,7 @@ def _tile_sums(
     return out
 
 
-def _to_host(tensor: Any) -> np.ndarray:
+def _to_host(tensor: torch.Tensor) -> np.ndarray:
     """One device→host copy, through pinned memory, for a GPU tensor; CPU tensors as they are."""
     import torch
 
@@ -400,7 +411,7 @@ def levels_uint8(frames: np.ndarray) -> np.ndarray:
     return np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
-def to_uint8_(pixels: Any) -> Any:
+def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
     """[0, 1] floats → uint8 levels, rounding to nearest (values outside [0, 1] clip), overwriting the
     float `pixels` on the way (no batch-sized temporaries)."""
     import torch

@@ -36,12 +36,15 @@ cupy); over TCP in ≈ 1.8 s through host memory, arriving on the GPU either way
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from dask.sizeof import sizeof
 from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 # Per-object overhead added to a tensor's data bytes in ``sizeof``.
 SIZEOF_OVERHEAD = 128
@@ -326,7 +329,7 @@ class FarmTransportPlugin(WorkerPlugin):
         register()
 
 
-def install(client: Any) -> None:
+def install(client: Client) -> None:
     """Make ``client``'s process and all its cluster's workers use farm's tensor transport.
 
     Registers here, then registers :class:`FarmTransportPlugin` with the scheduler, which runs it on

@@ -34,9 +34,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 ENV_SCHEDULER = "FARM_SCHEDULER"
 ENV_SUBMISSION = "FARM_SUBMISSION"
@@ -58,7 +61,7 @@ class Context:
     argv: list[str] = field(default_factory=list)
     detached: bool = False
     log: Callable[[str], None] | None = None
-    client: Any = None  # for metadata; made on first use when not given
+    client: Client | None = None  # for metadata; made on first use when not given
     _renders: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -71,7 +74,7 @@ class Context:
         name = re.sub(r"[^A-Za-z0-9_-]+", "_", Path(job).name.removesuffix(".zarr"))[:40]
         return f"{self.submission}.{n}-{name}"
 
-    def metadata_client(self) -> Any:
+    def metadata_client(self) -> Client | None:
         if self.client is None and self.scheduler is not None:
             from distributed import Client
 

@@ -8,14 +8,17 @@ beside the RGB frames that Zarr needs, 1.5 bytes per pixel more. Chroma is the m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 # BT.709 luma weights; Cb = (B - Y) / 1.8556, Cr = (R - Y) / 1.5748 (ITU-R BT.709-6, 3.2-3.3).
 KR, KG, KB = 0.2126, 0.7152, 0.0722
 CB_SCALE, CR_SCALE = 1.8556, 1.5748
 
 
-def rgb_to_yuv420(pixels: Any) -> Any:
+def rgb_to_yuv420(pixels: torch.Tensor) -> torch.Tensor:
     """float RGB ``[3, F, H, W]`` in [0, 1] (torch, any device) → uint8 planes ``[F, H * 3 // 2, W]``.
 
     Each frame's rows hold the Y plane (H rows), then U and V (H / 4 rows each, every row two chroma
@@ -32,7 +35,7 @@ def rgb_to_yuv420(pixels: Any) -> Any:
     cb = torch.nn.functional.avg_pool2d((b - y) / CB_SCALE, 2)
     cr = torch.nn.functional.avg_pool2d((r - y) / CR_SCALE, 2)
 
-    def levels(x: Any, offset: float, scale: float) -> Any:
+    def levels(x: torch.Tensor, offset: float, scale: float) -> torch.Tensor:
         return torch.round(offset + scale * x).clamp(0, 255).to(torch.uint8)
 
     planes = torch.empty((f, h * 3 // 2, w), dtype=torch.uint8, device=pixels.device)

@@ -6,10 +6,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from farm.errors import FarmError
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
 LATENT_CONVENTIONS = ("denormalized", "normalized")
@@ -77,7 +80,7 @@ class VideoDecoder(Protocol):
         repeated decodes."""
         ...
 
-    def decode(self, latent: Any, origin: tuple[int, int, int] | None = None) -> Any:
+    def decode(self, latent: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
         """Latent tile ``[C, f, h, w]`` (torch, on its device) → pixels ``[3, F, H, W]`` in [0, 1].
 
         `origin` is the tile's first latent frame, row and column in its shot. Decoders that draw noise

@@ -20,12 +20,15 @@ import importlib
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.errors import FarmError
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DiffusersVideoDecoder:
@@ -167,15 +170,15 @@ class DiffusersVideoDecoder:
 
     # ---- decoding ------------------------------------------------------------------------------
 
-    def denormalize(self, z: Any) -> Any:
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """Latents as the pipeline stores them → as it hands them to ``vae.decode``."""
         raise NotImplementedError
 
-    def run_decoder(self, z: Any, origin: tuple[int, int, int] | None) -> Any:
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""
         return self.model.decode(z, return_dict=False)[0]
 
-    def decode(self, latent: Any, origin: tuple[int, int, int] | None = None) -> Any:
+    def decode(self, latent: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
         import torch
 
         with self._lock, torch.inference_mode():

@@ -21,11 +21,14 @@ its edges; the overlap blend hides the seams (diffusers' own tiled decode relies
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 # Same class as the real model (diffusers' default constructor = the published HunyuanVideo VAE), a few
 # channels; GroupNorm needs channels divisible by norm_num_groups.
@@ -101,6 +104,6 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         assert isinstance(decoder, HunyuanVideoDecoder)
         return decoder
 
-    def denormalize(self, z: Any) -> Any:
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
         return z / self.model.config.scaling_factor

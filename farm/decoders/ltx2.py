@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 # Same class as the real model, a few channels: decodes 17x128x192 in ~0.1 s on one CPU core.
 LTX2_TINY = {
@@ -70,13 +73,13 @@ class LTX2Decoder(DiffusersVideoDecoder):
 
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 
-    def denormalize(self, z: Any) -> Any:
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """The LTX pipelines' ``_denormalize_latents``: ``z * std / scaling_factor + mean`` (buffers)."""
         mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
         std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
         return z * std / self.model.config.scaling_factor + mean
 
-    def run_decoder(self, z: Any, origin: tuple[int, int, int] | None) -> Any:
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         import torch
 
         temb = None

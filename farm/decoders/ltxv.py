@@ -15,13 +15,16 @@ noise a function of position too. Both need the tile's ``origin`` in :meth:`deco
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 # Published configs (diffusers' conversion of Lightricks' checkpoints). The diffusers default constructor
 # is the 0.9.0 VAE, so "ltxv" is the empty config.
@@ -203,13 +206,13 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
 
     # ---- decoding ------------------------------------------------------------------------------
 
-    def denormalize(self, z: Any) -> Any:
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``LTXPipeline._denormalize_latents``: ``z * std / scaling_factor + mean`` (weights' buffers)."""
         mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
         std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
         return z * std / self.model.config.scaling_factor + mean
 
-    def run_decoder(self, z: Any, origin: tuple[int, int, int] | None) -> Any:
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         import torch
 
         t, scale, seed = self.decode_settings(self.spec, bool(self.model.config.timestep_conditioning))
@@ -226,5 +229,5 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
             noise = position_noise(hash_seed(seed, _NOISE_SALT_LATENT), coords, z.device).to(z.dtype)
             z = (1.0 - scale) * z + scale * noise[None]
         temb = None if t is None else torch.tensor([t], device=z.device, dtype=z.dtype)
-        self._origin, self._latent_hw = origin, tuple(z.shape[-2:])
+        self._origin, self._latent_hw = origin, (int(z.shape[-2]), int(z.shape[-1]))
         return self.model.decode(z, temb=temb, return_dict=False)[0]

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 _MASK = 0xFFFFFFFF
 _MUL = 0x45D9F3B  # < 2**27: products of 32-bit values stay inside int64
@@ -19,7 +22,7 @@ _SALT_U1 = 0x9E3779B9
 _SALT_U2 = 0x85EBCA6B
 
 
-def _mix(x: Any) -> Any:
+def _mix(x: torch.Tensor) -> torch.Tensor:
     """A 32-bit integer hash (good avalanche), on int64 tensors holding values in [0, 2**32)."""
     x = (((x >> 16) ^ x) * _MUL) & _MASK
     x = (((x >> 16) ^ x) * _MUL) & _MASK
@@ -37,7 +40,7 @@ def hash_seed(*parts: int) -> int:
     return key
 
 
-def position_noise(seed: int, coords: Sequence[Any], device: Any = "cpu") -> Any:
+def position_noise(seed: int, coords: Sequence[Any], device: torch.device | str = "cpu") -> torch.Tensor:
     """Standard normal noise on the grid ``coords`` (one 1-D integer tensor per axis), float64.
 
     ``position_noise(s, [a[i:j], b])`` equals ``position_noise(s, [a, b])[i:j]``: values depend only on

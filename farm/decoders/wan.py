@@ -17,10 +17,13 @@ the seams (diffusers' own ``tiled_decode`` relies on the same).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
 
 # The Wan 2.2 TI2V-5B VAE (Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json). Wan 2.1 and Wan 2.2 A14B use
 # the 16-channel VAE that is diffusers' default constructor ("wan").
@@ -115,7 +118,7 @@ class WanDecoder(DiffusersVideoDecoder):
         width = (full["decoder_base_dim"] or full["base_dim"]) / (full["patch_size"] or 1)
         return min(1.0, width / 96)  # the real configs measure alike; tiny ones scale down
 
-    def denormalize(self, z: Any) -> Any:
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``WanPipeline``: ``z / (1 / latents_std) + latents_mean`` with the config's lists."""
         import torch
 
