@@ -69,7 +69,9 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def latent_channels_for(cls, config: dict[str, Any]) -> int:
-        raise NotImplementedError
+        return int(cls._full_config(config)[cls.latent_channels_key])
+
+    latent_channels_key: ClassVar[str] = "latent_channels"  # the config entry holding the latent channels
 
     # Latent frames a temporal tile decodes before (context) and after (lookahead) its own, then discards,
     # so the frames it keeps match a whole-shot decode: per named config, measured with random weights as
@@ -173,6 +175,13 @@ class DiffusersVideoDecoder:
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """Latents as the pipeline stores them → as it hands them to ``vae.decode``."""
         raise NotImplementedError
+
+    def denormalize_with_buffers(self, z: torch.Tensor) -> torch.Tensor:
+        """The LTX pipelines' ``_denormalize_latents``: ``z * std / scaling_factor + mean``, with the
+        mean and std buffers the weights carry."""
+        mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
+        std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
+        return z * std / self.model.config.scaling_factor + mean
 
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""

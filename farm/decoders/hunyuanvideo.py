@@ -73,10 +73,6 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     @classmethod
-    def latent_channels_for(cls, config: dict[str, Any]) -> int:
-        return int(cls._full_config(config)["latent_channels"])
-
-    @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         return cls._full_config(config)["block_out_channels"][0] / 128
 

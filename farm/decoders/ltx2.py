@@ -53,10 +53,6 @@ class LTX2Decoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     @classmethod
-    def latent_channels_for(cls, config: dict[str, Any]) -> int:
-        return int(cls._full_config(config)["latent_channels"])
-
-    @classmethod
     def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
         full = cls._full_config(spec.config)
         width = full["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
@@ -74,10 +70,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
-        """The LTX pipelines' ``_denormalize_latents``: ``z * std / scaling_factor + mean`` (buffers)."""
-        mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
-        std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
-        return z * std / self.model.config.scaling_factor + mean
+        return self.denormalize_with_buffers(z)
 
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         import torch

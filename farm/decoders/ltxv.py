@@ -124,10 +124,6 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     @classmethod
-    def latent_channels_for(cls, config: dict[str, Any]) -> int:
-        return int(cls._full_config(config)["latent_channels"])
-
-    @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         full = cls._full_config(config)
         last = full["decoder_block_out_channels"][0] // full["upsample_factor"][0]
@@ -207,10 +203,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # ---- decoding ------------------------------------------------------------------------------
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
-        """``LTXPipeline._denormalize_latents``: ``z * std / scaling_factor + mean`` (weights' buffers)."""
-        mean = self.model.latents_mean.view(1, -1, 1, 1, 1).to(z)
-        std = self.model.latents_std.view(1, -1, 1, 1, 1).to(z)
-        return z * std / self.model.config.scaling_factor + mean
+        return self.denormalize_with_buffers(z)  # as LTXPipeline._denormalize_latents
 
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         import torch

@@ -108,9 +108,7 @@ class WanDecoder(DiffusersVideoDecoder):
         )
         return cls._with_context(geometry, config)
 
-    @classmethod
-    def latent_channels_for(cls, config: dict[str, Any]) -> int:
-        return int(cls._full_config(config)["z_dim"])
+    latent_channels_key = "z_dim"
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
