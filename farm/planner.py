@@ -599,9 +599,9 @@ def choose_plans(
         shape = shapes[n]
         if n in fixed or shape in cands:
             continue
-        found = candidates(shape, geometry, cost_model, memory, budget, min_overlap=overlap, chunk=chunk,
-                           max_per_axis=max_per_axis, max_tiles=max_tiles)  # fmt: skip
-        if not found:
+        cands[shape] = candidates(shape, geometry, cost_model, memory, budget, min_overlap=overlap,
+                                  chunk=chunk, max_per_axis=max_per_axis, max_tiles=max_tiles)  # fmt: skip
+        if not cands[shape]:
             whole = memory.peak_bytes(math.prod(geometry.pixel_shape(shape[1:]))) if memory else 0
             raise FarmError(
                 f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
@@ -609,7 +609,6 @@ def choose_plans(
                 f"shot needs {whole / 2**30:.1f} GiB. Set --chunk F,H,W to decode tiles in smaller calls, "
                 "or give --tiles"
             )
-        cands[shape] = found
     base = {n: (fixed[n] if n in fixed else min(cands[shapes[n]], key=_base_key).grid) for n in names}
 
     free = [n for n in names if n not in fixed]
@@ -644,34 +643,52 @@ def choose_plans(
         tail_shapes = sorted({shapes[n] for n in tail})
         n_max = min(max_tiles, max(2, math.ceil(2 * w_count / m)))
         share = max(1, w_count // m)  # workers per tail shot
-        frontier = {shape: pareto(cands[shape], share, n_max) for shape in tail_shapes}
-        options: list[dict[tuple[int, ...], TileGrid]] = []
-        if len(tail_shapes) == 1:
-            options = [{tail_shapes[0]: c.grid} for c in frontier[tail_shapes[0]]]
-        else:
-            for count in range(2, n_max + 1):
-                choice = {}
-                for shape in tail_shapes:
-                    with_count = [c for c in frontier[shape] if c.n_tiles == count]
-                    if with_count:
-                        choice[shape] = min(with_count, key=lambda c: (c.span(share), c.redundancy)).grid
-                if choice:
-                    options.append(choice)
-        for option in options:
+        for option in _tail_options(tail_shapes, cands, share, n_max):
             grids = dict(base)
             for n in tail:
                 if shapes[n] in option:
                     grids[n] = option[shapes[n]]
             tried.append((evaluate(grids, scope), len(tried), grids))
-    tried.sort(key=lambda t: (t[0], t[1]))
     if len(scope) < len(names):  # chosen on the suffix: confirm the best few and the base on the whole job
+        tried.sort(key=lambda t: (t[0], t[1]))
         finalists = tried[:3] + [t for t in tried[3:] if t[1] == 0]
-        tried = sorted((evaluate(g, names), order, g) for _, order, g in finalists)
+        tried = [(evaluate(g, names), order, g) for _, order, g in finalists]
+    return _best_grids(tried, min_gain)
+
+
+def _best_grids(tried: list[tuple[tuple, int, dict[str, TileGrid]]], min_gain: float) -> dict[str, TileGrid]:
+    """The grids of the best prediction tried (makespan, redundancy, tiles; then the order tried), unless
+    it beats the base grids (tried first) by no more than `min_gain`: splitting must pay, redundant work
+    for a gain within the model's error does not."""
+    tried = sorted(tried, key=lambda t: (t[0], t[1]))
     best = tried[0]
     base_entry = next(t for t in tried if t[1] == 0)
     if best[0][0] >= base_entry[0][0] * (1.0 - min_gain):
-        best = base_entry  # splitting must pay: redundant work for a gain within the model's error is not
+        best = base_entry
     return best[2]
+
+
+def _tail_options(
+    tail_shapes: Sequence[tuple[int, ...]],
+    cands: Mapping[tuple[int, ...], Sequence[Candidate]],
+    share: int,
+    n_max: int,
+) -> list[dict[tuple[int, ...], TileGrid]]:
+    """Grids to try for the tail shots' shapes (each shot sharing `share` workers): every Pareto grid of
+    a single shape, or, for several shapes, per tile count the best grid of each shape with that count."""
+    frontier = {shape: pareto(cands[shape], share, n_max) for shape in tail_shapes}
+    if len(tail_shapes) == 1:
+        return [{tail_shapes[0]: c.grid} for c in frontier[tail_shapes[0]]]
+    options: list[dict[tuple[int, ...], TileGrid]] = []
+    for count in range(2, n_max + 1):
+        choice = {}
+        for shape in tail_shapes:
+            with_count = [c for c in frontier[shape] if c.n_tiles == count]
+            if with_count:
+                choice[shape] = min(with_count, key=lambda c: (c.span(share), c.redundancy)).grid
+        if choice:
+            options.append(choice)
+    return options
 
 
 def pareto(found: Sequence[Candidate], workers: int, n_max: int) -> list[Candidate]:
