@@ -404,7 +404,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     for line in result.warnings:
-        print(f"farm: warning: {line}", file=sys.stderr)
+        LOGGER.warning(line)
     verb = "created" if result.created else "added to"
     replaced = f", replaced {', '.join(result.replaced)}" if result.replaced else ""
     print(f"farm: {verb} {result.job}: {len(result.shots)} shot(s) of {result.latents} latents{replaced}")

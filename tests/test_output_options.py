@@ -95,3 +95,21 @@ def test_float16_master_copy_with_h264_and_exr(job, tmp_path, scheduler3):
     if settings.sequence == "exr":
         files = sequences.sequence_files(out.sequence_dir("shot000"), "shot000", "exr")
         np.testing.assert_array_equal(sequences.read_image(files[1]).astype(np.float16), master[0])
+
+
+@pytest.mark.skipif(not sequences.exr_available(), reason="openexr is not installed")
+def test_exr_sequence_headers_carry_the_shots_fps_and_value_encoding(job, tmp_path, scheduler3):
+    import OpenEXR
+
+    settings = VideoSettings(enabled=False, sequence="exr", exr_values="linear", first_frame=101)
+    out = Output(tmp_path / "exr")
+    assert not fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=settings, **QUIET).failed
+    files = sequences.sequence_files(out.sequence_dir("shot000"), "shot000", "exr")
+    assert sorted(files) == list(range(101, 134))
+    with OpenEXR.File(str(files[117])) as f:
+        header = dict(f.header())
+    assert header["framesPerSecond"] == 25 and header["colorInteropID"] == "lin_rec709_scene"
+    # the choice is part of what OUT is a render of: display values into the same OUT are refused
+    with pytest.raises(FarmError, match="exr_values"):
+        display = VideoSettings(enabled=False, sequence="exr", first_frame=101)
+        fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=display, **QUIET)
