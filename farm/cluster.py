@@ -281,6 +281,24 @@ def connect(
 IO_WORKER_PREFIX = "farm-io-"
 
 
+def check_worker_paths(client: Client, paths: dict[str, str]) -> None:
+    """Every worker sees each of `paths` (``{"job store": path, "output folder": path}``) at that path;
+    else a FarmError naming the workers, their hosts and the paths, before any task is submitted."""
+    from farm.tasks import path_problem, where_am_i
+
+    def problems(paths: dict[str, str], dask_worker: Any = None) -> list[str]:
+        found = [p for what, path in paths.items() if (p := path_problem(path, what))]
+        return [f"{where_am_i(dask_worker)} {p}" for p in found]
+
+    found = [p for ps in client.run(problems, paths).values() for p in ps]
+    if found:
+        more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+        raise FarmError(
+            "; ".join(found[:3]) + more + ": every worker must see the job stores and outputs at the paths "
+            "the render was given (a shared file system mounted at the same place); nothing was rendered"
+        )
+
+
 def default_io_workers(choice: ClusterChoice, cpu_count: int) -> int:
     if choice.kind != "local-cuda":
         return 0

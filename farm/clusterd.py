@@ -34,6 +34,27 @@ def parse_gpus(text: str | None) -> int | None:
     return n
 
 
+def exposure_warning(host: str, protocol: str) -> str | None:
+    """A warning when the scheduler listens beyond loopback without TLS: whoever reaches its port can run
+    code on the workers (Dask runs what clients send)."""
+    import ipaddress
+
+    if protocol == "tls":
+        return None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"listening on {host} without TLS: anyone who can reach the scheduler's port can run code on the "
+        "workers as this user. Require TLS: set distributed.comm.require-encryption: true and "
+        "distributed.comm.tls.{ca-file,scheduler,worker,client} in the Dask configuration of every node "
+        "(README, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
+    )
+
+
 def start(
     *,
     gpus: int | None = None,
@@ -126,6 +147,7 @@ def start(
         "page": page,
         "scheduler_file": scheduler_file,
         "warning": choice.warning,
+        "exposure": exposure_warning(host, wire),
         "_stack": stack,
     }
     return cluster, client, facts
@@ -147,8 +169,9 @@ def serve(
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
         kind = "GPU (dask-cuda)" if facts["kind"] == "local-cuda" else "CPU"
-        if facts["warning"]:
-            log(f"farm cluster: warning: {facts['warning']}")
+        for warning in (facts["warning"], facts["exposure"]):
+            if warning:
+                log(f"farm cluster: warning: {warning}")
         log(f"farm cluster: scheduler {facts['address']}")
         if facts["dashboard"]:
             log(f"farm cluster: dashboard {facts['dashboard']}")

@@ -10,6 +10,7 @@ from farm.errors import FarmError
 from farm.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.store import Job
 from farm.tiling import AXES, MIN_SPATIAL_CHUNK, Geometry, ShotPlan, TileGrid, assign_round_robin, plan_shot
+from farm.validate import check_shots
 
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
@@ -58,16 +59,9 @@ def plan_job(
     for name in names:
         if name not in job.shots:
             raise FarmError(f"shot {name!r} is not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
-        info = job.shots[name]
-        if len(info.latent_shape) != 4:
-            raise FarmError(
-                f"shot {name!r}: latent has shape {info.latent_shape}; expected 4 dimensions [C, F, H, W]"
-            )
-        if info.latent_shape[0] != channels:
-            raise FarmError(
-                f"shot {name!r}: latent has {info.latent_shape[0]} channels but the decoder "
-                f"({job.spec.describe()}) takes {channels}; the latent and the decoder spec do not match"
-            )
+    errors = check_shots(job, names, channels)  # fps, latent dtype and shape, before any planning
+    if errors:
+        raise next(iter(errors.values()))
     auto = _auto_grids(job, options, n_workers, names, geometry, fixed) if options.tiles == AUTO else {}
     plans = []
     for name in names:
@@ -113,21 +107,26 @@ def _auto_grids(
 
 
 def plan_shots(
-    job: Job, options: PlanOptions, shots: Sequence[str] | None = None
+    job: Job,
+    options: PlanOptions,
+    shots: Sequence[str] | None = None,
+    *,
+    fixed: Mapping[str, TileGrid] | None = None,
 ) -> tuple[list[ShotPlan], dict[str, FarmError]]:
-    """Plan each shot on its own: a shot that cannot be planned is reported, the others still go."""
+    """Plan each shot on its own: a shot that cannot be planned is reported, the others still go.
+    `fixed` shots keep the grid given (with auto tiles: the grid OUT was started with)."""
     names = list(job.shots) if shots is None else list(shots)
     unknown = [n for n in names if n not in job.shots]
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
     try:  # all together first: shots of one shape share the auto planner's search
-        return plan_job(job, options, 1, names), {}
+        return plan_job(job, options, 1, names, fixed=fixed), {}
     except FarmError:
         pass
     plans, errors = [], {}
     for name in names:  # some shot cannot be planned: find which, and plan the rest
         try:
-            plans.extend(plan_job(job, options, 1, [name]))
+            plans.extend(plan_job(job, options, 1, [name], fixed=fixed))
         except FarmError as exc:
             errors[name] = exc
     if not plans and errors:

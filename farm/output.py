@@ -345,13 +345,37 @@ def mark_done(path: Path) -> None:
     fsync_path(path.parent)  # the rename itself
 
 
-def restart_shot(out: Output, shot: str) -> None:
-    """Forget a shot's finished work (markers, segments, video) so it renders from scratch."""
+def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
+    """Start a shot over: remove every output the render it replaces made, and nothing else.
+
+    That is its done markers, segments and Zarr frames, its video in this output's codec and in the
+    `recorded` identity's, and the image files the recorded sequence settings named (format, first
+    frame and frame count), so no file of the old settings is left beside the new ones.
+    """
     import shutil
+
+    from farm.sequences import FORMATS, frame_path
 
     for folder in (out.done_dir(shot), out.segments_dir(shot)):
         shutil.rmtree(folder, ignore_errors=True)
-    out.video(shot).unlink(missing_ok=True)
+    drop_frames(out, shot)
+    outputs = (recorded or {}).get("outputs") or {}
+    suffixes = {out.video_suffix}
+    if outputs.get("video"):
+        from farm.video import CODECS
+
+        if outputs["video"] in CODECS:
+            suffixes.add(CODECS[outputs["video"]].suffix)
+    for suffix in suffixes:
+        out.video(shot, suffix).unlink(missing_ok=True)
+    sequence, first = outputs.get("sequence"), outputs.get("first_frame")
+    frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
+    if sequence in FORMATS and isinstance(first, int) and isinstance(frames, int):
+        folder = out.sequence_dir(shot)
+        for number in range(first, first + frames):
+            frame_path(folder, shot, number, FORMATS[sequence].ext).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when nothing else is in it
 
 
 def drop_frames(out: Output, shot: str) -> None:
@@ -380,6 +404,30 @@ class ShotProgress:
     video: bool
 
 
+def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
+    """Frames in the finished batches of a shot whose recorded render `identity` gives its plan."""
+    plan = identity.get("plan") or {}
+    size, total = plan.get("batch_frames"), (plan.get("pixel_shape") or [0])[0]
+    if not isinstance(size, int) or not isinstance(total, int) or size < 1:
+        return 0
+    return sum(max(0, min(size, total - k * size)) for k in batches_done)
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(out: Output) -> Iterator[None]:
+    """When OUT did not exist and the block fails, remove the empty folders it left (never a file), so a
+    render that could not start leaves no empty OUT behind."""
+    existed = out.root.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and out.root.is_dir():
+            for folder, _, _ in sorted(os.walk(out.root), key=lambda w: -len(w[0])):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)  # fails, harmlessly, on any folder that holds something
+        raise
+
+
 def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
     """Per-shot progress read from a render output alone (no job store, no cluster)."""
     import zarr
@@ -391,8 +439,7 @@ def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
     progress = []
     for name, group in sorted(root.groups()):
         total = group.attrs.get("batches")
-        array = group.get("frames")
-        frames = int(array.shape[0]) if isinstance(array, zarr.Array) else 0
+        frames = rendered_frames(group.attrs.get("render") or {}, out.batches_done(name))
         video = out.video_done_marker(name).exists() and any(
             p.suffix in (".mp4", ".mov") for p in out.videos_dir.glob(f"{name}.*")
         )

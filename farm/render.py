@@ -32,7 +32,7 @@ from farm.budgets import (
     tile_peak_bytes,
     window_peak_bytes,
 )
-from farm.decoders import compile_mode, decoder_class, spec_from_json
+from farm.decoders import decoder_class, spec_from_json
 from farm.errors import FarmError
 from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph, split_workers
 from farm.jobplan import check_tile_widths, grid_for, plan_job, plan_shots
@@ -46,14 +46,29 @@ from farm.options import (
     parse_tiles,
     parse_triple,
 )
-from farm.output import Output, check_writable, prepare_output, remove_stale_temporaries
+from farm.output import (
+    Output,
+    check_writable,
+    prepare_output,
+    remove_stale_temporaries,
+    removed_if_left_empty,
+)
 from farm.plan_table import describe_plans
-from farm.resume import record_identity, recorded_grids, render_identities, render_identity, resume_points
+from farm.resume import (
+    apply_restarts,
+    latent_identities,
+    record_identity,
+    recorded_grids,
+    render_identities,
+    render_identity,
+    resume_points,
+)
 from farm.store import Job, open_job
 from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.tasks import VideoSettings
 from farm.thumbnails import ShotThumbnails
 from farm.tiling import ShotPlan, assign_round_robin
+from farm.validate import check_render_options, check_shots
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -94,36 +109,53 @@ def render(
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
-    from farm.cluster import connect
+    from farm.cluster import check_worker_paths, connect
 
-    job = open_job(job_path)
-    out = Output(Path(out_path), video.suffix)
-    plans, shot_errors = plan_shots(job, options, shots)  # validates everything before a cluster starts
+    # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
+    job = open_job(os.path.abspath(job_path))
+    out = Output(Path(os.path.abspath(out_path)), video.suffix)
+    frame_numbers = check_render_options(
+        options=options, video=video, window=window, workers=workers, scheduler=scheduler,
+        scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
+    )  # fmt: skip
+    names, shot_errors = _usable_shots(job, shots)
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart))
+    shot_errors.update(plan_errors)
     decoder_class(job.spec).check_weights(job.spec)
-    compile_mode(compile)
-    frame_numbers = parse_frame_numbers(frames) if frames else None
-    check_writable(out)
+    hashes, unreadable = latent_identities(job, [p.shot for p in plans])
+    shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
+    plans = [p for p in plans if p.shot in hashes]
+    if not plans:
+        raise next(iter(shot_errors.values()))
+    identities, _ = render_identities(job, plans, video, hashes)
+    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
+                           first_frame=video.first_frame)  # fmt: skip  # refusals raise here: nothing touched
+    if points.nothing_to_do:  # a finished OUT: no cluster, nothing written
+        log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        stats = RenderStats()
+        _add_outcomes(stats, plans, shot_errors, out, video)
+        return stats
     with (
+        removed_if_left_empty(out),
         output_lock(out.root),
         connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
     ):
-        remove_stale_temporaries(out)
+        check_writable(out)
+        check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
         decode_workers = split_workers(client)[0]  # not the farm-io-* writers
         n_workers = len(decode_workers)
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
-            plans = plan_job(
-                job, options, n_workers, [p.shot for p in plans], fixed=recorded_grids(out, plans, restart)
-            )
+            names = [p.shot for p in plans]
+            plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart))
+            identities, _ = render_identities(job, plans, video, hashes)
+            points = resume_points(out, plans, identities, restart=restart, video=video.enabled,
+                                   frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
-        identities, unreadable = render_identities(job, plans, video)
-        shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
-        plans = [p for p in plans if p.shot in identities]
-        if not plans:
-            raise next(iter(shot_errors.values()))
-        pending, totals, finish = resume_points(
-            out, plans, identities, restart=restart, video=video.enabled, log=log,
-            frames=frame_numbers, first_frame=video.first_frame,
-        )  # fmt: skip
+        # The render can start: only now is anything in OUT replaced.
+        apply_restarts(out, points)
+        remove_stale_temporaries(out)
+        for note in points.notes:
+            log(note)
         # Output arrays and identity records are written on a thread while the first tiles decode
         # (decodes only read the job store); no blend or write is submitted before they are in place.
         preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
@@ -136,24 +168,38 @@ def render(
             log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
         try:
-            if pending:
+            if points.pending:
                 render_id = render_id or uuid.uuid4().hex[:8]
-                _announce(client, len(pending), n_workers, render_id, log)
-                layout = batch_layout(out, plans, pending)
+                _announce(client, len(points.pending), n_workers, render_id, log)
+                layout = batch_layout(out, plans, points.pending)
                 with ShotThumbnails(client, render_id, out, on_progress) as thumbnails:  # the farm page's
                     stats = run_graph(
-                        client, assign_round_robin(pending, n_workers), job_path=str(job.path),
+                        client, assign_round_robin(points.pending, n_workers), job_path=str(job.path),
                         spec_json=job.spec.to_json(), out=out,
                         fps={name: info.fps for name, info in job.shots.items()}, video=video,
                         metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
-                        on_progress=thumbnails, total_batches=totals, compile=compile, priority=priority,
-                        render_id=render_id, finish=finish, outputs_ready=outputs.result, stream=stream,
+                        on_progress=thumbnails, total_batches=points.totals, compile=compile,
+                        priority=priority, render_id=render_id, finish=points.finish,
+                        outputs_ready=outputs.result, stream=stream,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     _add_outcomes(stats, plans, shot_errors, out, video)
     return stats
+
+
+def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dict[str, FarmError]]:
+    """The shots to render (every shot, or the named ones), and an error for each whose values cannot
+    render (that shot fails by name, the others go on)."""
+    names = list(job.shots) if shots is None else list(dict.fromkeys(shots))
+    unknown = [n for n in names if n not in job.shots]
+    if unknown:
+        raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+    errors = check_shots(job, names, decoder_class(job.spec).latent_channels_for(job.spec.config))
+    if errors and len(errors) == len(names):
+        raise next(iter(errors.values()))
+    return [n for n in names if n not in errors], errors
 
 
 def _prepare_outputs(

@@ -8,13 +8,14 @@ compares identities (`resume_points`) and renders only the batches not yet marke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import Output, drop_frames, restart_shot, video_done
+from farm.output import Output, restart_shot, video_done
 from farm.store import Job
 from farm.tiling import ShotPlan, TileGrid, pending_plan, plan_identity
 
@@ -60,15 +61,45 @@ def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
     return dict(recorded) if isinstance(recorded, dict) else None
 
 
+# What each recorded setting is called in messages (identity key, then the key inside it).
+SETTING_NAMES = {
+    ("outputs", "video"): "video codec",
+    ("outputs", "sequence"): "image sequence",
+    ("outputs", "first_frame"): "sequence first frame",
+    ("outputs", "frames_dtype"): "Zarr frames dtype",
+    ("plan", "tiles"): "tiles (F,H,W)",
+    ("plan", "overlap"): "overlap (F,H,W)",
+    ("plan", "batch_frames"): "batch frames",
+    ("plan", "chunk"): "chunk (F,H,W, overlap)",
+    ("plan", "pixel_shape"): "frames (F,H,W)",
+}
+
+
+def _words(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list | tuple):
+        return ",".join(_words(v) for v in value)
+    return str(value)
+
+
 def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two render identities (empty when they are the same)."""
+    """The settings that differ between two render identities, in words (empty when they are the same):
+    ``video codec: OUT has h264, this render prores_hq``."""
     out = []
     for key in sorted(set(recorded) | set(current)):
-        if recorded.get(key) != current.get(key):
-            if key == "latents":
-                out.append("the latents changed (content hash differs)")
-            else:
-                out.append(f"{key}: output has {recorded.get(key)!r}, this render has {current.get(key)!r}")
+        old, new = recorded.get(key), current.get(key)
+        if old == new:
+            continue
+        if key == "latents":
+            out.append("the latents changed (content hash differs)")
+        elif isinstance(old, dict) and isinstance(new, dict):
+            for sub in sorted(set(old) | set(new)):
+                if old.get(sub) != new.get(sub):
+                    name = SETTING_NAMES.get((key, sub), f"{key} {sub}")
+                    out.append(f"{name}: OUT has {_words(old.get(sub))}, this render {_words(new.get(sub))}")
+        else:
+            out.append(f"{key}: OUT has {_words(old)}, this render {_words(new)}")
     return out
 
 
@@ -79,32 +110,43 @@ def record_identity(out: Output, shot: str, identity: dict[str, Any], total_batc
     group.attrs.update({"render": identity, "batches": total_batches})
 
 
-def render_identities(
-    job: Job, plans: Sequence[ShotPlan], video: VideoSettings
-) -> tuple[dict[str, dict], dict[str, FarmError]]:
-    """Each shot's render identity, and the error of each shot whose latent cannot be read or hashed.
+def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:
+    """Each named shot's latent hash, and the error of each shot whose latent cannot be read or hashed.
 
     Shots are read and hashed on threads (Zarr reads, zstd and sha256 release the GIL): a job's latents
-    are the largest part of a render's set-up, paid before the first decode starts.
+    are the largest part of a render's set-up, paid before the cluster starts.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    def identity(plan: ShotPlan) -> dict | FarmError:
+    def identity(name: str) -> dict | FarmError:
         try:
-            return render_identity(job, plan, video)
+            return latent_identity(job, name)
         except FarmError as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=min(8, max(len(plans), 1)), thread_name_prefix="farm-hash") as pool:
-        results = dict(zip([p.shot for p in plans], pool.map(identity, plans), strict=True))
-    identities = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
+    with ThreadPoolExecutor(max_workers=min(8, max(len(names), 1)), thread_name_prefix="farm-hash") as pool:
+        results = dict(zip(names, pool.map(identity, names), strict=True))
+    hashes = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
     errors = {k: v for k, v in results.items() if isinstance(v, FarmError)}
+    return hashes, errors
+
+
+def render_identities(
+    job: Job, plans: Sequence[ShotPlan], video: VideoSettings, hashes: dict[str, dict] | None = None
+) -> tuple[dict[str, dict], dict[str, FarmError]]:
+    """Each shot's render identity (latents hashed unless `hashes` has them), and the error of each
+    shot whose latent cannot be read or hashed."""
+    if hashes is None:
+        hashes, errors = latent_identities(job, [p.shot for p in plans])
+    else:
+        errors = {}
+    identities = {p.shot: render_identity(job, p, video, hashes[p.shot]) for p in plans if p.shot in hashes}
     return identities, errors
 
 
-def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:
+def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dict | None = None) -> dict:
     return {
-        "latents": latent_identity(job, plan.shot),
+        "latents": latents if latents is not None else latent_identity(job, plan.shot),
         "decoder": job.spec.to_json(),
         "plan": plan_identity(plan),
         "outputs": {
@@ -119,17 +161,37 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings) -> dict:
     }
 
 
-def recorded_grids(out: Output, plans: Sequence[ShotPlan], restart: bool) -> dict[str, TileGrid]:
+def recorded_grids(out: Output, names: Sequence[str], restart: bool) -> dict[str, TileGrid]:
     """Grids an earlier render of OUT used: an auto plan keeps them, so a resume on another number of
     workers continues the same tiles instead of being refused (unless restarting)."""
     if restart:
         return {}
     grids = {}
-    for plan in plans:
-        recorded = recorded_identity(out, plan.shot)
+    for name in names:
+        recorded = recorded_identity(out, name)
         if recorded and "plan" in recorded:
-            grids[plan.shot] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
+            grids[name] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
     return grids
+
+
+@dataclass
+class ResumePoints:
+    """What a render does in OUT, decided before anything in it is touched.
+
+    `pending`: plans of the batches to render; `totals`: each shot's batch count; `finish`: shots whose
+    video this render joins; `restarts`: shots started over, with the identity they replace (None when
+    OUT recorded none); `notes`: what to tell the user once the render starts.
+    """
+
+    pending: list[ShotPlan] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    finish: set[str] = field(default_factory=set)
+    restarts: dict[str, dict | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.pending and not self.restarts
 
 
 def resume_points(
@@ -141,30 +203,31 @@ def resume_points(
     video: bool = True,
     frames: Sequence[int] | None = None,
     first_frame: int = 1,
-    log: Callable[[str], None],
-) -> tuple[list[ShotPlan], dict[str, int], set[str]]:
+) -> ResumePoints:
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
 
-    With `frames` (frame numbers, the first frame numbered `first_frame`) only the batches holding those
-    frames are rendered; a shot's video is joined once all its batches are done. Returns the pending
-    plans, each shot's batch count and the shots whose video can be joined by this render.
+    Reads OUT, changes nothing: a refusal (OUT holds a render of other settings, `frames` asks for no
+    frame of a shot) raises before anything is deleted; `apply_restarts` then starts shots over. With
+    `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
+    are rendered; a shot's video is joined once all its batches are done.
     """
-    pending, totals, refused, finish = [], {}, [], set()
+    points, refused = ResumePoints(), {}
     for plan in plans:
         recorded = recorded_identity(out, plan.shot)
-        if recorded is not None:
-            differences = identity_differences(recorded, identities[plan.shot])
-            if differences and not restart:
-                refused.append(f"shot {plan.shot!r}: " + "; ".join(differences))
-                continue
-            if differences or restart:
-                restart_shot(out, plan.shot)
-                drop_frames(out, plan.shot)
-                log(f"farm: shot {plan.shot!r} starts over" + (f" ({differences[0]})" if differences else ""))
-        totals[plan.shot] = len(plan.batches)
-        done = out.batches_done(plan.shot)
-        if video_done(out, plan.shot) or (not video and len(done) == len(plan.batches)):
+        differences = identity_differences(recorded, identities[plan.shot]) if recorded is not None else []
+        if differences and not restart:
+            refused.setdefault("; ".join(differences), []).append(plan.shot)
             continue
+        points.totals[plan.shot] = len(plan.batches)
+        if restart and (recorded is not None or out.shot_group(plan.shot).exists()):
+            points.restarts[plan.shot] = recorded
+            why = f" ({differences[0]})" if differences else ""
+            points.notes.append(f"farm: shot {plan.shot!r} starts over{why}")
+            done: set[int] = set()
+        else:
+            done = out.batches_done(plan.shot)
+            if video_done(out, plan.shot) or (not video and len(done) == len(plan.batches)):
+                continue
         skipped = set()
         if frames is not None:
             wanted = {n - first_frame for n in frames}
@@ -172,19 +235,28 @@ def resume_points(
             if not any(0 <= i <= last for i in wanted):
                 raise FarmError(
                     f"--frames asks for no frame of shot {plan.shot!r}, whose frames are numbered "
-                    f"{first_frame}-{first_frame + last}"
+                    f"{first_frame}-{first_frame + last}; nothing was changed"
                 )
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
         if not skipped - done:  # every unfinished batch is rendered now: the video can be joined
-            finish.add(plan.shot)
+            points.finish.add(plan.shot)
         if done:
-            log(
+            points.notes.append(
                 f"farm: shot {plan.shot!r}: resuming, {len(done)} of {len(plan.batches)} batches already done"
             )
-        pending.append(pending_plan(plan, done | skipped))
+        points.pending.append(pending_plan(plan, done | skipped))
     if refused:
+        shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
+                 for k, v in refused.items()]  # fmt: skip
         raise FarmError(
-            f"output {str(out.root)!r} holds a render of something else: " + " | ".join(refused)
-            + ". Use a new --out, or --restart to render those shots over (their finished work is discarded)"
+            f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
+            + ". Nothing was changed. Use a new --out, or --restart to render those shots over (their "
+            "finished work is discarded)"
         )  # fmt: skip
-    return pending, totals, finish
+    return points
+
+
+def apply_restarts(out: Output, points: ResumePoints) -> None:
+    """Start the shots `points` restarts over: remove every output of the settings they replace."""
+    for shot, recorded in points.restarts.items():
+        restart_shot(out, shot, recorded)

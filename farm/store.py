@@ -9,6 +9,7 @@ The render's output folder is `farm.output`'s; what an output is a render of is 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -105,19 +106,27 @@ def open_job(path: str | os.PathLike) -> Job:
         latent = group.get("latent")
         if not isinstance(latent, zarr.Array):
             raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
-        fps = group.attrs.get("fps", 24.0)
-        if not isinstance(fps, int | float):
-            raise FarmError(f"{path}: shot {name!r}: its 'fps' attribute {fps!r} is not a number")
         shots[name] = ShotInfo(
             name=name,
             latent_shape=tuple(int(x) for x in latent.shape),  # type: ignore[arg-type]
             latent_dtype=str(latent.dtype),
-            fps=float(fps),
+            fps=read_fps(group.attrs.get("fps", 24.0)),
             attrs=dict(group.attrs),
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")
     return Job(path=path, spec=spec, shots=shots)
+
+
+def read_fps(value: Any) -> float:
+    """A shot's fps attribute as a number; NaN when it is not one (that shot then fails by name,
+    `farm.validate.check_shots`, instead of the whole job)."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
 
 
 def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> np.ndarray:

@@ -108,6 +108,50 @@ def on_decode_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return _decode_thread.submit(fn, *args).result()
 
 
+_visible: set[str] = set()  # paths this worker process has seen once
+
+
+def where_am_i(worker: Any = None) -> str:
+    """``worker NAME (ADDRESS) on HOST`` (this task's worker, or `worker`), else ``process PID on HOST``."""
+    import os
+    import socket
+
+    if worker is None:
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except ValueError:  # not inside a task
+            worker = None
+    who = f"worker {worker.name} ({worker.address})" if worker is not None else f"process {os.getpid()}"
+    return f"{who} on {socket.gethostname()}"
+
+
+def path_problem(path: str, what: str) -> str | None:
+    """Why this process cannot use the `what` at `path` (None when it can)."""
+    import os
+
+    if not os.path.isdir(path):
+        return f"cannot see the {what} {path!r} (no such folder on that host)"
+    if not os.access(path, os.R_OK | os.X_OK | (os.W_OK if what == "output folder" else 0)):
+        return f"cannot {'write' if what == 'output folder' else 'read'} the {what} {path!r}"
+    return None
+
+
+def check_visible(path: str, what: str) -> None:
+    """Once per worker process and path: a worker that cannot see the job store or OUT fails with a
+    message naming it and its host (not a corrupt-data error from deep inside a read)."""
+    if path in _visible:
+        return
+    problem = path_problem(path, what)
+    if problem:
+        raise FarmError(
+            f"{where_am_i()} {problem}: every worker must see the job stores and outputs at the paths the "
+            "render was given (a shared file system mounted at the same place)"
+        )
+    _visible.add(path)
+
+
 def decode_tile(
     job_path: str,
     spec_json: dict,
@@ -127,6 +171,7 @@ def decode_tile(
 
     from farm.decoders import load_decoder
 
+    check_visible(job_path, "job store")
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
     try:
         block = read_latent(job_path, tile.shot, tile.decode_slices())
@@ -351,6 +396,7 @@ def _to_host(tensor: torch.Tensor) -> np.ndarray:
 def write_batch(out_root: str, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
     """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
+    check_visible(out_root, "output folder")
     write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
@@ -366,6 +412,7 @@ def encode_batch(
     """Encode a blended batch as its own video segment; returns seconds spent."""
     from farm.video import encode_segment
 
+    check_visible(out_root, "output folder")
     t0 = time.perf_counter()
     rgb = frames.rgb
     if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
@@ -386,6 +433,7 @@ def write_sequence(
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
     from farm.sequences import write_frames as write_images
 
+    check_visible(out_root, "output folder")
     t0 = time.perf_counter()
     out = Output(Path(out_root))
     folder = out.sequence_dir(batch.shot)

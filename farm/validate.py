@@ -1,0 +1,157 @@
+"""Everything a render is given, checked before it touches OUT or starts a cluster.
+
+The rule (README, "Resuming and failures"): no command deletes or overwrites anything until every input
+and option is validated and the work is known to be possible. `check_render_options` checks the
+options (and encodes two tiny frames with the chosen codec, so an encoder setting it refuses fails
+here, not in a worker); `check_shots` checks each shot's values and returns an error per bad shot, so
+that shot fails by name and the others render.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from farm.errors import FarmError
+from farm.tiling import MIN_SPATIAL_CHUNK
+
+if TYPE_CHECKING:
+    from farm.options import PlanOptions
+    from farm.store import Job
+    from farm.tasks import VideoSettings
+
+X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
+                "veryslow", "placebo")  # fmt: skip
+CRF_RANGE = (0, 51)  # libx264 and libx265, 8-bit
+FRAMES_DTYPES = ("uint8", "float16")
+MAX_FPS = 1000.0
+
+
+def check_render_options(
+    *,
+    options: PlanOptions,
+    video: VideoSettings,
+    window: int | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    priority: int = 0,
+    compile: bool | str = False,
+    frames: str | None = None,
+) -> list[int] | None:
+    """Check every option of `farm.render.render`; returns the parsed `frames` (frame numbers) or None."""
+    from farm.cluster import choose_cluster
+    from farm.decoders import compile_mode
+    from farm.options import parse_frame_numbers
+
+    choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
+                   ucx_available=False, cpu_count=1)  # fmt: skip  # its checks of --workers and addresses
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        raise FarmError(
+            f"scheduler file {scheduler_file!r} does not exist; give the file a running scheduler wrote "
+            "(farm cluster / dask scheduler --scheduler-file PATH), or --scheduler ADDRESS"
+        )
+    _whole(window, "--window", 1, allow_none=True)
+    _whole(options.batch_frames, "--batch-frames", 1)
+    _whole(priority, "--priority", None)
+    compile_mode(compile)
+    check_video_settings(video)
+    return parse_frame_numbers(frames) if frames else None
+
+
+def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or (
+        minimum is not None and value < minimum
+    ):
+        rule = f"a whole number ≥ {minimum}" if minimum is not None else "a whole number"
+        raise FarmError(f"{option} {value!r} is invalid; use {rule}")
+
+
+def check_video_settings(video: VideoSettings) -> None:
+    """Codec, rate control, image sequence, first frame and Zarr dtype, then a trial encode."""
+    from farm.sequences import FORMATS, exr_available
+    from farm.video import codec_for
+
+    codec = codec_for(video.codec)
+    if video.frames_dtype not in FRAMES_DTYPES:
+        raise FarmError(f"--frames-dtype {video.frames_dtype!r} is invalid; choose one of "
+                        f"{list(FRAMES_DTYPES)}")  # fmt: skip
+    _whole(video.first_frame, "--first-frame", 0)
+    if video.sequence is not None:
+        if video.sequence not in FORMATS:
+            raise FarmError(f"--sequence {video.sequence!r} is invalid; choose one of {sorted(FORMATS)}")
+        if video.sequence == "exr" and not exr_available():
+            raise FarmError(
+                "--sequence exr needs the 'openexr' package, which is not installed here; install it "
+                "(pip install 'farm[exr]') on every worker, or choose png16"
+            )
+    if not video.enabled or not codec.rate_control:
+        return
+    _whole(video.crf, "--crf", CRF_RANGE[0])
+    if video.crf > CRF_RANGE[1]:
+        raise FarmError(f"--crf {video.crf} is invalid for {video.codec}; use {CRF_RANGE[0]} to "
+                        f"{CRF_RANGE[1]}")  # fmt: skip
+    if video.preset not in X26X_PRESETS:
+        raise FarmError(f"--preset {video.preset!r} is invalid for {video.codec}; choose one of "
+                        f"{', '.join(X26X_PRESETS)}")  # fmt: skip
+    _trial_encode(video)
+
+
+def _trial_encode(video: VideoSettings) -> None:
+    """Encode two 16x16 frames with the render's settings: what the encoder refuses fails here."""
+    from farm.video import encode_segment
+
+    with tempfile.TemporaryDirectory(prefix="farm-check-") as folder:
+        path = os.path.join(folder, "check" + video.suffix)
+        try:
+            encode_segment(np.zeros((2, 16, 16, 3), np.uint8), path, 24, codec=video.codec, crf=video.crf,
+                           preset=video.preset)  # fmt: skip
+        except FarmError:
+            raise
+        except Exception as exc:  # PyAV raises its own error types for encoder options
+            raise FarmError(
+                f"the encoder refuses --codec {video.codec} --crf {video.crf} --preset {video.preset!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+
+
+def _floating(dtype: str) -> bool:
+    try:
+        return bool(np.issubdtype(np.dtype(dtype), np.floating))
+    except TypeError:  # a Zarr data type numpy does not know (strings, structs)
+        return False
+
+
+def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, FarmError]:
+    """An error for each named shot whose values cannot render (fps, latent dtype and shape)."""
+    errors = {}
+    for name in names:
+        info = job.shots[name]
+        problem = None
+        raw_fps = info.attrs.get("fps", info.fps)
+        shape = info.latent_shape
+        if not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
+            problem = (f"fps {raw_fps!r} is invalid; set the shot's 'fps' attribute "
+                       f"to a number in (0, {MAX_FPS:g}]")  # fmt: skip
+        elif not _floating(info.latent_dtype):
+            problem = (f"latent dtype {info.latent_dtype} is not a floating-point type; store the latent "
+                       "as float16 or float32")  # fmt: skip
+        elif len(shape) != 4:
+            problem = f"latent has shape {tuple(shape)}; expected 4 dimensions [C, F, H, W]"
+        elif shape[0] != channels:
+            problem = (f"latent has {shape[0]} channels but the decoder ({job.spec.describe()}) takes "
+                       f"{channels}; the latent and the decoder spec do not match")  # fmt: skip
+        elif shape[1] < 1 or min(shape[2:]) < MIN_SPATIAL_CHUNK:
+            problem = (f"latent has shape {tuple(shape)}: it needs at least 1 latent frame and "
+                       f"{MIN_SPATIAL_CHUNK} latent rows and columns (decoders pad each side)")  # fmt: skip
+        if problem:
+            errors[name] = FarmError(f"shot {name!r}: {problem}")
+    return errors
+
