@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,7 @@ from farm.output import (
 )
 from farm.plan_table import describe_plans
 from farm.resume import (
+    ResumePoints,
     apply_restarts,
     latent_identities,
     record_identity,
@@ -151,19 +152,7 @@ def render(
             points = resume_points(out, plans, identities, restart=restart, video=video.enabled,
                                    frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
-        # The render can start: only now is anything in OUT replaced.
-        apply_restarts(out, points)
-        remove_stale_temporaries(out)
-        for note in points.notes:
-            log(note)
-        # Output arrays and identity records are written on a thread while the first tiles decode
-        # (decodes only read the job store); no blend or write is submitted before they are in place.
-        preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
-        outputs = preparing.submit(
-            _prepare_outputs, out, job, plans, identities, options.batch_frames, video.frames_dtype,
-            video.first_frame,
-        )  # fmt: skip
-        preparing.shutdown(wait=False)
+        outputs = _start_output(out, job, plans, identities, points, options, video, log)
         if job.spec.random_weights:
             log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
@@ -187,6 +176,32 @@ def render(
             outputs.result()  # in place (or its error raised) before the lock is released
     _add_outcomes(stats, plans, shot_errors, out, video)
     return stats
+
+
+def _start_output(
+    out: Output,
+    job: Job,
+    plans: Sequence[ShotPlan],
+    identities: dict,
+    points: ResumePoints,
+    options: PlanOptions,
+    video: VideoSettings,
+    log: Callable[[str], None],
+) -> Future:
+    """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
+    records are then written on a thread while the first tiles decode (decodes only read the job store);
+    no blend or write is submitted before they are in place (the returned future)."""
+    apply_restarts(out, points)
+    remove_stale_temporaries(out)
+    for note in points.notes:
+        log(note)
+    preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
+    outputs = preparing.submit(
+        _prepare_outputs, out, job, plans, identities, options.batch_frames, video.frames_dtype,
+        video.first_frame,
+    )  # fmt: skip
+    preparing.shutdown(wait=False)
+    return outputs
 
 
 def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dict[str, FarmError]]:
