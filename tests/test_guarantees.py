@@ -89,7 +89,7 @@ def test_a_finished_output_needs_no_cluster(job, finished):
 
 
 def test_option_errors_leave_no_empty_output(job, tmp_path):
-    for kwargs in ({"workers": 0}, {"frames": "9-1"}, {"video": VideoSettings(preset="nosuch")},
+    for kwargs in ({"workers": 0}, {"frames": "1-x"}, {"video": VideoSettings(preset="nosuch")},
                    {"scheduler": NOWHERE}):  # fmt: skip
         out = tmp_path / "new"
         with pytest.raises(FarmError):

@@ -27,7 +27,7 @@ def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     lines = []
-    for line in proc.stdout:
+    for line in proc.stderr:  # farm's messages go to stderr (farm.logs)
         lines.append(line)
         if "render id" in line:
             break
@@ -47,7 +47,8 @@ def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, sche
             proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == code, err
-        assert err.splitlines() == [f"farm: {line}; finished batches are kept, rerun to resume"], err
+        assert err.splitlines() == [f"farm: {line}; finished batches are kept, rerun to resume"], err  # after
+        # "render id": one line, no worker traceback, no distributed warnings
         assert not (out / ".farm" / "lock").exists()
     stats = fr.render(job, out, scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8),
                       log=lambda _: None)  # fmt: skip

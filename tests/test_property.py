@@ -122,17 +122,17 @@ def kill_mid_render(job: Path, out: Output, client: object, batch_frames: int, d
     proc = subprocess.Popen(
         [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
          scheduler, "--tiles", "1,1,1", "--batch-frames", str(batch_frames)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     render_id = None
-    for line in proc.stdout:
+    for line in proc.stderr:  # farm's messages go to stderr (farm.logs)
         if "render id" in line:
             render_id = line.rsplit("render id", 1)[1].strip()
             break
     time.sleep(delay)
     with contextlib.suppress(ProcessLookupError):  # it may have ended (nothing left to render)
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     wait_until_idle(client, render_id)
 
 
