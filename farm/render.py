@@ -133,9 +133,7 @@ def render(
                            first_frame=video.first_frame)  # fmt: skip  # refusals raise here: nothing touched
     if points.nothing_to_do:  # a finished OUT: no cluster, nothing written
         log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
-        stats = RenderStats()
-        _add_outcomes(stats, plans, shot_errors, out, video)
-        return stats
+        return _add_outcomes(RenderStats(), plans, shot_errors, out, video)
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
@@ -153,8 +151,6 @@ def render(
                                    frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log)
-        if job.spec.random_weights:
-            log(f"warning: {job.spec.describe()}: the frames are not a real decode")
         stats = RenderStats()
         try:
             if points.pending:
@@ -174,8 +170,7 @@ def render(
                     )  # fmt: skip
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
-    _add_outcomes(stats, plans, shot_errors, out, video)
-    return stats
+    return _add_outcomes(stats, plans, shot_errors, out, video)
 
 
 def _start_output(
@@ -201,6 +196,8 @@ def _start_output(
         video.first_frame,
     )  # fmt: skip
     preparing.shutdown(wait=False)
+    if job.spec.random_weights:
+        log(f"warning: {job.spec.describe()}: the frames are not a real decode")
     return outputs
 
 
@@ -294,14 +291,16 @@ def _add_outcomes(
     shot_errors: dict[str, FarmError],
     out: Output,
     video: VideoSettings,
-) -> None:
-    """Outcomes for the shots this render did not run: finished earlier, or failed before it started."""
+) -> RenderStats:
+    """`stats` with outcomes for the shots this render did not run: finished earlier, or failed before it
+    started."""
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
             video_path = str(out.video(plan.shot)) if video.enabled else None
             stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
     for name, error in shot_errors.items():
         stats.shots[name] = ShotOutcome(name, 0, error=str(error))
+    return stats
 
 
 __all__ = [
