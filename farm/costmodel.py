@@ -186,14 +186,12 @@ class MemoryModel:
         return int(self.weight_bytes + self.bytes_per_pixel * pixel_volume)
 
     @classmethod
-    def from_spec(cls, spec: Any) -> MemoryModel:
-        """The decoder adapter's ``peak_bytes`` for `spec` (it is linear in the pixel volume)."""
-        from farm.decoders import decoder_class
-
-        adapter = decoder_class(spec)
-        base = adapter.peak_bytes(spec, 0)
+    def from_peak_bytes(cls, peak_bytes: Callable[[int], int]) -> MemoryModel:
+        """The model of a decoder whose ``peak_bytes(pixel_volume)`` is linear in the volume, as every
+        adapter's is (`farm.decoders.memory_model`)."""
+        base = peak_bytes(0)
         big = 10**9
-        return cls(int(base), (adapter.peak_bytes(spec, big) - base) / big)
+        return cls(int(base), (peak_bytes(big) - base) / big)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from farm.costmodel import CostModel, MemoryModel
+from farm.decoders import memory_model
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
 from farm.tiling import (
@@ -587,7 +588,7 @@ def choose_plans(
     if n_workers < 1:
         raise FarmError(f"need at least one worker to plan for; got {n_workers}")
     if memory is None and spec is not None:
-        memory = MemoryModel.from_spec(spec)
+        memory = memory_model(spec)
     overlap = tuple(min_overlap) if min_overlap is not None else min_overlap_for(spec)
     budget = None if worker_memory_bytes is None or memory is None else worker_memory_bytes * headroom
     fixed = dict(fixed or {})

@@ -89,10 +89,11 @@ def test_h200_model_predicts_the_measured_decodes():
 
 
 def test_memory_model_is_the_decoder_adapters_peak_bytes():
+    from farm.decoders import memory_model
     from farm.decoders.ltx2 import LTX2Decoder
 
     spec = fr.synth_spec("ltx2", dtype="bfloat16")
-    mem = MemoryModel.from_spec(spec)
+    mem = memory_model(spec)
     for volume in (0, 10**6, 121 * 704 * 1216):
         assert abs(mem.peak_bytes(volume) - LTX2Decoder.peak_bytes(spec, volume)) <= 1
 

@@ -387,13 +387,14 @@ def context_markdown(result: dict) -> str:
 def compared_plans(latent_fhw, cost_model_name: str) -> dict[str, TileGrid]:
     """The shipped LTX-2 grids and the auto planner's grid for one shot on 2, 4 and 8 workers."""
     from farm import costmodel, planner
+    from farm.decoders import memory_model
 
     model = costmodel.load(cost_model_name)
     spec = synth_spec("ltx2", dtype="bfloat16")
     from farm.decoders import decoder_class
 
     g = decoder_class(spec).geometry_for(spec.config)
-    memory = costmodel.MemoryModel.from_spec(spec)
+    memory = memory_model(spec)
     out = dict(SHIPPED)
     for n in (2, 4, 8):
         grid = planner.choose_plans(

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from farm import costmodel, planner  # noqa: E402
+from farm.decoders import memory_model  # noqa: E402
 from farm.render import synth_spec  # noqa: E402
 from farm.tiling import Geometry, TileGrid, assign_round_robin, plan_shot  # noqa: E402
 
@@ -265,7 +266,7 @@ def cpu_validation(reps: int = 3) -> list[list[str]]:
             )
             run = 0
             for case, job in jobs.items():
-                memory = costmodel.MemoryModel.from_spec(job.spec)
+                memory = memory_model(job.spec)
                 auto = fr.plan_job(job, fr.PlanOptions(), 2)
                 grids = {p.grid for p in auto}
                 options = [("auto", fr.PlanOptions(tiles=auto[0].grid.tiles, overlap=auto[0].grid.overlap))]
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     model = costmodel.load(args.cost_model)
-    memory = costmodel.MemoryModel.from_spec(synth_spec("ltx2", dtype="bfloat16"))
+    memory = memory_model(synth_spec("ltx2", dtype="bfloat16"))
     farm = Farm(model, memory)
     seams = seam_lookup(args.seams)
 

@@ -19,6 +19,7 @@ import threading
 from typing import Any
 
 from farm import config
+from farm.costmodel import MemoryModel
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
@@ -35,6 +36,12 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
 
 _cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
 _cache_lock = threading.Lock()
+
+
+def memory_model(spec: DecoderSpec) -> MemoryModel:
+    """The planner's model of a decode call's peak memory for `spec`: its adapter's ``peak_bytes``."""
+    adapter = decoder_class(spec)
+    return MemoryModel.from_peak_bytes(lambda volume: adapter.peak_bytes(spec, volume))
 
 
 def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
