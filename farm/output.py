@@ -439,7 +439,8 @@ def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
     progress = []
     for name, group in sorted(root.groups()):
         total = group.attrs.get("batches")
-        frames = rendered_frames(group.attrs.get("render") or {}, out.batches_done(name))
+        identity = group.attrs.get("render")
+        frames = rendered_frames(identity if isinstance(identity, dict) else {}, out.batches_done(name))
         video = out.video_done_marker(name).exists() and any(
             p.suffix in (".mp4", ".mov") for p in out.videos_dir.glob(f"{name}.*")
         )

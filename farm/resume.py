@@ -211,7 +211,8 @@ def resume_points(
     `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
     are rendered; a shot's video is joined once all its batches are done.
     """
-    points, refused = ResumePoints(), {}
+    points = ResumePoints()
+    refused: dict[str, list[str]] = {}  # differences → the shots that have them
     for plan in plans:
         recorded = recorded_identity(out, plan.shot)
         differences = identity_differences(recorded, identities[plan.shot]) if recorded is not None else []
