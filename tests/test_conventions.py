@@ -170,3 +170,22 @@ def test_dashboard_serves_status_during_a_render(job, tmp_path, scheduler3):
               on_progress=fetch_status)  # fmt: skip
     status, body = pages[0]
     assert status == 200 and "Dask needs bokeh" not in body and "bokeh" in body.lower()
+
+
+def test_packaging_pins_what_farm_relies_on():
+    """The installed distribution's metadata: diffusers capped (farm hooks a private class of it), bokeh
+    within dask-cuda's range, ruff pinned for CI; and what is installed satisfies them."""
+    from packaging.requirements import Requirement
+
+    requires = [Requirement(r) for r in importlib.metadata.requires("farm-decode")]
+    runtime = {r.name: r for r in requires if r.marker is None}
+    diffusers = runtime["diffusers"]
+    assert any(spec.operator == "<" for spec in diffusers.specifier)
+    assert diffusers.specifier.contains(importlib.metadata.version("diffusers"))
+    from diffusers.models.autoencoders.autoencoder_kl_ltx import LTXVideoResnetBlock3d  # hooked by ltxv
+
+    assert LTXVideoResnetBlock3d.forward
+    assert runtime["bokeh"].specifier.contains("3.9.2") and not runtime["bokeh"].specifier.contains("3.10.0")
+    (ruff,) = [r for r in requires if r.name == "ruff"]
+    assert [s.operator for s in ruff.specifier] == ["=="] and ruff.marker.evaluate({"extra": "test"})
+    assert ruff.specifier.contains(importlib.metadata.version("ruff"))
