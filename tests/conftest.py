@@ -1,7 +1,8 @@
 """Shared fixtures: tiny jobs on disk and a real multi-process local Dask cluster.
 
-Every test that starts a cluster is marked ``cluster`` (`pytest -m "not cluster"` runs the fast tier):
-tests that use a cluster fixture are marked here; tests that start one themselves carry the mark.
+Every test that starts a cluster is marked ``cluster``: tests that use a cluster fixture are marked
+here; tests that start one themselves carry the mark. Tests that run farm in child processes are marked
+``slow``; `pytest -m "not cluster and not slow"` runs the fast tier.
 """
 
 from __future__ import annotations

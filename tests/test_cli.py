@@ -36,6 +36,7 @@ def job(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_synth_refuses_sizes_the_decoder_cannot_make(tmp_path):
     assert_user_error(
         farm("synth", str(tmp_path / "j"), "--frames", "20"), "--frames 20", "1 + 8k", "17 or 25"
@@ -45,10 +46,12 @@ def test_synth_refuses_sizes_the_decoder_cannot_make(tmp_path):
     assert not (tmp_path / "j").exists()
 
 
+@pytest.mark.slow
 def test_synth_refuses_to_overwrite(job):
     assert_user_error(farm("synth", str(job)), "already exists")
 
 
+@pytest.mark.slow
 def test_plan_prints_tiles_workers_and_redundancy(job):
     result = farm("plan", str(job), "--workers", "3", "--tiles", "1,1,2", "--overlap", "0,0,1")
     assert result.returncode == 0, result.stderr
@@ -60,6 +63,7 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     assert "makespan" in out  # the planner's prediction
 
 
+@pytest.mark.slow
 def test_render_rejects_bad_options_before_writing(job, tmp_path):
     out = tmp_path / "out"
     assert_user_error(farm("render", str(job), "--out", str(out), "--tiles", "1,5,1"), "5 tiles do not fit")
@@ -78,6 +82,7 @@ def test_render_rejects_bad_options_before_writing(job, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_render_refuses_weights_for_another_model(job, tmp_path):
     import json
 

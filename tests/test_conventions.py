@@ -52,6 +52,7 @@ def test_version_comes_from_the_package_metadata():
     assert result.stdout.strip() == f"farm {importlib.metadata.version('farm-decode')}"
 
 
+@pytest.mark.slow
 def test_help_shows_defaults_and_every_decoder_family():
     text = farm("render", "--help").stdout
     for option, default in [("--batch-frames", "32"), ("--crf", "18"), ("--preset", "veryfast"),
@@ -94,12 +95,14 @@ def test_readme_command_rows_name_the_parser_options():
     assert "default `auto`" in text[text.index("- `--tiles F,H,W`") :][:200]
 
 
+@pytest.mark.slow
 def test_plan_names_the_cost_models_device(job):
     result = farm("plan", str(job))
     assert result.returncode == 0, result.stderr
     assert "CPU decode utilisation" in result.stdout and "GPU decode" not in result.stdout
 
 
+@pytest.mark.slow
 def test_yaml_and_environment_set_farms_defaults(tmp_path):
     (tmp_path / "farm.yaml").write_text("farm:\n  crf: 23\n  preset: medium\n")
     env = {"DASK_CONFIG": str(tmp_path), "DASK_FARM__BATCH_FRAMES": "16"}

@@ -40,6 +40,7 @@ def stale_lock(out: Path) -> None:
     path.write_text(json.dumps({"pid": 999999, "host": "gone"}))
 
 
+@pytest.mark.slow
 def test_two_processes_race_on_a_stale_lock_and_exactly_one_proceeds(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     for trial in range(4):

@@ -348,6 +348,7 @@ def test_header_is_msgpack_friendly():
 # --- registration order ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_registration_wins_whatever_ran_first():
     # Fresh interpreters: distributed registers its torch serializer lazily on first dispatch of a
     # torch class. Ours must win if that happened before register(), and must not be overwritten

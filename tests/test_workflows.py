@@ -214,6 +214,7 @@ def test_foreground_submit_renders_a_folder_with_per_job_overrides(cluster2, job
     assert not cluster2.tasks_of(sid)  # nothing left behind on the scheduler
 
 
+@pytest.mark.slow
 def test_render_folder_refuses_unknown_override_keys(jobs, tmp_path):
     overrides = tmp_path / "o.json"
     overrides.write_text(json.dumps({"jobs": {"alpha": {"tile": [1, 1, 2]}}}))
@@ -377,6 +378,7 @@ def test_cluster_stops_cleanly_on_sigterm(cluster2):
     assert not cluster2.scheduler_file.exists()
 
 
+@pytest.mark.slow
 def test_profile_setup_prints_a_row_per_job_size():
     result = subprocess.run(
         [sys.executable, str(ROOT / "workflows" / "profile_setup.py"), "--shots", "1", "--shots", "3",
