@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.names import child_path
+from farm.names import TEMP_SUFFIX, child_path
 
 if TYPE_CHECKING:
     from farm.store import Job
@@ -41,7 +41,7 @@ FRAME_DIMS = ("frame", "y", "x", "channel")
 CHANNELS = ("R", "G", "B")
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 # Temporaries a killed render can leave: atomic_path's ".<name>.XXXX.tmp<suffix>", mark_done's "<name>.tmp".
-TEMP_GLOBS = (".*.tmp.*", "*.tmp")
+TEMP_GLOBS = (f".*{TEMP_SUFFIX}.*", f"*{TEMP_SUFFIX}")
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
     final = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=f".tmp{final.suffix}", dir=final.parent)
+        suffix = TEMP_SUFFIX + final.suffix
+        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
     except OSError as e:
         raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
     try:
@@ -337,7 +338,7 @@ def read_frames(out: Output, shot: str) -> np.ndarray:
 def mark_done(path: Path) -> None:
     """Create a marker file durably (fsync'd) so it only exists once what it marks is in place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + TEMP_SUFFIX)
     with open(tmp, "wb") as fh:
         fh.flush()
         os.fsync(fh.fileno())
