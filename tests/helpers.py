@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,3 +40,13 @@ def assert_same_video(a: Path, b: Path) -> None:
     assert video.probe(a).frames == video.probe(b).frames
     va, vb = (video.read_frames(p).astype(np.int16) for p in (a, b))
     assert np.abs(va - vb).mean() < 1.5  # same frames encoded twice: small encoder-level differences
+
+
+def farm(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the `farm` command in a child process (this interpreter), with `env` added to the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip

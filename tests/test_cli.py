@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from farm import video
 from farm.output import Output, read_frames
-
-
-def farm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+from tests.helpers import farm
 
 
 def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from farm import sequences, yuv
 from farm.video import encode_segment
-from tests.test_video import pattern
+from tests.helpers import pattern
 
 H, W = 32, 48
 

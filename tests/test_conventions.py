@@ -18,16 +18,10 @@ import zarr
 import farm.render as fr
 from farm import cli, config
 from farm.output import Output
+from tests.helpers import farm
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
-
-
-def farm(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, timeout=300,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -114,8 +108,10 @@ def test_yaml_and_environment_set_farms_defaults(tmp_path):
                          env={**os.environ, **env})  # fmt: skip
     assert run.stdout.split() == ["23", "16", "h264"]
     # the API's defaults too: PlanOptions and VideoSettings
-    api = ("from farm.options import PlanOptions; from farm.tasks import VideoSettings; "
-           "p, v = PlanOptions(), VideoSettings(); print(p.batch_frames, p.tiles, v.crf, v.preset, v.codec)")
+    api = (
+        "from farm.options import PlanOptions; from farm.tasks import VideoSettings; "
+        "p, v = PlanOptions(), VideoSettings(); print(p.batch_frames, p.tiles, v.crf, v.preset, v.codec)"
+    )
     env = {**os.environ, **env, "DASK_FARM__TILES": "1,1,2"}
     run = subprocess.run([sys.executable, "-c", api], capture_output=True, text=True, env=env)
     assert run.stdout.strip() == "16 (1, 1, 2) 23 medium h264", run.stderr
