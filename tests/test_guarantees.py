@@ -88,6 +88,7 @@ def test_a_finished_output_needs_no_cluster(job, finished):
     assert all(s.video for s in stats.shots.values())
 
 
+@pytest.mark.slow  # waits for a connection to an unreachable scheduler to time out
 def test_option_errors_leave_no_empty_output(job, tmp_path):
     for kwargs in ({"workers": 0}, {"frames": "1-x"}, {"video": VideoSettings(preset="nosuch")},
                    {"scheduler": NOWHERE}):  # fmt: skip
