@@ -188,3 +188,33 @@ def test_packaging_pins_what_farm_relies_on():
     (ruff,) = [r for r in requires if r.name == "ruff"]
     assert [s.operator for s in ruff.specifier] == ["=="] and ruff.marker.evaluate({"extra": "test"})
     assert ruff.specifier.contains(importlib.metadata.version("ruff"))
+
+
+def test_progress_bar_shows_totals_and_time_since_the_command_started(monkeypatch):
+    """On a terminal (stderr a TTY) the bar shows the render's totals from its first update, and its
+    clock counts from the command's start (cluster start-up and set-up included)."""
+    import io
+    import time
+    import warnings
+
+    from farm import logs
+    from farm.graph import RenderStats
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    for name in ("handlers", "level", "propagate"):  # logs.setup changes them: restored after the test
+        monkeypatch.setattr(logs.LOGGER, name, getattr(logs.LOGGER, name))
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    logs.setup(0, stream=terminal)
+    update = cli._progress_bar(time.time() - 16)
+    stats = RenderStats(tiles_total=4, batches_total=8)
+    update(stats)  # what the render's driver sends before any task has run
+    first = terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert "0/8" in first and "[00:16<" in first and "tiles 0/4" in first
+    stats.batches_written, stats.tiles_decoded, stats.seconds = 8, 4, 20.0
+    update(stats)
+    assert "8/8" in terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
