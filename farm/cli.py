@@ -441,14 +441,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
-    from farm import costmodel, planner
-    from farm.decoders import memory_model
+    from farm import planner
+    from farm.decoders import cost_model, memory_model
 
     job = open_job(args.job)
     options = _plan_options(args)
     plans = plan_job(job, options, args.workers, args.shots.split(",") if args.shots else None)
     print(describe_plans(plans, job.spec, args.workers))
-    model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
+    model = cost_model(job.spec, options.cost_model)
     memory = memory_model(job.spec)
     print(planner.describe(planner.predict(plans, args.workers, model, memory=memory), model))
     gpu_bytes = model.worker_memory_bytes

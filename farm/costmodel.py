@@ -28,8 +28,11 @@ Everything else a render does is charged per task or per pixel:
 * transfers of decoded pieces (float32 RGB: ``piece_bytes_per_pixel`` = 12) between workers:
   ``latency_s + bytes / bandwidth`` with separate bandwidths within a node and between nodes.
 
-Memory: :class:`MemoryModel` is the decoder adapter's own ``peak_bytes`` (weights + bytes per output
-pixel-frame of one decode call), read off it once so the planner stays pure.
+Memory: :class:`MemoryModel` is the decoder adapter's own memory terms (weights + bytes per output
+pixel-frame of one decode call, or a dense attention mask's bytes per pair of latent positions where
+larger), read off it once so the planner stays pure (`farm.decoders.memory_model`). Per family:
+:func:`scaled_to` scales a stored model's decode seconds to a decoder config from one measured decode
+of it (`farm.decoders.cost_model` reads that from the adapter).
 
 Example:
     >>> m = load("ltx2-h200")
@@ -177,13 +180,19 @@ class Link:
 
 @dataclass(frozen=True)
 class MemoryModel:
-    """Peak device memory of one decode call: weights plus a fixed number of bytes per output pixel-frame."""
+    """Peak device memory of one decode call: weights plus a fixed number of bytes per output pixel-frame,
+    or, where a decoder attends over all latent positions of a call with a dense mask, ``pair_bytes``
+    per pair of positions (``pixels_per_position`` output pixel-frames each) when that is larger."""
 
     weight_bytes: int
     bytes_per_pixel: float
+    pair_bytes: float = 0.0
+    pixels_per_position: float = 1.0
 
     def peak_bytes(self, pixel_volume: float) -> int:
-        return int(self.weight_bytes + self.bytes_per_pixel * pixel_volume)
+        linear = self.bytes_per_pixel * pixel_volume
+        positions = pixel_volume / self.pixels_per_position
+        return int(self.weight_bytes + max(linear, self.pair_bytes * positions * positions))
 
     @classmethod
     def from_peak_bytes(cls, peak_bytes: Callable[[int], int]) -> MemoryModel:
@@ -333,12 +342,33 @@ def load(name: str) -> CostModel:
 
 
 def default_name(spec: Any) -> str:
-    """The stored model for a decoder spec: measured on the CPU for ``ltx2-tiny``, on the H200 otherwise.
+    """The stored model for a decoder spec: measured on the CPU for the tiny configs (test and demo
+    decoders, which CPU workers run), on the H200 otherwise.
 
     Chosen from the spec alone (not from the machine planning runs on), so the same job plans the same
     way wherever `farm plan` or `farm render` runs.
     """
-    return "ltx2-tiny-cpu" if getattr(spec, "config_name", None) == "ltx2-tiny" else "ltx2-h200"
+    return "ltx2-tiny-cpu" if str(getattr(spec, "config_name", None) or "").endswith("-tiny") else "ltx2-h200"
+
+
+def scaled_to(
+    model: CostModel, config: str | None, measured: tuple[str, Sequence[int], float] | None
+) -> CostModel:
+    """`model` with its decode seconds scaled to the decoder config `config`, from one measured decode of
+    it, ``(machine kind "h200" or "cpu", pixel frames/height/width, seconds)``, when that was measured on
+    the model's kind of machine (else `model` as it is): a HunyuanVideo tile costs ~20 times an LTX-2 tile
+    of the same pixels on an H200, and plans must weigh it so (`farm.decoders.cost_model`)."""
+    if config is None or measured is None or model.decoder == config:
+        return model
+    kind, pixels, seconds = measured
+    if kind != ("cpu" if model.decode_on_host else "h200"):
+        return model
+    ratio = seconds / model.decode_seconds(pixels)
+    decode = DecodeCost({k: v * ratio for k, v in model.decode.coefficients.items()})
+    note = (f"decode seconds of {model.decoder} scaled by {ratio:.3g} to {config} "
+            f"({seconds:.3g} s measured for {'x'.join(map(str, pixels))} pixels)")  # fmt: skip
+    return model.with_(name=f"{model.name}, scaled to {config}", decoder=config, decode=decode,
+                       notes=(*model.notes, note))  # fmt: skip
 
 
 def time_decodes(
@@ -382,6 +412,7 @@ __all__ = [
     "available",
     "default_name",
     "features",
+    "scaled_to",
     "fit_decode_cost",
     "load",
     "nnls",

@@ -95,9 +95,10 @@ def _auto_grids(
     geometry: Geometry,
     fixed: Mapping[str, TileGrid] | None,
 ) -> dict[str, TileGrid]:
-    from farm import costmodel, planner
+    from farm import planner
+    from farm.decoders import cost_model
 
-    model = costmodel.load(options.cost_model or costmodel.default_name(job.spec))
+    model = cost_model(job.spec, options.cost_model)
     memory = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
     return planner.choose_plans(
         {name: job.shots[name].latent_shape for name in names}, geometry, n_workers, model, memory, job.spec,

@@ -98,6 +98,32 @@ def test_memory_model_is_the_decoder_adapters_peak_bytes():
         assert abs(mem.peak_bytes(volume) - LTX2Decoder.peak_bytes(spec, volume)) <= 1
 
 
+@pytest.mark.parametrize("name", ["ltxv-0.9.1", "wan", "hunyuanvideo", "hunyuanvideo-tiny", "wan-tiny"])
+def test_every_familys_memory_model_is_its_adapters_peak_bytes(name):
+    """Including HunyuanVideo's attention mask, which grows with the square of a call's latent positions:
+    a linear fit of it once planned 100+ GiB per worker for a tiny shot whose tiles need 0.4 GiB."""
+    from farm.decoders import decoder_class, memory_model
+
+    spec = fr.synth_spec(name)
+    mem, cls = memory_model(spec), decoder_class(spec)
+    for volume in (0, 10**6, 33 * 256 * 384, 129 * 720 * 1280):
+        assert abs(mem.peak_bytes(volume) - cls.peak_bytes(spec, volume)) <= 1
+
+
+def test_cost_model_per_family():
+    """A family's decode seconds come from its own measured decodes, scaled onto the stored machine model."""
+    from farm.decoders import cost_model
+
+    ltx2, hunyuan = fr.synth_spec("ltx2"), fr.synth_spec("hunyuanvideo")
+    assert cost_model(ltx2) == H200  # the model was fitted for LTX-2
+    scaled = cost_model(hunyuan)
+    assert scaled.decoder == "hunyuanvideo" and scaled.links == H200.links
+    assert scaled.decode_seconds((33, 512, 768)) == pytest.approx(1.3, rel=1e-6)  # measured on the H200
+    assert scaled.decode_seconds((121, 704, 1216)) > 10 * H200.decode_seconds((121, 704, 1216))
+    tiny = cost_model(fr.synth_spec("ltx2-tiny"))
+    assert tiny.name == "ltx2-tiny-cpu" and cost_model(fr.synth_spec("wan-tiny")).decode_on_host
+
+
 def test_unknown_cost_model_is_a_clear_error():
     with pytest.raises(FarmError, match="unknown cost model 'nope'"):
         costmodel.load("nope")

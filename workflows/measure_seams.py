@@ -37,6 +37,7 @@ Usage (from the repository root, venv active):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import platform
@@ -380,6 +381,136 @@ def context_markdown(result: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# fidelity: every family, farm's tiles vs diffusers' enable_tiling, against the untiled decode
+# --------------------------------------------------------------------------------------------------
+
+# decoder → clip (pixel frames, height, width), the sizes issue 16 measured
+FIDELITY_CLIPS = {
+    "ltx2-tiny": (49, 256, 384),
+    "ltxv-tiny": (49, 256, 384),
+    "wan-tiny": (49, 256, 384),
+    "hunyuanvideo-tiny": (49, 256, 384),
+}
+
+
+def levels(pixels):
+    """Float frames [3, F, H, W] → uint8 levels as float64 (what a render writes)."""
+    return (pixels.clamp(0, 1) * 255).round().double()
+
+
+def frame_psnrs(a, b) -> list[float]:
+    mse = ((a - b) ** 2).mean(dim=(0, 2, 3))
+    return [psnr(float(m) / 255**2) for m in mse]
+
+
+def diffusers_tiled(decoder, z, *, spatial_overlap: int | None = None, temporal: bool = False):
+    """diffusers' own tiling of the same model: a 2x2 spatial split with `spatial_overlap` latent units
+    blended, or 2 temporal tiles (Wan has none: its frame-by-frame cache decodes any length exactly)."""
+    model, g = decoder.model, decoder.geometry
+    f, h, w = z.shape[1:]
+    s, t = g.spatial_scale, g.temporal_scale
+    settings = {}
+    if spatial_overlap is not None:
+        th, tw = -(-h // 2), -(-w // 2)
+        settings = {
+            "tile_sample_min_height": (th + spatial_overlap) * s,
+            "tile_sample_stride_height": th * s,
+            "tile_sample_min_width": (tw + spatial_overlap) * s,
+            "tile_sample_stride_width": tw * s,
+        }
+    names = (*settings, "use_tiling", "use_framewise_decoding", "tile_sample_min_num_frames",
+             "tile_sample_stride_num_frames")  # fmt: skip
+    saved = {k: getattr(model, k, None) for k in names}
+    try:
+        for k, v in settings.items():
+            setattr(model, k, v)
+        model.use_tiling = spatial_overlap is not None
+        if temporal:
+            stride = -(-f // 2)
+            model.use_framewise_decoding = True
+            model.tile_sample_min_num_frames, model.tile_sample_stride_num_frames = (
+                (stride + 1) * t,
+                stride * t,
+            )
+        elif hasattr(model, "use_framewise_decoding"):
+            model.use_framewise_decoding = False
+        return decoder.decode(z, origin=(0, 0, 0)).float(), (-(-f // 2)) * t if temporal else 0
+    finally:
+        for k, v in saved.items():
+            setattr(model, k, v)
+
+
+def fidelity_row(rows: list, name: str, fhw, ref, method: str, split: str, out, seam: int = 0,
+                 redundancy: float | None = None) -> None:  # fmt: skip
+    """One tiled decode against the untiled one: whole clip and the worst frame from the seam on."""
+    per_frame = frame_psnrs(levels(out), ref)
+    whole = psnr(float(((levels(out) - ref) ** 2).mean()) / 255**2)
+    worst = min(per_frame[seam:])
+    rows.append({"decoder": name, "latent": list(fhw), "method": method, "split": split, "psnr_db": whole,
+                 "worst_after_seam_db": worst, "seam_frame": seam, "redundancy": redundancy})  # fmt: skip
+    print(f"  {method:<24} {split:<24} PSNR {fmt_db(whole)} dB, worst after the seam {fmt_db(worst)} dB",
+          flush=True)  # fmt: skip
+
+
+def run_fidelity(args) -> dict:
+    import torch
+
+    args.decoder = args.decoders
+    rows = []
+    for name in args.decoders.split(","):
+        decoder = any_decoder(name, args.seed)
+        plain = decoder.geometry
+        warm = type(decoder).geometry_for(decoder.spec.config)
+        pf, ph, pw = FIDELITY_CLIPS[name]
+        t, k = plain.temporal_scale, plain.spatial_scale
+        fhw = (1 + (pf - 1) // t, ph // k, pw // k)
+        rng = np.random.default_rng(args.seed)
+        z = torch.from_numpy(smooth_latent(rng, (decoder.latent_channels, *fhw)))
+        t0 = time.perf_counter()
+        ref = levels(decode_plan(decoder, z, plan_shot("x", z.shape, plain)))
+        print(f"{name}: latent {fhw}, untiled decode {time.perf_counter() - t0:.1f} s", flush=True)
+
+        row = functools.partial(fidelity_row, rows, name, fhw, ref)
+
+        for o in (2, 4):
+            decoder.geometry = plain
+            plan = plan_shot("x", z.shape, plain, TileGrid((1, 2, 2), (0, o, o)))
+            row("farm", f"spatial 2x2 overlap {o}", decode_plan(decoder, z, plan), redundancy=plan.redundancy)
+            row(
+                "diffusers enable_tiling",
+                f"spatial 2x2 overlap {o}",
+                diffusers_tiled(decoder, z, spatial_overlap=o)[0],
+            )
+        for label, g in (("farm, no context", plain), ("farm", warm)):
+            decoder.geometry = g
+            plan = plan_shot("x", z.shape, g, TileGrid((2, 1, 1), (1, 0, 0)))
+            seam = plan.tiles[-1].pixels[0].start
+            row(label, "temporal 2 tiles", decode_plan(decoder, z, plan), seam, plan.redundancy)
+        decoder.geometry = plain
+        if name.startswith("wan"):
+            row("diffusers (frame cache)", "temporal: exact", decoder.decode(z, origin=(0, 0, 0)).float())
+        else:
+            out, seam = diffusers_tiled(decoder, z, temporal=True)
+            row("diffusers framewise", "temporal 2 tiles", out, seam)
+    return measurement("tiled decodes vs untiled, farm and diffusers, every family", args, rows)
+
+
+def fidelity_markdown(result: dict) -> str:
+    lines = [
+        f"{result['weights']} weights, float32, {result['machine']}, {result['date']}; PSNR of uint8 frames "
+        "against the untiled decode of the same latent.",
+        "",
+        "| decoder | latent F,H,W | split | method | redundancy | PSNR dB | worst frame after the seam dB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        red = "" if r["redundancy"] is None else f"{r['redundancy']:.2f}"
+        lines.append(f"| {r['decoder']} | {','.join(map(str, r['latent']))} | {r['split']} | {r['method']} | "
+                     f"{red} | {fmt_db(r['psnr_db'])} | {fmt_db(r['worst_after_seam_db'])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
 # plans: full-size shots, shipped grids vs auto
 # --------------------------------------------------------------------------------------------------
 
@@ -509,6 +640,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out-json")
     p.add_argument("--out-md")
+    p = sub.add_parser("fidelity", help="every family: farm vs diffusers tiling vs untiled")
+    p.add_argument("--decoders", default=",".join(FIDELITY_CLIPS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
     args = parser.parse_args(argv)
 
     import torch
@@ -520,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         "edges": (run_edges, edges_markdown),
         "plans": (run_plans, plans_markdown),
         "context": (run_context, context_markdown),
+        "fidelity": (run_fidelity, fidelity_markdown),
     }[args.mode]
     result = run(args)
     md = markdown(result)

@@ -39,6 +39,12 @@ class DiffusersVideoDecoder:
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
     # Peak device memory above the weights per output pixel-frame of one decode call, at 2-byte dtypes.
     bytes_per_pixel_frame: ClassVar[float] = 120.0
+    # config → peak bytes above the weights per output pixel-frame of one float32 decode call, measured
+    # (`workflows/measure_families.py`); configs without an entry use the width-scaled estimate above
+    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {}
+    # config → (machine kind "h200" or "cpu", pixel frames/height/width, seconds of one decode call): what
+    # `farm.decoders.cost_model` scales a stored cost model's decode seconds by, per family and config
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
     # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}
 
@@ -109,9 +115,26 @@ class DiffusersVideoDecoder:
         return cls.decoder_parameters(spec.config) * dtype_bytes(spec.dtype)
 
     @classmethod
-    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+        """Peak memory of one decode call as `farm.costmodel.MemoryModel`'s terms: weights and bytes per
+        output pixel-frame (adapters add a dense attention mask's bytes per pair of latent positions)."""
         per_pixel = cls.bytes_per_pixel_frame * cls._width_ratio(spec.config) * dtype_bytes(spec.dtype) / 2
-        return int(cls.weight_bytes(spec) + per_pixel * pixel_volume)
+        per_pixel = cls._measured_per_pixel(spec, per_pixel)
+        return {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
+
+    @classmethod
+    def _measured_per_pixel(cls, spec: DecoderSpec, estimate: float) -> float:
+        """The config's measured bytes per output pixel-frame (at the spec's dtype) where recorded, else
+        `estimate`: narrow configs keep per-pixel costs that do not shrink with their width (the float32
+        output and its conversion to [0, 1]), which the width-scaled figure misses several times over."""
+        measured = cls.bytes_per_pixel_measured.get(spec.config_name or "")
+        return estimate if measured is None else measured * dtype_bytes(spec.dtype) / 4
+
+    @classmethod
+    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+        from farm.costmodel import MemoryModel
+
+        return MemoryModel(**cls.memory_terms(spec)).peak_bytes(pixel_volume)
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
@@ -145,6 +168,13 @@ class DiffusersVideoDecoder:
         if not spec.random_weights:
             state = W.load_weights(Path(spec.weights["path"]), cls._full_config(spec.config))
             W.apply_weights(model, state, where=spec.weights["path"], required=cls.required_weights)
+        # diffusers derives LTX-2's ratios from the encoder's levels, counting each as spatial and
+        # temporal (64/16 where the model scales 32/8), and its own tiling then cuts wrong-sized clips
+        g = cls.geometry_for(spec.config)
+        for attr, value in (("spatial_compression_ratio", g.spatial_scale),
+                            ("temporal_compression_ratio", g.temporal_scale)):  # fmt: skip
+            if getattr(model, attr, None) not in (None, value):
+                setattr(model, attr, value)
         return model.eval()
 
     @classmethod

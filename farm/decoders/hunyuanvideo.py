@@ -59,6 +59,10 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # above the weights 3340-3420 B per output pixel-frame (full-resolution 128-channel blocks in float
     # GroupNorm); 33x512x768 decoded in 1.3 s with a 43 GB peak. Tile shots: 129x720x1280 would take ~400 GB.
     bytes_per_pixel_frame: ClassVar[float] = 3420.0
+    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "hunyuanvideo": ("h200", (33, 512, 768), 1.3),
+    }
 
     @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry:
@@ -77,7 +81,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         return cls._full_config(config)["block_out_channels"][0] / 128
 
     @classmethod
-    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
         """Linear activations, or the middle block's attention mask where that is larger.
 
         diffusers builds a dense causal mask ``[n, n]`` over the tile's ``n`` latent positions (a bool
@@ -85,12 +89,11 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         full-resolution blocks run. It outgrows the activations above ~32 M pixel-frames per call
         (bf16): 33 latent frames of 90x160 (a 129x720x1280 shot, n = 475 200) would need 1.6 TB for it.
         """
-        linear = super().peak_bytes(spec, pixel_volume)
-        if not cls._full_config(spec.config)["mid_block_add_attention"]:
-            return linear
-        g = cls.geometry_for(spec.config)
-        n = pixel_volume / (g.spatial_scale**2 * g.temporal_scale)
-        return int(max(linear, cls.weight_bytes(spec) + 7 * n * n))
+        terms = super().memory_terms(spec)
+        if cls._full_config(spec.config)["mid_block_add_attention"]:
+            g = cls.geometry_for(spec.config)
+            terms.update(pair_bytes=7.0, pixels_per_position=float(g.spatial_scale**2 * g.temporal_scale))
+        return terms
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> HunyuanVideoDecoder:

@@ -53,11 +53,12 @@ class LTX2Decoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     @classmethod
-    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
         full = cls._full_config(spec.config)
         width = full["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
         per_pixel = _BYTES_PER_PIXEL_FRAME_LTX2_BF16 * width * dtype_bytes(spec.dtype) / 2
-        return int(cls.weight_bytes(spec) + per_pixel * pixel_volume)
+        per_pixel = cls._measured_per_pixel(spec, per_pixel)
+        return {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
 
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:

@@ -112,6 +112,13 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # above the weights 104 B per output pixel-frame for ltxv, ltxv-0.9.1 and ltxv-0.9.5 alike (all have a
     # 128-channel last block); 33x512x768 decoded in 0.05 / 0.12 / 0.07 s.
     bytes_per_pixel_frame: ClassVar[float] = 104.0
+    # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.decoders.cost_model`
+    # scales a stored cost model's decode seconds by. H200 figures: the measurement above.
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "ltxv": ("h200", (33, 512, 768), 0.05),
+        "ltxv-0.9.1": ("h200", (33, 512, 768), 0.12),
+        "ltxv-0.9.5": ("h200", (33, 512, 768), 0.07),
+    }
 
     # ---- shapes --------------------------------------------------------------------------------
 

@@ -95,6 +95,11 @@ class WanDecoder(DiffusersVideoDecoder):
     # above the weights 348 (wan) and 366 (wan2.2) B per output pixel-frame, linear in the frame count
     # despite the frame-by-frame loop; 33x512x768 decoded in 0.74 / 0.73 s.
     bytes_per_pixel_frame: ClassVar[float] = 366.0
+    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "wan": ("h200", (33, 512, 768), 0.74),
+        "wan2.2": ("h200", (33, 512, 768), 0.73),
+    }
 
     @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry:
