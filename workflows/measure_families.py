@@ -6,7 +6,8 @@ the peak memory of that decode above what the process held before it, next to th
 (`farm.decoders.cost_model`). Every decode runs in a fresh process, so peaks do not mix:
 
 * CPU: the process' resident-set high-water mark (``ru_maxrss``) after the decode, minus the resident
-  set before it (the model loaded and warmed up on a small clip); one torch thread, as a CPU worker runs;
+  set before it (the model loaded and warmed up on a small clip), with glibc unmapping freed blocks of
+  64 KiB and more; one torch thread, as a CPU worker runs;
 * CUDA: ``torch.cuda.max_memory_allocated`` during the decode, minus the memory allocated before it.
 
     python workflows/measure_families.py --out-json families-cpu.json
@@ -71,7 +72,7 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     pixels = tuple(out.shape[1:])
     del out
-    times = []
+    times = [float("nan")]
     for _ in range(reps):
         t0 = time.perf_counter()
         decoder.decode(z, origin=(0, 0, 0))
@@ -84,7 +85,7 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
         "dtype": dtype,
         "latent": list(fhw),
         "pixels": list(pixels),
-        "seconds": float(np.median(times)),
+        "seconds": float(np.median(times[1:] or times)),
         "measured_peak_bytes": int(peak),
         "weight_bytes": int(cls.weight_bytes(spec)),
         "estimated_peak_bytes": int(cls.peak_bytes(spec, volume) - cls.weight_bytes(spec)),
@@ -96,6 +97,11 @@ def _child(queue, *args) -> None:
 
 
 def measure(name: str, clip, device: str, dtype: str, reps: int) -> dict:
+    import os
+
+    # glibc serves blocks above this from mmap and unmaps them when freed, so the resident set follows the
+    # live tensors instead of keeping freed heap (which made peaks vary by 20-40 % with the clip size)
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 16))
     ctx = multiprocessing.get_context("spawn")  # a fresh process per decode: peaks do not mix
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(queue, name, clip, device, dtype, reps))

@@ -388,8 +388,8 @@ def context_markdown(result: dict) -> str:
 FIDELITY_CLIPS = {
     "ltx2-tiny": (49, 256, 384),
     "ltxv-tiny": (49, 256, 384),
-    "wan-tiny": (49, 256, 384),
-    "hunyuanvideo-tiny": (49, 256, 384),
+    "wan-tiny": (33, 128, 192),  # smaller: Wan's frame-by-frame decode is slow on a CPU
+    "hunyuanvideo-tiny": (33, 128, 192),
 }
 
 

@@ -60,7 +60,11 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # GroupNorm); 33x512x768 decoded in 1.3 s with a 43 GB peak. Tile shots: 129x720x1280 would take ~400 GB.
     bytes_per_pixel_frame: ClassVar[float] = 3420.0
     # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
+    # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
+    # back to back, on the ltx2-tiny-cpu model's scale)
+    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"hunyuanvideo-tiny": 1310.0}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "hunyuanvideo-tiny": ("cpu", (17, 128, 192), 2.76),
         "hunyuanvideo": ("h200", (33, 512, 768), 1.3),
     }
 

@@ -114,7 +114,12 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     bytes_per_pixel_frame: ClassVar[float] = 104.0
     # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.decoders.cost_model`
     # scales a stored cost model's decode seconds by. H200 figures: the measurement above.
+    # CPU figures (workflows/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
+    # the weights, and seconds relative to ltx2-tiny decoded back to back, on the ltx2-tiny-cpu model's scale
+    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"ltxv-tiny": 79.9, "ltxv-0.9.1-tiny": 78.7}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "ltxv-tiny": ("cpu", (33, 256, 384), 0.49),
+        "ltxv-0.9.1-tiny": ("cpu", (33, 256, 384), 0.905),
         "ltxv": ("h200", (33, 512, 768), 0.05),
         "ltxv-0.9.1": ("h200", (33, 512, 768), 0.12),
         "ltxv-0.9.5": ("h200", (33, 512, 768), 0.07),

@@ -96,7 +96,12 @@ class WanDecoder(DiffusersVideoDecoder):
     # despite the frame-by-frame loop; 33x512x768 decoded in 0.74 / 0.73 s.
     bytes_per_pixel_frame: ClassVar[float] = 366.0
     # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
+    # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
+    # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
+    # slower than ltx2-tiny per pixel on a CPU
+    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"wan-tiny": 464.7}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "wan-tiny": ("cpu", (17, 128, 192), 4.64),
         "wan": ("h200", (33, 512, 768), 0.74),
         "wan2.2": ("h200", (33, 512, 768), 0.73),
     }
