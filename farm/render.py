@@ -150,11 +150,11 @@ def render(
             points = resume_points(out, plans, identities, restart=restart, video=video.enabled,
                                    frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
-        outputs = _start_output(out, job, plans, identities, points, options, video, log)
+        render_id = render_id or uuid.uuid4().hex[:8]
+        outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id)
         stats = RenderStats()
         try:
             if points.pending:
-                render_id = render_id or uuid.uuid4().hex[:8]
                 _announce(client, len(points.pending), n_workers, render_id, log)
                 layout = batch_layout(out, plans, points.pending)
                 with ShotThumbnails(client, render_id, out, on_progress) as thumbnails:  # the farm page's
@@ -182,6 +182,7 @@ def _start_output(
     options: PlanOptions,
     video: VideoSettings,
     log: Callable[[str], None],
+    render_id: str,
 ) -> Future:
     """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
     records are then written on a thread while the first tiles decode (decodes only read the job store);
@@ -193,7 +194,7 @@ def _start_output(
     preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
     outputs = preparing.submit(
         _prepare_outputs, out, job, plans, identities, options.batch_frames, video.frames_dtype,
-        video.first_frame,
+        video.first_frame, render_id,
     )  # fmt: skip
     preparing.shutdown(wait=False)
     if job.spec.random_weights:
@@ -216,12 +217,13 @@ def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dic
 
 def _prepare_outputs(
     out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int, dtype: str,
-    first_frame: int,
+    first_frame: int, render_id: str,
 ) -> None:  # fmt: skip
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], dtype,
                    first_frame=first_frame)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
-        list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches)), plans))
+        list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
+                      plans))  # fmt: skip
 
 
 def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotPlan]) -> dict[str, dict]:

@@ -103,11 +103,15 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
     return out
 
 
-def record_identity(out: Output, shot: str, identity: dict[str, Any], total_batches: int) -> None:
+def record_identity(
+    out: Output, shot: str, identity: dict[str, Any], total_batches: int, owner: str | None = None
+) -> None:
+    """Record what the shot is a render of, and `owner`: the render id now writing it (tasks of an
+    earlier render still running on a shared cluster then write nothing into it, `farm.tasks`)."""
     import zarr
 
     group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
-    group.attrs.update({"render": identity, "batches": total_batches})
+    group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
 
 
 def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:

@@ -152,6 +152,26 @@ def check_visible(path: str, what: str) -> None:
     _visible.add(path)
 
 
+def check_owner(out_root: str, shot: str) -> None:
+    """Write into OUT only for the render that owns the shot now: a task still running after its render
+    was killed or cancelled (Dask cannot stop a running task) must not mark or overwrite the batches of
+    the render that took the shot over since (`farm.resume.record_identity`)."""
+    try:
+        from distributed import get_worker
+
+        key = get_worker().get_current_task()
+    except ValueError:  # not in a task: nothing to compare
+        return
+    if not (isinstance(key, tuple) and len(key) > 1):
+        return
+    import zarr
+
+    owner = zarr.open_group(store=str(Output(Path(out_root)).shot_group(shot)), mode="r").attrs.get("owner")
+    if owner is not None and owner != key[1]:
+        raise FarmError(f"shot {shot!r}: render {key[1]} was superseded in this output by render {owner}; "
+                        "nothing written")  # fmt: skip
+
+
 def decode_tile(
     job_path: str,
     spec_json: dict,
@@ -397,6 +417,7 @@ def write_batch(out_root: str, batch: Batch, frames: BlendedFrames, durable: boo
     """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
     check_visible(out_root, "output folder")
+    check_owner(out_root, batch.shot)
     write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
@@ -449,6 +470,7 @@ def write_sequence(
 
 def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
+    check_owner(out_root, batch.shot)
     mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
@@ -473,6 +495,7 @@ def finish_shot(
     """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``."""
     from farm.video import join_segments
 
+    check_owner(out_root, shot)
     out = Output(Path(out_root), suffix)
     segments = [out.segment(shot, k) for k in range(n_batches)]
     missing = [str(s) for s in segments if not s.exists()]

@@ -189,3 +189,22 @@ def test_farm_cluster_beyond_loopback_without_tls_warns():
     assert exposure_warning("node7.studio", "tcp")
     assert exposure_warning("127.0.0.1", "tcp") is None and exposure_warning("localhost", "ucx") is None
     assert exposure_warning("0.0.0.0", "tls") is None
+
+
+def test_a_stale_task_writes_nothing_into_a_shot_a_newer_render_owns(job, finished, cluster3):
+    from farm.store import open_job
+    from farm.tasks import mark_batch
+
+    out = Output(finished)
+    batch = fr.plan_job(open_job(job), TILES, 1, ["shot000"])[0].batches[1]
+    out.done_marker("shot000", 1).unlink()
+    stale = cluster3.submit(mark_batch, str(finished), batch, 0.0, 0.0,
+                            key=("mark-batch", "gone", "shot000", 1))  # fmt: skip
+    with pytest.raises(FarmError, match="render gone was superseded in this output by render "):
+        stale.result()
+    assert 1 not in out.batches_done("shot000")
+    owner = zarr.open_group(store=str(out.shot_group("shot000")), mode="r").attrs["owner"]
+    mark_batch_now = cluster3.submit(mark_batch, str(finished), batch, 0.0, 0.0,
+                                     key=("mark-batch", owner, "shot000", 1))  # fmt: skip
+    mark_batch_now.result()
+    assert 1 in out.batches_done("shot000")
