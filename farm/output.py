@@ -13,14 +13,13 @@
     OUT/.farm/done/<shot>/video       marker written after the shot's video is joined
 
 `Output` is the only place these paths are spelled; temporaries (``.<name>.XXXX.tmp<suffix>`` from
-`atomic_path`, ``<marker>.tmp`` from `mark_done`) are found by `Output.stale_temporaries`.
+`farm.files.atomic_path`, ``<marker>.tmp`` from `mark_done`) are found by `Output.stale_temporaries`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
+from farm.files import fsync_path
 from farm.names import TEMP_SUFFIX, child_path
 
 if TYPE_CHECKING:
@@ -115,39 +115,6 @@ class Output:
         folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir)
         return [tmp for folder in folders if folder.exists() for pattern in TEMP_GLOBS
                 for tmp in folder.rglob(pattern) if tmp.is_file()]  # fmt: skip
-
-
-def process_umask() -> int:
-    """This process' umask, read without changing it (os.umask sets it, racing other threads)."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    current = os.umask(0o022)  # no /proc (not Linux): set and restore
-    os.umask(current)
-    return current
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
-    """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
-    final = Path(path)
-    try:
-        suffix = TEMP_SUFFIX + final.suffix
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
-    except OSError as e:
-        raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
-    try:
-        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600; outputs get what open() would give
-    finally:
-        os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def prepare_output(
@@ -318,15 +285,6 @@ def sync_chunks(array_dir: Path, arr: Any, start: int, stop: int) -> None:
             parent = parent.parent
     for folder in sorted(folders, key=lambda p: -len(p.parts)):  # deepest first: entries before parents
         fsync_path(folder)
-
-
-def fsync_path(path: Path) -> None:
-    """fsync one file or folder (a folder's fsync makes the names created in it durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_frames(out: Output, shot: str) -> np.ndarray:

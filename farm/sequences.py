@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import atomic_path
+from farm.files import atomic_path
 
 __all__ = [
     "FORMATS",

@@ -19,7 +19,8 @@ from dask.sizeof import sizeof
 
 from farm import config
 from farm.errors import FarmError
-from farm.output import Output, fsync_path, mark_done, write_frames
+from farm.files import fsync_path
+from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 

@@ -38,7 +38,7 @@ from av.video.reformatter import ColorRange, Colorspace
 from av.video.stream import VideoStream
 
 from farm.errors import FarmError
-from farm.output import atomic_path
+from farm.files import atomic_path
 
 __all__ = [
     "CODECS",

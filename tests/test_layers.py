@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PURE = ["errors", "options", "tiling", "costmodel", "planner", "schedule", "keys", "render_ids", "decoders",
-        "store", "output", "resume", "jobplan", "budgets", "plan_table", "synthetic"]  # fmt: skip
+        "store", "files", "output", "resume", "jobplan", "budgets", "plan_table", "synthetic"]  # fmt: skip
 HEAVY = ["distributed", "torch", "diffusers"]
 
 # Imports the modules one after another, listing the heavy modules loaded so far after each: the first
