@@ -195,12 +195,14 @@ class MemoryModel:
         return int(self.weight_bytes + max(linear, self.pair_bytes * positions * positions))
 
     @classmethod
-    def from_peak_bytes(cls, peak_bytes: Callable[[int], int]) -> MemoryModel:
-        """The model of a decoder whose ``peak_bytes(pixel_volume)`` is linear in the volume, as every
-        adapter's is (`farm.decoders.memory_model`)."""
-        base = peak_bytes(0)
-        big = 10**9
-        return cls(int(base), (peak_bytes(big) - base) / big)
+    def from_terms(cls, terms: Mapping[str, float]) -> MemoryModel:
+        """The model from a decoder adapter's ``memory_terms`` (`farm.decoders.memory_model`)."""
+        return cls(
+            weight_bytes=int(terms["weight_bytes"]),
+            bytes_per_pixel=float(terms["bytes_per_pixel"]),
+            pair_bytes=float(terms.get("pair_bytes", 0.0)),
+            pixels_per_position=float(terms.get("pixels_per_position", 1.0)),
+        )
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ _cache_lock = threading.Lock()
 def memory_model(spec: DecoderSpec) -> MemoryModel:
     """The planner's model of a decode call's peak memory for `spec`: its adapter's memory terms (what
     its ``peak_bytes`` computes, HunyuanVideo's attention mask included)."""
-    return MemoryModel(**decoder_class(spec).memory_terms(spec))  # type: ignore[attr-defined]
+    return MemoryModel.from_terms(decoder_class(spec).memory_terms(spec))
 
 
 def cost_model(spec: DecoderSpec, name: str | None = None) -> CostModel:

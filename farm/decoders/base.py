@@ -94,6 +94,11 @@ class VideoDecoder(Protocol):
         """Estimated peak device memory to decode a tile of `pixel_volume` pixel-frames."""
         ...
 
+    @classmethod
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+        """`peak_bytes` as `farm.costmodel.MemoryModel`'s terms (weights, bytes per pixel-frame, …)."""
+        ...
+
 
 def parse_spec(
     raw: Any, *, families: Mapping[str, type[VideoDecoder]], where: str = "decoder spec"

@@ -134,7 +134,7 @@ class DiffusersVideoDecoder:
     def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
         from farm.costmodel import MemoryModel
 
-        return MemoryModel(**cls.memory_terms(spec)).peak_bytes(pixel_volume)
+        return MemoryModel.from_terms(cls.memory_terms(spec)).peak_bytes(pixel_volume)
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
