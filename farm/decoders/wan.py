@@ -99,6 +99,7 @@ class WanDecoder(DiffusersVideoDecoder):
     # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
     # slower than ltx2-tiny per pixel on a CPU
+    # (wan-tiny: 465 B per output pixel-frame at 17x128x192, with glibc keeping freed heap; not re-measured)
     bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"wan-tiny": 464.7}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "wan-tiny": ("cpu", (17, 128, 192), 4.64),
