@@ -14,9 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_planned_memory_is_within_20_percent_of_the_measured_peak(tmp_path):
     out = tmp_path / "families.json"
     subprocess.run(
