@@ -155,7 +155,7 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
         workers=2,
         gpu_count=0,
         ucx_available=False,
-        cpu_count=cluster._cpu_count(),
+        cpu_count=cluster.cpu_count(),
     )
     with connect(workers=2) as client:
         local_cluster = client.cluster
@@ -189,7 +189,7 @@ def test_connect_one_worker_gives_torch_the_cores():
         import torch
 
         [threads] = client.run(torch.get_num_threads).values()
-        assert threads == cluster._cpu_count()
+        assert threads == cluster.cpu_count()
 
 
 # --- an existing cluster: scheduler and workers in their own processes -----------------------------
