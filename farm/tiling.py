@@ -103,6 +103,10 @@ class TileGrid:
     tiles: tuple[int, int, int] = (1, 1, 1)
     overlap: tuple[int, int, int] = (0, 0, 0)
 
+    def __post_init__(self) -> None:
+        _check_triple(self.tiles, "tile count", minimum=1, example="1,2,2")
+        _check_triple(self.overlap, "overlap", minimum=0, example="1,2,2")
+
 
 @dataclass(frozen=True)
 class ChunkSize:
@@ -113,8 +117,30 @@ class ChunkSize:
     width: int | None = None
     overlap: tuple[int, int, int] = (1, 2, 2)
 
+    def __post_init__(self) -> None:
+        for axis, limit in zip(AXES, self.limits(), strict=True):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+                raise FarmError(
+                    f"chunk size {limit!r} is invalid for {axis}: use a whole number of latent units ≥ 1, "
+                    "or no limit"
+                )
+        _check_triple(self.overlap, "chunk overlap", minimum=0, example="1,2,2")
+
     def limits(self) -> tuple[int | None, int | None, int | None]:
         return (self.frames, self.height, self.width)
+
+
+def _check_triple(values: Sequence[int], what: str, *, minimum: int, example: str) -> None:
+    """Validation where tiling values are built: three whole numbers (frames, height, width) ≥ minimum."""
+    ok = len(values) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    if not ok:
+        raise FarmError(
+            f"{what} must be three whole numbers ≥ {minimum} (frames, height, width), e.g. {example}; "
+            f"got {tuple(values)!r}"
+        )
+    for axis, v in zip(AXES, values, strict=True):
+        if v < minimum:
+            raise FarmError(f"{axis}: {what} {v} is invalid; use a whole number ≥ {minimum}")
 
 
 @dataclass(frozen=True)

@@ -255,3 +255,19 @@ def test_streamed_tiles_decode_segment_by_segment() -> None:
     cost = costmodel.load("ltx2-tiny-cpu")
     shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
     assert _simulate(shots, streamed, cost, output=True)["makespan"] > 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TileGrid((0, 1, 1)),
+        lambda: TileGrid((1, 2, 2), (0, -1, 0)),
+        lambda: TileGrid((1, 2)),  # type: ignore[arg-type]
+        lambda: ChunkSize(frames=0),
+        lambda: ChunkSize(height=2.5),  # type: ignore[arg-type]
+        lambda: ChunkSize(overlap=(1, -2, 2)),
+    ],
+)
+def test_tiling_values_are_validated_where_they_are_built(make) -> None:
+    with pytest.raises(FarmError, match="must be|is invalid"):
+        make()
