@@ -49,18 +49,37 @@ def child(args: argparse.Namespace) -> None:
         if got is not None:
             Path(args.save_artifacts).write_bytes(got[0])
             saved = len(got[0])
-    out = {"first_s": first, "second_s": second, "artifacts_loaded_s": loaded, "artifacts_saved_bytes": saved,
-           "loaded_info": str(info)[:400], "geometry": str(g),
-           "counters": {k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd", "graph_break",
-                                                                         "stats")},
-           "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
+    out = {
+        "first_s": first,
+        "second_s": second,
+        "artifacts_loaded_s": loaded,
+        "artifacts_saved_bytes": saved,
+        "loaded_info": str(info)[:400],
+        "geometry": str(g),
+        "counters": {
+            k: dict(v)
+            for k, v in counters.items()
+            if k in ("inductor", "aot_autograd", "graph_break", "stats")
+        },
+        "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+    }
     print("RESULT " + json.dumps(out))
 
 
 def run_child(name: str, env_extra: dict, extra: list[str], args: argparse.Namespace) -> dict:
     env = dict(os.environ, **env_extra)
-    cmd = [sys.executable, __file__, "--child", "--decoder", args.decoder, "--latent", args.latent,
-           "--mode", args.mode, *extra]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--decoder",
+        args.decoder,
+        "--latent",
+        args.latent,
+        "--mode",
+        args.mode,
+        *extra,
+    ]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - t0
@@ -70,9 +89,12 @@ def run_child(name: str, env_extra: dict, extra: list[str], args: argparse.Names
             res.update(json.loads(line[7:]))
     if p.returncode:
         res["stderr"] = p.stderr[-3000:]
-    print(f"{name}: wall {wall:.1f} s first call {res.get('first_s', -1):.1f} s "
-          f"inductor {res.get('counters', {}).get('inductor', {}).get('fxgraph_cache_hit')} hits "
-          f"{res.get('counters', {}).get('inductor', {}).get('fxgraph_cache_miss')} misses", flush=True)
+    print(
+        f"{name}: wall {wall:.1f} s first call {res.get('first_s', -1):.1f} s "
+        f"inductor {res.get('counters', {}).get('inductor', {}).get('fxgraph_cache_hit')} hits "
+        f"{res.get('counters', {}).get('inductor', {}).get('fxgraph_cache_miss')} misses",
+        flush=True,
+    )
     return res
 
 
@@ -96,9 +118,13 @@ def main() -> None:
     d1, d2 = str(work / "cache1"), str(work / "cache2")
     art = str(work / "artifacts.bin")
     rows = [
-        run_child("cold, cache1, save artifacts", {"TORCHINDUCTOR_CACHE_DIR": d1}, ["--save-artifacts", art], args),
+        run_child(
+            "cold, cache1, save artifacts", {"TORCHINDUCTOR_CACHE_DIR": d1}, ["--save-artifacts", art], args
+        ),
         run_child("warm cache1", {"TORCHINDUCTOR_CACHE_DIR": d1}, [], args),
-        run_child("fresh cache2 + artifacts", {"TORCHINDUCTOR_CACHE_DIR": d2}, ["--load-artifacts", art], args),
+        run_child(
+            "fresh cache2 + artifacts", {"TORCHINDUCTOR_CACHE_DIR": d2}, ["--load-artifacts", art], args
+        ),
     ]
     if args.out_json:
         Path(args.out_json).write_text(json.dumps(rows, indent=1))
