@@ -349,7 +349,8 @@ def _report(stats, out: Path) -> int:
 
     print(
         f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
-        f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s"
+        f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
+        f"(+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing)"
     )
     print(f"  frames: {Output(out).frames_zarr}")
     for shot in stats.shots.values():

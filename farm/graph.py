@@ -65,7 +65,9 @@ class RenderStats:
     window: int = 0
     max_tiles_held: int = 0
     render_id: str = ""
-    seconds: float = 0.0
+    seconds: float = 0.0  # the graph: first submission to last result
+    setup_s: float = 0.0  # before the graph: reading, hashing and planning the job, connecting
+    finish_s: float = 0.0  # after the graph: the last thumbnails, outcomes, closing the client
     write_s: float = 0.0
     encode_s: float = 0.0
     shots: dict[str, ShotOutcome] = field(default_factory=dict)
@@ -374,13 +376,14 @@ class Driver:
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
-        self.publisher.publish(self.stats)  # the farm page shows the render from its start, nothing done
-        if on_progress:
-            on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         for p, plan in enumerate(self.plans):
             if not plan.batches:  # resumed after its last batch: only the video is left to join
                 self.submit_finish(p)
         self.fill_window()  # the first window's decodes start while the outputs are being made
+        # then the scheduler round trips: the farm page shows the render from its start, nothing done
+        self.publisher.publish(self.stats)
+        if on_progress:
+            on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         self.open_outputs()
         watcher = Watcher(self)
         watcher.start()

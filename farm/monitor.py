@@ -147,8 +147,11 @@ class FarmMonitor(SchedulerPlugin):
         if app is not None:
             handlers = [
                 (self.prefix + JSON_PATH, _JsonHandler, {"monitor": self}),
-                (self.prefix + THUMBNAIL_PATH + r"/([^/]+)/([^/]+)\.png", _ThumbnailHandler,
-                 {"monitor": self}),  # fmt: skip
+                (
+                    self.prefix + THUMBNAIL_PATH + r"/([^/]+)/([^/]+)\.png",
+                    _ThumbnailHandler,
+                    {"monitor": self},
+                ),  # fmt: skip
                 (self.prefix + PAGE_PATH + "/?", _PageHandler, {"monitor": self}),
             ]
             app.add_handlers(r".*$", handlers)
@@ -447,7 +450,8 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
         f"<div class='sub'>{len(renders)} render(s), {running} running · "
         f"<a href='{prefix}status'>Dask dashboard</a> · <a href='{prefix}{JSON_PATH}'>JSON</a> · "
         f"<a href='{prefix}metrics'>metrics</a> · updated {time.strftime('%H:%M:%S')}"
-        "<span class='legend'>" + "".join(f"<span class='b {st}'></span>{st}" for st in BATCH_STATES)
+        "<span class='legend'>"
+        + "".join(f"<span class='b {st}'></span>{st}" for st in BATCH_STATES)
         + "</span></div>"
     )
     if not renders:

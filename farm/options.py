@@ -76,8 +76,7 @@ def parse_frame_numbers(text: str) -> list[int]:
     import fileseq
 
     hint = (
-        "use whole frame numbers and ranges like 1-48, 1-100x2 (every 2nd frame), 1-100:2, 10-1 or "
-        "1,5,10-20"
+        "use whole frame numbers and ranges like 1-48, 1-100x2 (every 2nd frame), 1-100:2, 10-1 or 1,5,10-20"
     )
     try:
         numbers = list(fileseq.FrameSet(text.replace(" ", "")))

@@ -14,6 +14,7 @@ modules named for them (`farm.options`, `farm.jobplan`, `farm.budgets`, `farm.re
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -112,6 +113,7 @@ def render(
     """
     from farm.cluster import check_worker_paths, connect
 
+    started = time.perf_counter()
     # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
     job = open_job(os.path.abspath(job_path))
     out = Output(Path(os.path.abspath(out_path)), video.suffix)
@@ -168,9 +170,14 @@ def render(
                         outputs_ready=outputs.result, stream=stream,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
+                    graph_ended = time.perf_counter()
+                    stats.setup_s = graph_ended - stats.seconds - started
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
-    return _add_outcomes(stats, plans, shot_errors, out, video)
+    stats = _add_outcomes(stats, plans, shot_errors, out, video)
+    if stats.seconds:
+        stats.finish_s = time.perf_counter() - graph_ended
+    return stats
 
 
 def _start_output(

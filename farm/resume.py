@@ -8,6 +8,7 @@ compares identities (`resume_points`) and renders only the batches not yet marke
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -128,7 +129,8 @@ def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], 
         except FarmError as exc:
             return exc
 
-    with ThreadPoolExecutor(max_workers=min(8, max(len(names), 1)), thread_name_prefix="farm-hash") as pool:
+    threads = min(32, os.cpu_count() or 1, max(len(names), 1))
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="farm-hash") as pool:
         results = dict(zip(names, pool.map(identity, names), strict=True))
     hashes = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
     errors = {k: v for k, v in results.items() if isinstance(v, FarmError)}
@@ -159,8 +161,11 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dic
             "first_frame": video.first_frame if video.sequence else None,
             "frames_dtype": video.frames_dtype,
             # only when not the default, so outputs rendered before the option existed still resume
-            **({"exr_values": video.exr_values} if video.sequence == "exr" and video.exr_values != "display"
-               else {}),
+            **(
+                {"exr_values": video.exr_values}
+                if video.sequence == "exr" and video.exr_values != "display"
+                else {}
+            ),
         },
     }
 

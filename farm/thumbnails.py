@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,6 @@ class ShotThumbnails:
     def __init__(self, client: Any, render_id: str, output: Any, inner: Any = None) -> None:
         self.client, self.render_id, self.output, self.inner = client, render_id, output, inner
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-thumbnail")
-        self.pending: dict[str, Future] = {}
         self.started: set[str] = set()
 
     def __call__(self, stats: Any) -> None:
@@ -75,22 +74,19 @@ class ShotThumbnails:
             finished = shot.batches_total and shot.batches_written >= shot.batches_total and not shot.error
             if finished and name not in self.started:
                 self.started.add(name)
-                self.pending[name] = self.pool.submit(shot_thumbnail, self.output.frames_array(name))
-        self.publish_ready()
+                self.pool.submit(self.publish, name)
         if self.inner is not None:
             self.inner(stats)
 
-    def publish_ready(self, wait: bool = False) -> None:
-        for name, future in list(self.pending.items()):
-            if not (wait or future.done()):
-                continue
-            del self.pending[name]
-            with contextlib.suppress(Exception):  # a picture must never break a render
-                self.client.set_metadata(metadata_key(self.render_id, name), future.result())
+    def publish(self, name: str) -> None:
+        """Make and publish one shot's picture, on the pool's thread: the render's driver never waits
+        for a scheduler round trip of the farm page's."""
+        with contextlib.suppress(Exception):  # a picture must never break a render
+            picture = shot_thumbnail(self.output.frames_array(name))
+            self.client.set_metadata(metadata_key(self.render_id, name), picture)
 
     def close(self) -> None:
-        self.publish_ready(wait=True)
-        self.pool.shutdown(wait=True)
+        self.pool.shutdown(wait=True)  # the last pictures are published before the client closes
 
     def __enter__(self) -> ShotThumbnails:
         return self

@@ -67,8 +67,10 @@ def check_render_options(
 def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or (
-        minimum is not None and value < minimum
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or (minimum is not None and value < minimum)
     ):
         rule = f"a whole number ≥ {minimum}" if minimum is not None else "a whole number"
         raise FarmError(f"{option} {value!r} is invalid; use {rule}")
@@ -154,4 +156,3 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
         if problem:
             errors[name] = FarmError(f"shot {name!r}: {problem}")
     return errors
-

@@ -156,7 +156,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
     """Renders on 1 … N GPU workers: the batch of shots per output (``--batch-outputs``), and single
     shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames)."""
     from farm.cluster import connect
-    from farm.render import render, synth
+    from farm.render import synth
     from farm.tasks import VideoSettings
 
     job = work / "job.zarr"
@@ -173,21 +173,18 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
               "zarr-nofsync": VideoSettings(enabled=False, durable=False),
               **{p: VideoSettings(preset=p) for p in ("ultrafast", "veryfast")}}  # fmt: skip
     runs = results.setdefault("farm", [])
+    warm_ups = results.setdefault("warm_ups", [])
+    sources = ([job] if args.shots else []) + list(ones.values())
     for gpus in [int(g) for g in args.gpu_counts.split(",")]:
         t0 = time.perf_counter()
         with connect(workers=gpus, io_workers=args.io_workers) as client:
             log(f"{gpus} GPU cluster up in {time.perf_counter() - t0:.1f} s")
-            for src in ([job] if args.shots else []) + list(ones.values()):  # models loaded (and compiled)
-                t0 = time.perf_counter()
-                shutil.rmtree(work / "warm", ignore_errors=True)
-                render(str(src), str(work / "warm"), scheduler=client.scheduler.address, log=lambda _m: None,
-                       compile=args.compile, video=videos["zarr"])  # fmt: skip
-                log(f"warm-up render of {src.name}: {time.perf_counter() - t0:.1f} s")
+            warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, first"))
             cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
             for size, src in ones.items():
                 for case in args.one_cases:
                     f, h, w, chunk, batch = (int(x) for x in case.split(","))
-                    if (gpus == 1) == (f * h * w == 1):
+                    if (gpus == 1) == (f * h * w == 1):  # 0,0,0: --tiles auto, on several GPUs
                         cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
             for what, src, tiles, chunk, batch, label in cases:
                 dest = Path(args.dirs[0]) / f"r{gpus}"
@@ -204,6 +201,27 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
                     f"{row['frames_per_s']:.1f} frames/s "
                     f"{row['failed'] or ''}")  # fmt: skip
+        if args.fresh_cluster:  # the same shapes again in new worker processes: inductor's cache only
+            with connect(workers=gpus, io_workers=args.io_workers) as client:
+                warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, fresh"))
+
+
+def warm_up(client: Any, sources: list[Path], work: Path, args: argparse.Namespace, label: str) -> dict:
+    """Render each source once (models built, compiled on a first call per tile shape) and return what
+    the workers paid: build seconds and compiled first calls (`farm.decoders.decoder_timings`)."""
+    from farm.decoders import decoder_timings
+    from farm.render import render
+    from farm.tasks import VideoSettings
+
+    t0 = time.perf_counter()
+    for src in sources:
+        shutil.rmtree(work / "warm", ignore_errors=True)
+        render(str(src), str(work / "warm"), scheduler=client.scheduler.address, log=lambda _m: None,
+               compile=args.compile, video=VideoSettings(enabled=False))  # fmt: skip
+    seconds = time.perf_counter() - t0
+    timings = {w: t for w, t in client.run(decoder_timings).items() if t["load_s"]}
+    log(f"warm-up renders, {label}: {seconds:.1f} s; per worker {json.dumps(timings)}")
+    return {"label": label, "seconds": seconds, "workers": timings}
 
 
 def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> bool:
@@ -230,11 +248,12 @@ def _zarr_only() -> Any:
 
 
 def plan_options(tiles: tuple, chunk_frames: int, batch_frames: int) -> Any:
+    from farm.options import AUTO
     from farm.render import PlanOptions
     from farm.tiling import ChunkSize
 
     chunk = ChunkSize(frames=chunk_frames) if chunk_frames else ChunkSize()
-    return PlanOptions(tiles=tiles, chunk=chunk, batch_frames=batch_frames)
+    return PlanOptions(tiles=AUTO if 0 in tiles else tiles, chunk=chunk, batch_frames=batch_frames)
 
 
 def timed_farm(
@@ -243,21 +262,53 @@ def timed_farm(
     from benchmark_gpu import task_summary
     from distributed import get_task_stream
 
+    from farm.graph import split_workers
     from farm.render import render
 
     shutil.rmtree(dest, ignore_errors=True)
-    t0 = time.perf_counter()
+    t0, epoch = time.perf_counter(), time.time()
     with get_task_stream(client=client) as ts:
         stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
                        compile=args.compile, video=video, options=options)  # fmt: skip
     wall = time.perf_counter() - t0
+    spans = [s for d in ts.data for s in d["startstops"]]
+    first_task = min((s["start"] for s in spans), default=epoch) - epoch
+    last_task = max((s["stop"] for s in spans), default=epoch) - epoch
+    grids = recorded_grid_names(dest, job)
     if not options.chunk.frames:
         shutil.rmtree(dest, ignore_errors=True)
     failed = [s.error for s in stats.failed]
     fps = stats.frames_written / wall
-    return {"tiles": options.tiles, "frames": stats.frames_written, "wall_s": wall, "frames_per_s": fps,
-            "graph_s": stats.seconds, "setup_s": wall - stats.seconds, "decodes": stats.tiles_total,
-            "failed": failed, "tasks": task_summary(ts.data)}  # fmt: skip
+    return {"tiles": options.tiles, "grids": grids, "frames": stats.frames_written,
+            "wall_s": wall, "frames_per_s": fps, "graph_s": stats.seconds, "setup_s": stats.setup_s,
+            "finish_s": stats.finish_s, "first_task_s": first_task, "after_last_task_s": wall - last_task,
+            "decodes": stats.tiles_total, "failed": failed, "tasks": task_summary(ts.data),
+            "predicted_s": predicted_seconds(job, options, len(split_workers(client)[0]))}  # fmt: skip
+
+
+def recorded_grid_names(dest: Path, job: Path) -> list[str]:
+    """The tile grids the render used (as recorded in OUT), one per shot, e.g. ``1x1x2``."""
+    from farm.output import Output
+    from farm.resume import recorded_grids
+    from farm.store import open_job
+
+    shots = list(open_job(str(job)).shots)
+    grids = recorded_grids(Output(dest), shots, False) if dest.exists() else {}
+    return sorted({"x".join(str(n) for n in g.tiles) for g in grids.values()})
+
+
+def predicted_seconds(job: Path, options: Any, n_workers: int) -> float | None:
+    """What `farm plan` predicts for this render on `n_workers` workers (decode workers only)."""
+    from farm import planner
+    from farm.decoders import cost_model, memory_model
+    from farm.jobplan import plan_job
+    from farm.store import open_job
+
+    opened = open_job(str(job))
+    n = max(1, n_workers)
+    plans = plan_job(opened, options, n)
+    model = cost_model(opened.spec, options.cost_model)
+    return planner.predict(plans, n, model, memory=memory_model(opened.spec)).makespan_s
 
 
 def main() -> None:
@@ -272,10 +323,16 @@ def main() -> None:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gpu-counts", default="1,2")
     p.add_argument("--io-workers", type=int, default=None)
+    p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
     p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])
     p.add_argument("--one-sizes", nargs="*", default=[], help="single-shot sizes HxW, e.g. 704x1216")
-    p.add_argument("--one-cases", nargs="*", default=["1,1,1,0,32", "1,1,1,6,16", "1,1,2,0,32", "1,1,2,6,16"],
-                   help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, streamed chunk, batch)")
+    p.add_argument(
+        "--one-cases",
+        nargs="*",
+        default=["1,1,1,0,32", "1,1,1,6,16", "1,1,2,0,32", "1,1,2,6,16"],
+        help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, 0,0,0 for auto; streamed "
+        "chunk; batch)",
+    )
     p.add_argument("--presets", nargs="*", default=["ultrafast"])
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from farm import config, costmodel
@@ -36,6 +38,9 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
 
 _cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
 _cache_lock = threading.Lock()
+# What loading and compiling cost in this process (`decoder_timings`): seconds to build each decoder,
+# and each compiled decoder's first call per latent shape (compilation, or inductor's cache, included).
+_timings: dict[str, dict[str, float]] = {"load_s": {}, "first_call_s": {}}
 
 
 def memory_model(spec: DecoderSpec) -> MemoryModel:
@@ -72,14 +77,40 @@ def load_decoder(
     key = (json.dumps(spec.to_json(), sort_keys=True), device, mode)
     with _cache_lock:  # several task threads may ask at once: build once
         if key not in _cache:
+            started = time.perf_counter()
             decoder = decoder_class(spec).load(spec, device)
+            _timings["load_s"][f"{spec.describe()} on {device}"] = time.perf_counter() - started
             if mode is not None:
                 cache = config.get("compile-cache")  # farm.compile-cache: inductor's kernels, shared
                 if cache:
                     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.expanduser(str(cache)))
                 decoder.enable_compile(None if mode == "default" else mode)
+                decoder.decode = _timing_first_calls(decoder.decode, mode)  # type: ignore[method-assign]
             _cache[key] = decoder
     return _cache[key]
+
+
+def _timing_first_calls(decode: Callable[..., Any], mode: str) -> Callable[..., Any]:
+    """`decode`, recording in `_timings` how long its first call for each latent shape took."""
+    seen: set[tuple[int, ...]] = set()
+
+    def timed(latent: Any, *args: Any, **kwargs: Any) -> Any:
+        shape = tuple(latent.shape)
+        if shape in seen:
+            return decode(latent, *args, **kwargs)
+        started = time.perf_counter()
+        result = decode(latent, *args, **kwargs)
+        seen.add(shape)
+        _timings["first_call_s"][f"{mode} {list(shape)}"] = time.perf_counter() - started
+        return result
+
+    return timed
+
+
+def decoder_timings() -> dict[str, dict[str, float]]:
+    """This process's decoder build seconds and compiled first-call seconds per latent shape (run it on
+    the workers, ``client.run(decoder_timings)``, to see what a render paid for loading and compiling)."""
+    return {k: dict(v) for k, v in _timings.items()}
 
 
 # torch.compile modes farm accepts. "reduce-overhead" replays the decoder as CUDA graphs (one launch per
