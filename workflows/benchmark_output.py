@@ -152,7 +152,7 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
+def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any) -> None:
     """Renders on 1 … N GPU workers: the batch of shots per output (``--batch-outputs``), and single
     shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames)."""
     from farm.cluster import connect
@@ -175,11 +175,13 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
     runs = results.setdefault("farm", [])
     warm_ups = results.setdefault("warm_ups", [])
     sources = ([job] if args.shots else []) + list(ones.values())
-    for gpus in [int(g) for g in args.gpu_counts.split(",")]:
+    settings = [(int(g), io) for g in args.gpu_counts.split(",") for io in args.io_workers.split(",")]
+    for gpus, io in settings:
         t0 = time.perf_counter()
-        with connect(workers=gpus, io_workers=args.io_workers) as client:
-            log(f"{gpus} GPU cluster up in {time.perf_counter() - t0:.1f} s")
-            warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, first"))
+        io_workers = None if io == "default" else int(io)
+        with connect(workers=gpus, io_workers=io_workers) as client:
+            log(f"{gpus} GPU cluster (I/O workers: {io}) up in {time.perf_counter() - t0:.1f} s")
+            warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, I/O workers {io}"))
             cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
             for size, src in ones.items():
                 for case in args.one_cases:
@@ -193,16 +195,21 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict) -> None:
                 if chunk:  # streamed: the same plan decoded whole must give the same bytes
                     same = same_bytes_unstreamed(client, src, dest, options)
                     row["same_bytes_as_unstreamed"] = same
-                row.update({"gpus": gpus, "what": what, "output": label, "chunk_frames": chunk})
+                row.update(
+                    {"gpus": gpus, "io_workers": io, "what": what, "output": label, "chunk_frames": chunk}
+                )
                 row["batch"] = batch
                 runs.append(row)
-                log(f"farm {gpus} GPU {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
+                save()
+                log(f"farm {gpus} GPU io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
                     f"{'same bytes as unstreamed: ' + str(row['same_bytes_as_unstreamed']) if chunk else ''} "
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
-                    f"{row['frames_per_s']:.1f} frames/s "
+                    f"{row['frames_per_s']:.1f} frames/s; set-up {row['setup_s']:.2f} s, first task at "
+                    f"{row['first_task_s']:.2f} s, {row['after_last_task_s']:.2f} s after the last; "
+                    f"predicted {row['predicted_s'] or 0:.2f} s graph, grids {row['grids']} "
                     f"{row['failed'] or ''}")  # fmt: skip
         if args.fresh_cluster:  # the same shapes again in new worker processes: inductor's cache only
-            with connect(workers=gpus, io_workers=args.io_workers) as client:
+            with connect(workers=gpus, io_workers=io_workers) as client:
                 warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, fresh"))
 
 
@@ -322,7 +329,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--gpu-counts", default="1,2")
-    p.add_argument("--io-workers", type=int, default=None)
+    p.add_argument("--io-workers", default="default", help="I/O worker counts to try, e.g. default,0")
     p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
     p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])
     p.add_argument("--one-sizes", nargs="*", default=[], help="single-shot sizes HxW, e.g. 704x1216")
@@ -375,7 +382,7 @@ def main() -> None:
                 log(f"encode {preset} P={n}: {r['frames_per_s']:.0f} frames/s")
                 save()
     if "farm" in parts:
-        farm_renders(args, work, results)
+        farm_renders(args, work, results, save)
         save()
 
 
