@@ -282,6 +282,7 @@ def timed_farm(
     first_task = min((s["start"] for s in spans), default=epoch) - epoch
     last_task = max((s["stop"] for s in spans), default=epoch) - epoch
     grids = recorded_grid_names(dest, job)
+    story = first_decode_story(client, ts.data, epoch)
     if not options.chunk.frames:
         shutil.rmtree(dest, ignore_errors=True)
     failed = [s.error for s in stats.failed]
@@ -289,8 +290,28 @@ def timed_farm(
     return {"tiles": options.tiles, "grids": grids, "frames": stats.frames_written,
             "wall_s": wall, "frames_per_s": fps, "graph_s": stats.seconds, "setup_s": stats.setup_s,
             "finish_s": stats.finish_s, "first_task_s": first_task, "after_last_task_s": wall - last_task,
-            "decodes": stats.tiles_total, "failed": failed, "tasks": task_summary(ts.data),
+            "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
+            "tasks": task_summary(ts.data),
             "predicted_s": predicted_seconds(job, options, len(split_workers(client)[0]))}  # fmt: skip
+
+
+def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tuple[float, str]]:
+    """The first decode task's story on the scheduler and its worker (seconds after the render's start,
+    what happened): where the time between submitting it and its start goes."""
+    decodes = [d for d in stream if "decode" in str(d["key"])]
+    if not decodes:
+        return []
+    first = min(decodes, key=lambda d: min(s["start"] for s in d["startstops"]))
+    try:
+        entries = client.story(first["key"])
+    except Exception as exc:  # diagnostics only
+        return [(0.0, f"no story: {exc}")]
+    out = []
+    for entry in entries:
+        stamp = next((x for x in reversed(entry) if isinstance(x, float) and x > 1e9), None)
+        if stamp is not None:
+            out.append((round(stamp - epoch, 4), repr(entry[1:-1])[:160]))
+    return sorted(out)
 
 
 def recorded_grid_names(dest: Path, job: Path) -> list[str]:
