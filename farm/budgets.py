@@ -22,7 +22,7 @@ def tile_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, tile: Tile, chun
     measured on the H200: a chunked 121x704x1216 tile peaked at 4.46 GiB, 2.70 GiB for the call alone)."""
     geometry = cls.geometry_for(spec.config)
     chunks = plan_chunks(tile.decoded_fhw, geometry, chunk)  # context frames included
-    peak = cls.peak_bytes(spec, max(c.pixel_volume for c in chunks))
+    peak = max(cls.peak_bytes(spec, geometry.pixel_shape(c.decoded_fhw)) for c in chunks)
     return peak + (12 * tile.pixel_volume if len(chunks) > 1 else 0)
 
 

@@ -255,7 +255,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--overlap",
         metavar="F,H,W",
-        help="overlap of neighbouring tiles in latent units (default 1,2,2 where split)",
+        help="overlap of neighbouring tiles in latent units (default where split: 1 frame, and the "
+        "decoder's measured spatial overlap, e.g. 4 rows and columns for ltx2)",
     )
     p.add_argument(
         "--batch-frames",

@@ -28,9 +28,11 @@ Everything else a render does is charged per task or per pixel:
 * transfers of decoded pieces (float32 RGB: ``piece_bytes_per_pixel`` = 12) between workers:
   ``latency_s + bytes / bandwidth`` with separate bandwidths within a node and between nodes.
 
-Memory: :class:`MemoryModel` is the decoder adapter's own memory terms (weights + bytes per output
-pixel-frame of one decode call, or a dense attention mask's bytes per pair of latent positions where
-larger), read off it once so the planner stays pure (`farm.decoders.memory_model`). Per family:
+Memory: :class:`MemoryModel` is the decoder adapter's own memory terms (weights + a fixed part + bytes
+per output pixel-frame of one decode call and per pixel of one frame, torch's native CPU convolution
+where it applies, or a dense attention mask's bytes per pair of latent positions where larger), read off
+it once so the planner stays pure (`farm.decoders.memory_model`); :func:`fit_memory` fits the terms to
+measured peaks (`workflows/measure_families.py --fit`). Per family:
 :func:`scaled_to` scales a stored model's decode seconds to a decoder config from one measured decode
 of it (`farm.decoders.cost_model` reads that from the adapter).
 
@@ -178,31 +180,74 @@ class Link:
         return self.latency_s + nbytes / bw
 
 
+# torch's CPU 3-D convolution takes its native path (an unfolded copy of its input: input channels x 27
+# floats per output position) instead of oneDNN when batch x channels x frames x rows of its padded input
+# is at most this (aten/src/ATen/native/Convolution.cpp, `use_mkldnn`): small inputs of narrow layers.
+CPU_NATIVE_CONV_LIMIT = 20480
+
+
 @dataclass(frozen=True)
 class MemoryModel:
-    """Peak device memory of one decode call: weights plus a fixed number of bytes per output pixel-frame,
-    or, where a decoder attends over all latent positions of a call with a dense mask, ``pair_bytes``
-    per pair of positions (``pixels_per_position`` output pixel-frames each) when that is larger."""
+    """Peak device memory of one decode call of ``(frames, height, width)`` output pixels: weights, a
+    fixed part, bytes per output pixel-frame and per pixel of one frame (decoders that decode frame by
+    frame hold a frame's activations, whatever the clip's length), or, where a decoder attends over all
+    latent positions of a call with a dense mask, ``pair_bytes`` per pair of positions
+    (``pixels_per_position`` output pixel-frames each) when that is larger.
+
+    ``native_conv``: (input channels, bytes per output pixel-frame) of full-resolution 3x3x3 convolutions
+    (padded by one pixel and two frames), added while torch runs them through its CPU native path
+    (:data:`CPU_NATIVE_CONV_LIMIT`; the largest that applies, as they run one after another). Only
+    models measured on a CPU have them."""
 
     weight_bytes: int
     bytes_per_pixel: float
     pair_bytes: float = 0.0
     pixels_per_position: float = 1.0
+    const_bytes: float = 0.0
+    bytes_per_frame_pixel: float = 0.0
+    native_conv: tuple[tuple[int, float], ...] = ()
 
-    def peak_bytes(self, pixel_volume: float) -> int:
-        linear = self.bytes_per_pixel * pixel_volume
-        positions = pixel_volume / self.pixels_per_position
+    def peak_bytes(self, pixels: Sequence[int] | int) -> int:
+        """Peak bytes of a decode call of ``(frames, height, width)`` pixels (or a pixel volume, for
+        models whose terms do not depend on the shape)."""
+        if isinstance(pixels, int | float):
+            if self.bytes_per_frame_pixel or self.native_conv:
+                raise ValueError("this memory model depends on the decode call's shape: give (f, h, w)")
+            f, h, w = float(pixels), 1.0, 1.0
+        else:
+            f, h, w = (float(x) for x in pixels)
+        volume = f * h * w
+        native = (b for c, b in self.native_conv if c * (f + 2) * (h + 2) <= CPU_NATIVE_CONV_LIMIT)
+        per_pixel = self.bytes_per_pixel + max(native, default=0.0)
+        linear = self.const_bytes + per_pixel * volume + self.bytes_per_frame_pixel * h * w
+        positions = volume / self.pixels_per_position
         return int(self.weight_bytes + max(linear, self.pair_bytes * positions * positions))
 
     @classmethod
-    def from_terms(cls, terms: Mapping[str, float]) -> MemoryModel:
+    def from_terms(cls, terms: Mapping[str, Any]) -> MemoryModel:
         """The model from a decoder adapter's ``memory_terms`` (`farm.decoders.memory_model`)."""
         return cls(
             weight_bytes=int(terms["weight_bytes"]),
             bytes_per_pixel=float(terms["bytes_per_pixel"]),
             pair_bytes=float(terms.get("pair_bytes", 0.0)),
             pixels_per_position=float(terms.get("pixels_per_position", 1.0)),
+            const_bytes=float(terms.get("const_bytes", 0.0)),
+            bytes_per_frame_pixel=float(terms.get("bytes_per_frame_pixel", 0.0)),
+            native_conv=tuple((int(c), float(b)) for c, b in terms.get("native_conv", ())),
         )
+
+
+def fit_memory(samples: Iterable[tuple[Sequence[int], float]], names: Sequence[str]) -> dict[str, float]:
+    """Fit peak bytes of decode calls ``((f, h, w), bytes)`` to non-negative ``const_bytes``,
+    ``bytes_per_pixel`` and ``bytes_per_frame_pixel`` (those named), minimising relative error."""
+    rows = list(samples)
+    if len(rows) < len(names):
+        raise FarmError(f"fitting {len(names)} memory terms needs at least {len(names)} measured peaks")
+    columns = {"const_bytes": lambda f, h, w: 1.0, "bytes_per_pixel": lambda f, h, w: f * h * w,
+               "bytes_per_frame_pixel": lambda f, h, w: h * w}  # fmt: skip
+    a = np.array([[columns[n](*fhw) / peak for n in names] for fhw, peak in rows])
+    x = nnls(a, np.ones(len(rows)))
+    return {n: float(v) for n, v in zip(names, x, strict=True)}
 
 
 @dataclass(frozen=True)

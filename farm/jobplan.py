@@ -13,15 +13,18 @@ from farm.tiling import AXES, MIN_SPATIAL_CHUNK, Geometry, ShotPlan, TileGrid, a
 from farm.validate import check_shots
 
 
-def grid_for(latent_fhw: Sequence[int], options: PlanOptions) -> TileGrid:
-    """The tile grid for a shot: explicit overlaps as given; default overlaps shrunk to fit small axes."""
+def grid_for(latent_fhw: Sequence[int], options: PlanOptions, spatial_overlap: int | None = None) -> TileGrid:
+    """The tile grid for a shot: explicit overlaps as given; default overlaps (1 frame, `spatial_overlap`
+    rows and columns: the decoder's, `spatial_overlap_for`) shrunk to fit small axes."""
     tiles = options.tiles
     if isinstance(tiles, str):
         raise ValueError("grid_for needs explicit tiles; auto grids come from plan_job (farm.planner)")
     if options.overlap is not None:
         return TileGrid(_triple(tiles), _triple(options.overlap))
+    o = DEFAULT_OVERLAP[1] if spatial_overlap is None else spatial_overlap
+    defaults = (DEFAULT_OVERLAP[0], o, o)
     overlap = []
-    for size, count, default in zip(latent_fhw, tiles, DEFAULT_OVERLAP, strict=True):
+    for size, count, default in zip(latent_fhw, tiles, defaults, strict=True):
         if count <= 1:
             overlap.append(0)
             continue
@@ -63,10 +66,11 @@ def plan_job(
     if errors:
         raise next(iter(errors.values()))
     auto = _auto_grids(job, options, n_workers, names, geometry, fixed) if options.tiles == AUTO else {}
+    overlap = cls.spatial_overlap_for(job.spec.config)
     plans = []
     for name in names:
         info = job.shots[name]
-        grid = auto[name] if options.tiles == AUTO else grid_for(info.latent_shape[1:], options)
+        grid = auto[name] if options.tiles == AUTO else grid_for(info.latent_shape[1:], options, overlap)
         plan = plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
                          chunk=options.chunk)  # fmt: skip
         check_tile_widths(plan)

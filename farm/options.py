@@ -10,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from farm import config
+from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP
 from farm.errors import FarmError
 from farm.tiling import ChunkSize
 
 AUTO = "auto"
-DEFAULT_OVERLAP = (1, 2, 2)  # latent units, used where an axis is split and no overlap was given
+# latent units, used where an axis is split and no overlap was given: 1 frame, and height and width the
+# decoder's measured spatial overlap (`spatial_overlap_for`; these values for configs not measured)
+DEFAULT_OVERLAP = (1, DEFAULT_SPATIAL_OVERLAP, DEFAULT_SPATIAL_OVERLAP)
 DEFAULT_BATCH_FRAMES = 32
 
 

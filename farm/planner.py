@@ -5,7 +5,7 @@ Pure: shapes, a cost model (`farm.costmodel`) and a memory model in; tile grids 
 How it chooses (:func:`choose_plans`):
 
 1. For every distinct shot shape, enumerate grids of up to ``max_per_axis`` tiles along frames, height
-   and width (``max_tiles`` in all) with the decoder's minimum overlap per axis (:data:`MIN_OVERLAP`);
+   and width (``max_tiles`` in all) with the decoder's minimum overlap per axis (:func:`min_overlap_for`);
    drop grids whose largest decode call does not fit a worker's memory, and grids that cannot be split
    at that overlap. Each grid's tiles are costed with the cost model.
 2. Start from the cheapest grid that fits for every shot (the whole shot when it fits: 1.0x work).
@@ -45,7 +45,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from farm.costmodel import CostModel, MemoryModel
-from farm.decoders import memory_model
+from farm.decoders import decoder_class, memory_model
+from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
 from farm.tiling import (
@@ -64,18 +65,18 @@ from farm.tiling import (
 
 # Minimum overlap per axis (frames, height, width), latent units, where auto splits an axis.
 #
-# Measured with workflows/measure_seams.py on the real LTX-2 decoder architecture (random weights, CPU;
-# docs/benchmarks.md, "Seams"): two tiles along one axis against the untiled decode, overlap swept.
-# * Seam error falls steadily with the overlap and has no knee, so no thinner overlap is free. Height
-#   and width keep LTX-2's shipped overlap of 4: an auto seam is as good as a shipped one, and auto wins
-#   by choosing the grid (whole shots, fewer seams, cheaper axes), not by thinner seams.
-# * Along frames the causal decoder's error after a tile's start decays about twice as slowly as the
-#   error after a spatial cut (~17 latent frames against ~8 columns to fall below 5/255). 12 is the
-#   smallest temporal overlap measured whose seam is no worse than a spatial seam at overlap 4 in max
-#   error (63 against 78-86 /255) and seam-band PSNR (29.3 against 27.0-27.2 dB), on 30-unit axes.
-#   A 121-frame shot (16 latent frames) therefore never gets temporal tiles from auto.
-MIN_OVERLAP: dict[str, tuple[int, int, int]] = {"ltx2": (12, 4, 4)}
-DEFAULT_MIN_OVERLAP = (12, 4, 4)
+# Height and width: the decoder's measured spatial overlap (`spatial_overlap_for`: the least whose seam
+# reaches `farm.decoders.base.SEAM_TARGET_DB`, what LTX-2's shipped overlap of 4 gives the real LTX-2
+# decoder; docs/benchmarks.md, "Seams"). Seam error falls steadily with the overlap and has no knee, so
+# auto wins by choosing the grid (whole shots, fewer seams, cheaper axes), not by thinner seams.
+# Frames, measured with workflows/measure_seams.py on the real LTX-2 decoder architecture (random weights,
+# CPU; before temporal tiles carried causal context): the causal decoder's error after a tile's start
+# decays about twice as slowly as the error after a spatial cut (~17 latent frames against ~8 columns to
+# fall below 5/255). 12 is the smallest temporal overlap measured whose seam is no worse than a spatial
+# seam at overlap 4 in max error (63 against 78-86 /255) and seam-band PSNR (29.3 against 27.0-27.2 dB),
+# on 30-unit axes. A 121-frame shot (16 latent frames) therefore never gets temporal tiles from auto.
+MIN_TEMPORAL_OVERLAP = 12
+DEFAULT_MIN_OVERLAP = (MIN_TEMPORAL_OVERLAP, DEFAULT_SPATIAL_OVERLAP, DEFAULT_SPATIAL_OVERLAP)
 
 MAX_PER_AXIS = 8
 MAX_TILES = 64
@@ -88,13 +89,11 @@ MIN_GAIN = 0.05
 
 
 def min_overlap_for(spec: Any | None) -> tuple[int, int, int]:
-    """The minimum overlap per axis for a decoder spec (by config name, then family)."""
+    """The minimum overlap per axis for a decoder spec: 12 frames, and its decoder's spatial overlap."""
     if spec is None:
         return DEFAULT_MIN_OVERLAP
-    for key in (getattr(spec, "config_name", None), getattr(spec, "family", None)):
-        if key in MIN_OVERLAP:
-            return MIN_OVERLAP[key]
-    return DEFAULT_MIN_OVERLAP
+    spatial = decoder_class(spec).spatial_overlap_for(spec.config)
+    return (MIN_TEMPORAL_OVERLAP, spatial, spatial)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -165,10 +164,12 @@ def _decode_seconds(
     )
 
 
-def _largest_call(latent_fhw: Sequence[int], geometry: Geometry, chunk: ChunkSize) -> int:
+def _call_peak(memory: MemoryModel, latent_fhw: Sequence[int], geometry: Geometry, chunk: ChunkSize) -> int:
+    """Peak memory of a tile's largest decode call (the tile, or its largest chunk)."""
     if chunk.limits() == (None, None, None):
-        return math.prod(geometry.pixel_shape(latent_fhw))
-    return max(c.pixel_volume for c in plan_chunks(latent_fhw, geometry, chunk))
+        return memory.peak_bytes(geometry.pixel_shape(latent_fhw))
+    calls = plan_chunks(latent_fhw, geometry, chunk)
+    return max(memory.peak_bytes(geometry.pixel_shape(c.decoded_fhw)) for c in calls)
 
 
 def candidates(
@@ -213,8 +214,7 @@ def candidates(
                             for c in lw:
                                 seconds.append(_decode_seconds((a, b, c), geometry, chunk, cost))
                                 if memory is not None:
-                                    call = _largest_call((a, b, c), geometry, chunk)
-                                    peak = max(peak, memory.peak_bytes(call))
+                                    peak = max(peak, _call_peak(memory, (a, b, c), geometry, chunk))
                                 volume += a * b * c
                 except FarmError:  # the chunking does not fit these tiles
                     continue
@@ -276,7 +276,7 @@ def _shot_tasks(
     for tile in plan.tiles:
         fhw = tile.decoded_fhw  # context and lookahead frames are decoded too
         seconds.append(_decode_seconds(fhw, geometry, plan.chunk, cost))
-        peak.append(memory.peak_bytes(_largest_call(fhw, geometry, plan.chunk)) if memory else 0)
+        peak.append(_call_peak(memory, fhw, geometry, plan.chunk) if memory else 0)
         volume.append(tile.latent_volume)
         hw = tile.pixels[1].size * tile.pixels[2].size
         feeds.append(tuple((batch_pos[b.index], (s.stop - s.start) * hw) for b, s in plan.batch_pieces(tile)))
@@ -603,7 +603,7 @@ def choose_plans(
         cands[shape] = candidates(shape, geometry, cost_model, memory, budget, min_overlap=overlap,
                                   chunk=chunk, max_per_axis=max_per_axis, max_tiles=max_tiles)  # fmt: skip
         if not cands[shape]:
-            whole = memory.peak_bytes(math.prod(geometry.pixel_shape(shape[1:]))) if memory else 0
+            whole = memory.peak_bytes(geometry.pixel_shape(shape[1:])) if memory else 0
             raise FarmError(
                 f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
                 f"a worker's memory ({(worker_memory_bytes or 0) / 2**30:.1f} GiB x {headroom}); the whole "
@@ -731,7 +731,7 @@ def describe(prediction: Prediction, cost_model: CostModel) -> str:
 
 __all__ = [
     "Candidate",
-    "MIN_OVERLAP",
+    "MIN_TEMPORAL_OVERLAP",
     "Prediction",
     "candidates",
     "choose_plans",

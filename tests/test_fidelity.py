@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import farm.render as fr
+from farm import planner
 from farm.decoders import decoder_class
 from farm.output import Output, read_frames
 from farm.store import create_job, open_job, write_shot
@@ -86,3 +87,69 @@ def test_hunyuanvideo_temporal_split_is_as_close_as_a_spatial_split(tmp_path, sc
                      fr.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=64))  # fmt: skip
     assert psnr(split, whole) >= psnr(spatial, whole)
     assert min(frame_psnr(split, whole)[seam:]) >= min(frame_psnr(spatial, whole)[seam:])
+
+
+# Spatial seams: the default overlap of a split (explicit tiles without --overlap, and auto) is the
+# decoder's measured one (`spatial_overlap_for`). Rendered here on the latents and weights
+# `workflows/measure_seams.py spatial` measured (seed 0, 3 latent frames, 16 units along the split axis,
+# 8 across), its seam must reach the target; HunyuanVideo's reaches no target by blending (its
+# GroupNorms differ over the whole tile), so its default must come within 1 dB of a seam at overlap 6.
+SPATIAL_SHOTS = {"h": (3, 16, 8), "w": (3, 8, 16)}  # shot → latent frames, rows, columns
+SPLIT = {"h": (1, 2, 1), "w": (1, 1, 2)}
+
+
+def seam_band(plan, axis: int, scale: int) -> np.ndarray:
+    """Pixels (along `axis`, 1 or 2) within one latent unit (`scale` pixels) of a tile edge inside the
+    shot, and the overlaps."""
+    extent = plan.pixel_shape[axis]
+    band = np.zeros(extent, dtype=bool)
+    cover = np.zeros(extent, dtype=int)
+    for span in {(t.pixels[axis].start, t.pixels[axis].stop) for t in plan.tiles}:
+        cover[span[0] : span[1]] += 1
+        for edge in span:
+            if 0 < edge < extent:
+                band[max(0, edge - scale) : edge + scale] = True
+    return band | (cover > 1)
+
+
+def seam_psnr(job, out, scheduler, shot: str, overlap: tuple[int, int, int] | None) -> tuple[float, int]:
+    """Seam-band PSNR of `shot` split in two against its untiled render (in OUT/whole), and the overlap."""
+    options = fr.PlanOptions(tiles=SPLIT[shot], overlap=overlap, batch_frames=64)
+    plan = fr.plan_job(open_job(job), options, 1, [shot])[0]
+    axis = 1 if shot == "h" else 2
+    fr.render(job, out, scheduler=scheduler, options=options, shots=[shot], video=FRAMES_ONLY,
+              log=lambda _: None)  # fmt: skip
+    split = read_frames(Output(out), shot).astype(np.float64)
+    whole = read_frames(Output(job.parent / "whole"), shot).astype(np.float64)
+    band = seam_band(plan, axis, plan.pixel_shape[axis] // plan.latent_shape[axis + 1])
+    index = (slice(None), band, slice(None)) if axis == 1 else (slice(None), slice(None), band)
+    return psnr(split[index], whole[index]), plan.grid.overlap[axis]
+
+
+@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny", "hunyuanvideo-tiny"])
+def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, name):
+    from farm.decoders.base import SEAM_TARGET_DB
+
+    spec = fr.synth_spec(name, seed=0)
+    cls = decoder_class(spec)
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    for shot, fhw in SPATIAL_SHOTS.items():
+        latent = fr.smooth_latent(np.random.default_rng(0), (cls.latent_channels_for(spec.config), *fhw))
+        write_shot(job, shot, latent, fps=24.0)
+    fr.render(job, tmp_path / "whole", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
+              video=FRAMES_ONLY, log=lambda _: None)  # fmt: skip
+    expected = cls.spatial_overlap_for(spec.config)
+    assert planner.min_overlap_for(spec)[1:] == (expected, expected)  # where --tiles auto splits
+    seams, wide = [], []  # the worse axis counts, as in the measurement
+    for shot in SPLIT:
+        seam, overlap = seam_psnr(job, tmp_path / shot, scheduler3, shot, None)
+        assert overlap == expected
+        seams.append(seam)
+        if name == "hunyuanvideo-tiny":
+            six = (0, 6, 0) if shot == "h" else (0, 0, 6)
+            wide.append(seam_psnr(job, tmp_path / f"{shot}6", scheduler3, shot, six)[0])
+    if name != "hunyuanvideo-tiny":
+        assert min(seams) >= SEAM_TARGET_DB, seams
+    else:
+        assert min(wide) < SEAM_TARGET_DB and min(seams) >= min(wide) - 1.0, (seams, wide)

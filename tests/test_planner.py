@@ -106,8 +106,21 @@ def test_every_familys_memory_model_is_its_adapters_peak_bytes(name):
 
     spec = fr.synth_spec(name)
     mem, cls = memory_model(spec), decoder_class(spec)
-    for volume in (0, 10**6, 33 * 256 * 384, 129 * 720 * 1280):
-        assert abs(mem.peak_bytes(volume) - cls.peak_bytes(spec, volume)) <= 1
+    for pixels in ((1, 1, 1), (25, 160, 250), (33, 256, 384), (129, 720, 1280)):
+        assert abs(mem.peak_bytes(pixels) - cls.peak_bytes(spec, pixels)) <= 1
+
+
+def test_memory_model_terms_that_need_the_shape():
+    """Frame-by-frame decoders hold a frame's activations whatever the length; torch's native CPU 3-D
+    convolution unfolds small inputs (channels x padded frames x rows up to 20480)."""
+    mem = MemoryModel(weight_bytes=100, bytes_per_pixel=10.0, const_bytes=1000.0, bytes_per_frame_pixel=50.0,
+                      native_conv=((16, 1700.0), (8, 800.0)))  # fmt: skip
+    assert mem.peak_bytes((10, 20, 30)) == 100 + 1000 + (10 + 1700) * 6000 + 50 * 600  # 16 x 12 x 22 <= 20480
+    assert mem.peak_bytes((30, 50, 30)) == 100 + 1000 + (10 + 800) * 45000 + 50 * 1500  # 8 x 32 x 52
+    assert mem.peak_bytes((30, 100, 30)) == 100 + 1000 + 10 * 90000 + 50 * 3000  # neither: oneDNN
+    with pytest.raises(ValueError, match="shape"):
+        mem.peak_bytes(6000)
+    assert MEM.peak_bytes(6000) == MEM.peak_bytes((10, 20, 30))
 
 
 def test_cost_model_per_family():

@@ -11,6 +11,8 @@ the peak memory of that decode above what the process held before it, next to th
 * CUDA: ``torch.cuda.max_memory_allocated`` during the decode, minus the memory allocated before it.
 
     python workflows/measure_families.py --out-json families-cpu.json
+    python workflows/measure_families.py --decoders hunyuanvideo-tiny --reps 0 --fit \
+        --clip "9,64,96;9,128,192;17,128,192;33,96,128;33,192,256;9,256,384;17,256,384"
     python workflows/measure_families.py --device cuda --decoders ltx2,ltxv,wan,hunyuanvideo \
         --clip 33,512,768 --dtype bfloat16
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import platform
 import sys
@@ -79,7 +82,6 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    volume = int(np.prod(pixels))
     return {
         "decoder": name,
         "dtype": dtype,
@@ -88,8 +90,44 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
         "seconds": float(np.median(times[1:] or times)),
         "measured_peak_bytes": int(peak),
         "weight_bytes": int(cls.weight_bytes(spec)),
-        "estimated_peak_bytes": int(cls.peak_bytes(spec, volume) - cls.weight_bytes(spec)),
+        "estimated_peak_bytes": int(cls.peak_bytes(spec, pixels) - cls.weight_bytes(spec)),
     }
+
+
+def fit(name: str, rows: list[dict]) -> dict:
+    """The adapter's `memory_measured` terms for config `name`, fitted to its measured peaks (float32, CPU).
+
+    The adapter names the terms to fit (``memory_fit_terms``: a fixed part, bytes per pixel-frame, per
+    pixel of one frame) and the input channels of its full-resolution 3-D convolutions: decodes where
+    torch runs one of those through its CPU native path (`farm.costmodel.CPU_NATIVE_CONV_LIMIT`) are left
+    out of the affine fit, and each channel count's extra bytes per pixel-frame is the median of what the
+    affine part leaves of the decodes where it is the largest native convolution."""
+    import statistics
+
+    from farm.costmodel import CPU_NATIVE_CONV_LIMIT, MemoryModel, fit_memory
+    from farm.decoders import decoder_class
+    from farm.render import synth_spec
+
+    spec = synth_spec(name, seed=0)
+    cls = decoder_class(spec)
+    channels = sorted(cls.cpu_native_conv_channels(spec.config), reverse=True)
+
+    def native(pixels) -> int | None:
+        f, h, _ = pixels
+        return next((c for c in channels if c * (f + 2) * (h + 2) <= CPU_NATIVE_CONV_LIMIT), None)
+
+    plain = [(r["pixels"], r["measured_peak_bytes"]) for r in rows if native(r["pixels"]) is None]
+    terms: dict = fit_memory(plain, cls.memory_fit_terms)
+    affine = MemoryModel.from_terms({"weight_bytes": 0, **terms})
+    extra = []
+    for c in channels:
+        left = [(r["measured_peak_bytes"] - affine.peak_bytes(r["pixels"])) / math.prod(r["pixels"])
+                for r in rows if native(r["pixels"]) == c]  # fmt: skip
+        if left:
+            extra.append((c, round(statistics.median(left), 1)))
+    if extra:
+        terms["native_conv"] = extra
+    return {k: v if k == "native_conv" else round(v, 1) for k, v in terms.items()}
 
 
 def _child(queue, *args) -> None:
@@ -143,24 +181,33 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--decoders", default=TINY)
-    parser.add_argument("--clip", default="33,256,384", help="pixel frames, height, width")
+    parser.add_argument("--clip", default="33,256,384",
+                        help="pixel frames, height, width; several clips separated by ';'")  # fmt: skip
+    parser.add_argument("--fit", action="store_true",
+                        help="fit each decoder's memory terms (memory_measured) to its peaks")  # fmt: skip
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out-json")
     parser.add_argument("--out-md")
     args = parser.parse_args(argv)
-    clip = tuple(int(x) for x in args.clip.split(","))
-    rows = []
+    clips = [tuple(int(x) for x in c.split(",")) for c in args.clip.split(";")]
+    rows, fits = [], {}
     for name in args.decoders.split(","):
-        row = measure(name, clip, args.device, args.dtype, args.reps)
-        row["planned_seconds"] = planned_seconds(row, args.device)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        for clip in clips:
+            row = measure(name, clip, args.device, args.dtype, args.reps)
+            row["planned_seconds"] = planned_seconds(row, args.device)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if args.fit:
+            fits[name] = fit(name, [r for r in rows if r["decoder"] == name])
+            print(f"{name}: memory_measured {json.dumps(fits[name])}", flush=True)
     import torch
 
     result = {"device": args.device, "machine": f"{platform.machine()}, torch {torch.__version__}",
               "date": str(date.today()), "rows": rows}  # fmt: skip
+    if fits:
+        result["fits"] = fits
     md = markdown(result)
     print(md)
     if args.out_json:

@@ -8,9 +8,12 @@ Three measurements:
 
 * ``overlaps``: for each axis, the latent split into two tiles along that axis only, with overlaps
   0, 1, 2, ... latent units. This is what the planner's minimum overlap per axis
-  (`farm.planner.MIN_OVERLAP`) is read from.
+  (`farm.planner.min_overlap_for`) was read from.
 * ``edges``: how far from a tile's edge its decode differs from the untiled one (after a temporal
   tile's causal start, and after a spatial cut), per latent unit.
+* ``spatial``: every family, two tiles along height and then width, spatial overlap swept; the least
+  overlap whose seam-band PSNR (uint8 frames) reaches the target on both axes is what the adapters record
+  as ``spatial_overlap``, the default overlap of explicit and auto tiles.
 * ``plans``: for full-size shots (1216x704x121 and 1920x1088x121 by default), each compared plan (LTX-2's
   shipped grids with overlap 4, and the auto planner's choice for 2, 4 and 8 workers under a cost model).
 
@@ -32,6 +35,7 @@ Usage (from the repository root, venv active):
         --frames-short 2 --out-json seams-ltx2.json
     python workflows/measure_seams.py edges --decoder ltx2
     python workflows/measure_seams.py plans --decoder ltx2-tiny --out-json seams-plans.json
+    python workflows/measure_seams.py spatial --threads 1 --out-md spatial.md
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from farm.decoders.base import SEAM_TARGET_DB  # noqa: E402
 from farm.render import smooth_latent, synth_spec  # noqa: E402
 from farm.tiling import AXES, ChunkSize, Geometry, ShotPlan, TileGrid, plan_shot  # noqa: E402
 
@@ -511,6 +516,84 @@ def fidelity_markdown(result: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# spatial: the overlap each family needs for a target seam PSNR
+# --------------------------------------------------------------------------------------------------
+
+
+def band_psnr(tiled, reference, mask) -> float:
+    """PSNR of the uint8 frames a render writes, over the seam band only."""
+    diff = levels(tiled) - levels(reference)
+    return psnr(float((diff[:, mask] ** 2).mean()) / 255**2)
+
+
+def run_spatial(args) -> dict:
+    """Per decoder: two tiles along height, then width, spatial overlap swept; each row's seam-band PSNR
+    (uint8 frames against the untiled decode), and the smallest overlap whose seam meets the target on
+    both axes (what the adapters record as ``spatial_overlap``)."""
+    import torch
+
+    args.decoder = args.decoders
+    overlaps = [int(x) for x in args.overlaps.split(",")]
+    rows: list[dict] = []
+    chosen, reached = {}, {}
+    for name in args.decoders.split(","):
+        decoder = any_decoder(name, args.seed)
+        g, c = decoder.geometry, decoder.latent_channels
+        worst: dict[int, float] = {}
+        for axis in (1, 2):
+            fhw = [args.frames, args.short, args.short]
+            fhw[axis] = args.long
+            rng = np.random.default_rng(args.seed)
+            latent = torch.from_numpy(smooth_latent(rng, (c, *fhw)))
+            reference = decode_plan(decoder, latent, plan_shot("x", (c, *fhw), g))
+            for o in overlaps:
+                tiles, ov = [1, 1, 1], [0, 0, 0]
+                tiles[axis], ov[axis] = 2, o
+                plan = plan_shot("x", (c, *fhw), g, TileGrid(tuple(tiles), tuple(ov)))  # type: ignore[arg-type]
+                tiled = decode_plan(decoder, latent, plan)
+                seam_db = band_psnr(tiled, reference, seam_mask(plan, g))
+                whole_db = psnr(float(((levels(tiled) - levels(reference)) ** 2).mean()) / 255**2)
+                worst[o] = min(worst.get(o, math.inf), seam_db)
+                rows.append({"decoder": name, "axis": AXES[axis], "latent": fhw, "overlap": o,
+                             "redundancy": plan.redundancy, "psnr_db": whole_db,
+                             "seam_psnr_db": seam_db})  # fmt: skip
+                print(f"{name} {AXES[axis]:<6} overlap {o}: seam {fmt_db(seam_db)} dB, "
+                      f"clip {fmt_db(whole_db)} dB", flush=True)  # fmt: skip
+        # the least overlap meeting the target; where none in the sweep does (HunyuanVideo: its GroupNorms
+        # take statistics over the whole tile, so its error is not only at the seam), the least within
+        # 1 dB of the sweep's best seam
+        meets = [o for o in overlaps if worst[o] >= args.target]
+        best = max(worst.values())
+        chosen[name] = meets[0] if meets else next(o for o in overlaps if worst[o] >= best - 1.0)
+        reached[name] = bool(meets)
+        print(f"{name}: overlap {chosen[name]} ({'meets' if meets else 'does not reach'} {args.target} dB)",
+              flush=True)  # fmt: skip
+    return measurement("spatial overlap per family for a target seam PSNR", args, rows,
+                       target_db=args.target, chosen=chosen, reached=reached)  # fmt: skip
+
+
+def spatial_markdown(result: dict) -> str:
+    overlaps = sorted({r["overlap"] for r in result["rows"]})
+    lines = [
+        f"{result['weights']} weights, float32, {result['machine']}, {result['date']}; seam-band PSNR (dB) "
+        "of uint8 frames, two tiles along one axis against the untiled decode; target "
+        f"{result['target_db']} dB.",
+        "",
+        "| decoder | axis | latent F,H,W | " + " | ".join(f"overlap {o}" for o in overlaps) + " | chosen |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in overlaps) + " | --- |",
+    ]
+    by_key: dict[tuple[str, str], dict[int, dict]] = {}
+    for r in result["rows"]:
+        by_key.setdefault((r["decoder"], r["axis"]), {})[r["overlap"]] = r
+    for (name, axis), cells in by_key.items():
+        latent = ",".join(map(str, next(iter(cells.values()))["latent"]))
+        dbs = " | ".join(fmt_db(cells[o]["seam_psnr_db"]) if o in cells else "" for o in overlaps)
+        mark = "" if result["reached"][name] else " (target not reached)"
+        lines.append(f"| {name} | {axis} | {latent} | {dbs} | {result['chosen'][name]}{mark} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
 # plans: full-size shots, shipped grids vs auto
 # --------------------------------------------------------------------------------------------------
 
@@ -640,6 +723,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out-json")
     p.add_argument("--out-md")
+    p = sub.add_parser("spatial", help="every family: spatial overlap swept, the least meeting a seam PSNR")
+    p.add_argument("--decoders", default=",".join(FIDELITY_CLIPS))
+    p.add_argument("--overlaps", default="0,1,2,3,4,5,6")
+    p.add_argument("--target", type=float, default=SEAM_TARGET_DB, help="seam-band PSNR to meet, dB")
+    p.add_argument("--frames", type=int, default=3, help="latent frames")
+    p.add_argument("--long", type=int, default=16, help="latent units along the split axis")
+    p.add_argument("--short", type=int, default=8, help="latent units along the other spatial axis")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
     p = sub.add_parser("fidelity", help="every family: farm vs diffusers tiling vs untiled")
     p.add_argument("--decoders", default=",".join(FIDELITY_CLIPS))
     p.add_argument("--seed", type=int, default=0)
@@ -658,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         "plans": (run_plans, plans_markdown),
         "context": (run_context, context_markdown),
         "fidelity": (run_fidelity, fidelity_markdown),
+        "spatial": (run_spatial, spatial_markdown),
     }[args.mode]
     result = run(args)
     md = markdown(result)

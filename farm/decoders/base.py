@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
+# Spatial seams: the seam-band PSNR (uint8 frames of two tiles against the untiled decode, RANDOM weights)
+# a config's default spatial overlap must reach: what LTX-2's own tiling (overlap 4) gives the real
+# LTX-2 decoder (27.3 dB, docs/benchmarks.md "Seams"). Configs not measured use that overlap.
+SEAM_TARGET_DB = 27.0
+DEFAULT_SPATIAL_OVERLAP = 4
 LATENT_CONVENTIONS = ("denormalized", "normalized")
 
 
@@ -68,6 +73,11 @@ class VideoDecoder(Protocol):
     def latent_channels_for(cls, config: dict[str, Any]) -> int: ...
 
     @classmethod
+    def spatial_overlap_for(cls, config: dict[str, Any]) -> int:
+        """Latent units of overlap where a plan splits height or width and no overlap was given."""
+        ...
+
+    @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
 
     @classmethod
@@ -90,12 +100,13 @@ class VideoDecoder(Protocol):
         ...
 
     @classmethod
-    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
-        """Estimated peak device memory to decode a tile of `pixel_volume` pixel-frames."""
+    def peak_bytes(cls, spec: DecoderSpec, pixels: Sequence[int] | int) -> int:
+        """Estimated peak device memory of one decode call of ``(frames, height, width)`` output pixels
+        (a pixel volume will do for decoders whose memory depends on the volume only)."""
         ...
 
     @classmethod
-    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
         """`peak_bytes` as `farm.costmodel.MemoryModel`'s terms (weights, bytes per pixel-frame, …)."""
         ...
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
-from farm.decoders.base import DecoderSpec, dtype_bytes
+from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
 from farm.errors import FarmError
 from farm.tiling import Geometry
 
@@ -39,9 +40,12 @@ class DiffusersVideoDecoder:
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
     # Peak device memory above the weights per output pixel-frame of one decode call, at 2-byte dtypes.
     bytes_per_pixel_frame: ClassVar[float] = 120.0
-    # config → peak bytes above the weights per output pixel-frame of one float32 decode call, measured
-    # (`workflows/measure_families.py`); configs without an entry use the width-scaled estimate above
-    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {}
+    # config → peak memory of one float32 decode call on a CPU as `farm.costmodel.MemoryModel`'s terms
+    # (bytes_per_pixel, and where fitted const_bytes, bytes_per_frame_pixel, native_conv), measured and
+    # fitted by `workflows/measure_families.py --fit`; configs without an entry use the estimate above
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {}
+    # the terms that fit fits (`farm.costmodel.fit_memory`)
+    memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel")
     # config → (machine kind "h200" or "cpu", pixel frames/height/width, seconds of one decode call): what
     # `farm.decoders.cost_model` scales a stored cost model's decode seconds by, per family and config
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
@@ -95,6 +99,21 @@ class DiffusersVideoDecoder:
         values = list(cls.temporal_context.values())
         return (max((c for c, _ in values), default=0), max((a for _, a in values), default=0))
 
+    # Spatial overlap (latent units) where a plan splits height or width and the user gave none (explicit
+    # tiles and `--tiles auto` alike): per named config, the least whose seam meets
+    # `farm.decoders.base.SEAM_TARGET_DB` on both axes, measured with RANDOM weights by
+    # `workflows/measure_seams.py spatial` (docs/benchmarks.md). Configs not measured use
+    # `farm.decoders.base.DEFAULT_SPATIAL_OVERLAP` (LTX-2's shipped overlap).
+    spatial_overlap: ClassVar[dict[str, int]] = {}
+
+    @classmethod
+    def spatial_overlap_for(cls, config: dict[str, Any]) -> int:
+        """The default spatial overlap for a config: its named config's measured one, else the default."""
+        for name, named in cls.named_configs.items():
+            if named == config and name in cls.spatial_overlap:
+                return cls.spatial_overlap[name]
+        return DEFAULT_SPATIAL_OVERLAP
+
     @classmethod
     def _with_context(cls, geometry: Geometry, config: dict[str, Any]) -> Geometry:
         context, lookahead = cls.temporal_context_for(config)
@@ -115,26 +134,41 @@ class DiffusersVideoDecoder:
         return cls.decoder_parameters(spec.config) * dtype_bytes(spec.dtype)
 
     @classmethod
-    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
         """Peak memory of one decode call as `farm.costmodel.MemoryModel`'s terms: weights and bytes per
         output pixel-frame (adapters add a dense attention mask's bytes per pair of latent positions)."""
         per_pixel = cls.bytes_per_pixel_frame * cls._width_ratio(spec.config) * dtype_bytes(spec.dtype) / 2
-        per_pixel = cls._measured_per_pixel(spec, per_pixel)
-        return {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
+        terms = {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
+        return cls._measured_terms(spec, terms)
 
     @classmethod
-    def _measured_per_pixel(cls, spec: DecoderSpec, estimate: float) -> float:
-        """The config's measured bytes per output pixel-frame (at the spec's dtype) where recorded, else
-        `estimate`: narrow configs keep per-pixel costs that do not shrink with their width (the float32
-        output and its conversion to [0, 1]), which the width-scaled figure misses several times over."""
-        measured = cls.bytes_per_pixel_measured.get(spec.config_name or "")
-        return estimate if measured is None else measured * dtype_bytes(spec.dtype) / 4
+    def cpu_native_conv_channels(cls, config: dict[str, Any]) -> tuple[int, ...]:
+        """Input channels of the 3x3x3 convolutions at full output resolution, over the whole clip at once
+        (`farm.costmodel.MemoryModel.native_conv`); none by default."""
+        return ()
 
     @classmethod
-    def peak_bytes(cls, spec: DecoderSpec, pixel_volume: int) -> int:
+    def _measured_terms(cls, spec: DecoderSpec, terms: dict[str, Any]) -> dict[str, Any]:
+        """`terms` with the config's measured terms in place of the estimate, where recorded (scaled to
+        the spec's dtype): narrow configs keep per-pixel costs that do not shrink with their width (the
+        float32 output and its conversion to [0, 1]), which the width-scaled figure misses several times."""
+        measured = cls.memory_measured.get(spec.config_name or "")
+        if measured is None:
+            return terms
+        scale = dtype_bytes(spec.dtype) / 4
+        out = {**terms, "bytes_per_pixel": 0.0}
+        for name, value in measured.items():
+            if name == "native_conv":
+                out[name] = tuple((int(c), float(b) * scale) for c, b in value)
+            else:
+                out[name] = float(value) * scale
+        return out
+
+    @classmethod
+    def peak_bytes(cls, spec: DecoderSpec, pixels: Sequence[int] | int) -> int:
         from farm.costmodel import MemoryModel
 
-        return MemoryModel.from_terms(cls.memory_terms(spec)).peak_bytes(pixel_volume)
+        return MemoryModel.from_terms(cls.memory_terms(spec)).peak_bytes(pixels)
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:

@@ -62,9 +62,19 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
     # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale)
-    # Not linear on a CPU: 1092 B per output pixel-frame at 17x128x192 but 371 at 25x160x224 (the CPU's
-    # 3-D convolution picks a workspace by shape); the larger figure is kept, so plans err on the safe side.
-    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"hunyuanvideo-tiny": 1092.0}
+    # Memory: fitted to 9 decodes from 5x64x96 to 33x192,256 (`measure_families.py --fit`, float32, 1 torch
+    # thread, 2026-11-30): 12.6 MB + 363 B per output pixel-frame, plus torch's native CPU convolution
+    # where the full-resolution layers' inputs are small (1538 B more per pixel-frame when the 16-channel
+    # upsampler's is, 706 when only the 8-channel resnets' are): 2090-2310 B at 5-9 x 64-96 x 96-128,
+    # 1090-1130 at 9-17 x 128 x 192, 362-390 from 33x96x128 up.
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
+        "hunyuanvideo-tiny": {"const_bytes": 12563491.8, "bytes_per_pixel": 362.6,
+                              "native_conv": [[16, 1537.5], [8, 705.9]]},
+    }  # fmt: skip
+    # Seam-band PSNR (`measure_seams.py spatial`, RANDOM weights): 23.4 dB at overlap 4, 23.7 at 5, 24.6 at
+    # 6: no overlap reaches the target, as the GroupNorms' statistics differ over the whole tile; 5 is the
+    # least within 1 dB of the best measured.
+    spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo-tiny": 5}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "hunyuanvideo-tiny": ("cpu", (17, 128, 192), 2.76),
         "hunyuanvideo": ("h200", (33, 512, 768), 1.3),
@@ -87,7 +97,14 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         return cls._full_config(config)["block_out_channels"][0] / 128
 
     @classmethod
-    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+    def cpu_native_conv_channels(cls, config: dict[str, Any]) -> tuple[int, ...]:
+        """The last up block's resnets (its output width) and the upsampler before it (the previous
+        block's width) convolve at full resolution."""
+        widths = cls._full_config(config)["block_out_channels"]
+        return (widths[1], widths[0]) if len(widths) > 1 else (widths[0],)
+
+    @classmethod
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
         """Linear activations, or the middle block's attention mask where that is larger.
 
         diffusers builds a dense causal mask ``[n, n]`` over the tile's ``n`` latent positions (a bool

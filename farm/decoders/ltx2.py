@@ -37,7 +37,10 @@ class LTX2Decoder(DiffusersVideoDecoder):
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 0), "ltx2-tiny": (13, 0)}
     # One float32 decode on a CPU (workflows/measure_families.py, 2026-11-30): 46 B per output pixel-frame
     # above the weights at 17x128x192, 44 at 25x160x224, 7 times the width-scaled H200 figure.
-    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"ltx2-tiny": 45.0}
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
+    # Seam-band PSNR at spatial overlap 4 (`measure_seams.py`, RANDOM weights, float32 CPU): ltx2 27.3 dB
+    # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB.
+    spatial_overlap: ClassVar[dict[str, int]] = {"ltx2": 4, "ltx2-tiny": 4}
 
     # ---- shapes --------------------------------------------------------------------------------
 
@@ -56,12 +59,12 @@ class LTX2Decoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     @classmethod
-    def memory_terms(cls, spec: DecoderSpec) -> dict[str, float]:
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
         full = cls._full_config(spec.config)
         width = full["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
         per_pixel = _BYTES_PER_PIXEL_FRAME_LTX2_BF16 * width * dtype_bytes(spec.dtype) / 2
-        per_pixel = cls._measured_per_pixel(spec, per_pixel)
-        return {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
+        terms = {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
+        return cls._measured_terms(spec, terms)
 
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:

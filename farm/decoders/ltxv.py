@@ -117,7 +117,12 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # CPU figures (workflows/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
     # the weights, and seconds relative to ltx2-tiny decoded back to back, on the ltx2-tiny-cpu model's scale
     # (ltxv-tiny: 76.8 / 75.7 B at 17x128x192 / 25x160x224; ltxv-0.9.1-tiny 1.5 % below ltxv-tiny)
-    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"ltxv-tiny": 76.0, "ltxv-0.9.1-tiny": 75.0}
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltxv-tiny": {"bytes_per_pixel": 76.0},
+        "ltxv-0.9.1-tiny": {"bytes_per_pixel": 75.0},
+    }
+    # Seam-band PSNR (`measure_seams.py spatial`, RANDOM weights): ltxv-tiny 26.1 dB at overlap 4, 28.5 at 5.
+    spatial_overlap: ClassVar[dict[str, int]] = {"ltxv-tiny": 5}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "ltxv-tiny": ("cpu", (33, 256, 384), 0.49),
         "ltxv-0.9.1-tiny": ("cpu", (33, 256, 384), 0.905),

@@ -99,8 +99,15 @@ class WanDecoder(DiffusersVideoDecoder):
     # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
     # slower than ltx2-tiny per pixel on a CPU
-    # (wan-tiny: 465 B per output pixel-frame at 17x128x192, with glibc keeping freed heap; not re-measured)
-    bytes_per_pixel_measured: ClassVar[dict[str, float]] = {"wan-tiny": 464.7}
+    # Memory: fitted to 6 decodes from 9x64x96 to 25x128x192 and 9x192x256 (`measure_families.py --fit`,
+    # float32, 1 torch thread, 2026-11-30): 6.9 MB + 4812 B per pixel of one frame (the frame-by-frame
+    # decode's activations) + 12 B per output pixel-frame (the clip it concatenates): 35.5 MiB at 9x64x96,
+    # 37.0 at 33x64x96, 122-127 at 9-25 x 128 x 192.
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
+        "wan-tiny": {"const_bytes": 6934970.3, "bytes_per_pixel": 11.8, "bytes_per_frame_pixel": 4812.3},
+    }
+    # Seam-band PSNR (`measure_seams.py spatial`, RANDOM weights): wan-tiny 26.1 dB at overlap 4, 27.7 at 5.
+    spatial_overlap: ClassVar[dict[str, int]] = {"wan-tiny": 5}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "wan-tiny": ("cpu", (17, 128, 192), 4.64),
         "wan": ("h200", (33, 512, 768), 0.74),
@@ -120,6 +127,8 @@ class WanDecoder(DiffusersVideoDecoder):
         return cls._with_context(geometry, config)
 
     latent_channels_key = "z_dim"
+    # decoding frame by frame, it holds one latent frame's activations whatever the clip's length
+    memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel", "bytes_per_frame_pixel")
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
