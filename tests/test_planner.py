@@ -185,7 +185,9 @@ def test_choice_is_deterministic():
         assert planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM) == first
 
 
-@pytest.mark.parametrize(("n_shots", "n_workers"), [(8, 8), (64, 8), (16, 4), (3, 3)])
+# Two or more shots per worker (one per worker and the refitted H200 model prefers halves: each worker's
+# first half-tile finishes sooner, so its writes start sooner; three shots on three workers stay whole).
+@pytest.mark.parametrize(("n_shots", "n_workers"), [(16, 8), (64, 8), (16, 4), (3, 3)])
 def test_whole_shots_when_there_are_enough_shots(n_shots, n_workers):
     shots = {f"s{k:03d}": SHOT_720 for k in range(n_shots)}
     grids = planner.choose_plans(shots, G, n_workers, H200, H200.worker_memory_bytes, memory=MEM)
@@ -309,7 +311,7 @@ def test_auto_is_no_worse_than_the_shipped_grids(shape, n_workers):
         assert auto.makespan_s <= other.makespan_s + 1e-9
 
 
-@pytest.mark.parametrize("n_shots", [8, 64])
+@pytest.mark.parametrize("n_shots", [16, 64])
 def test_batches_decode_whole_shots_and_beat_the_shipped_grids(n_shots):
     shots = {f"s{k:02d}": SHOT_720 for k in range(n_shots)}
     grids = planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM)
