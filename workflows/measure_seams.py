@@ -594,6 +594,224 @@ def spatial_markdown(result: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
+# groupnorm: tiles normalised with statistics of the whole frame (xDiT) against blending, at equal work
+# --------------------------------------------------------------------------------------------------
+
+
+def groupnorm_statistics(decoder, latent) -> list:
+    """Mean and variance per sample and group of every GroupNorm's input, in call order, in a decode."""
+    import torch
+
+    stats: list = []
+
+    def record(module, inputs, _output) -> None:
+        x = inputs[0].float().reshape(inputs[0].shape[0], module.num_groups, -1)
+        stats.append((x.mean(-1), x.var(-1, unbiased=False)))
+
+    norms = [m for m in decoder.model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    hooks = [m.register_forward_hook(record) for m in norms]
+    try:
+        decoder.decode(latent, origin=(0, 0, 0))
+    finally:
+        for h in hooks:
+            h.remove()
+    return stats
+
+
+def with_shared_statistics(decoder, stats):
+    """A context in which every GroupNorm of `decoder` normalises with `stats` (call order), not its
+    input's."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def shared():
+        norms = [m for m in decoder.model.modules() if isinstance(m, torch.nn.GroupNorm)]
+        calls = iter(range(len(stats)))
+
+        def forward(module, x):
+            mean, var = stats[next(calls)]
+            shape = (x.shape[0], module.num_groups, -1)
+            y = (x.float().reshape(shape) - mean[..., None]) / torch.sqrt(var[..., None] + module.eps)
+            y = y.reshape(x.shape)
+            if module.affine:
+                view = (1, -1) + (1,) * (x.dim() - 2)
+                y = y * module.weight.view(view) + module.bias.view(view)
+            return y.to(x.dtype)
+
+        saved = {m: m.forward for m in norms}
+        for m in norms:
+            m.forward = functools.partial(forward, m)
+        try:
+            yield
+        finally:
+            for m, f in saved.items():
+                m.forward = f
+
+    return shared
+
+
+def decode_plan_shared(decoder, latent, plan: ShotPlan, stats):
+    """`decode_plan` with every tile normalised by `stats` (the same for every tile, in call order)."""
+    import torch
+
+    from farm.tasks import drop_context
+
+    full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
+    for tile in plan.tiles:
+        block = latent[(slice(None), *tile.decode_slices())]
+        with with_shared_statistics(decoder, stats)():
+            pixels = decoder.decode(block, origin=tile.decode_origin()).float()
+        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
+        wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
+        (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
+        full[:, f0:f1, h0:h1, w0:w1] += pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
+    return full
+
+
+def owned_columns(plan: ShotPlan, tile, axis: int) -> tuple[float, float]:
+    """The part of `tile` along `axis` (1 or 2) it owns, tile-local latent units: up to the middle of
+    each overlap with a neighbour (xDiT's rows without their halo)."""
+    spans = sorted({(t.latent[axis].start, t.latent[axis].end) for t in plan.tiles})
+    k = spans.index((tile.latent[axis].start, tile.latent[axis].end))
+    lo = 0.0 if k == 0 else (spans[k][0] + spans[k - 1][1]) / 2
+    hi = float(plan.latent_shape[axis + 1]) if k == len(spans) - 1 else (spans[k + 1][0] + spans[k][1]) / 2
+    return lo - spans[k][0], hi - spans[k][0]
+
+
+def decode_plan_lockstep(decoder, latent, plan: ShotPlan):
+    """`decode_plan` with the tiles decoded at once, one thread each, every GroupNorm normalising with
+    statistics summed over what each tile owns (an all-reduce per GroupNorm, as xDiT's row sharding)."""
+    import threading
+
+    import torch
+
+    from farm.tasks import drop_context
+
+    tiles = plan.tiles
+    barrier, local = threading.Barrier(len(tiles)), threading.local()
+    partial: dict[tuple[int, int], tuple] = {}
+
+    def owned(x, tile):
+        """x [B, C, T, H, W] → its owned rows and columns (the tile's latent block scaled to x's size)."""
+        for axis in (1, 2):
+            size = tile.latent[axis].size
+            r = x.shape[2 + axis] / size
+            lo, hi = owned_columns(plan, tile, axis)
+            x = x.narrow(2 + axis, round(lo * r), round(hi * r) - round(lo * r))
+        return x
+
+    def forward(module, x):
+        tile, k = tiles[local.index], local.calls
+        local.calls += 1
+        b, ch = x.shape[:2]
+        full = x.float()
+        if full.dim() == 3:  # attention's norm over a flattened [B, C, T*H*W] sequence at latent size
+            f, h, w = tile.decoded_fhw
+            full = full.reshape(b, ch, -1, h, w)
+        own = owned(full, tile).reshape(b, module.num_groups, -1)
+        partial[(k, local.index)] = (own.sum(-1), (own * own).sum(-1), own.shape[-1])
+        barrier.wait()
+        parts = [partial[(k, i)] for i in range(len(tiles))]
+        n = sum(p[2] for p in parts)
+        mean = sum(p[0] for p in parts) / n
+        var = sum(p[1] for p in parts) / n - mean * mean
+        y = x.float().reshape(b, module.num_groups, -1) - mean[..., None]
+        y = (y / torch.sqrt(var[..., None] + module.eps)).reshape(x.shape)
+        view = (1, -1) + (1,) * (x.dim() - 2)
+        return (y * module.weight.view(view) + module.bias.view(view)).to(x.dtype)
+
+    outs: dict[int, torch.Tensor] = {}
+
+    def run(i: int) -> None:
+        local.index, local.calls = i, 0
+        block = latent[(slice(None), *tiles[i].decode_slices())]
+        with torch.inference_mode():
+            z = block.to(dtype=decoder.torch_dtype)[None]
+            outs[i] = (decoder.run_decoder(z, tiles[i].decode_origin())[0].float() + 1.0) / 2.0
+
+    norms = [m for m in decoder.model.modules() if isinstance(m, torch.nn.GroupNorm)]
+    saved = {m: m.forward for m in norms}
+    for m in norms:
+        m.forward = functools.partial(forward, m)
+    try:
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(tiles))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for m, f in saved.items():
+            m.forward = f
+    full_frames = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
+    for i, tile in enumerate(tiles):
+        pixels = drop_context(outs[i], tile, decoder.geometry.temporal_scale)
+        wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
+        (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
+        weights = wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
+        full_frames[:, f0:f1, h0:h1, w0:w1] += pixels * weights
+    return full_frames
+
+
+def run_groupnorm(args) -> dict:
+    """Two tiles along width: blended tiles with their own statistics; tiles normalised with the whole
+    frame's statistics (exact: from the untiled decode, as xDiT's all-reduce gives; or estimated from a
+    decode of every other latent row and column, a quarter of the work); blending at more overlap."""
+    import torch
+
+    args.decoder = args.decoders
+    rows: list[dict] = []
+    for name in args.decoders.split(","):
+        decoder = any_decoder(name, args.seed)
+        g, c = decoder.geometry, decoder.latent_channels
+        fhw = (args.frames, args.short, args.long)
+        latent = torch.from_numpy(smooth_latent(np.random.default_rng(args.seed), (c, *fhw)))
+        reference = decode_plan(decoder, latent, plan_shot("x", (c, *fhw), g))
+        exact = groupnorm_statistics(decoder, latent)
+        coarse = groupnorm_statistics(decoder, latent[:, :, ::2, ::2])
+        for o in [int(x) for x in args.overlaps.split(",")]:
+            plan = plan_shot("x", (c, *fhw), g, TileGrid((1, 1, 2), (0, 0, o)))
+            mask = seam_mask(plan, g)
+            for method, work, stats in (
+                ("blend", plan.redundancy, None),
+                ("shared statistics, all-reduce over owned columns", plan.redundancy, "lockstep"),
+                ("statistics of the untiled decode", None, exact),
+                ("statistics of a 1/4 decode", plan.redundancy + 0.25, coarse),
+            ):
+                if stats is None:
+                    tiled = decode_plan(decoder, latent, plan)
+                elif stats == "lockstep":
+                    tiled = decode_plan_lockstep(decoder, latent, plan)
+                else:
+                    tiled = decode_plan_shared(decoder, latent, plan, stats)
+                clip = psnr(float(((levels(tiled) - levels(reference)) ** 2).mean()) / 255**2)
+                row = {"decoder": name, "latent": list(fhw), "overlap": o, "method": method, "work": work,
+                       "seam_psnr_db": band_psnr(tiled, reference, mask), "psnr_db": clip}  # fmt: skip
+                rows.append(row)
+                print(f"{name} overlap {o} {method:<32} work {work or float('nan'):.2f}: seam "
+                      f"{fmt_db(row['seam_psnr_db'])} dB, clip {fmt_db(clip)} dB", flush=True)  # fmt: skip
+    return measurement("GroupNorm statistics shared across spatial tiles vs blending", args, rows)
+
+
+def groupnorm_markdown(result: dict) -> str:
+    lines = [
+        f"{result['weights']} weights, float32, {result['machine']}, {result['date']}; two tiles along width "
+        "against the untiled decode, uint8 frames.",
+        "",
+        "| decoder | latent F,H,W | overlap | method | work (decoded / shot latent) | seam-band PSNR dB | "
+        "clip PSNR dB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        work = "(the untiled decode's)" if r["work"] is None else f"{r['work']:.2f}"
+        latent = ",".join(map(str, r["latent"]))
+        lines.append(f"| {r['decoder']} | {latent} | {r['overlap']} | {r['method']} | {work} | "
+                     f"{fmt_db(r['seam_psnr_db'])} | {fmt_db(r['psnr_db'])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
 # plans: full-size shots, shipped grids vs auto
 # --------------------------------------------------------------------------------------------------
 
@@ -734,6 +952,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out-json")
     p.add_argument("--out-md")
+    p = sub.add_parser("groupnorm", help="GroupNorm statistics shared across tiles vs blending")
+    p.add_argument("--decoders", default="hunyuanvideo-tiny")
+    p.add_argument("--overlaps", default="0,2,4,6")
+    p.add_argument("--frames", type=int, default=3, help="latent frames")
+    p.add_argument("--long", type=int, default=16, help="latent columns (split in two)")
+    p.add_argument("--short", type=int, default=8, help="latent rows")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--out-json")
+    p.add_argument("--out-md")
     p = sub.add_parser("fidelity", help="every family: farm vs diffusers tiling vs untiled")
     p.add_argument("--decoders", default=",".join(FIDELITY_CLIPS))
     p.add_argument("--seed", type=int, default=0)
@@ -753,6 +981,7 @@ def main(argv: list[str] | None = None) -> int:
         "context": (run_context, context_markdown),
         "fidelity": (run_fidelity, fidelity_markdown),
         "spatial": (run_spatial, spatial_markdown),
+        "groupnorm": (run_groupnorm, groupnorm_markdown),
     }[args.mode]
     result = run(args)
     md = markdown(result)
