@@ -9,6 +9,7 @@ records ``CANCELLED + (id,)``.
 
 from __future__ import annotations
 
+PREPARE_OUTPUT = "prepare-output"  # the render's output arrays and identity records, made once
 DECODE_TILE = "decode-tile"
 TILE_PIECE = "tile-piece"
 BLEND_BATCH = "blend-batch"
@@ -20,6 +21,7 @@ FINISH_SHOT = "finish-shot"
 
 #: every prefix of a render's task keys, in pipeline order (the farm page's task table)
 TASK_PREFIXES = (
+    PREPARE_OUTPUT,
     DECODE_TILE,
     TILE_PIECE,
     BLEND_BATCH,

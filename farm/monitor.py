@@ -40,6 +40,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
+from farm import keys
 from farm.render_ids import is_cancelled, render_of
 
 if TYPE_CHECKING:
@@ -50,19 +51,7 @@ PAGE_PATH = "farm"
 JSON_PATH = "farm/api/renders.json"
 # First elements of the task keys farm submits (farm.graph, farm.submit), for reference: any tuple key
 # ``(prefix, render_id, …)`` with a string render id counts as a render's task (see `render_of`).
-TASK_PREFIXES = frozenset(
-    {
-        "decode-tile",
-        "tile-piece",
-        "blend-batch",
-        "write-batch",
-        "encode-segment",
-        "write-sequence",
-        "mark-batch",
-        "finish-shot",
-        "workflow-driver",
-    }
-)
+TASK_PREFIXES = frozenset({*keys.TASK_PREFIXES, "workflow-driver"})  # the last: farm.submit's
 # Tasks of one batch (key ``(prefix, render, shot, batch)``): the batch runs from its blend to its mark.
 BATCH_PREFIXES = frozenset({"blend-batch", "write-batch", "encode-segment", "write-sequence", "mark-batch"})
 BATCH_STATES = ("done", "running", "pending", "failed", "skipped")

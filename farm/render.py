@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from farm import logs
+from farm import keys, logs
 from farm.budgets import (
     default_window,
     host_memory_warning,
@@ -65,6 +65,7 @@ from farm.resume import (
     render_identity,
     resume_points,
 )
+from farm.schedule import Priority
 from farm.store import Job, open_job
 from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.tasks import VideoSettings
@@ -74,6 +75,7 @@ from farm.validate import check_render_options, check_shots
 
 if TYPE_CHECKING:
     from distributed import Client
+    from distributed import Future as DaskFuture
 
 
 def render(
@@ -143,7 +145,7 @@ def render(
     ):
         check_writable(out)
         check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
-        decode_workers = split_workers(client)[0]  # not the farm-io-* writers
+        decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
             names = [p.shot for p in plans]
@@ -153,7 +155,8 @@ def render(
                                    frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         render_id = render_id or uuid.uuid4().hex[:8]
-        outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id)
+        outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
+                                priority=priority, client=client, io_workers=io_workers)  # fmt: skip
         stats = RenderStats()
         try:
             if points.pending:
@@ -190,20 +193,33 @@ def _start_output(
     video: VideoSettings,
     log: Callable[[str], None],
     render_id: str,
-) -> Future:
+    *,
+    priority: int,
+    client: Client,
+    io_workers: Sequence[str],
+) -> Future | DaskFuture:
     """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
-    records are then written on a thread while the first tiles decode (decodes only read the job store);
-    no blend or write is submitted before they are in place (the returned future)."""
+    records are then written while the first tiles decode (decodes only read the job store); no blend
+    or write is submitted before they are in place (the returned future).
+
+    They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
+    small metadata files, Python work that on the render's own process would hold the GIL against the
+    driver submitting the first decodes. Otherwise on a thread here."""
     apply_restarts(out, points)
     remove_stale_temporaries(out)
     for note in points.notes:
         log(note)
-    preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
-    outputs = preparing.submit(
-        _prepare_outputs, out, job, plans, identities, options.batch_frames, video.frames_dtype,
-        video.first_frame, render_id,
-    )  # fmt: skip
-    preparing.shutdown(wait=False)
+    prepare = (out, job, plans, identities, options.batch_frames, video.frames_dtype, video.first_frame,
+               render_id)  # fmt: skip
+    if io_workers:
+        outputs: Future | DaskFuture = client.submit(
+            _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, render_id), workers=[io_workers[0]],
+            allow_other_workers=True, priority=priority * Priority.JOB + Priority.BLEND, pure=False,
+        )  # fmt: skip
+    else:
+        preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
+        outputs = preparing.submit(_prepare_outputs, *prepare)
+        preparing.shutdown(wait=False)
     if job.spec.random_weights:
         log(f"warning: {job.spec.describe()}: the frames are not a real decode")
     return outputs

@@ -192,7 +192,8 @@ def _gpu_settings() -> tuple:
 
 
 def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, scheduler3):
-    """Writing and encoding on separate I/O worker processes changes where, not what, is written."""
+    """Writing and encoding (and making the output arrays) on separate I/O worker processes changes
+    where, not what, is written."""
     from distributed import get_task_stream
     from distributed.utils import key_split
 
@@ -213,6 +214,7 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
     for t in stream.data:  # every write and encode ran on an I/O worker
         where.setdefault(key_split(t["key"]), set()).add(t["worker"])
     assert where["write-batch"] <= set(io) and where["encode-segment"] <= set(io)
+    assert where["prepare-output"] <= set(io)  # the output arrays too: not on the render's process
     assert where["decode-tile"] <= set(decode)
     fr.render(tiny_job, tmp_path / "plain", scheduler=scheduler3, options=TILED, log=lambda _: None)
     for shot in open_job(tiny_job).shots:
