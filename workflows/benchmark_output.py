@@ -129,7 +129,7 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
     spec = synth_spec(args.decoder).to_json()
     out: dict[str, Any] = {}
     for mode in ["eager"] + (["compiled"] if args.compile else []):
-        decoder = load_decoder(spec, "cuda", compile=(mode == "compiled"))
+        decoder = load_decoder(spec, "cuda", compile=args.compile if mode == "compiled" else False)
         c = decoder.latent_channels if hasattr(decoder, "latent_channels") else 128
         g = decoder.geometry
         lf = (args.frames - 1) // g.temporal_scale + 1
@@ -348,7 +348,14 @@ def main() -> None:
     p.add_argument("--width", type=int, default=1216)
     p.add_argument("--shots", type=int, default=24)
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--compile", action="store_true")
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="MODE",
+        help="torch.compile the decoder (a mode, e.g. reduce-overhead, or torch's default)",
+    )
     p.add_argument("--gpu-counts", default="1,2")
     p.add_argument("--io-workers", default="default", help="I/O worker counts to try, e.g. default,0")
     p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
