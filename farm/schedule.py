@@ -125,7 +125,7 @@ def window_for(required: int, n_decode: int, requested: int | None = None) -> in
 def required_window(decodes: Sequence[DecodeStep], blends: Sequence[BlendStep]) -> int:
     """Fewest decode results held at once for decodes submitted in order to make progress: when batch b
     is the oldest unwritten one, the results held run from the oldest step still feeding an unwritten
-    batch to the newest step b needs (`farm.tiling.required_window`, per step)."""
+    batch to the newest step b needs; the window must cover that span for every b."""
     position = {d.unit: i for i, d in enumerate(decodes)}
     order = {(b.shot, b.batch): k for k, b in enumerate(sorted(blends, key=lambda b: (b.shot, b.batch)))}
     last_of = sorted((max(order[(d.shot, b)] for b in d.feeds), position[d.unit]) for d in decodes if d.feeds)

@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -501,6 +501,11 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
 
     The chunks' pixel weights are normalised, so decoding each, weighting and summing gives the tile.
     """
+    return list(_plan_chunks(tuple(int(x) for x in tile_latent_fhw), geometry, chunk))
+
+
+@functools.lru_cache(maxsize=4096)  # the planner asks for the same tile shapes over many candidate grids
+def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: ChunkSize) -> tuple[Tile, ...]:
     limits = chunk.limits()
     for axis_name, limit in zip(AXES[1:], limits[1:], strict=True):
         if limit is not None and limit < MIN_SPATIAL_CHUNK:
@@ -543,7 +548,7 @@ def plan_chunks(tile_latent_fhw: Sequence[int], geometry: Geometry, chunk: Chunk
                         lookahead=warm[i_f][1],
                     )
                 )
-    return chunks
+    return tuple(chunks)
 
 
 @dataclass(frozen=True)
@@ -576,39 +581,6 @@ def plan_geometry(plan: ShotPlan) -> Geometry:
     if f > 1 and (pf - 1) % (f - 1) == 0 and pf != f * ((pf - 1) // (f - 1)):
         return Geometry(spatial, (pf - 1) // (f - 1), causal=True)
     return Geometry(spatial, max(1, pf // f), causal=pf % f != 0)
-
-
-def required_window(plans: Sequence[ShotPlan]) -> int:
-    """Fewest decoded tiles that must be held at once for tiles submitted in order to make progress.
-
-    Tiles are submitted in job order and released once every batch they feed is written. When batch b
-    is the oldest unwritten one, the tiles held run from the oldest tile still feeding an unwritten
-    batch to the last tile b needs: the window must cover that span for every b.
-    """
-    order: list[tuple[int, int]] = []  # (plan idx, tile idx) in submission order
-    for p, plan in enumerate(plans):
-        order.extend((p, t.index) for t in plan.tiles)
-    position = {key: i for i, key in enumerate(order)}
-    last_batch_of: dict[tuple[int, int], tuple[int, int]] = {}
-    for p, plan in enumerate(plans):
-        for batch in plan.batches:
-            for t in batch.tiles:
-                last_batch_of[(p, t)] = (p, batch.index)
-    # oldest held tile when batch b is the oldest unwritten: min position over tiles whose last batch ≥ b
-    by_last = sorted((last, position[key]) for key, last in last_batch_of.items())
-    suffix_min = [0] * len(by_last)
-    running = len(order)
-    for i in range(len(by_last) - 1, -1, -1):
-        running = min(running, by_last[i][1])
-        suffix_min[i] = running
-    lasts = [last for last, _ in by_last]
-    need = 1
-    for p, plan in enumerate(plans):
-        for batch in plan.batches:
-            newest = max(position[(p, t)] for t in batch.tiles)
-            oldest = suffix_min[bisect.bisect_left(lasts, (p, batch.index))]
-            need = max(need, newest - oldest + 1)
-    return need
 
 
 def pending_plan(plan: ShotPlan, done_batches: set[int]) -> ShotPlan:

@@ -1,25 +1,41 @@
 """Shared fixtures: tiny jobs on disk and a real multi-process local Dask cluster.
 
-Every test that starts a cluster is marked ``cluster``: tests that use a cluster fixture are marked
-here; tests that start one themselves carry the mark. Tests that run farm in child processes are marked
-``slow``; `pytest -m "not cluster and not slow"` runs the fast tier.
+Every test outside the fast tier is marked ``cluster``: tests that use a cluster fixture are marked
+here, tests that start one themselves carry the mark, and tests that run farm or torch in child
+processes carry ``slow``, and tests that build, decode or import diffusers models in this process
+carry ``model``; both add ``cluster`` here. `pytest -m "not cluster"` runs the fast tier.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from farm.synthetic import smooth_latent, synth
 
 # Fixtures that start (or hold) a Dask cluster, here and in test files ("client": test_transport's); a
 # test using one, directly or through another fixture, is a cluster test.
 CLUSTER_FIXTURES = frozenset({"cluster3", "scheduler3", "cluster2", "running_cluster", "client"})
+# Fixtures that build a real diffusers model in the test's process: their tests are marked ``model``.
+MODEL_FIXTURES = frozenset({"vae_folder"})
+
+
+# Property tests (hypothesis) try 200 examples each in a full run, 40 in the fast tier (`-m "not cluster"`).
+settings.register_profile("full", max_examples=200, deadline=None)
+settings.register_profile("quick", max_examples=40, deadline=None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    settings.load_profile("quick" if "not cluster" in (config.option.markexpr or "") else "full")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+        beyond_fast_tier = item.get_closest_marker("slow") or item.get_closest_marker("model")
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) or beyond_fast_tier:
             item.add_marker(pytest.mark.cluster)
 
 

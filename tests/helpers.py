@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from farm.tiling import ShotPlan
 
 
 def pattern(n: int, start: int = 0, h: int = 64, w: int = 96) -> np.ndarray:
@@ -50,3 +55,11 @@ def farm(
         [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
+
+
+def plans_required_window(plans: Sequence[ShotPlan]) -> int:
+    """`farm.schedule.required_window` of `plans` decoded whole (one decode step per tile)."""
+    from farm.schedule import make_schedule, required_window
+
+    schedule = make_schedule(plans, n_decode=1, n_io=0, stream=False)
+    return required_window(schedule.decodes, schedule.blends)

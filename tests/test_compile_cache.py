@@ -55,6 +55,7 @@ def test_a_fresh_process_reuses_the_farm_compile_cache_per_shape(tmp_path):
     assert compile_in_a_fresh_process(5, env)["misses"] == 1  # a new shape is a new key: compiled
 
 
+@pytest.mark.slow  # imports torch._dynamo (3 s)
 def test_the_farm_setting_overrides_inductors_variable(monkeypatch, tmp_path):
     """Importing torch._dynamo sets TORCHINDUCTOR_CACHE_DIR to inductor's default: the farm setting must
     still win, or it would never take effect in a worker that imported diffusers first."""

@@ -171,6 +171,7 @@ def test_dashboard_serves_status_during_a_render(job, tmp_path, scheduler3):
     assert status == 200 and "Dask needs bokeh" not in body and "bokeh" in body.lower()
 
 
+@pytest.mark.model  # imports diffusers' LTX-Video module (5 s): outside the fast tier
 def test_packaging_pins_what_farm_relies_on():
     """The installed distribution's metadata: diffusers capped (farm hooks a private class of it), bokeh
     within dask-cuda's range, ruff pinned for CI; and what is installed satisfies them."""

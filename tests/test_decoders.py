@@ -17,6 +17,8 @@ from farm.tasks import Placement, blend_batch, decode_tile
 from farm.tiling import ChunkSize, TileGrid, plan_shot
 from tests.helpers import save_weights
 
+pytestmark = pytest.mark.model  # real diffusers models, decoded in this process
+
 # tiny config → (latent F, H, W) of the test shot: 3 latent frames, 3x4 latent pixels
 TINY = {
     "ltxv-tiny": (3, 3, 4),
@@ -330,3 +332,19 @@ def test_every_named_config_records_its_temporal_context():
             max(a for _, a in cls.temporal_context.values()),
         )
         assert cls.temporal_context_for(custom) == largest
+
+
+def test_recorded_constructor_defaults_are_the_installed_classes():
+    """Planning reads the diffusers classes' defaults from farm/decoders/constructor_defaults.json (no
+    diffusers import); they must be the installed classes' (else: workflows/record_decoder_defaults.py)."""
+    from farm.decoders.diffusers_vae import (
+        live_constructor_defaults,
+        recorded_constructor_defaults,
+        recorded_decoder_parameters,
+    )
+
+    for cls in {c.model_class_name for c in FAMILIES.values()}:
+        assert recorded_constructor_defaults(cls) == live_constructor_defaults(cls), cls
+    for family, cls in FAMILIES.items():
+        for name, config in cls.named_configs.items():
+            assert recorded_decoder_parameters(family, name) == cls.count_decoder_parameters(config), name

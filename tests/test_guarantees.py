@@ -56,10 +56,14 @@ def test_refused_commands_touch_nothing(job, finished):
     before = snapshot(finished)
     refusals = [
         ({"restart": True, "frames": "500-600"}, "asks for no frame"),
-        ({"video": VideoSettings(codec="prores_hq", sequence="png8")},
-         "video codec: OUT has h264, this render prores_hq"),
-        ({"options": fr.PlanOptions(tiles=(1, 1, 1), batch_frames=4)},
-         "batch frames: OUT has 8, this render 4"),
+        (
+            {"video": VideoSettings(codec="prores_hq", sequence="png8")},
+            "video codec: OUT has h264, this render prores_hq",
+        ),
+        (
+            {"options": fr.PlanOptions(tiles=(1, 1, 1), batch_frames=4)},
+            "batch frames: OUT has 8, this render 4",
+        ),
         ({"restart": True, "video": VideoSettings(preset="nosuch")}, "--preset 'nosuch' is invalid"),
         ({"restart": True, "video": VideoSettings(first_frame=-1)}, "--first-frame -1 is invalid"),
         ({"restart": True, "video": VideoSettings(crf=99)}, "--crf 99 is invalid"),
@@ -133,8 +137,12 @@ def test_bad_shot_values_fail_their_shot_by_name(tmp_path, scheduler3):
     fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     rng = np.random.default_rng(0)
     good = fr.smooth_latent(rng, (8, 2, 2, 2))
-    bad = (("fps-text", good, "abc"), ("fps-zero", good, 0), ("ints", good.astype(np.int32), 24),
-           ("one-row", fr.smooth_latent(rng, (8, 2, 1, 2)), 24))
+    bad = (
+        ("fps-text", good, "abc"),
+        ("fps-zero", good, 0),
+        ("ints", good.astype(np.int32), 24),
+        ("one-row", fr.smooth_latent(rng, (8, 2, 1, 2)), 24),
+    )
     for name, latent, fps in bad:
         group = zarr.open_group(store=str(job), mode="r+").require_group(name)
         group.attrs["fps"] = fps
@@ -145,8 +153,12 @@ def test_bad_shot_values_fail_their_shot_by_name(tmp_path, scheduler3):
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr
-    expected = ("shot 'fps-text': fps 'abc' is invalid", "shot 'fps-zero': fps 0 is invalid",
-                "shot 'ints': latent dtype int32", "shot 'one-row': latent has shape (8, 2, 1, 2)")
+    expected = (
+        "shot 'fps-text': fps 'abc' is invalid",
+        "shot 'fps-zero': fps 0 is invalid",
+        "shot 'ints': latent dtype int32",
+        "shot 'one-row': latent has shape (8, 2, 1, 2)",
+    )
     for message in expected:
         assert message in result.stderr, result.stderr
     assert "1 of 5 shots finished" in result.stderr

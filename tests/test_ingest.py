@@ -434,6 +434,7 @@ def branches(source: str, condition: str) -> tuple[str, str]:
     return "\n".join(bodies[0]), "\n".join(bodies[1])
 
 
+@pytest.mark.model  # imports diffusers' pipelines
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_each_pipeline_convention_is_what_its_source_does(name):
     """farm.pipelines' table against diffusers' code: the branch taken with output_type="latent"."""
@@ -458,6 +459,7 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
     assert "_unpack_latents(" not in latent_branch
 
 
+@pytest.mark.model  # imports diffusers' LTX pipeline
 def test_unpacking_inverts_ltx_packing():
     from diffusers import LTXPipeline
 

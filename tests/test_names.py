@@ -13,8 +13,29 @@ from farm.names import check_name, child_path
 from farm.output import Output, mark_done, remove_stale_temporaries
 
 HOSTILE = [
-    "", ".", "..", "../up", "a/b", "a\\b", "/abs", ".hidden", ".x.tmp.mp4", "x.tmp", "sh.tmp.1", "-rf",
-    "--restart", "sh 010", "é", "sh\u200b", "a\nb", "sh010\n", "a\x00b", "x" * 201, "ｓｈ", "sh:1", "*",
+    "",
+    ".",
+    "..",
+    "../up",
+    "a/b",
+    "a\\b",
+    "/abs",
+    ".hidden",
+    ".x.tmp.mp4",
+    "x.tmp",
+    "sh.tmp.1",
+    "-rf",
+    "--restart",
+    "sh 010",
+    "é",
+    "sh\u200b",
+    "a\nb",
+    "sh010\n",
+    "a\x00b",
+    "x" * 201,
+    "ｓｈ",
+    "sh:1",
+    "*",
 ]
 FINE = ["shot000", "b-shot.2", "_x", "0", "A.B-c_d", "sh010.v2", "tmp", "x.tmpl", "x" * 200]
 

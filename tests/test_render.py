@@ -120,6 +120,7 @@ def luma(frames: np.ndarray) -> np.ndarray:
     return 0.2126 * rgb[..., 0] + 0.7152 * rgb[..., 1] + 0.0722 * rgb[..., 2]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("form", ["folder", "file"])
 def test_weights_load_from_folder_and_single_file(tmp_path, form):
     from farm.decoders import load_decoder, spec_from_json
@@ -135,6 +136,7 @@ def test_weights_load_from_folder_and_single_file(tmp_path, form):
     assert torch.equal(decoder.decode(latent), expected)
 
 
+@pytest.mark.model  # builds or imports diffusers models
 def test_weights_for_another_config_are_refused(tmp_path):
     from farm.decoders import load_decoder, spec_from_json
     from farm.errors import FarmError

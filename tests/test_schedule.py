@@ -22,8 +22,8 @@ from farm.tiling import (
     assign_round_robin,
     plan_geometry,
     plan_shot,
-    required_window,
 )
+from tests.helpers import plans_required_window
 
 GEOMETRY = Geometry(32, 8, True)
 
@@ -42,8 +42,13 @@ JOBS = {
     "spatial tiles, I/O workers": (lambda: job([TileGrid((1, 2, 2), (0, 2, 2))] * 3, 3, frames=5), 3, 2),
     "temporal tiles": (lambda: job([TileGrid((2, 1, 1), (1, 0, 0))] * 2, 2, frames=9, batch_frames=8), 2, 1),
     "streamed temporal chunks": (
-        lambda: job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8,
-                    chunk=ChunkSize(frames=3)),
+        lambda: job(
+            [TileGrid(), TileGrid((1, 1, 2), (0, 0, 2))],
+            2,
+            frames=9,
+            batch_frames=8,
+            chunk=ChunkSize(frames=3),
+        ),
         2,
         1,
     ),
@@ -125,6 +130,7 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
         video=VideoSettings(), metadata={}, finish=None,
         total_batches={p.shot: len(p.batches) for p in plans},
     )  # fmt: skip
+
     def outputs_ready() -> None:
         client.submitted.append({"kind": "outputs-ready", "key": ("outputs-ready",)})
 
@@ -173,8 +179,8 @@ def test_driver_issues_exactly_the_schedule(name: str) -> None:
 
 def test_driver_holds_the_window_and_skips_a_failed_shot() -> None:
     plans = job([TileGrid((1, 1, 2), (0, 0, 2))] * 4, 2, frames=5)
-    schedule, client, stats, *_ = drive(plans, 2, 0, window=required_window(plans), fail_shot="s1")
-    assert stats.max_tiles_held <= schedule.window == required_window(plans)
+    schedule, client, stats, *_ = drive(plans, 2, 0, window=plans_required_window(plans), fail_shot="s1")
+    assert stats.max_tiles_held <= schedule.window == plans_required_window(plans)
     assert [o.shot for o in stats.failed] == ["s1"] and "boom" in stats.shots["s1"].error
     assert stats.shots["s0"].video and stats.shots["s3"].video and not stats.shots["s1"].video
 

@@ -25,11 +25,11 @@ from farm.tiling import (
     assign_round_robin,
     plan_chunks,
     plan_shot,
-    required_window,
     split_by_count,
     trapezoid,
     validate_chunking,
 )
+from tests.helpers import plans_required_window
 
 LTX2 = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
 GEOMETRIES = [
@@ -47,7 +47,7 @@ SMALL_GEOMETRIES = [
     Geometry(spatial_scale=3, temporal_scale=1, causal=True),
     Geometry(spatial_scale=1, temporal_scale=3, causal=False),
 ]
-PROPS = settings(max_examples=200, deadline=None)
+PROPS = settings(deadline=None)  # examples: the profile's (tests/conftest.py: 200, or 40 in the fast tier)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -591,7 +591,7 @@ def test_required_window_is_enough_and_least(cases):
     plans = [
         plan_shot(f"s{i}", latent, g, grid, batch_frames=bf) for i, (g, latent, grid, bf) in enumerate(cases)
     ]
-    need = required_window(plans)
+    need = plans_required_window(plans)
     n_tiles = sum(len(p.tiles) for p in plans)
     assert 1 <= need <= n_tiles
     assert simulate(plans, need)
@@ -604,12 +604,12 @@ def test_required_window_too_small_deadlocks():
     # 2 temporal x 2 width tiles; the batch across the temporal seam needs all four tiles at once.
     plan = plan_shot("s", (4, 8, 2, 4), LTX2, TileGrid(tiles=(2, 1, 2), overlap=(1, 0, 1)), batch_frames=16)
     assert any(set(b.tiles) == {0, 1, 2, 3} for b in plan.batches)
-    assert required_window([plan]) == 4
+    assert plans_required_window([plan]) == 4
     assert simulate([plan], 4)
     assert not simulate([plan], 3)
     # whole shots only need one tile held at a time
     whole = [plan_shot(f"w{i}", (4, 5, 2, 2), LTX2, batch_frames=8) for i in range(3)]
-    assert required_window(whole) == 1 and simulate(whole, 1)
+    assert plans_required_window(whole) == 1 and simulate(whole, 1)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ output depends on where a tile sits, e.g. noise drawn per latent position; other
 
 from __future__ import annotations
 
+import functools
 import importlib
 import threading
 from collections.abc import Sequence
@@ -30,6 +31,41 @@ from farm.tiling import Geometry
 
 if TYPE_CHECKING:
     import torch
+
+
+DEFAULTS_FILE = Path(__file__).with_name("constructor_defaults.json")
+
+
+@functools.cache
+def _recorded() -> dict[str, Any]:
+    import importlib.metadata
+    import json
+
+    try:
+        record = json.loads(DEFAULTS_FILE.read_text())
+        installed = importlib.metadata.version("diffusers")
+    except (OSError, ValueError, importlib.metadata.PackageNotFoundError):
+        return {}
+    return record if record.get("diffusers") == installed else {}
+
+
+def recorded_constructor_defaults(class_name: str) -> dict[str, Any] | None:
+    """The constructor defaults of diffusers' `class_name` as `workflows/record_decoder_defaults.py`
+    recorded them (JSON: tuples as lists), or None when the installed diffusers is another version."""
+    return _recorded().get("classes", {}).get(class_name)
+
+
+def recorded_decoder_parameters(family: str, config_name: str) -> int | None:
+    """A named config's decoder parameter count as recorded beside the defaults, or None."""
+    return _recorded().get("decoder_parameters", {}).get(f"{family}:{config_name}")
+
+
+def live_constructor_defaults(class_name: str) -> dict[str, Any]:
+    """The same, read from the installed class (imports diffusers), in the recording's JSON form."""
+    import json
+
+    model_cls = getattr(importlib.import_module("diffusers"), class_name)
+    return json.loads(json.dumps(W.constructor_defaults(model_cls)))
 
 
 class DiffusersVideoDecoder:
@@ -71,6 +107,11 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def _full_config(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """`config` completed with the model class's constructor defaults: recorded for the installed
+        diffusers (planning then never imports it), else read from the class."""
+        recorded = recorded_constructor_defaults(cls.model_class_name)
+        if recorded is not None:
+            return {**recorded, **config}
         return W.full_config(cls.model_class(), config)
 
     @classmethod
@@ -121,7 +162,14 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def decoder_parameters(cls, config: dict[str, Any]) -> int:
-        """Parameters of the modules a decode uses, counted on the meta device (no memory, no weights)."""
+        """Parameters of the modules a decode uses: recorded for a named config, else counted on the meta
+        device (no memory, no weights)."""
+        name = next((n for n, c in cls.named_configs.items() if c == config), None)
+        recorded = recorded_decoder_parameters(cls.family, name) if name else None
+        return recorded if recorded is not None else cls.count_decoder_parameters(config)
+
+    @classmethod
+    def count_decoder_parameters(cls, config: dict[str, Any]) -> int:
         import torch
 
         with torch.device("meta"):

@@ -1,0 +1,39 @@
+"""Record the constructor defaults of every diffusers class farm's adapters build, and each named
+config's decoder parameter count, for the installed diffusers, in
+`farm/decoders/constructor_defaults.json`.
+
+Planning (tile geometry, latent channels, memory) needs a config completed with these defaults and the
+weights' size; reading
+them from the recording spares the client importing diffusers (seconds) for `farm plan`, `farm render`'s
+set-up and `farm ingest`. Rerun after changing the diffusers pin; `tests/test_decoders.py` checks the
+recording against the installed classes.
+
+    python workflows/record_decoder_defaults.py
+"""
+
+from __future__ import annotations
+
+from farm.decoders import FAMILIES
+from farm.decoders.diffusers_vae import DEFAULTS_FILE, live_constructor_defaults
+
+
+def main() -> None:
+    import importlib.metadata
+    import json
+
+    classes = sorted({cls.model_class_name for cls in FAMILIES.values()})
+    record = {
+        "diffusers": importlib.metadata.version("diffusers"),
+        "classes": {name: live_constructor_defaults(name) for name in classes},
+        "decoder_parameters": {
+            f"{family}:{name}": cls.count_decoder_parameters(config)
+            for family, cls in sorted(FAMILIES.items())
+            for name, config in sorted(cls.named_configs.items())
+        },
+    }
+    DEFAULTS_FILE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {DEFAULTS_FILE} for diffusers {record['diffusers']}: {', '.join(classes)}")
+
+
+if __name__ == "__main__":
+    main()
