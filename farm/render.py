@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from farm import keys, logs
 from farm.budgets import (
@@ -148,11 +148,8 @@ def render(
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
-            names = [p.shot for p in plans]
-            plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart))
-            identities, _ = render_identities(job, plans, video, hashes)
-            points = resume_points(out, plans, identities, restart=restart, video=video.enabled,
-                                   frames=frame_numbers, first_frame=video.first_frame)  # fmt: skip
+            plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
+                                                frame_numbers)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         render_id = render_id or uuid.uuid4().hex[:8]
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
@@ -173,14 +170,26 @@ def render(
                         outputs_ready=outputs.result, stream=stream,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
-                    graph_ended = time.perf_counter()
-                    stats.setup_s = graph_ended - stats.seconds - started
+                    stats.setup_s = time.perf_counter() - stats.seconds - started
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
-    if stats.seconds:
-        stats.finish_s = time.perf_counter() - graph_ended
+    stats.finish_s = time.perf_counter() - started - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def _replan(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, plans: Sequence[ShotPlan],
+    hashes: dict[str, dict], n_workers: int, restart: bool, frame_numbers: Any,
+) -> tuple[list[ShotPlan], dict, ResumePoints]:  # fmt: skip
+    """`--tiles auto` once the cluster is known: the plans for its decode workers (grids an earlier
+    render of OUT used are kept), their identities and what is left to render."""
+    names = [p.shot for p in plans]
+    plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart))
+    identities, _ = render_identities(job, plans, video, hashes)
+    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
+                           first_frame=video.first_frame)  # fmt: skip
+    return plans, identities, points
 
 
 def _start_output(
