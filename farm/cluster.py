@@ -250,32 +250,46 @@ def connect(
         else:
             on_warning(choice.warning)
 
-    with contextlib.ExitStack() as stack:
-        if choice.kind == "existing":
-            client = _join(scheduler=scheduler, scheduler_file=scheduler_file)
-            stack.callback(client.close)
-        else:
-            cluster = _start_local(choice, memory_limit, stack)
-            client = Client(cluster)
-            stack.callback(client.close)
-            client.register_plugin(IgnoreInterruptPlugin())
-            if choice.kind == "local-cpu":
-                client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
-            n_io = default_io_workers(choice, cpu_count()) if io_workers is None else io_workers
-            if n_io:
-                _add_io_workers(cluster, n_io, memory_limit)
-                client.wait_for_workers(choice.n_workers + n_io, timeout=120)
-        transport.install(client)
-        try:
-            yield client
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (farm.cli): stop the cluster without its warnings
-            logging.getLogger("distributed").setLevel(logging.CRITICAL)
-            if choice.kind != "existing":  # our own workers: their cancelled tasks need no warning either
-                with contextlib.suppress(Exception):
-                    client.run(_quiet_distributed_logs, on_error="ignore")
-            if threading.current_thread() is threading.main_thread():  # a second Ctrl-C must not cut
-                signal.signal(signal.SIGINT, signal.SIG_IGN)  # the cleanup short (SIGKILL still does)
-            raise
+    ignored_from: list[Any] = []  # the SIGINT handler a Ctrl-C's cleanup replaced, restored after it
+    try:
+        with contextlib.ExitStack() as stack:
+            yield from _connected(choice, scheduler, scheduler_file, memory_limit, io_workers, stack,
+                                  ignored_from)  # fmt: skip
+    finally:
+        if ignored_from:  # the cleanup is over: this process takes Ctrl-C as before (so do its children)
+            signal.signal(signal.SIGINT, ignored_from[0])
+
+
+def _connected(
+    choice: ClusterChoice, scheduler: str | None, scheduler_file: str | None, memory_limit: Any,
+    io_workers: int | None, stack: contextlib.ExitStack, ignored_from: list[Any],
+) -> Iterator[Client]:  # fmt: skip
+    """`connect`'s body inside its exit stack: join or start the cluster, yield the client."""
+    if choice.kind == "existing":
+        client = _join(scheduler=scheduler, scheduler_file=scheduler_file)
+        stack.callback(client.close)
+    else:
+        cluster = _start_local(choice, memory_limit, stack)
+        client = Client(cluster)
+        stack.callback(client.close)
+        client.register_plugin(IgnoreInterruptPlugin())
+        if choice.kind == "local-cpu":
+            client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
+        n_io = default_io_workers(choice, cpu_count()) if io_workers is None else io_workers
+        if n_io:
+            _add_io_workers(cluster, n_io, memory_limit)
+            client.wait_for_workers(choice.n_workers + n_io, timeout=120)
+    transport.install(client)
+    try:
+        yield client
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (farm.cli): stop the cluster without its warnings
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        if choice.kind != "existing":  # our own workers: their cancelled tasks need no warning either
+            with contextlib.suppress(Exception):
+                client.run(_quiet_distributed_logs, on_error="ignore")
+        if threading.current_thread() is threading.main_thread():  # a second Ctrl-C must not cut
+            ignored_from.append(signal.signal(signal.SIGINT, signal.SIG_IGN))  # the cleanup short
+        raise
 
 
 IO_WORKER_PREFIX = "farm-io-"

@@ -319,3 +319,18 @@ def test_connect_rejects_workers_with_scheduler():
         connect(scheduler="tcp://127.0.0.1:9", workers=2),
     ):
         pass
+
+
+@pytest.mark.cluster
+def test_an_interrupt_leaves_the_processs_ctrl_c_as_it_was():
+    """connect() ignores a second Ctrl-C while it stops a cluster after the first, then restores the
+    handler: a process that goes on (a test run, a notebook) and the children it starts later still
+    stop on Ctrl-C (children inherit an ignored SIGINT)."""
+    import signal
+
+    from farm.cluster import connect
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), connect(workers=1):
+        raise KeyboardInterrupt
+    assert signal.getsignal(signal.SIGINT) is before

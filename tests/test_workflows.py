@@ -95,9 +95,15 @@ class FarmCluster:
 
 
 def submit(cluster: FarmCluster, *args: str, script: str = RENDER_FOLDER, **kw) -> subprocess.Popen:
+    """`farm submit …` as a terminal starts it: its own session, Ctrl-C handled by default (a child
+    inherits an ignored SIGINT, and code earlier in a test run may have left this process ignoring it)."""
     cmd = farm_cmd("submit", script, "--scheduler-file", str(cluster.scheduler_file), *args)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kw)  # fmt: skip
+                            start_new_session=True, preexec_fn=_default_ctrl_c, **kw)  # fmt: skip
+
+
+def _default_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def done_markers(out: Path) -> int:
