@@ -292,7 +292,8 @@ def timed_farm(
             "finish_s": stats.finish_s, "first_task_s": first_task, "after_last_task_s": wall - last_task,
             "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
             "tasks": task_summary(ts.data),
-            "predicted_s": predicted_seconds(job, options, len(split_workers(client)[0]))}  # fmt: skip
+            "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)),
+                                             video)}  # fmt: skip
 
 
 def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tuple[float, str]]:
@@ -325,8 +326,9 @@ def recorded_grid_names(dest: Path, job: Path) -> list[str]:
     return sorted({"x".join(str(n) for n in g.tiles) for g in grids.values()})
 
 
-def predicted_seconds(job: Path, options: Any, n_workers: int) -> float | None:
-    """What `farm plan` predicts for this render on `n_workers` workers (decode workers only)."""
+def predicted_seconds(job: Path, options: Any, n_workers: int, n_io: int, video: Any) -> float | None:
+    """What the planner predicts for this render's graph on `n_workers` decode and `n_io` I/O workers
+    (no encodes when the render writes Zarr only)."""
     from farm import planner
     from farm.decoders import cost_model, memory_model
     from farm.jobplan import plan_job
@@ -336,7 +338,9 @@ def predicted_seconds(job: Path, options: Any, n_workers: int) -> float | None:
     n = max(1, n_workers)
     plans = plan_job(opened, options, n)
     model = cost_model(opened.spec, options.cost_model)
-    return planner.predict(plans, n, model, memory=memory_model(opened.spec)).makespan_s
+    if not video.enabled:
+        model = model.with_(encode_s_per_pixel=0.0)
+    return planner.predict(plans, n, model, memory=memory_model(opened.spec), n_io=n_io).makespan_s
 
 
 def main() -> None:
