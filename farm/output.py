@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.files import fsync_path
+from farm.files import fsync_all, fsync_path, run_side_by_side
 from farm.names import TEMP_SUFFIX, child_path
 
 if TYPE_CHECKING:
@@ -249,15 +249,31 @@ def use_fast_codecs() -> str:
 def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, durable: bool = True) -> None:
     """Write frames ``[start, start + len(frames))`` of a shot; `durable`: fsync the chunk files they
     landed in (and their folders) before returning, so a batch marked done afterwards survives a power
-    loss. Batches cover whole chunks (`chunk_frames`), so no other writer touches these files."""
+    loss. Batches cover whole chunks (`chunk_frames`), so no other writer touches these files.
+
+    Durable writes go chunk by chunk on a thread pool, each chunk fsync'd as soon as it is written: one
+    chunk's flush overlaps the next one's compression, and the disk takes the flushes side by side
+    (one after another they cost 0.69 s a batch on an H200 host, docs/benchmarks.md)."""
     import zarr
 
     use_fast_codecs()
     path = out.frames_array(shot)
     arr = zarr.open_array(store=str(path), mode="r+")
-    arr[start : start + frames.shape[0]] = frames
-    if durable:
-        sync_chunks(path, arr, start, start + frames.shape[0])
+    stop = start + frames.shape[0]
+    if not durable:
+        arr[start:stop] = frames
+        return
+    step = arr.chunks[0]
+
+    def write_and_sync(first: int) -> None:
+        last = min(first + step, stop)
+        arr[first:last] = frames[first - start : last - start]
+        for chunk in chunk_files(path, arr, first, last):
+            if chunk.exists():  # a chunk equal to the fill value is not stored
+                fsync_path(chunk)
+
+    run_side_by_side(write_and_sync, range(start, stop, step))
+    fsync_all([], chunk_folders(path, arr, start, stop))
 
 
 def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
@@ -272,19 +288,17 @@ def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
     return [array_dir / arr.metadata.encode_chunk_key(tuple(c)) for c in coords]
 
 
-def sync_chunks(array_dir: Path, arr: Any, start: int, stop: int) -> None:
-    """fsync the chunk files of frames ``[start, stop)`` and every folder from them up to the array."""
+def chunk_folders(array_dir: Path, arr: Any, start: int, stop: int) -> set[Path]:
+    """Every folder from the stored chunk files of frames ``[start, stop)`` up to the array's own."""
     folders: set[Path] = set()
     for path in chunk_files(array_dir, arr, start, stop):
-        if not path.exists():  # a chunk equal to the fill value is not stored
+        if not path.exists():
             continue
-        fsync_path(path)
         parent = path.parent
         while parent != array_dir.parent and parent not in folders:
             folders.add(parent)
             parent = parent.parent
-    for folder in sorted(folders, key=lambda p: -len(p.parts)):  # deepest first: entries before parents
-        fsync_path(folder)
+    return folders
 
 
 def read_frames(out: Output, shot: str) -> np.ndarray:

@@ -19,7 +19,7 @@ from dask.sizeof import sizeof
 
 from farm import config
 from farm.errors import FarmError
-from farm.files import fsync_path
+from farm.files import fsync_all, fsync_path
 from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
@@ -463,9 +463,7 @@ def write_sequence(
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
                            exr_values=video.exr_values)  # fmt: skip
     if video.durable:
-        for path in written or []:
-            fsync_path(Path(path))
-        fsync_path(folder)
+        fsync_all([Path(path) for path in written or []], [folder])
     return time.perf_counter() - t0
 
 

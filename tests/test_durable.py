@@ -4,13 +4,14 @@ done marker is created, so a power cut never leaves a batch marked done with fra
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
-from farm.output import Output, chunk_files, create_frames_array
+from farm.output import Output, chunk_files, create_frames_array, write_frames
 from farm.tasks import BlendedFrames, VideoSettings, encode_batch, mark_batch, write_batch, write_sequence
 from farm.tiling import Batch
 
@@ -64,6 +65,52 @@ def test_chunks_segment_and_images_are_synced_before_the_marker(tmp_path: Path, 
     assert marker + ".tmp" in synced[marker_at:] and Path(marker).exists()
     # the other batch's chunk was never written, so nothing of it was touched
     assert not any(c.endswith("/c/0/0/0/0") for c in before)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name descriptors")
+def test_a_batchs_chunks_are_flushed_side_by_side_then_their_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The four chunk files of a 32-frame batch are fsync'd at the same time (each waits at a barrier
+    for the other three: one after another would time out), and their folders only after all four."""
+    out = out_with_shot(tmp_path, frames=64, batch=32)
+    rgb = np.random.default_rng(2).integers(0, 256, (32, 16, 24, 3), dtype=np.uint8)
+    barrier = threading.Barrier(4, timeout=10)
+    order: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if os.path.isfile(name):
+            barrier.wait()
+        order.append(name)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_frames(out, "a", 32, rgb)
+    array_dir = out.frames_array("a")
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    chunks = {str(p) for p in chunk_files(array_dir, arr, 32, 64)}
+    assert len(chunks) == 4 and set(order[:4]) == chunks
+    assert str(array_dir) in order[4:] and str(Path(next(iter(chunks))).parent) in order[4:]
+    assert (np.asarray(arr[32:64]) == rgb).all()
+
+
+def test_a_failed_flush_fails_the_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fsync error on any chunk reaches the writer (so its batch is never marked done)."""
+    out = out_with_shot(tmp_path, frames=32, batch=32)
+    real = os.fsync
+    calls = []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="Input/output"):
+        write_frames(out, "a", 0, np.zeros((32, 16, 24, 3), dtype=np.uint8) + 9)
 
 
 def test_chunk_files_cover_exactly_the_batch(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ Measures, on the machine it runs on:
 - ``plain``: the plain in-process decode on one GPU (eager and, with ``--compile``, compiled);
 - ``zarr``: the host's Zarr write ceiling: P processes writing farm's batches (its array layout, codec
   and chunks, the same noise frames a random-weight decode gives) into one output, with and without
-  fsync of every chunk, for each P and each folder in ``--dirs``;
+  fsync of every chunk (farm's way, or with ``--sync-modes serial`` also the chunks written whole and
+  fsync'd one after another, as farm did before), for each P and each folder in ``--dirs``;
 - ``encode``: the video encode ceiling per x264 preset, P processes encoding 32-frame segments;
 - ``farm``: farm renders of ``--shots`` shots on 1 … ``--gpus`` GPU workers, Zarr only and with video,
   each printed as a fraction of ``min(decode ceiling, output ceiling)``.
@@ -47,6 +48,23 @@ def noise_frames(frames: int, height: int, width: int, seed: int = 0) -> np.ndar
 # --------------------------------------------------------------------------------------------------
 
 
+def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
+    """A durable batch written whole, then its chunk files and folders fsync'd one after another (farm's
+    write until 2026-12-01), to measure against `farm.output.write_frames`."""
+    import zarr
+
+    from farm.files import fsync_path
+    from farm.output import chunk_files, chunk_folders
+
+    path = out.frames_array(shot)
+    arr = zarr.open_array(store=str(path), mode="r+")
+    arr[start : start + len(frames)] = frames
+    for chunk in chunk_files(path, arr, start, start + len(frames)):
+        fsync_path(chunk)
+    for folder in sorted(chunk_folders(path, arr, start, start + len(frames)), key=lambda p: -len(p.parts)):
+        fsync_path(folder)
+
+
 def _zarr_writer(args: tuple) -> tuple[float, float]:
     """One writer process: write `batches` of farm's batches into its own shot of the output."""
     root, shot, batches, height, width, durable, pipeline = args
@@ -60,12 +78,15 @@ def _zarr_writer(args: tuple) -> tuple[float, float]:
     out = Output(Path(root))
     t0 = time.perf_counter()
     for k in range(batches):
-        write_frames(out, shot, k * BATCH, frames, durable=durable)
+        if durable == "serial":
+            _write_serial(out, shot, k * BATCH, frames)
+        else:
+            write_frames(out, shot, k * BATCH, frames, durable=bool(durable))
     return t0, time.perf_counter()
 
 
 def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int,
-                 durable: bool, pipeline: str) -> dict[str, Any]:  # fmt: skip
+                 durable: bool | str, pipeline: str) -> dict[str, Any]:  # fmt: skip
     """Aggregate frames/s of `procs` processes writing `frames_total` frames of farm batches."""
     from farm.output import create_frames_array
 
@@ -376,6 +397,7 @@ def main() -> None:
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")
     p.add_argument("--ceiling-frames", type=int, default=3072)
+    p.add_argument("--sync-modes", default="", help="more durable writes to measure: serial (the old way)")
     p.add_argument("--dirs", nargs="+", default=["/tmp/farm-bench-out"])
     p.add_argument("--work", default="/tmp/farm-bench")
     p.add_argument("--out-json", required=True)
@@ -399,7 +421,8 @@ def main() -> None:
         for d in args.dirs:
             for pipeline in args.pipelines.split(","):
                 for n in procs:
-                    for durable in (False, True):
+                    modes: list[bool | str] = [False, True, *filter(None, args.sync_modes.split(","))]
+                    for durable in modes:
                         r = zarr_ceiling(Path(d) / "ceiling", n, args.ceiling_frames, args.height, args.width,
                                          durable, pipeline)  # fmt: skip
                         rows.append(r)
