@@ -68,6 +68,7 @@ class RenderStats:
     seconds: float = 0.0  # the graph: first submission to last result
     setup_s: float = 0.0  # before the graph: reading, hashing and planning the job, connecting
     finish_s: float = 0.0  # after the graph: the last thumbnails, outcomes, closing the client
+    setup_phases: dict[str, float] = field(default_factory=dict)  # set-up seconds per step, in order
     write_s: float = 0.0
     encode_s: float = 0.0
     shots: dict[str, ShotOutcome] = field(default_factory=dict)

@@ -78,6 +78,31 @@ if TYPE_CHECKING:
     from distributed import Future as DaskFuture
 
 
+class SetupClock:
+    """The seconds of each step of a render's set-up (`RenderStats.setup_phases`): where the time before
+    the first decode goes, which on a GPU node is the part of a render that does not scale."""
+
+    def __init__(self) -> None:
+        self.started = self._last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, step: str) -> None:
+        now = time.perf_counter()
+        self.phases[step] = now - self._last
+        self._last = now
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def until_graph(self, graph_s: float) -> tuple[float, dict[str, float]]:
+        """The set-up's seconds (all but the graph's `graph_s`, just ended), and its steps: the last is
+        the graph's own start before its first submission."""
+        setup = self.elapsed() - graph_s
+        phases = {**self.phases, "start the graph": max(0.0, setup - sum(self.phases.values()))}
+        logs.LOGGER.debug("set-up %.2f s: %s", setup, ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+        return setup, phases
+
+
 def render(
     job_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -115,7 +140,7 @@ def render(
     """
     from farm.cluster import check_worker_paths, connect
 
-    started = time.perf_counter()
+    clock = SetupClock()
     # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
     job = open_job(os.path.abspath(job_path))
     out = Output(Path(os.path.abspath(out_path)), video.suffix)
@@ -123,18 +148,8 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
-    names, shot_errors = _usable_shots(job, shots)
-    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart))
-    shot_errors.update(plan_errors)
-    decoder_class(job.spec).check_weights(job.spec)
-    hashes, unreadable = latent_identities(job, [p.shot for p in plans])
-    shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
-    plans = [p for p in plans if p.shot in hashes]
-    if not plans:
-        raise next(iter(shot_errors.values()))
-    identities, _ = render_identities(job, plans, video, hashes)
-    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
-                           first_frame=video.first_frame)  # fmt: skip  # refusals raise here: nothing touched
+    plans, shot_errors, hashes, identities, points = _plan_and_check(job, out, options, video, shots, restart,
+                                                                     frame_numbers, clock)  # fmt: skip
     if points.nothing_to_do:  # a finished OUT: no cluster, nothing written
         log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         return _add_outcomes(RenderStats(), plans, shot_errors, out, video)
@@ -147,6 +162,7 @@ def render(
         check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
+        clock.mark("connect, check the workers")
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
             plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
                                                 frame_numbers)  # fmt: skip
@@ -154,6 +170,7 @@ def render(
         render_id = render_id or uuid.uuid4().hex[:8]
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
+        clock.mark("size the window, start the outputs")
         stats = RenderStats()
         try:
             if points.pending:
@@ -170,12 +187,37 @@ def render(
                         outputs_ready=outputs.result, stream=stream,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
-                    stats.setup_s = time.perf_counter() - stats.seconds - started
+                    stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
-    stats.finish_s = time.perf_counter() - started - stats.setup_s - stats.seconds if stats.seconds else 0.0
+    stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def _plan_and_check(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, shots: Sequence[str] | None,
+    restart: bool, frame_numbers: Any, clock: SetupClock,
+) -> tuple[list[ShotPlan], dict[str, FarmError], dict[str, dict], dict, ResumePoints]:  # fmt: skip
+    """Before any cluster: the shots' plans, the errors of shots that cannot render (the others go on),
+    their latents' hashes and render identities, and what OUT already holds (refusals raise here, with
+    nothing touched)."""
+    names, shot_errors = _usable_shots(job, shots)
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart))
+    shot_errors.update(plan_errors)
+    decoder_class(job.spec).check_weights(job.spec)
+    clock.mark("read and plan the job")
+    hashes, unreadable = latent_identities(job, [p.shot for p in plans])
+    clock.mark("hash the latents")
+    shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
+    plans = [p for p in plans if p.shot in hashes]
+    if not plans:
+        raise next(iter(shot_errors.values()))
+    identities, _ = render_identities(job, plans, video, hashes)
+    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
+                           first_frame=video.first_frame)  # fmt: skip
+    clock.mark("check what OUT holds")
+    return plans, shot_errors, hashes, identities, points
 
 
 def _replan(

@@ -54,6 +54,11 @@ def test_tiled_render_equals_in_process_reference(tiny_job, tmp_path, scheduler3
     assert stats.frames_written == sum(f.shape[0] for f in expected.values())
     # the window held fewer tiles than the job has: tiles were streamed, not gathered
     assert stats.max_tiles_held <= stats.window < stats.tiles_total
+    # the set-up's steps, in order, account for all of it
+    assert list(stats.setup_phases) == ["read and plan the job", "hash the latents", "check what OUT holds",
+                                        "connect, check the workers", "size the window, start the outputs",
+                                        "start the graph"]  # fmt: skip
+    assert sum(stats.setup_phases.values()) == pytest.approx(stats.setup_s, abs=1e-6) and stats.setup_s > 0
 
 
 def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, scheduler3):

@@ -226,7 +226,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                     f"{'same bytes as unstreamed: ' + str(row['same_bytes_as_unstreamed']) if chunk else ''} "
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
                     f"{row['frames_per_s']:.1f} frames/s; set-up {row['setup_s']:.2f} s, first task at "
-                    f"{row['first_task_s']:.2f} s, {row['after_last_task_s']:.2f} s after the last; "
+                    f"{row['first_task_s']:.2f} s, {row['after_last_task_s']:.2f} s after the last "
+                    f"({', '.join(f'{k} {v:.2f}' for k, v in row['setup_phases'].items())}); "
                     f"predicted {row['predicted_s'] or 0:.2f} s graph, grids {row['grids']} "
                     f"{row['failed'] or ''}")  # fmt: skip
         if args.fresh_cluster:  # the same shapes again in new worker processes: inductor's cache only
@@ -310,7 +311,8 @@ def timed_farm(
     fps = stats.frames_written / wall
     return {"tiles": options.tiles, "grids": grids, "frames": stats.frames_written,
             "wall_s": wall, "frames_per_s": fps, "graph_s": stats.seconds, "setup_s": stats.setup_s,
-            "finish_s": stats.finish_s, "first_task_s": first_task, "after_last_task_s": wall - last_task,
+            "setup_phases": stats.setup_phases, "finish_s": stats.finish_s, "first_task_s": first_task,
+            "after_last_task_s": wall - last_task,
             "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
             "tasks": task_summary(ts.data),
             "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)),
