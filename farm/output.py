@@ -230,20 +230,39 @@ def use_fast_codecs() -> str:
     """Encode and write chunks through the `zarrs` codec pipeline (Rust, chunks in parallel, no GIL)
     when it is installed (``pip install 'farm-decode[fast]'``), unless this process' zarr config names
     another pipeline or ``FARM_ZARRS=0``. Same array format and decoded values: readers need nothing.
-    Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/benchmarks.md)."""
+    Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/benchmarks.md).
+    For worker processes; the render's own process (perhaps a user's notebook) uses `fast_codecs`."""
+    import zarr
+
+    if _zarrs_wanted():
+        zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE})
+        return ZARRS_PIPELINE
+    return str(zarr.config.get("codec_pipeline.path"))
+
+
+@contextlib.contextmanager
+def fast_codecs() -> Iterator[None]:
+    """`use_fast_codecs` for the arrays opened inside the block only (the pipeline is chosen when an
+    array is opened), leaving the process' zarr config as it was."""
+    import zarr
+
+    if not _zarrs_wanted():
+        yield
+        return
+    with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):
+        yield
+
+
+def _zarrs_wanted() -> bool:
     import importlib.util
 
     import zarr
 
-    current = zarr.config.get("codec_pipeline.path")
-    if (
-        current == _DEFAULT_PIPELINE
+    return (
+        zarr.config.get("codec_pipeline.path") in (_DEFAULT_PIPELINE, ZARRS_PIPELINE)
         and os.environ.get("FARM_ZARRS", "1") != "0"
         and importlib.util.find_spec("zarrs") is not None
-    ):
-        zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE})
-        return ZARRS_PIPELINE
-    return str(current)
+    )
 
 
 def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, durable: bool = True) -> None:

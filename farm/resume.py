@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import Output, restart_shot, video_done
+from farm.output import Output, fast_codecs, restart_shot, video_done
 from farm.store import Job
 from farm.tiling import ShotPlan, TileGrid, pending_plan, plan_identity
 
@@ -25,30 +25,42 @@ if TYPE_CHECKING:
 
 
 def latent_identity(job: Job, shot: str) -> dict[str, Any]:
-    """Content hash of a shot's latent (reads it once on the client: ~7 MB for a 121x704x1216 shot)."""
+    """Content hash of a shot's latent (reads it once on the client: ~7 MB for a 121x704x1216 shot).
+
+    The latent is read in one call; the digest covers blocks of 8 latent frames in order, as it always
+    has, so older outputs still resume."""
     import hashlib
 
     import zarr
 
     arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
+    try:
+        latent = np.asarray(arr[...])
+    except Exception:  # codec and store errors of many types: find the first block that fails
+        latent = None
     digest = hashlib.sha256()
     for start in range(0, arr.shape[1], 8):
-        try:
-            block = np.ascontiguousarray(arr[:, start : start + 8])
-        except Exception as exc:  # codec and store errors of many types
-            raise FarmError(
-                f"shot {shot!r}: cannot read latent frames {start}-{min(start + 8, arr.shape[1]) - 1} from "
-                f"{str(job.path)!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or "
-                "re-export the latents"
-            ) from None
+        block = _latent_block(arr, shot, job, start) if latent is None else latent[:, start : start + 8]
         if not np.isfinite(block).all():
             bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + start
             raise FarmError(
                 f"shot {shot!r}: latent holds NaN or Inf in latent frames {bad.tolist()}; "
                 "re-export the latents"
             )
-        digest.update(block.tobytes())
+        digest.update(np.ascontiguousarray(block).data)
     return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+
+
+def _latent_block(arr: Any, shot: str, job: Job, start: int) -> np.ndarray:
+    """Latent frames ``[start, start + 8)``, or the error that names them when they cannot be read."""
+    try:
+        return np.asarray(arr[:, start : start + 8])
+    except Exception as exc:  # codec and store errors of many types
+        raise FarmError(
+            f"shot {shot!r}: cannot read latent frames {start}-{min(start + 8, arr.shape[1]) - 1} from "
+            f"{str(job.path)!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or "
+            "re-export the latents"
+        ) from None
 
 
 def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
@@ -118,8 +130,9 @@ def record_identity(
 def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:
     """Each named shot's latent hash, and the error of each shot whose latent cannot be read or hashed.
 
-    Shots are read and hashed on threads (Zarr reads, zstd and sha256 release the GIL): a job's latents
-    are the largest part of a render's set-up, paid before the cluster starts.
+    Shots are read and hashed on threads (Zarr reads, zstd and sha256 release the GIL), through the
+    `zarrs` codecs when installed (chunks decoded in Rust, no GIL): a job's latents are the largest part
+    of a render's set-up, paid before the cluster starts.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -130,7 +143,7 @@ def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], 
             return exc
 
     threads = min(32, os.cpu_count() or 1, max(len(names), 1))
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="farm-hash") as pool:
+    with fast_codecs(), ThreadPoolExecutor(max_workers=threads, thread_name_prefix="farm-hash") as pool:
         results = dict(zip(names, pool.map(identity, names), strict=True))
     hashes = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
     errors = {k: v for k, v in results.items() if isinstance(v, FarmError)}
