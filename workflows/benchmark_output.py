@@ -207,7 +207,9 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
             for size, src in ones.items():
                 for case in args.one_cases:
                     f, h, w, chunk, batch = (int(x) for x in case.split(","))
-                    if (gpus == 1) == (f * h * w == 1):  # 0,0,0: --tiles auto, on several GPUs
+                    several = f * h * w > 1  # 0,0,0: --tiles auto, on several GPUs
+                    on_one = not several or (args.multi_tile_on_one and f > 0)
+                    if (gpus == 1 and on_one) or (gpus > 1 and several):
                         cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
             for what, src, tiles, chunk, batch, label in cases:
                 dest = Path(args.dirs[0]) / f"r{gpus}"
@@ -251,6 +253,35 @@ def warm_up(client: Any, sources: list[Path], work: Path, args: argparse.Namespa
     timings = {w: t for w, t in client.run(decoder_timings).items() if t["load_s"]}
     log(f"warm-up renders, {label}: {seconds:.1f} s; per worker {json.dumps(timings)}")
     return {"label": label, "seconds": seconds, "workers": timings}
+
+
+def frames_hash(dest: Path, shots: int = 2) -> str:
+    """sha256 of the frames of the first `shots` shots (by name) a render wrote."""
+    import hashlib
+
+    import zarr
+
+    group = zarr.open_group(str(dest / "frames.zarr"), mode="r")
+    digest = hashlib.sha256()
+    for shot in sorted(group.group_keys())[:shots]:
+        digest.update(np.ascontiguousarray(group[shot]["frames"][...]).data)
+    return digest.hexdigest()
+
+
+def check_same_frames(runs: list[dict]) -> list[str]:
+    """Renders of one job, grid and output on different GPU counts must have written the same bytes."""
+    seen: dict[tuple, tuple[int, str]] = {}
+    lines = []
+    for row in runs:
+        if not row.get("frames_sha256") or "auto" in str(row.get("grids")):
+            continue
+        key = (row["what"], tuple(row["grids"]), row["output"])
+        first = seen.setdefault(key, (row["gpus"], row["frames_sha256"]))
+        if first[0] != row["gpus"]:
+            same = first[1] == row["frames_sha256"]
+            verdict = "same bytes" if same else "DIFFERENT BYTES"
+            lines.append(f"{key}: {first[0]} vs {row['gpus']} GPUs: {verdict}")
+    return lines
 
 
 def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> bool:
@@ -305,6 +336,7 @@ def timed_farm(
     last_task = max((s["stop"] for s in spans), default=epoch) - epoch
     grids = recorded_grid_names(dest, job)
     story = first_decode_story(client, ts.data, epoch)
+    digest = frames_hash(dest) if args.frames_hash else None
     if not options.chunk.frames:
         shutil.rmtree(dest, ignore_errors=True)
     failed = [s.error for s in stats.failed]
@@ -314,6 +346,7 @@ def timed_farm(
             "setup_phases": stats.setup_phases, "finish_s": stats.finish_s, "first_task_s": first_task,
             "after_last_task_s": wall - last_task,
             "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
+            "frames_sha256": digest,
             "tasks": task_summary(ts.data),
             "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)),
                                              video)}  # fmt: skip
@@ -395,6 +428,17 @@ def main() -> None:
         help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, 0,0,0 for auto; streamed "
         "chunk; batch)",
     )
+    p.add_argument(
+        "--multi-tile-on-one",
+        action="store_true",
+        help="run the single-shot cases of several tiles on 1 GPU too (same grid, any GPU count)",
+    )
+    p.add_argument(
+        "--frames-hash",
+        action="store_true",
+        help="record a sha256 of each render's frames (first two shots) and check that renders of "
+        "one job and grid on different GPU counts wrote the same bytes",
+    )
     p.add_argument("--presets", nargs="*", default=["ultrafast"])
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")
@@ -440,6 +484,9 @@ def main() -> None:
                 save()
     if "farm" in parts:
         farm_renders(args, work, results, save)
+        results["same_frames"] = check_same_frames(results.get("farm", []))
+        for line in results["same_frames"]:
+            log(line)
         save()
 
 
