@@ -207,7 +207,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
             for size, src in ones.items():
                 for case in args.one_cases:
                     f, h, w, chunk, batch = (int(x) for x in case.split(","))
-                    several = f * h * w > 1  # 0,0,0: --tiles auto, on several GPUs
+                    several = f * h * w != 1  # 0,0,0: --tiles auto, on several GPUs
                     on_one = not several or (args.multi_tile_on_one and f > 0)
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
                         cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
