@@ -15,6 +15,7 @@ import argparse
 import itertools
 import json
 import math
+import time
 from pathlib import Path
 
 from farm import costmodel, planner
@@ -132,7 +133,8 @@ def main() -> None:
         raw["notes"] = [n for n in raw["notes"] if not n.startswith(refitted)] + [
             ", ".join(refitted)
             + f": refitted by workflows/refit_output_costs.py on {len(fitted)} farm renders "
-            "to Zarr with fsync (zarrs codecs) on nvidia-h200-x2, 2026-11-30 (docs/benchmarks.md); "
+            f"to Zarr with fsync (zarrs codecs) on nvidia-h200-x2, refitted {time.strftime('%Y-%m-%d')} "
+            "(docs/benchmarks.md); "
             "blend from the blend tasks' own seconds; write_s_per_pixel is one output stream's rate, "
             "streams run side by side"
         ]
