@@ -275,6 +275,8 @@ class DiffusersVideoDecoder:
     @classmethod
     def check_weights(cls, spec: DecoderSpec) -> None:
         cls.check_spec(spec)
+        if spec.random_weights:  # nothing to check, and no reason to import diffusers (seconds) for it
+            return
         W.check_weights(spec, cls.model_class(), cls.required_weights)
 
     def enable_compile(self, mode: str | None = None) -> None:
