@@ -22,6 +22,9 @@ Everything else a render does is charged per task or per pixel:
   per output pixel-frame (separate tasks on the blending worker);
 * ``shot_overhead_s``: per shot (joining segments into the mp4, and what else a shot costs once);
 * ``threads_per_worker``: Dask task threads per worker (decodes still take the GPU one at a time);
+* ``disk_s_per_pixel``: a node's disk, which takes farm's durable (fsync'd) Zarr writes one batch after
+  another at this rate per output pixel-frame, however many streams write (0: no such limit); a write
+  ends when both its stream and the disk are done with it;
 * ``output_streams_per_worker`` / ``output_streams_per_node``: how many write or encode tasks one worker
   process (bound by its interpreter) and one node (bound by its cores) run at the measured rate at
   once; more at once queue. With ``decode_on_host`` (CPU workers) decodes queue for the node's too;
@@ -268,6 +271,7 @@ class CostModel:
     threads_per_worker: int = 1
     output_streams_per_worker: int = 1
     output_streams_per_node: int = 1
+    disk_s_per_pixel: float = 0.0  # a node's disk for durable writes, one batch at a time (0: unlimited)
     decode_on_host: bool = False  # CPU workers: decodes also queue for the node's streams (its cores)
     links: dict[str, Link] = field(default_factory=dict)
     protocol: str = "tcp"
@@ -316,6 +320,7 @@ class CostModel:
             "threads_per_worker": self.threads_per_worker,
             "output_streams_per_worker": self.output_streams_per_worker,
             "output_streams_per_node": self.output_streams_per_node,
+            "disk_s_per_pixel": self.disk_s_per_pixel,
             "decode_on_host": self.decode_on_host,
             "links": {k: asdict(v) for k, v in self.links.items()},
             "protocol": self.protocol,
@@ -349,6 +354,7 @@ class CostModel:
                 threads_per_worker=int(raw.get("threads_per_worker", 1)),
                 output_streams_per_worker=int(raw.get("output_streams_per_worker", 1)),
                 output_streams_per_node=int(raw.get("output_streams_per_node", 1)),
+                disk_s_per_pixel=float(raw.get("disk_s_per_pixel", 0.0)),
                 decode_on_host=bool(raw.get("decode_on_host", False)),
                 links={str(k): Link(**v) for k, v in raw.get("links", {}).items()},
                 protocol=str(raw.get("protocol", "tcp")),

@@ -322,7 +322,8 @@ def predict(
     worker). A blended batch's Zarr write and video encode are two tasks on its I/O worker (none: the
     blending worker), each waiting for an output stream: one of its node's
     ``output_streams_per_node`` when they are fewer than its workers' together, else one of its
-    worker's ``output_streams_per_worker``. A shot's finishing task runs on the least busy worker
+    worker's ``output_streams_per_worker``; with ``disk_s_per_pixel`` a Zarr write also waits for its
+    node's disk, which takes one batch at a time. A shot's finishing task runs on the least busy worker
     after its last batch.
 
     ``decode_makespan_s`` is the same simulation with blends, writes, encodes and shot finishing
@@ -395,6 +396,7 @@ class _Simulation:
         self.recv_free = [0.0] * n
         n_nodes = (n + self.per_node - 1) // self.per_node
         self.node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
+        self.disk_free = [0.0] * n_nodes  # when each node's disk is done with the writes given to it
         self.worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n + n_io)]
         # Whichever limit binds: the node's streams when fewer than its workers' together, else each worker's.
         per_worker = max(1, cost.output_streams_per_worker)
@@ -467,12 +469,23 @@ class _Simulation:
                 self.totals["decode_busy"] += d
             elif kind in ("write", "encode"):  # waits for an output stream (its node's or its own)
                 streams = self.node_streams[self.node_of(w)] if self.node_bound else self.worker_streams[w]
-                end = max(now, heapq.heappop(streams)) + d
+                begin = max(now, heapq.heappop(streams))
+                end = begin + d
+                if kind == "write" and self.cost.disk_s_per_pixel > 0:  # and for the node's disk
+                    end = max(end, self.disk(w, begin, task[1]))
                 heapq.heappush(streams, end)
             self.totals["busy"] += d
             self.free_threads[w] -= 1
             self.seq += 1
             heapq.heappush(self.events, (end, self.seq, w, task))
+
+    def disk(self, w: int, begin: float, j: int) -> float:
+        """When worker `w`'s node's disk has taken blend `j`'s batch, written from `begin` on."""
+        blend = self.schedule.blends[j]
+        node = self.node_of(w)
+        pixels = self.shots[blend.shot].batch_pixels[blend.batch]
+        self.disk_free[node] = max(begin, self.disk_free[node]) + self.cost.disk_s_per_pixel * pixels
+        return self.disk_free[node]
 
     def batch_done(self, j: int) -> None:
         blend = self.schedule.blends[j]

@@ -279,6 +279,22 @@ def test_tcp_transfers_cost_more_than_ucx():
     assert tcp.decode_makespan_s > ucx.decode_makespan_s + 0.1
 
 
+def test_a_nodes_disk_takes_durable_writes_one_batch_at_a_time():
+    """With a disk term, 8 workers' writes cannot finish before the disk has taken every frame; without
+    it they overlap on the streams; a disk faster than the streams changes nothing."""
+    shots = {f"s{k}": SHOT_720 for k in range(8)}
+    grids = {n: TileGrid() for n in shots}
+    free = H200.with_(disk_s_per_pixel=0.0)
+    pixels = 8 * 121 * 704 * 1216
+    slow = free.with_(disk_s_per_pixel=4e-9)  # 8 shots: ≥ 3.3 s of disk, more than their decode
+    unlimited, limited = predicted(grids, shots, 8, free), predicted(grids, shots, 8, slow)
+    assert limited.makespan_s >= slow.disk_s_per_pixel * pixels > unlimited.makespan_s
+    assert limited.decode_makespan_s == pytest.approx(unlimited.decode_makespan_s)  # decodes are not held up
+    fast = predicted(grids, shots, 8, free.with_(disk_s_per_pixel=1e-15))
+    assert fast.makespan_s == pytest.approx(unlimited.makespan_s, rel=1e-6)
+    assert costmodel.CostModel.from_json(slow.to_json()).disk_s_per_pixel == 4e-9
+
+
 def test_minimal_cost_model_without_links():
     model = CostModel("m", "ltx2-tiny", "float32", "test", "2026-11-29", DecodeCost({"pixel_volume": 1e-8}))
     shots = {"a": (8, 3, 4, 6)}
