@@ -348,8 +348,8 @@ def timed_farm(
             "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
             "frames_sha256": digest,
             "tasks": task_summary(ts.data),
-            "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)),
-                                             video)}  # fmt: skip
+            "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)), video,
+                                             decode_scale=getattr(args, "decode_scale", 1.0))}  # fmt: skip
 
 
 def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tuple[float, str]]:
@@ -382,10 +382,14 @@ def recorded_grid_names(dest: Path, job: Path) -> list[str]:
     return sorted({"x".join(str(n) for n in g.tiles) for g in grids.values()})
 
 
-def predicted_seconds(job: Path, options: Any, n_workers: int, n_io: int, video: Any) -> float | None:
+def predicted_seconds(
+    job: Path, options: Any, n_workers: int, n_io: int, video: Any, decode_scale: float = 1.0
+) -> float | None:
     """What the planner predicts for this render's graph on `n_workers` decode and `n_io` I/O workers
-    (no encodes when the render writes Zarr only)."""
+    (no encodes when the render writes Zarr only; decodes scaled by `decode_scale`, the compiled / eager
+    plain decode of this call when the renders are compiled, as `refit_output_costs.py` does)."""
     from farm import planner
+    from farm.costmodel import DecodeCost
     from farm.decoders import cost_model, memory_model
     from farm.jobplan import plan_job
     from farm.store import open_job
@@ -396,6 +400,9 @@ def predicted_seconds(job: Path, options: Any, n_workers: int, n_io: int, video:
     model = cost_model(opened.spec, options.cost_model)
     if not video.enabled:
         model = model.with_(encode_s_per_pixel=0.0)
+    if decode_scale != 1.0:
+        scaled = {k: v * decode_scale for k, v in model.decode.coefficients.items()}
+        model = model.with_(decode=DecodeCost(scaled))
     return planner.predict(plans, n, model, memory=memory_model(opened.spec), n_io=n_io).makespan_s
 
 
@@ -461,6 +468,8 @@ def main() -> None:
 
     if "plain" in parts:
         results["plain"] = plain_decode(args)
+        if args.compile and {"eager", "compiled"} <= set(results["plain"]):  # for the printed predictions
+            args.decode_scale = results["plain"]["compiled"]["seconds"] / results["plain"]["eager"]["seconds"]
         save()
     if "zarr" in parts:
         rows = results.setdefault("zarr", [])
