@@ -237,7 +237,8 @@ def decode_tile(
 # A decoded piece on a GPU carries the CUDA event recorded right after the kernels that make it were
 # queued. Blends read pieces on a stream of their own and wait on that event only: on the decode's
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
-# device-to-host copies would hold up its kernels (a blend costs a decode ~0.015-0.04 s, measured).
+# device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
+# stream; docs/benchmarks.md, third session).
 _READY = "_farm_ready"
 
 
