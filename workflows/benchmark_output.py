@@ -406,6 +406,20 @@ def predicted_seconds(
     return planner.predict(plans, n, model, memory=memory_model(opened.spec), n_io=n_io).makespan_s
 
 
+def farm_version() -> str:
+    """farm's version and, in a git checkout, its commit (the figures belong to that code)."""
+    import subprocess
+
+    import farm
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{farm.__version__} {commit}".strip()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parts", default="plain,zarr,encode,farm")
@@ -460,7 +474,9 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                                           "platform": platform.platform()}, "args": vars(args)}  # fmt: skip
+                                           "platform": platform.platform()}, "args": vars(args),
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                               "farm_version": farm_version()}  # fmt: skip
     procs = [int(x) for x in args.procs.split(",")]
 
     def save() -> None:
