@@ -79,14 +79,15 @@ def sync_pool() -> ThreadPoolExecutor:
         return _pool[1]
 
 
-def run_side_by_side(work: Callable[[Any], None], items: Iterable[Any]) -> None:
-    """Run ``work(item)`` for every item on the sync pool and wait for all; the first error is raised
-    once every item has finished (none is left running behind the caller's back)."""
+def run_side_by_side(work: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """``work(item)`` for every item, run on the sync pool, in the items' order; the first error is
+    raised once every item has finished (none is left running behind the caller's back)."""
     futures = [sync_pool().submit(work, item) for item in items]
     errors = [f.exception() for f in futures]
     first = next((e for e in errors if e is not None), None)
     if first is not None:
         raise first
+    return [f.result() for f in futures]
 
 
 def fsync_all(files: Iterable[Path], folders: Iterable[Path] = ()) -> None:

@@ -284,15 +284,17 @@ def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, dura
         return
     step = arr.chunks[0]
 
-    def write_and_sync(first: int) -> None:
+    def write_and_sync(first: int) -> list[Path]:
         last = min(first + step, stop)
         arr[first:last] = frames[first - start : last - start]
-        for chunk in chunk_files(path, arr, first, last):
-            if chunk.exists():  # a chunk equal to the fill value is not stored
-                fsync_path(chunk)
+        # a chunk equal to the fill value is not stored
+        stored = [c for c in chunk_files(path, arr, first, last) if c.exists()]
+        for chunk in stored:
+            fsync_path(chunk)
+        return stored
 
-    run_side_by_side(write_and_sync, range(start, stop, step))
-    fsync_all([], chunk_folders(path, arr, start, stop))
+    written = run_side_by_side(write_and_sync, range(start, stop, step))
+    fsync_all([], chunk_folders(path, [chunk for chunks in written for chunk in chunks]))
 
 
 def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
@@ -307,12 +309,10 @@ def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
     return [array_dir / arr.metadata.encode_chunk_key(tuple(c)) for c in coords]
 
 
-def chunk_folders(array_dir: Path, arr: Any, start: int, stop: int) -> set[Path]:
-    """Every folder from the stored chunk files of frames ``[start, stop)`` up to the array's own."""
+def chunk_folders(array_dir: Path, chunks: Iterable[Path]) -> set[Path]:
+    """Every folder from the given chunk files of the array in `array_dir` up to the array's own."""
     folders: set[Path] = set()
-    for path in chunk_files(array_dir, arr, start, stop):
-        if not path.exists():
-            continue
+    for path in chunks:
         parent = path.parent
         while parent != array_dir.parent and parent not in folders:
             folders.add(parent)

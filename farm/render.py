@@ -213,9 +213,7 @@ def _plan_and_check(
     plans = [p for p in plans if p.shot in hashes]
     if not plans:
         raise next(iter(shot_errors.values()))
-    identities, _ = render_identities(job, plans, video, hashes)
-    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
-                           first_frame=video.first_frame)  # fmt: skip
+    identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
     clock.mark("check what OUT holds")
     return plans, shot_errors, hashes, identities, points
 
@@ -228,10 +226,19 @@ def _replan(
     render of OUT used are kept), their identities and what is left to render."""
     names = [p.shot for p in plans]
     plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart))
+    return (plans, *_what_is_left(job, out, plans, video, hashes, restart, frame_numbers))
+
+
+def _what_is_left(
+    job: Job, out: Output, plans: Sequence[ShotPlan], video: VideoSettings, hashes: dict[str, dict],
+    restart: bool, frame_numbers: Any,
+) -> tuple[dict, ResumePoints]:  # fmt: skip
+    """The plans' render identities and what OUT still lacks of them (a render of something else into OUT
+    is refused here, with nothing touched, unless `restart`)."""
     identities, _ = render_identities(job, plans, video, hashes)
     points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
                            first_frame=video.first_frame)  # fmt: skip
-    return plans, identities, points
+    return identities, points
 
 
 def _start_output(

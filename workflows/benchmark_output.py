@@ -59,9 +59,10 @@ def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
     path = out.frames_array(shot)
     arr = zarr.open_array(store=str(path), mode="r+")
     arr[start : start + len(frames)] = frames
-    for chunk in chunk_files(path, arr, start, start + len(frames)):
+    chunks = [c for c in chunk_files(path, arr, start, start + len(frames)) if c.exists()]
+    for chunk in chunks:
         fsync_path(chunk)
-    for folder in sorted(chunk_folders(path, arr, start, start + len(frames)), key=lambda p: -len(p.parts)):
+    for folder in sorted(chunk_folders(path, chunks), key=lambda p: -len(p.parts)):
         fsync_path(folder)
 
 
