@@ -37,3 +37,25 @@ def test_pure_modules_import_neither_distributed_nor_torch():
 
 def test_the_check_can_fail():
     assert "distributed" in heavy_after_each(["tiling", "monitor"])["monitor"]  # a scheduler plugin
+
+
+def test_checking_and_planning_a_random_weight_job_never_imports_diffusers(tmp_path):
+    """A synthetic job's render set-up (weights check, plans) pays no diffusers import (seconds)."""
+    code = f"""
+import sys
+from farm.decoders import decoder_class
+from farm.jobplan import plan_shots
+from farm.options import PlanOptions
+from farm.store import open_job
+from farm.synthetic import synth
+synth({str(tmp_path / "job")!r}, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+job = open_job({str(tmp_path / "job")!r})
+decoder_class(job.spec).check_weights(job.spec)
+plans, errors = plan_shots(job, PlanOptions(), list(job.shots))
+assert plans and not errors, errors
+print("diffusers" in sys.modules)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "False"

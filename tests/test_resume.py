@@ -67,6 +67,26 @@ def wait_for_markers(
     raise AssertionError(f"fewer than {count} batches finished in {timeout} s")
 
 
+def test_latent_hash_is_the_blockwise_digest_older_outputs_recorded(tmp_path):
+    """The latent is now read in one call (through zarrs when installed), but its digest is still the
+    sha256 of its 8-latent-frame blocks in order, so an OUT recorded by an older farm still resumes."""
+    import hashlib
+
+    from farm.resume import latent_identity
+
+    # 89 frames: 12 latent frames, one whole block of 8 and one of 4
+    fr.synth(tmp_path / "job", decoder="ltx2-tiny", shots=1, frames=89, height=64, width=64)
+    job = open_job(tmp_path / "job")
+    shot = next(iter(job.shots))
+    latent = np.asarray(zarr.open_array(store=str(tmp_path / "job" / shot / "latent"), mode="r")[...])
+    expected = hashlib.sha256()
+    for start in range(0, latent.shape[1], 8):
+        expected.update(np.ascontiguousarray(latent[:, start : start + 8]).tobytes())
+    got = latent_identity(job, shot)
+    assert latent.shape[1] == 12 and got["sha256"] == expected.hexdigest()
+    assert hashlib.sha256(latent.tobytes()).hexdigest() != got["sha256"]  # blocks, not the whole array
+
+
 def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, tmp_path):
     out = Output(tmp_path / "out")
     proc = cli_render(long_job, out.root)
