@@ -14,9 +14,15 @@ from typing import Any, TextIO
 
 LOGGER = logging.getLogger("farm")
 
-# distributed's nanny logs this at WARNING whenever a worker process takes more than a few seconds to
-# exit as a local cluster closes; the process is then killed, which is the intended end of a render.
-SHUTDOWN_NOISE = ("Worker process still alive after",)
+# What distributed logs as a command stops, that is no fault of the render (hidden unless -v), per logger:
+# - the nanny warns whenever a worker process takes more than a few seconds to exit as a local cluster
+#   closes; the process is then killed, which is the intended end of a render;
+# - a Ctrl-C that lands in `distributed.utils.sync` before its future exists makes sync's cancel callback
+#   fail with a NameError (a race in distributed), logged by tornado; the render stops as asked.
+SHUTDOWN_NOISE = {
+    "distributed.nanny": ("Worker process still alive after",),
+    "tornado.application": ("Exception in callback functools.partial(<function sync.<locals>.cancel",),
+}
 
 
 def message(text: str) -> None:
@@ -41,8 +47,12 @@ class _Formatter(logging.Formatter):
 
 
 class _DropShutdownNoise(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(SHUTDOWN_NOISE)
+        return not record.getMessage().startswith(self.prefixes)
 
 
 def level_for(verbosity: int) -> int:
@@ -65,10 +75,11 @@ def setup(verbosity: int = 0, stream: TextIO | None = None) -> None:
         LOGGER.warning(str(message))
 
     warnings.showwarning = show_warning
-    nanny = logging.getLogger("distributed.nanny")
-    for old in [f for f in nanny.filters if isinstance(f, _DropShutdownNoise)]:
-        nanny.removeFilter(old)
-    if verbosity < 1:
-        nanny.addFilter(_DropShutdownNoise())
+    for name, prefixes in SHUTDOWN_NOISE.items():
+        logger = logging.getLogger(name)
+        for old in [f for f in logger.filters if isinstance(f, _DropShutdownNoise)]:
+            logger.removeFilter(old)
+        if verbosity < 1:
+            logger.addFilter(_DropShutdownNoise(prefixes))
     if verbosity <= -1:  # -q: distributed's own info lines too
         logging.getLogger("distributed").setLevel(logging.WARNING)

@@ -219,3 +219,33 @@ def test_progress_bar_shows_totals_and_time_since_the_command_started(monkeypatc
     stats.batches_written, stats.tiles_decoded, stats.seconds = 8, 4, 20.0
     update(stats)
     assert "8/8" in terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+
+
+def test_distributeds_shutdown_noise_is_hidden_unless_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nanny's slow-exit warning and the NameError of distributed's sync race on Ctrl-C are not
+    shown to a user (the render stopped as asked); other errors still are, and -v shows everything."""
+    import io
+    import logging
+    import warnings
+
+    from farm import logs
+
+    for name in ("handlers", "level", "propagate"):  # logs.setup changes them: restored after the test
+        monkeypatch.setattr(logs.LOGGER, name, getattr(logs.LOGGER, name))
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    tornado = logging.getLogger("tornado.application")
+    seen = io.StringIO()
+    handler = logging.StreamHandler(seen)
+    tornado.addHandler(handler)
+    race = "Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f00>)"
+    try:
+        logs.setup(0, stream=io.StringIO())
+        tornado.error(race)
+        tornado.error("Exception in callback something else")
+        assert seen.getvalue().splitlines() == ["Exception in callback something else"]
+        logs.setup(1, stream=io.StringIO())
+        tornado.error(race)
+        assert seen.getvalue().splitlines()[-1] == race
+    finally:
+        tornado.removeHandler(handler)
+        logs.setup(0, stream=io.StringIO())
