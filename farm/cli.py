@@ -269,6 +269,11 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk", metavar="F,H,W",
                    help="largest latent block one decode call takes inside a worker (0 = no limit), "
                         "to bound GPU memory")  # fmt: skip
+    p.add_argument("--carry", action="store_true",
+                   help="with a temporal --chunk: decode a tile's chunks in order, each starting from "
+                        "the decoder's causal state where the last one stopped (no overlap or context "
+                        "decoded twice; a shot's first batches are written while later chunks decode). "
+                        "LTX-2")  # fmt: skip
     p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
 
@@ -310,7 +315,11 @@ def _plan_options(args: argparse.Namespace):
     chunk = ChunkSize()
     if args.chunk:
         f, h, w = (v or None for v in parse_triple(args.chunk, "--chunk", minimum=0))
-        chunk = ChunkSize(frames=f, height=h, width=w)
+        chunk = ChunkSize(frames=f, height=h, width=w, carry=bool(getattr(args, "carry", False)))
+    elif getattr(args, "carry", False):
+        raise FarmError(
+            "--carry needs a temporal chunk to carry the state across, e.g. --chunk 4,0,0 --carry"
+        )
     return PlanOptions(
         tiles=parse_tiles(args.tiles),
         cost_model=args.cost_model,

@@ -29,6 +29,7 @@ from farm.errors import FarmError
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
+    CARRIED,
     Placement,
     VideoSettings,
     blend_batch,
@@ -202,6 +203,8 @@ class Driver:
         self.pieces: dict[tuple[int, int, int, int], Any] = {}  # (*unit, batch) → piece future
         self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
         self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
+        self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
+        self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → state future for its next segment
         self.batches_left = [len(p.batches) for p in plans]
         self.failed: set[int] = set()
         self.cursor = 0
@@ -216,13 +219,17 @@ class Driver:
         cuts = _cuts(plan, step)
         t = self.targets
         part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
+        carried = plan.chunk.carry and step.segment >= 0
+        state = self.carried.pop((step.shot, step.tile), None) if carried else None
         decode = self.client.submit(
-            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment,
+            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, state,
             key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
         self.decoded[step.unit] = decode
+        if carried:
+            self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
             self.pieces[(*step.unit, b)] = self.client.submit(
                 operator.getitem, decode, index,
@@ -231,6 +238,21 @@ class Driver:
             )  # fmt: skip
         decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
         self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
+
+    def _carry_on(self, step: DecodeStep, decode: Any) -> None:
+        """Keep a carried segment's decoder state for the tile's next segment, and let go of the
+        previous segment's decode if it fed nothing still to write (its state was all it was for)."""
+        plan = self.plans[step.shot]
+        if step.segment < self.last_segment[(step.shot, step.tile)]:
+            tile = plan.tiles[step.tile].index
+            self.carried[(step.shot, step.tile)] = self.client.submit(
+                operator.getitem, decode, CARRIED,
+                key=(keys.CARRIED_STATE, self.render_id, plan.shot, tile, step.segment),
+                priority=self.base + Priority.PIECE,
+            )  # fmt: skip
+        before = (step.shot, step.tile, step.segment - 1)
+        if step.segment > 0 and self.unwritten.get(before) == 0:
+            self.release(before)
 
     def submit_blend(self, step: BlendStep) -> None:
         plan, t = self.plans[step.shot], self.targets

@@ -177,6 +177,11 @@ def make_schedule(
         spans = [_absolute(plan, k, frames) for k, _, frames, _ in units]
         bounds = [(b.start, b.stop) for b in plan.batches]
         pieces = [[u for u, span in enumerate(spans) if _overlap(span, bound)] for bound in bounds]
+        # the last unit of each tile that feeds a batch: a carried chunk before it is decoded even when
+        # its batches are done (its state is needed), one after it never is
+        last_needed: dict[int, int] = {}
+        for u in (u for feeding in pieces for u in feeding):
+            last_needed[units[u][0]] = max(last_needed.get(units[u][0], -1), u)
         for u, (k, segment, frames, share) in enumerate(units):
             ready = []
             for b, feeding in enumerate(pieces):  # batches whose last piece this is, in batch order
@@ -193,6 +198,8 @@ def make_schedule(
                 ready.append(len(blends))
                 blends.append(BlendStep(p, b, tuple(units[v][:2] for v in feeding), slot, io, local))
             feeds = tuple(b for b, feeding in enumerate(pieces) if u in feeding)
+            if not feeds and not (plan.chunk.carry and u < last_needed.get(k, -1)):
+                continue  # a segment of a resumed tile whose batches are all done
             given = tuple(_overlap(spans[u], bounds[b]) for b in feeds)
             priority = Priority.DECODE - plan.tiles[k].index
             decodes.append(

@@ -182,13 +182,18 @@ def decode_tile(
     cuts: list[tuple[int, slice]],
     compile: bool | str = False,
     segment: int = -1,
-) -> dict[int, Any]:
+    carried: dict | None = None,
+) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
     A tile split into temporal chunks decodes segment by segment (`farm.tiling.tile_segments`), each
     weighted by the tile's ramps, then summed in order; ``segment >= 0`` decodes only that one (a
     streamed tile: one task per segment), its `cuts` relative to the segment's first frame. Both give
-    the same pieces for the same frames (`blend_batch` sums a tile's segments first)."""
+    the same pieces for the same frames (`blend_batch` sums a tile's segments first).
+
+    With carried chunks (`ChunkSize.carry`) a streamed segment starts from `carried`, the decoder state
+    the previous segment's task returned under the key ``CARRIED`` (None for the first), and returns
+    its own there unless it is the tile's last."""
     import torch
 
     from farm.decoders import load_decoder
@@ -217,7 +222,8 @@ def decode_tile(
     # across workers along frames from also being chunked along frames inside one
     segments = tile_segments(tile, decoder.geometry, chunk) if chunk.frames else []
     if segment >= 0 or len(segments) > 1:
-        args = (decoder, latent, tile, segments, segment, origin, cuts)
+        state = (carried or {}) if chunk.carry else None
+        args = (decoder, latent, tile, segments, segment, origin, cuts, state)
         return on_decode_thread(_ready_marked, _decode_segments, *args)
 
     def decode() -> dict[int, Any]:
@@ -242,16 +248,17 @@ def decode_tile(
 _READY = "_farm_ready"
 
 
-def _ready_marked(fn: Callable[..., dict[int, Any]], *args: Any) -> dict[int, Any]:
-    """``fn(*args)``'s pieces, each carrying the event that marks it complete on its device (GPU)."""
+def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
+    """``fn(*args)``'s pieces, each carrying the event that marks it complete on its device (GPU).
+    (A carried state, under ``CARRIED``, is read by the next decode on the same stream: no event.)"""
     import torch
 
     pieces = fn(*args)
-    first = next(iter(pieces.values()), None)
-    if first is not None and first.is_cuda:
+    tensors = [p for key, p in pieces.items() if key != CARRIED]
+    if tensors and tensors[0].is_cuda:
         event = torch.cuda.Event()
         event.record()  # on the current (decode) stream, after every kernel that made the pieces
-        for piece in pieces.values():
+        for piece in tensors:
             setattr(piece, _READY, event)
     return pieces
 
@@ -285,18 +292,26 @@ def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
         yield
 
 
+CARRIED = "carried"  # a streamed segment's result key for the decoder state its next segment starts from
+
+
 def _decode_segments(
     decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segments: list[Segment], only: int,
-    origin: tuple[int, ...], cuts: list[tuple[int, slice]],
-) -> dict[int, Any]:  # fmt: skip
+    origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None,
+) -> dict[Any, Any]:  # fmt: skip
+    """`state`: None unless the chunks carry the decoder's state; then the state the first segment
+    decoded here starts from ({} at the tile's start)."""
     import torch
 
     if only >= 0:
-        pixels = decode_segment(decoder, latent, tile, segments[only], origin)
-        return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+        pixels, after = decode_segment(decoder, latent, tile, segments[only], origin, state)
+        pieces: dict[Any, Any] = {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
+        if after is not None and only < len(segments) - 1:
+            pieces[CARRIED] = after
+        return pieces
     out = None
     for seg in segments:
-        pixels = decode_segment(decoder, latent, tile, seg, origin)
+        pixels, state = decode_segment(decoder, latent, tile, seg, origin, state)
         if out is None:
             out = torch.zeros((pixels.shape[0], tile.pixels[0].size, *pixels.shape[2:]),
                               dtype=torch.float32, device=pixels.device)  # fmt: skip
@@ -307,17 +322,27 @@ def _decode_segments(
 
 
 def decode_segment(
-    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segment: Segment, origin: tuple[int, ...]
-) -> torch.Tensor:
+    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segment: Segment, origin: tuple[int, ...],
+    state: dict | None = None,
+) -> tuple[torch.Tensor, dict | None]:  # fmt: skip
     """One temporal segment of a tile: its chunks decoded, weighted by their ramps and summed (as
-    `decode_block` does), then weighted by the tile's own ramps over the segment's frames."""
+    `decode_block` does), then weighted by the tile's own ramps over the segment's frames.
+
+    `state`: None, or for carried chunks the decoder state per spatial chunk after the previous
+    segment ({} before the first). Returns the pixels and the state after this segment (or None)."""
     import torch
 
     f0, f1 = segment.frames
     out = None
+    after: dict | None = None if state is None else {}
     for piece in segment.pieces:  # as decode_block does each chunk: context decoded, then dropped
         at = tuple(o + sl.start for o, sl in zip(origin, piece.decode_slices(), strict=True))
-        pixels = decoder.decode(latent[(slice(None), *piece.decode_slices())], origin=at)
+        block = latent[(slice(None), *piece.decode_slices())]
+        if after is None:
+            pixels = decoder.decode(block, origin=at)
+        else:
+            place = piece.grid_pos[1:]  # the same spatial chunk in every segment
+            pixels, after[place] = decoder.decode_carried(block, state.get(place), origin=at)  # type: ignore[union-attr]
         pixels = drop_context(pixels, piece, decoder.geometry.temporal_scale)
         _weigh_in_place(pixels, piece)
         if out is None:
@@ -327,7 +352,7 @@ def decode_segment(
         out[:, p0 - f0 : p1 - f0, h0:h1, w0:w1] += pixels
         del pixels
     assert out is not None  # a segment has at least one piece
-    return _weigh_in_place(out, tile, slice(f0, f1))
+    return _weigh_in_place(out, tile, slice(f0, f1)), after
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ class Geometry:
     frames and then discards, so the frames it keeps see the same past and future as in a whole-shot
     decode (the decoder's temporal receptive field; tiles at the shot's start / end need none). The
     adapter records them per config (``temporal_context_for``); 0 decodes each tile on its own.
+
+    `carries`: the decoder can decode a tile's temporal chunks one after another with its causal state
+    carried from each to the next (`ChunkSize.carry`), instead of re-decoding context for each.
     """
 
     spatial_scale: int
@@ -55,6 +58,7 @@ class Geometry:
     causal: bool = True
     context: int = 0
     lookahead: int = 0
+    carries: bool = False
 
     def pixel_frames(self, latent_frames: int) -> int:
         if self.causal:
@@ -110,12 +114,21 @@ class TileGrid:
 
 @dataclass(frozen=True)
 class ChunkSize:
-    """Intra-worker tiling: the largest latent block one decode call may take (None: no limit)."""
+    """Intra-worker tiling: the largest latent block one decode call may take (None: no limit).
+
+    `carry`: temporal chunks do not overlap and decode no context; each starts from the decoder's
+    causal state where the previous chunk left it (the last input frames of every causal convolution),
+    so a tile decodes in time order with no frame decoded twice, the frames of its first chunks
+    ready while later ones decode. Needs a decoder that carries its state (`Geometry.carries`: LTX-2).
+    The frames equal a whole-tile decode up to float rounding, not bit for bit, so carrying is part of
+    the plan's identity; streamed or not, and on any number of workers, a carried plan writes the same bytes.
+    """
 
     frames: int | None = None
     height: int | None = None
     width: int | None = None
     overlap: tuple[int, int, int] = (1, 2, 2)
+    carry: bool = False
 
     def __post_init__(self) -> None:
         for axis, limit in zip(AXES, self.limits(), strict=True):
@@ -125,6 +138,11 @@ class ChunkSize:
                     "or no limit"
                 )
         _check_triple(self.overlap, "chunk overlap", minimum=0, example="1,2,2")
+        if self.carry and self.frames is None:
+            raise FarmError(
+                "carrying the decoder's state needs temporal chunks: give a chunk of frames too, "
+                "e.g. --chunk 4,0,0 --carry"
+            )
 
     def limits(self) -> tuple[int | None, int | None, int | None]:
         return (self.frames, self.height, self.width)
@@ -447,6 +465,11 @@ def plan_shot(
     warm = temporal_context(per_axis[0][0], f, geometry)
     decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
     validate_chunking(grid, chunk, per_axis[0][0], decoded)
+    if chunk.carry and not geometry.carries:
+        raise FarmError(
+            f"shot {shot!r}: this decoder cannot carry its causal state from one temporal chunk to the "
+            "next (LTX-2's can); drop --carry to decode each chunk with overlap and context instead"
+        )
 
     tiles: list[Tile] = []
     for i_f in range(grid.tiles[0]):
@@ -519,19 +542,23 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
     per_axis = []
     for axis, size in enumerate((f, h, w)):
         limit = limits[axis]
+        temporal = axis == 0
+        if temporal and chunk.carry and limit is not None:
+            per_axis.append(carried_chunks(size, limit, geometry))
+            continue
         name = f"chunk {AXES[axis]}"
         intervals = (
             [Interval(0, size, 0, 0)]
             if limit is None
             else split_by_size(size, limit, min(chunk.overlap[axis], max(limit - 1, 0)), axis=name)
         )
-        temporal = axis == 0
         if temporal and geometry.causal:
             intervals = causal_shift(intervals)
         scale = geometry.temporal_scale if temporal else geometry.spatial_scale
         spans, _ = axis_spans(intervals, scale, pixel_shape[axis], temporal=temporal, causal=geometry.causal)
         per_axis.append((intervals, spans))
-    warm = temporal_context(per_axis[0][0], f, geometry)
+    # carried chunks see their past through the state, not through decoded context
+    warm = [(0, 0)] * len(per_axis[0][0]) if chunk.carry else temporal_context(per_axis[0][0], f, geometry)
     chunks: list[Tile] = []
     for i_f in range(len(per_axis[0][0])):
         for i_h in range(len(per_axis[1][0])):
@@ -549,6 +576,23 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
                     )
                 )
     return tuple(chunks)
+
+
+def carried_chunks(size: int, limit: int, geometry: Geometry) -> tuple[list[Interval], list[PixelSpan]]:
+    """Temporal chunks of `size` latent frames decoded with the causal state carried: at most `limit`
+    frames each, no overlap, weight 1 on every pixel frame. Latent frames ``[s, e)`` of a causal decoder
+    give pixel frames ``[0, 1 + (e-1)*t)`` for the first chunk and ``[1 + (s-1)*t, 1 + (e-1)*t)`` after
+    it: the first latent frame is the only one that decodes to one pixel frame."""
+    t = geometry.temporal_scale
+    if not geometry.causal:
+        raise FarmError("carried temporal chunks need a causal decoder; this one is not: drop --carry")
+    intervals = [Interval(s, min(s + limit, size), 0, 0) for s in range(0, size, limit)]
+    spans = []
+    for iv in intervals:
+        start = 0 if iv.start == 0 else 1 + (iv.start - 1) * t
+        stop = 1 + (iv.end - 1) * t
+        spans.append(PixelSpan(start, stop, (1.0,) * (stop - start)))
+    return intervals, spans
 
 
 @dataclass(frozen=True)
@@ -601,6 +645,7 @@ def plan_identity(plan: ShotPlan) -> dict:
         "overlap": list(plan.grid.overlap),
         "batch_frames": plan.batches[0].frames if plan.batches else 0,
         "chunk": [plan.chunk.frames, plan.chunk.height, plan.chunk.width, list(plan.chunk.overlap)],
+        **({"carry": True} if plan.chunk.carry else {}),  # recorded only when used, as context is
         "pixel_shape": list(plan.pixel_shape),
         # context frames change what a tile decodes; recorded only when used, so plans without them keep
         # the identity earlier renders stored

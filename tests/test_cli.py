@@ -68,6 +68,9 @@ def test_render_rejects_bad_options_before_writing(job, tmp_path):
         farm("render", str(job), "--out", str(out), "--tiles", "2,1,1", "--chunk", "1,0,0"),
         "conflicting temporal tilings",
     )
+    assert_user_error(
+        farm("render", str(job), "--out", str(out), "--carry"), "--carry needs a temporal chunk"
+    )
     assert_user_error(farm("render", str(tmp_path / "nope.zarr"), "--out", str(out)), "does not exist")
     assert_user_error(
         farm("render", str(job), "--out", str(out), "--compile", "fastest"),

@@ -348,3 +348,38 @@ def test_recorded_constructor_defaults_are_the_installed_classes():
     for family, cls in FAMILIES.items():
         for name, config in cls.named_configs.items():
             assert recorded_decoder_parameters(family, name) == cls.count_decoder_parameters(config), name
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_ltx2_carried_chunks_equal_the_whole_decode(size):
+    """Chunk after chunk with the causal state carried: the whole decode's frames (float rounding
+    only), no frame decoded twice; the model is left as it was."""
+    spec = spec_from_json(raw_spec("ltx2-tiny"))
+    decoder = decoder_class(spec).load(spec, "cpu")
+    assert decoder.geometry.carries
+    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(4), (decoder.latent_channels, 7, 4, 6)))
+    whole = decoder.decode(z)
+    parts, state = [], None
+    for start in range(0, 7, size):
+        block = z[:, start : start + size]
+        pixels, state = decoder.decode_carried(block, state)
+        assert pixels.shape[1] == (
+            decoder.geometry.pixel_frames(block.shape[1]) if start == 0 else 8 * block.shape[1]
+        )
+        parts.append(pixels)
+    torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-4, rtol=0)
+    # a chunk decoded without the carried state (its own first frame as padding) is clearly different
+    alone, _ = decoder.decode_carried(z[:, size : 2 * size], None)
+    assert (alone[:, -1] - whole[:, 8 * (2 * size - 1)]).abs().max() > 1e-3
+    assert not any("forward" in vars(m) for m in decoder.model.modules())  # the class forwards again
+    torch.testing.assert_close(decoder.decode(z), whole, atol=0, rtol=0)
+
+
+def test_only_causal_noiseless_ltx2_carries_state():
+    for name in ("ltxv-tiny", "wan-tiny", "hunyuanvideo-tiny"):
+        spec = spec_from_json(raw_spec(name))
+        assert not decoder_class(spec).geometry_for(spec.config).carries
+    cls = decoder_class(spec_from_json(raw_spec("ltx2-tiny")))
+    assert cls.geometry_for({}).carries
+    assert not cls.geometry_for({"decoder_causal": False}).carries
+    assert not cls.geometry_for({"decoder_inject_noise": [False, True, False, False]}).carries

@@ -20,6 +20,7 @@ from farm.tiling import (
     Geometry,
     TileGrid,
     assign_round_robin,
+    pending_plan,
     plan_geometry,
     plan_shot,
 )
@@ -277,3 +278,28 @@ def test_streamed_tiles_decode_segment_by_segment() -> None:
 def test_tiling_values_are_validated_where_they_are_built(make) -> None:
     with pytest.raises(FarmError, match="must be|is invalid"):
         make()
+
+
+def test_carried_segments_run_in_order_and_a_resume_still_decodes_their_state() -> None:
+    """Carried chunks: one decode per chunk, no overlap, shares by own frames; a resumed plan whose
+    first batches are done still decodes the first chunks (the later ones start from their state),
+    while overlapping chunks that feed nothing are skipped."""
+    carrying = Geometry(32, 8, True, carries=True)
+
+    def plan(chunk: ChunkSize):
+        return assign_round_robin([plan_shot("s", (8, 9, 6, 8), carrying, batch_frames=8, chunk=chunk)], 1)
+
+    carried = plan(ChunkSize(frames=3, carry=True))
+    full = make_schedule(carried, n_decode=1, n_io=0)
+    assert [d.segment for d in full.decodes] == [0, 1, 2]
+    frames = [d.frames for d in full.decodes]
+    assert frames == [(0, 17), (17, 41), (41, 65)] and [d.share for d in full.decodes] == [3 / 9] * 3
+    done = set(range(4))  # batches 0-3 (frames 0-31) done: the first chunk feeds nothing left
+    resumed = make_schedule([pending_plan(carried[0], done)], n_decode=1, n_io=0)
+    # feeds: positions in the pending batches 4-8 (frames 32-39, 40-47, … 64)
+    assert [(d.segment, d.feeds) for d in resumed.decodes] == [(0, ()), (1, (0, 1)), (2, (1, 2, 3, 4))]
+    # the last batches done instead: the chunks after the last one feeding a batch are not decoded
+    tail_done = make_schedule([pending_plan(carried[0], set(range(3, 9)))], n_decode=1, n_io=0)
+    assert [(d.segment, d.feeds) for d in tail_done.decodes] == [(0, (0, 1, 2)), (1, (2,))]
+    overlapping = [pending_plan(plan(ChunkSize(frames=3))[0], done)]
+    assert 0 not in [d.segment for d in make_schedule(overlapping, n_decode=1, n_io=0).decodes]

@@ -24,6 +24,7 @@ from farm.tiling import (
     TileGrid,
     assign_round_robin,
     plan_chunks,
+    plan_identity,
     plan_shot,
     split_by_count,
     trapezoid,
@@ -740,3 +741,39 @@ def test_temporal_chunks_carry_context_inside_a_tile():
     chunks = plan_chunks((16, 2, 2), Geometry(32, 8, True, context=3, lookahead=2), ChunkSize(frames=6))
     firsts = [c for c in chunks if c.grid_pos[1:] == (0, 0)]
     assert [(c.context, c.lookahead) for c in firsts] == [(0, 2)] + [(3, 2)] * (len(firsts) - 2) + [(3, 0)]
+
+
+@pytest.mark.parametrize("frames, limit", [(16, 5), (16, 1), (16, 16), (7, 3), (2, 1)])
+def test_carried_chunks_tile_the_frames_once_with_weight_one(frames, limit):
+    g = Geometry(32, 8, True, context=24, carries=True)
+    chunks = plan_chunks((frames, 4, 6), g, ChunkSize(frames=limit, height=2, carry=True))
+    firsts = sorted((c for c in chunks if c.grid_pos[1:] == (0, 0)), key=lambda c: c.grid_pos[0])
+    # latent frames: consecutive, no overlap, no context or lookahead
+    assert [(c.latent[0].start, c.latent[0].end) for c in firsts] == [
+        (s, min(s + limit, frames)) for s in range(0, frames, limit)
+    ]
+    assert all(c.context == 0 and c.lookahead == 0 for c in chunks)
+    # pixel frames: the whole decode's, each exactly once, at weight 1, as many as each chunk decodes
+    spans = [c.pixels[0] for c in firsts]
+    assert spans[0].start == 0 and spans[-1].stop == g.pixel_frames(frames)
+    assert all(a.stop == b.start for a, b in zip(spans, spans[1:], strict=False))
+    assert all(set(s.weights) == {1.0} for s in spans)
+    assert [s.size for s in spans] == [g.pixel_frames(c.latent[0].size) if i == 0 else 8 * c.latent[0].size
+                                       for i, c in enumerate(firsts)]  # fmt: skip
+    # spatial chunks still overlap and blend as before
+    assert len({c.grid_pos[1] for c in chunks}) > 1
+
+
+def test_carry_is_checked_and_is_part_of_the_plan_identity():
+    with pytest.raises(FarmError, match="needs temporal chunks"):
+        ChunkSize(height=4, carry=True)
+    plain = Geometry(32, 8, True)
+    with pytest.raises(FarmError, match="cannot carry its causal state"):
+        plan_shot("a", (8, 9, 4, 4), plain, chunk=ChunkSize(frames=2, carry=True))
+    with pytest.raises(FarmError, match="need a causal decoder"):
+        plan_chunks((9, 4, 4), Geometry(32, 8, False, carries=True), ChunkSize(frames=2, carry=True))
+    carrying = Geometry(32, 8, True, carries=True)
+    carried = plan_shot("a", (8, 9, 4, 4), carrying, chunk=ChunkSize(frames=2, carry=True))
+    overlapped = plan_shot("a", (8, 9, 4, 4), carrying, chunk=ChunkSize(frames=2))
+    assert plan_identity(carried)["carry"] is True and "carry" not in plan_identity(overlapped)
+    assert {k: v for k, v in plan_identity(carried).items() if k != "carry"} == plan_identity(overlapped)

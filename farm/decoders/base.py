@@ -99,6 +99,13 @@ class VideoDecoder(Protocol):
         """
         ...
 
+    def decode_carried(
+        self, latent: torch.Tensor, state: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[torch.Tensor, Any]:
+        """`decode` of a temporal chunk that follows the chunk `state` came from (None: the tile's first),
+        and the decoder's causal state after it. Only decoders whose geometry `carries` implement it."""
+        ...
+
     @classmethod
     def peak_bytes(cls, spec: DecoderSpec, pixels: Sequence[int] | int) -> int:
         """Estimated peak device memory of one decode call of ``(frames, height, width)`` output pixels

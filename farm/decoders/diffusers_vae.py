@@ -286,6 +286,11 @@ class DiffusersVideoDecoder:
 
     # ---- decoding ------------------------------------------------------------------------------
 
+    def decode_carried(
+        self, latent: torch.Tensor, state: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[torch.Tensor, Any]:
+        raise FarmError(f"the {self.family} decoder cannot carry its causal state between temporal chunks")
+
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """Latents as the pipeline stores them → as it hands them to ``vae.decode``."""
         raise NotImplementedError

@@ -55,7 +55,11 @@ class LTX2Decoder(DiffusersVideoDecoder):
         spatial = full["patch_size"] * 2 ** sum(k in ("spatial", "spatiotemporal") for k in kinds)
         temporal = full["patch_size_t"] * 2 ** sum(k in ("temporal", "spatiotemporal") for k in kinds)
         # The first latent frame decodes to one pixel frame whatever the padding mode: tiles need the shift.
-        geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True)
+        # A causal decoder without injected noise can decode temporal chunks with its state carried.
+        noise = full["decoder_inject_noise"]
+        noisy = any(noise) if isinstance(noise, list | tuple) else bool(noise)
+        carries = bool(full["decoder_causal"]) and not noisy
+        geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True, carries=carries)
         return cls._with_context(geometry, config)
 
     @classmethod
@@ -79,11 +83,31 @@ class LTX2Decoder(DiffusersVideoDecoder):
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         return self.denormalize_with_buffers(z)
 
-    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+    def _temb(self) -> torch.Tensor | None:
         import torch
 
-        temb = None
-        if self.model.config.timestep_conditioning:
-            t = float(self.spec.extra.get("decode_timestep", 0.0))
-            temb = torch.tensor([t], device=self.device, dtype=self.torch_dtype)
-        return self.model.decode(z, temb=temb, return_dict=False)[0]
+        if not self.model.config.timestep_conditioning:
+            return None
+        t = float(self.spec.extra.get("decode_timestep", 0.0))
+        return torch.tensor([t], device=self.device, dtype=self.torch_dtype)
+
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        return self.model.decode(z, temb=self._temb(), return_dict=False)[0]
+
+    def decode_carried(
+        self, latent: torch.Tensor, state: list | None, origin: tuple[int, int, int] | None = None
+    ) -> tuple[torch.Tensor, list]:
+        """`decode` of a temporal chunk that follows the chunk `state` came from (None: the first),
+        with the state after it (`farm.decoders.ltx2_carry`). Runs eager even with --compile: the
+        carried forwards are swapped in per call, which a compiled graph would not see."""
+        import torch
+
+        from farm.decoders.ltx2_carry import decode_with_state
+
+        decoder = getattr(self.model.decoder, "_orig_mod", self.model.decoder)  # torch.compile's wrapper
+        with self._lock, torch.inference_mode():
+            z = latent.to(device=self.device, dtype=self.torch_dtype)[None]
+            if self.spec.latents == "normalized":
+                z = self.denormalize(z)
+            pixels, after = decode_with_state(decoder, z, self._temb(), state)
+            return (pixels[0].float() + 1.0) / 2.0, after
