@@ -29,7 +29,6 @@ from farm.errors import FarmError
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
-    CARRIED,
     Placement,
     VideoSettings,
     blend_batch,
@@ -204,7 +203,7 @@ class Driver:
         self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
         self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
-        self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → state future for its next segment
+        self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
         self.batches_left = [len(p.batches) for p in plans]
         self.failed: set[int] = set()
         self.cursor = 0
@@ -220,9 +219,9 @@ class Driver:
         t = self.targets
         part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
         carried = plan.chunk.carry and step.segment >= 0
-        state = self.carried.pop((step.shot, step.tile), None) if carried else None
+        previous = self.carried.pop((step.shot, step.tile), None) if carried else None
         decode = self.client.submit(
-            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, state,
+            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
@@ -240,16 +239,12 @@ class Driver:
         self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
 
     def _carry_on(self, step: DecodeStep, decode: Any) -> None:
-        """Keep a carried segment's decoder state for the tile's next segment, and let go of the
-        previous segment's decode if it fed nothing still to write (its state was all it was for)."""
-        plan = self.plans[step.shot]
+        """Hand a carried segment's decode (its result holds the decoder state) to the tile's next
+        segment, and let go of the previous segment's if it fed nothing still to write (its state was
+        all it was for). The next segment takes the whole result as an argument, not a task that picks
+        the state out of it: that would add a scheduler round trip between two segments, GPU idle."""
         if step.segment < self.last_segment[(step.shot, step.tile)]:
-            tile = plan.tiles[step.tile].index
-            self.carried[(step.shot, step.tile)] = self.client.submit(
-                operator.getitem, decode, CARRIED,
-                key=(keys.CARRIED_STATE, self.render_id, plan.shot, tile, step.segment),
-                priority=self.base + Priority.PIECE,
-            )  # fmt: skip
+            self.carried[(step.shot, step.tile)] = decode
         before = (step.shot, step.tile, step.segment - 1)
         if step.segment > 0 and self.unwritten.get(before) == 0:
             self.release(before)

@@ -12,7 +12,6 @@ from __future__ import annotations
 PREPARE_OUTPUT = "prepare-output"  # the render's output arrays and identity records, made once
 DECODE_TILE = "decode-tile"
 TILE_PIECE = "tile-piece"
-CARRIED_STATE = "carried-state"  # a carried segment's decoder state, for the tile's next segment
 BLEND_BATCH = "blend-batch"
 WRITE_BATCH = "write-batch"
 ENCODE_SEGMENT = "encode-segment"
@@ -25,7 +24,6 @@ TASK_PREFIXES = (
     PREPARE_OUTPUT,
     DECODE_TILE,
     TILE_PIECE,
-    CARRIED_STATE,
     BLEND_BATCH,
     WRITE_BATCH,
     ENCODE_SEGMENT,

@@ -182,7 +182,7 @@ def decode_tile(
     cuts: list[tuple[int, slice]],
     compile: bool | str = False,
     segment: int = -1,
-    carried: dict | None = None,
+    previous: dict | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -191,40 +191,35 @@ def decode_tile(
     streamed tile: one task per segment), its `cuts` relative to the segment's first frame. Both give
     the same pieces for the same frames (`blend_batch` sums a tile's segments first).
 
-    With carried chunks (`ChunkSize.carry`) a streamed segment starts from `carried`, the decoder state
-    the previous segment's task returned under the key ``CARRIED`` (None for the first), and returns
-    its own there unless it is the tile's last."""
-    import torch
-
+    With carried chunks (`ChunkSize.carry`) a streamed segment starts from the decoder state in
+    `previous`, the previous segment's result (its key ``CARRIED``; None for the first segment), and
+    returns its own there unless it is the tile's last."""
     from farm.decoders import load_decoder
 
     check_visible(job_path, "job store")
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
-    try:
-        block = read_latent(job_path, tile.shot, tile.decode_slices())
-    except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
-        f = tile.decode_slices()[0]
-        raise FarmError(
-            f"shot {tile.shot!r}: cannot read latent frames {f.start}-{f.stop - 1} from {job_path!r} "
-            f"(corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or re-export the latents"
-        ) from None
-    if not np.isfinite(block).all():
-        bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + tile.decode_slices()[0].start
-        raise FarmError(
-            f"shot {tile.shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
-            "re-export the latents (nothing was decoded for this tile)"
-        )
-    latent = torch.from_numpy(block)
     expected = tuple(span.size for span in tile.pixels)
-
     origin = tile.decode_origin()
     # temporal chunks (segments) never meet temporal context: the chunking guard keeps a tile split
     # across workers along frames from also being chunked along frames inside one
     segments = tile_segments(tile, decoder.geometry, chunk) if chunk.frames else []
-    if segment >= 0 or len(segments) > 1:
-        state = (carried or {}) if chunk.carry else None
-        args = (decoder, latent, tile, segments, segment, origin, cuts, state)
+    if segment >= 0:  # read only the latent frames this segment decodes
+        frames = [p.decode_slices()[0] for p in segments[segment].pieces]
+        first, stop = min(f.start for f in frames), max(f.stop for f in frames)
+        latent = _read_tile_latent(job_path, tile, slice(first, stop))
+        state = None
+        if chunk.carry:
+            assert (previous is None) == (segment == 0), (
+                "a carried segment after the first needs the one before"
+            )
+            state = {} if previous is None else previous[CARRIED]
+        args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         return on_decode_thread(_ready_marked, _decode_segments, *args)
+    latent = _read_tile_latent(job_path, tile)
+    if len(segments) > 1:
+        state = {} if chunk.carry else None
+        return on_decode_thread(_ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
+                                cuts, state)  # fmt: skip
 
     def decode() -> dict[int, Any]:
         pixels = decode_block(decoder, latent, chunk, origin=origin)
@@ -238,6 +233,32 @@ def decode_tile(
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
     return on_decode_thread(_ready_marked, decode)
+
+
+def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:
+    """The latent block `tile` decodes (context included), or only its tile-local latent `frames`,
+    checked finite."""
+    import torch
+
+    region = tile.decode_slices()
+    if frames is not None:
+        start = region[0].start
+        region = (slice(start + frames.start, start + frames.stop), *region[1:])
+    try:
+        block = read_latent(job_path, tile.shot, region)
+    except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
+        raise FarmError(
+            f"shot {tile.shot!r}: cannot read latent frames {region[0].start}-{region[0].stop - 1} from "
+            f"{job_path!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or re-export "
+            "the latents"
+        ) from None
+    if not np.isfinite(block).all():
+        bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + region[0].start
+        raise FarmError(
+            f"shot {tile.shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
+            "re-export the latents (nothing was decoded for this tile)"
+        )
+    return torch.from_numpy(block)
 
 
 # A decoded piece on a GPU carries the CUDA event recorded right after the kernels that make it were
@@ -297,14 +318,15 @@ CARRIED = "carried"  # a streamed segment's result key for the decoder state its
 
 def _decode_segments(
     decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segments: list[Segment], only: int,
-    origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None,
+    origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None, first_frame: int = 0,
 ) -> dict[Any, Any]:  # fmt: skip
     """`state`: None unless the chunks carry the decoder's state; then the state the first segment
-    decoded here starts from ({} at the tile's start)."""
+    decoded here starts from ({} at the tile's start). `first_frame`: the tile-local latent frame that
+    `latent` starts at (a streamed segment reads only its own)."""
     import torch
 
     if only >= 0:
-        pixels, after = decode_segment(decoder, latent, tile, segments[only], origin, state)
+        pixels, after = decode_segment(decoder, latent, tile, segments[only], origin, state, first_frame)
         pieces: dict[Any, Any] = {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
         if after is not None and only < len(segments) - 1:
             pieces[CARRIED] = after
@@ -323,7 +345,7 @@ def _decode_segments(
 
 def decode_segment(
     decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segment: Segment, origin: tuple[int, ...],
-    state: dict | None = None,
+    state: dict | None = None, first_frame: int = 0,
 ) -> tuple[torch.Tensor, dict | None]:  # fmt: skip
     """One temporal segment of a tile: its chunks decoded, weighted by their ramps and summed (as
     `decode_block` does), then weighted by the tile's own ramps over the segment's frames.
@@ -336,8 +358,9 @@ def decode_segment(
     out = None
     after: dict | None = None if state is None else {}
     for piece in segment.pieces:  # as decode_block does each chunk: context decoded, then dropped
-        at = tuple(o + sl.start for o, sl in zip(origin, piece.decode_slices(), strict=True))
-        block = latent[(slice(None), *piece.decode_slices())]
+        frames, rows, cols = piece.decode_slices()
+        at = tuple(o + sl.start for o, sl in zip(origin, (frames, rows, cols), strict=True))
+        block = latent[:, frames.start - first_frame : frames.stop - first_frame, rows, cols]
         if after is None:
             pixels = decoder.decode(block, origin=at)
         else:

@@ -142,6 +142,33 @@ def encode_ceiling(folder: Path, procs: int, frames_total: int, height: int, wid
 # --------------------------------------------------------------------------------------------------
 
 
+def carried_decode(decoder: Any, latent: Any, n: int, reps: int) -> dict[str, Any]:
+    """Seconds of a whole-shot decode done as carried chunks of `n` latent frames (`--carry`), and the
+    largest difference from the unchunked decode."""
+    import torch
+
+    def run() -> Any:
+        state, parts = None, []
+        for start in range(0, latent.shape[1], n):
+            pixels, state = decoder.decode_carried(latent[:, start : start + n], state)
+            parts.append(pixels)
+        return torch.cat(parts, dim=1)
+
+    run()  # first call: cuDNN picks algorithms for the chunk shapes
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        pixels = run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    whole = decoder.decode(latent, origin=(0, 0, 0))
+    diff = float((pixels - whole).abs().max())
+    s = float(np.median(times))
+    log(f"plain carried chunks of {n}: {s:.3f} s, largest difference from the whole decode {diff:.3g}")
+    return {"seconds": s, "all": times, "max_difference": diff}
+
+
 def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -169,6 +196,9 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
         s = float(np.median(times))
         out[mode] = {"seconds": s, "frames_per_s": args.frames / s, "first_call_s": first, "all": times}
         log(f"plain {mode}: {s:.3f} s ({args.frames / s:.1f} frames/s), first call {first:.1f} s")
+        if mode == "eager":
+            for n in args.plain_carry:  # the same decode in carried chunks of n latent frames, in order
+                out[f"carried-{n}"] = carried_decode(decoder, latent, n, args.reps)
         del decoder
         torch.cuda.empty_cache()
     return out
@@ -207,7 +237,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
             cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
             for size, src in ones.items():
                 for case in args.one_cases:
-                    f, h, w, chunk, batch = (int(x) for x in case.split(","))
+                    (f, h, w), chunk, batch = parse_case(case)
                     several = f * h * w != 1  # 0,0,0: --tiles auto, on several GPUs
                     on_one = not several or (args.multi_tile_on_one and f > 0)
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
@@ -216,17 +246,20 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                 dest = Path(args.dirs[0]) / f"r{gpus}"
                 options = plan_options(tiles, chunk, batch)
                 row = timed_farm(client, src, dest, options, videos[label], args)
-                if chunk:  # streamed: the same plan decoded whole must give the same bytes
+                if options.chunk.carry:  # how far carried chunks are from decoding each tile whole
+                    row["levels_from_unchunked"] = levels_from_unchunked(client, src, dest, options)
+                if options.chunk.frames:  # streamed: the same plan decoded whole must give the same bytes
                     same = same_bytes_unstreamed(client, src, dest, options)
                     row["same_bytes_as_unstreamed"] = same
-                row.update(
-                    {"gpus": gpus, "io_workers": io, "what": what, "output": label, "chunk_frames": chunk}
-                )
+                row.update({"gpus": gpus, "io_workers": io, "what": what, "output": label,
+                            "chunk_frames": options.chunk.frames, "carry": options.chunk.carry})  # fmt: skip
                 row["batch"] = batch
                 runs.append(row)
                 save()
+                same = row.get("same_bytes_as_unstreamed")
+                same_note = "" if same is None else f"same bytes as unstreamed: {same} "
                 log(f"farm {gpus} GPU io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
-                    f"{'same bytes as unstreamed: ' + str(row['same_bytes_as_unstreamed']) if chunk else ''} "
+                    f"{row.get('levels_from_unchunked', '')} {same_note}"
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
                     f"{row['frames_per_s']:.1f} frames/s; set-up {row['setup_s']:.2f} s, first task at "
                     f"{row['first_task_s']:.2f} s, {row['after_last_task_s']:.2f} s after the last "
@@ -308,13 +341,40 @@ def _zarr_only() -> Any:
     return VideoSettings(enabled=False)
 
 
-def plan_options(tiles: tuple, chunk_frames: int, batch_frames: int) -> Any:
+def parse_case(case: str) -> tuple[tuple[int, int, int], str, int]:
+    """``F,H,W,CHUNK,BATCH`` → tiles, chunk (latent frames; a trailing ``c`` carries the state), batch."""
+    f, h, w, chunk, batch = case.split(",")
+    return (int(f), int(h), int(w)), chunk, int(batch)
+
+
+def plan_options(tiles: tuple, chunk: str | int, batch_frames: int) -> Any:
     from farm.options import AUTO
     from farm.render import PlanOptions
     from farm.tiling import ChunkSize
 
-    chunk = ChunkSize(frames=chunk_frames) if chunk_frames else ChunkSize()
-    return PlanOptions(tiles=AUTO if 0 in tiles else tiles, chunk=chunk, batch_frames=batch_frames)
+    frames = int(str(chunk).rstrip("c"))
+    size = ChunkSize(frames=frames, carry=str(chunk).endswith("c")) if frames else ChunkSize()
+    return PlanOptions(tiles=AUTO if 0 in tiles else tiles, chunk=size, batch_frames=batch_frames)
+
+
+def levels_from_unchunked(client: Any, job: Path, dest: Path, options: Any) -> dict[str, float]:
+    """8-bit level differences between a render (`dest`) and the same tiles decoded without chunks."""
+    import dataclasses
+
+    import zarr
+
+    from farm.render import render
+    from farm.tiling import ChunkSize
+
+    other = dest.with_name(dest.name + "-unchunked")
+    shutil.rmtree(other, ignore_errors=True)
+    render(str(job), str(other), scheduler=client.scheduler.address, log=lambda _m: None,
+           options=dataclasses.replace(options, chunk=ChunkSize()), video=_zarr_only())  # fmt: skip
+    a, b = (zarr.open_group(str(d / "frames.zarr"), mode="r") for d in (dest, other))
+    diffs = [np.abs(a[s]["frames"][...].astype(np.int16) - b[s]["frames"][...]) for s in a.group_keys()]
+    shutil.rmtree(other, ignore_errors=True)
+    return {"max": float(max(d.max() for d in diffs)), "mean": float(np.mean([d.mean() for d in diffs])),
+            "differing": float(np.mean([(d > 0).mean() for d in diffs]))}  # fmt: skip
 
 
 def timed_farm(
@@ -442,13 +502,15 @@ def main() -> None:
     p.add_argument("--io-workers", default="default", help="I/O worker counts to try, e.g. default,0")
     p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
     p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])
+    p.add_argument("--plain-carry", type=int, nargs="*", default=[],
+                   help="also time the plain decode in carried chunks of these latent frames")  # fmt: skip
     p.add_argument("--one-sizes", nargs="*", default=[], help="single-shot sizes HxW, e.g. 704x1216")
     p.add_argument(
         "--one-cases",
         nargs="*",
         default=["1,1,1,0,32", "1,1,1,6,16", "1,1,2,0,32", "1,1,2,6,16"],
         help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, 0,0,0 for auto; streamed "
-        "chunk; batch)",
+        "chunk, e.g. 6, or 2c for carried chunks of 2 latent frames; batch)",
     )
     p.add_argument(
         "--multi-tile-on-one",

@@ -45,7 +45,8 @@ def row_plans(row: dict, run: dict) -> tuple[list, int, int]:
     counts = tuple(int(x) for x in row["grids"][0].split("x"))
     overlap = tuple(0 if n == 1 else o for n, o in zip(counts, (0, 2, 2), strict=True))
     grid = TileGrid(counts, overlap)  # type: ignore[arg-type]
-    chunk = ChunkSize(frames=row["chunk_frames"]) if row.get("chunk_frames") else ChunkSize()
+    carry = bool(row.get("carry"))
+    chunk = ChunkSize(frames=row["chunk_frames"], carry=carry) if row.get("chunk_frames") else ChunkSize()
     plans = [plan_shot(f"shot{i:03d}", latent, geometry, grid, batch_frames=row.get("batch", 32), chunk=chunk)
              for i in range(shots)]  # fmt: skip
     gpus = int(row["gpus"])

@@ -37,11 +37,12 @@ def decode_with_state(
     upsamplers = [m for m in decoder.modules() if isinstance(m, ltx2.LTX2VideoUpsampler3d)]
     if state is not None and len(state) != len(convs):
         raise ValueError(f"carried state of {len(state)} convolutions; this decoder has {len(convs)}")
+    before: State = [None] * len(convs) if state is None else state
     after: State = [None] * len(convs)
     for i, conv in enumerate(convs):
-        conv.forward = types.MethodType(_carried_conv(i, None if first else state[i], after), conv)
+        conv.forward = types.MethodType(_carried_conv(i, before[i], after), conv)  # type: ignore[method-assign]
     for up in upsamplers:
-        up.forward = types.MethodType(_carried_upsample(first), up)
+        up.forward = types.MethodType(_carried_upsample(first), up)  # type: ignore[method-assign]
     try:
         out = decoder(z, temb, causal=True)
     finally:
