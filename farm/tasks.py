@@ -7,6 +7,7 @@ so the client never holds pixels. Tensors stay on the worker's GPU where there i
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -41,10 +42,17 @@ def worker_device() -> str:
 def _weights(
     tile: Tile, device: torch.device | str, frames: slice = slice(None)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    f, h, w = (_ramp(span.weights, str(device)) for span in tile.pixels)
+    return f[frames].view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
+
+
+@functools.lru_cache(maxsize=512)  # shots of one shape share their tiles' ramps
+def _ramp(weights: tuple[float, ...], device: str) -> torch.Tensor:
+    """A blend ramp on `device`, made once: a tensor made from a list on a GPU is a copy from pageable
+    memory, which waits for every kernel queued before it (a decode task would stall its GPU stream)."""
     import torch
 
-    f, h, w = (torch.tensor(span.weights, dtype=torch.float32, device=device) for span in tile.pixels)
-    return f[frames].view(-1, 1, 1), h.view(1, -1, 1), w.view(1, 1, -1)
+    return torch.tensor(weights, dtype=torch.float32, device=device)
 
 
 def _weigh_in_place(pixels: torch.Tensor, tile: Tile, frames: slice = slice(None)) -> torch.Tensor:

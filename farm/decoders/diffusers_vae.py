@@ -306,11 +306,19 @@ class DiffusersVideoDecoder:
         """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""
         return self.model.decode(z, return_dict=False)[0]
 
+    def to_device(self, latent: torch.Tensor) -> torch.Tensor:
+        """`latent` on the decoder's device in its dtype, without waiting for the GPU: a plain copy from
+        pageable memory waits for every kernel already queued (the previous decode's), so the next
+        decode's launches could not queue behind it. Through pinned memory the copy queues too."""
+        if not str(self.device).startswith("cuda"):
+            return latent.to(dtype=self.torch_dtype)
+        return latent.pin_memory().to(device=self.device, non_blocking=True).to(self.torch_dtype)
+
     def decode(self, latent: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
         import torch
 
         with self._lock, torch.inference_mode():
-            z = latent.to(device=self.device, dtype=self.torch_dtype)[None]
+            z = self.to_device(latent)[None]
             if self.spec.latents == "normalized":
                 z = self.denormalize(z)
             pixels = self.run_decoder(z, origin)[0]

@@ -106,7 +106,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
 
         decoder = getattr(self.model.decoder, "_orig_mod", self.model.decoder)  # torch.compile's wrapper
         with self._lock, torch.inference_mode():
-            z = latent.to(device=self.device, dtype=self.torch_dtype)[None]
+            z = self.to_device(latent)[None]
             if self.spec.latents == "normalized":
                 z = self.denormalize(z)
             pixels, after = decode_with_state(decoder, z, self._temb(), state)
