@@ -69,7 +69,7 @@ from farm.schedule import Priority
 from farm.store import Job, open_job
 from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.tasks import VideoSettings
-from farm.thumbnails import ShotThumbnails
+from farm.thumbnails import ShotThumbnails, middle_batch
 from farm.tiling import ShotPlan, assign_round_robin
 from farm.validate import check_render_options, check_shots
 
@@ -176,7 +176,8 @@ def render(
             if points.pending:
                 _announce(client, len(points.pending), n_workers, render_id, log)
                 layout = batch_layout(out, plans, points.pending)
-                with ShotThumbnails(client, render_id, out, on_progress) as thumbnails:  # the farm page's
+                middle = {p.shot: middle_batch(p) for p in plans}
+                with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
                     stats = run_graph(
                         client, assign_round_robin(points.pending, n_workers), job_path=str(job.path),
                         spec_json=job.spec.to_json(), out=out,

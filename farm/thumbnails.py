@@ -1,8 +1,10 @@
 """Pictures of a render for the farm page: a small thumbnail of each finished shot's middle frame.
 
 The render's client makes them (`ShotThumbnails`, wrapped around the render's progress callback): once
-every batch of a shot is written it reads the shot's middle frame from the Zarr frames, scales it to
-`WIDTH` pixels wide, encodes a PNG on a thread of its own, and publishes it in the scheduler's metadata
+the batch holding a shot's middle frame is written it reads that frame from the Zarr frames, scales it
+to `WIDTH` pixels wide and encodes a PNG on a thread of its own (while the shot's later batches are
+still decoding, so the end of a render never waits for it); once every batch of the shot is written it
+publishes the picture in the scheduler's metadata
 (``keys.THUMBNAILS + (render_id, shot)``, base64). The farm page serves it from there
 (``/farm/thumbnail/<render>/<shot>.png``, `farm.monitor`): the scheduler never reads the outputs, and
 each picture is made once.
@@ -56,34 +58,66 @@ def shot_thumbnail(frames_array: Path) -> dict[str, Any]:
     return {"png": base64.b64encode(png).decode("ascii"), "frame_index": index, "bytes": len(png)}
 
 
+def middle_batch(plan: Any) -> int | None:
+    """The index of the batch of `plan` (a whole `farm.tiling.ShotPlan`) that holds the shot's middle
+    frame (the frame `middle_frame` reads)."""
+    middle = plan.pixel_shape[0] // 2
+    return next((b.index for b in plan.batches if b.start <= middle < b.stop), None)
+
+
 def metadata_key(render_id: str, shot: str) -> list[str]:
     return keys.metadata_path(*keys.THUMBNAILS, render_id, shot)
 
 
 class ShotThumbnails:
-    """A progress callback that makes each finished shot's thumbnail once and publishes it, then calls
-    `inner`. `close` (or leaving its ``with`` block) waits for the last ones."""
+    """A progress callback that makes each shot's thumbnail once, as soon as the batch holding its
+    middle frame is written (`middle_batch`: shot → that batch's index; without it, once the shot is
+    finished), publishes it once the shot is finished, then calls `inner`. `close` (or leaving its
+    ``with`` block) waits for the last ones."""
 
-    def __init__(self, client: Any, render_id: str, output: Any, inner: Any = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        render_id: str,
+        output: Any,
+        inner: Any = None,
+        middle_batch: dict[str, int | None] | None = None,
+    ) -> None:
         self.client, self.render_id, self.output, self.inner = client, render_id, output, inner
+        self.middle_batch = middle_batch or {}
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-thumbnail")
-        self.started: set[str] = set()
+        self.pictures: dict[str, Any] = {}  # shot → future of its picture (None if it failed)
+        self.published: set[str] = set()
 
     def __call__(self, stats: Any) -> None:
         for name, shot in stats.shots.items():
-            finished = shot.batches_total and shot.batches_written >= shot.batches_total and not shot.error
-            if finished and name not in self.started:
-                self.started.add(name)
-                self.pool.submit(self.publish, name)
+            if shot.error:
+                continue
+            finished = shot.batches_total and shot.batches_written >= shot.batches_total
+            if name not in self.pictures and (finished or self._middle_written(name)):
+                self.pictures[name] = self.pool.submit(self.make, name)
+            if finished and name not in self.published:
+                self.published.add(name)
+                self.pool.submit(self.publish, name)  # one thread: after the picture is made
         if self.inner is not None:
             self.inner(stats)
 
-    def publish(self, name: str) -> None:
-        """Make and publish one shot's picture, on the pool's thread: the render's driver never waits
-        for a scheduler round trip of the farm page's."""
+    def _middle_written(self, name: str) -> bool:
+        batch = self.middle_batch.get(name)
+        return batch is not None and self.output.done_marker(name, batch).exists()
+
+    def make(self, name: str) -> dict[str, Any] | None:
+        """One shot's picture, on the pool's thread: the render's driver never waits for it."""
         with contextlib.suppress(Exception):  # a picture must never break a render
-            picture = shot_thumbnail(self.output.frames_array(name))
-            self.client.set_metadata(metadata_key(self.render_id, name), picture)
+            return shot_thumbnail(self.output.frames_array(name))
+        return None
+
+    def publish(self, name: str) -> None:
+        """Publish one finished shot's picture (made before, on this same thread)."""
+        picture = self.pictures[name].result()
+        if picture is not None:
+            with contextlib.suppress(Exception):
+                self.client.set_metadata(metadata_key(self.render_id, name), picture)
 
     def close(self) -> None:
         self.pool.shutdown(wait=True)  # the last pictures are published before the client closes

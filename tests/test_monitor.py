@@ -137,6 +137,35 @@ def test_thumbnails_and_batch_strips_match_the_outputs(rendered, tmp_path):
         fetch(root + "farm/thumbnail/mon-1/nosuchshot.png")
 
 
+def test_a_thumbnail_is_made_when_its_middle_batch_is_written_and_published_when_the_shot_is(rendered):
+    """The picture is read as soon as the batch holding the middle frame is done (the end of a render
+    never waits for it), and published once, when the shot is finished."""
+    from farm.graph import RenderStats, ShotOutcome
+    from farm.thumbnails import ShotThumbnails
+
+    class Metadata:  # stands in for the client's scheduler metadata, which is all this uses
+        def __init__(self) -> None:
+            self.published: list[tuple[tuple[str, ...], dict]] = []
+
+        def set_metadata(self, key: list[str], value: dict) -> None:
+            self.published.append((tuple(key), value))
+
+    out = Output(rendered["out"])
+    shot = sorted(p.shot for p in output_progress(rendered["out"]))[0]
+    client, outcome = Metadata(), ShotOutcome(shot, 4)
+    stats = RenderStats(shots={shot: outcome})
+    seen = []
+    with ShotThumbnails(client, "t-1", out, seen.append, middle_batch={shot: 1}) as thumbnails:
+        outcome.batches_written = 2  # batches 0 and 1 of this (finished) output are marked done
+        thumbnails(stats)
+        assert thumbnails.pictures[shot].result()["frame_index"] == 12 and not client.published
+        outcome.batches_written = 4
+        thumbnails(stats)
+        thumbnails(stats)
+    ((key, picture),) = client.published
+    assert key[-2:] == ("t-1", shot) and picture["frame_index"] == 12 and len(seen) == 3
+
+
 def test_batch_strips_follow_a_live_render(cluster3, scheduler3, tmp_path):
     """The strips change while the render runs: batches start pending and end done."""
     fr.synth(tmp_path / "job.zarr", decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=2)
