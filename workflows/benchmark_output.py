@@ -242,15 +242,18 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                     on_one = not several or (args.multi_tile_on_one and f > 0)
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
                         cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
+            checked = set()
             for what, src, tiles, chunk, batch, label in cases:
                 dest = Path(args.dirs[0]) / f"r{gpus}"
                 options = plan_options(tiles, chunk, batch)
                 row = timed_farm(client, src, dest, options, videos[label], args)
-                if options.chunk.carry:  # how far carried chunks are from decoding each tile whole
+                check = not (args.checks_once and (what, tiles, chunk, batch) in checked)
+                checked.add((what, tiles, chunk, batch))
+                if check and options.chunk.carry:  # how far carried chunks are from whole tiles
                     row["levels_from_unchunked"] = levels_from_unchunked(client, src, dest, options)
-                if options.chunk.frames:  # streamed: the same plan decoded whole must give the same bytes
-                    same = same_bytes_unstreamed(client, src, dest, options)
-                    row["same_bytes_as_unstreamed"] = same
+                if check and options.chunk.frames:  # streamed: the plan decoded whole, the same bytes
+                    row["same_bytes_as_unstreamed"] = same_bytes_unstreamed(client, src, dest, options)
+                shutil.rmtree(dest, ignore_errors=True)
                 row.update({"gpus": gpus, "io_workers": io, "what": what, "output": label,
                             "chunk_frames": options.chunk.frames, "carry": options.chunk.carry})  # fmt: skip
                 row["batch"] = batch
@@ -409,8 +412,10 @@ def timed_farm(
             "first_decode_story": story, "decodes": stats.tiles_total, "failed": failed,
             "frames_sha256": digest,
             "tasks": task_summary(ts.data),
+            "window": stats.window,
             "predicted_s": predicted_seconds(job, options, *map(len, split_workers(client)), video,
-                                             decode_scale=getattr(args, "decode_scale", 1.0))}  # fmt: skip
+                                             decode_scale=getattr(args, "decode_scale", 1.0),
+                                             window=stats.window or None)}  # fmt: skip
 
 
 def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tuple[float, str]]:
@@ -444,11 +449,18 @@ def recorded_grid_names(dest: Path, job: Path) -> list[str]:
 
 
 def predicted_seconds(
-    job: Path, options: Any, n_workers: int, n_io: int, video: Any, decode_scale: float = 1.0
+    job: Path,
+    options: Any,
+    n_workers: int,
+    n_io: int,
+    video: Any,
+    decode_scale: float = 1.0,
+    window: int | None = None,
 ) -> float | None:
     """What the planner predicts for this render's graph on `n_workers` decode and `n_io` I/O workers
     (no encodes when the render writes Zarr only; decodes scaled by `decode_scale`, the compiled / eager
-    plain decode of this call when the renders are compiled, as `refit_output_costs.py` does)."""
+    plain decode of this call when the renders are compiled, as `refit_output_costs.py` does), through
+    the `window` the render held (its memory budget sets it; the default otherwise)."""
     from farm import planner
     from farm.costmodel import DecodeCost
     from farm.decoders import cost_model, memory_model
@@ -464,7 +476,8 @@ def predicted_seconds(
     if decode_scale != 1.0:
         scaled = {k: v * decode_scale for k, v in model.decode.coefficients.items()}
         model = model.with_(decode=DecodeCost(scaled))
-    return planner.predict(plans, n, model, memory=memory_model(opened.spec), n_io=n_io).makespan_s
+    memory = memory_model(opened.spec)
+    return planner.predict(plans, n, model, memory=memory, n_io=n_io, window=window).makespan_s
 
 
 def farm_version() -> str:
@@ -512,6 +525,8 @@ def main() -> None:
         help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, 0,0,0 for auto; streamed "
         "chunk, e.g. 6, or 2c for carried chunks of 2 latent frames; batch)",
     )
+    p.add_argument("--checks-once", action="store_true",
+                   help="check a streamed case's bytes (and carried levels) on its first run")  # fmt: skip
     p.add_argument(
         "--multi-tile-on-one",
         action="store_true",

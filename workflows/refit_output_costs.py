@@ -90,7 +90,7 @@ def predicted(model: CostModel, row: dict, run: dict, own_disk: bool = True) -> 
     if scale != 1.0:
         coefficients = {k: v * scale for k, v in model.decode.coefficients.items()}
         model = model.with_(decode=DecodeCost(coefficients))
-    return planner.predict(plans, gpus, model, n_io=n_io).makespan_s
+    return planner.predict(plans, gpus, model, n_io=n_io, window=row.get("window") or None).makespan_s
 
 
 def relative_rms(model: CostModel, rows: list[tuple[dict, dict]], own_disk: bool = True) -> float:
