@@ -135,6 +135,34 @@ def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
     cluster3.wait_for_workers(3, timeout=60)  # the nanny restarts it for the next tests
 
 
+def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp_path, cluster3):
+    """Carried chunks: a killed worker takes the decoder states of its tiles' chunks with it; the chunks
+    before are decoded again for them (Dask lineage), and the frames are the uninterrupted render's."""
+    from farm.tasks import VideoSettings
+    from farm.tiling import ChunkSize
+
+    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8,
+                             chunk=ChunkSize(frames=2, carry=True))  # fmt: skip
+    quiet = {"options": carried, "video": VideoSettings(enabled=False), **QUIET}
+    clean = Output(tmp_path / "clean")
+    assert not fr.render(long_job, clean.root, scheduler=cluster3.scheduler.address, **quiet).failed
+    out = Output(tmp_path / "out")
+    pids = list(cluster3.run(os.getpid).values())
+    result = {}
+    thread = threading.Thread(
+        target=lambda: result.update(stats=fr.render(long_job, out.root, scheduler=cluster3.scheduler.address,
+                                                     **quiet))
+    )  # fmt: skip
+    thread.start()
+    wait_for_markers(out, 2)
+    os.kill(pids[0], signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not result["stats"].failed
+    for shot in open_job(long_job).shots:
+        assert read_frames(out, shot).tobytes() == read_frames(clean, shot).tobytes()
+    cluster3.wait_for_workers(3, timeout=60)
+
+
 def test_changed_latents_are_refused_then_restarted(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
     fr.synth(job, decoder="ltx2-tiny", shots=2, frames=9, height=64, width=64)
