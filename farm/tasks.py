@@ -403,6 +403,9 @@ class VideoSettings:
 
     crf: int = field(default_factory=lambda: int(config.get("crf")))  # farm.crf
     preset: str = field(default_factory=lambda: str(config.get("preset")))  # farm.preset
+    # threads of each segment's encode (farm.encoder-threads; 0: the encoder's own choice, which for
+    # x264 is 1.5 per core, so many encodes at once oversubscribe the node and the bytes depend on it)
+    encoder_threads: int = field(default_factory=lambda: int(config.get("encoder-threads")))
     enabled: bool = True  # False: frames to Zarr only, no segments or video
     # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS; farm.codec
     codec: str = field(default_factory=lambda: str(config.get("codec")))
@@ -551,8 +554,8 @@ def encode_batch(
         rgb = levels_uint8(rgb)
     out = Output(Path(out_root), video.suffix)
     segment = out.segment(batch.shot, batch.index)
-    encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf,
-                   preset=video.preset, metadata=metadata, yuv420=frames.yuv420)  # fmt: skip
+    encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
+                   metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
     if video.durable:
         fsync_path(segment)
         fsync_path(segment.parent)

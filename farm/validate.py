@@ -86,6 +86,7 @@ def check_video_settings(video: VideoSettings) -> None:
         raise FarmError(f"--frames-dtype {video.frames_dtype!r} is invalid; choose one of "
                         f"{list(FRAMES_DTYPES)}")  # fmt: skip
     _whole(video.first_frame, "--first-frame", 0)
+    _whole(video.encoder_threads, "farm.encoder-threads", 0)  # 0: the encoder's own choice
     if video.sequence is not None:
         if video.sequence not in FORMATS:
             raise FarmError(f"--sequence {video.sequence!r} is invalid; choose one of {sorted(FORMATS)}")
@@ -114,7 +115,7 @@ def _trial_encode(video: VideoSettings) -> None:
         path = os.path.join(folder, "check" + video.suffix)
         try:
             encode_segment(np.zeros((2, 16, 16, 3), np.uint8), path, 24, codec=video.codec, crf=video.crf,
-                           preset=video.preset)  # fmt: skip
+                           preset=video.preset, threads=video.encoder_threads)  # fmt: skip
         except FarmError:
             raise
         except Exception as exc:  # PyAV raises its own error types for encoder options

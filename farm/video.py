@@ -185,6 +185,7 @@ def encode_segment(
     preset: str = "veryfast",
     metadata: dict[str, str] | None = None,
     yuv420: np.ndarray | None = None,
+    threads: int = 0,
 ) -> None:
     """Encode RGB frames ``[F, H, W, 3]`` as one independently decodable video file at ``path``.
 
@@ -193,7 +194,8 @@ def encode_segment(
     ``yuv420``: the frames already converted to BT.709 tv-range yuv420p planes (``farm.yuv``), fed to the
     encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
     ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
-    ``path`` is either complete or absent.
+    ``path`` is either complete or absent. ``threads``: the encoder's threads (x264 and x265 slice
+    threads: the bitstream depends on them); 0 lets the encoder choose from the machine's cores.
     """
     spec = codec_for(codec)
     where = f"encode_segment({os.fspath(path)!r})"
@@ -231,6 +233,9 @@ def encode_segment(
         stream.time_base = time_base
         ctx = stream.codec_context
         ctx.time_base = time_base
+        if threads < 0:
+            raise FarmError(f"{where}: encoder threads {threads} < 0; use 0 (the encoder's choice) or more")
+        ctx.thread_count = threads
         if spec.codec_tag:
             ctx.codec_tag = spec.codec_tag
         ctx.color_primaries = _BT709

@@ -316,3 +316,25 @@ def test_encode_segment_refuses_bad_planes(tmp_path: Path, kw: dict, match: str)
     with pytest.raises(FarmError, match=match):
         encode_segment(None, tmp_path / "bad.mov", 24, **kw)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_encoder_threads_come_from_the_setting_not_the_machine(tmp_path: Path) -> None:
+    """x264's slice threads shape the bitstream: farm fixes them (farm.encoder-threads, default 4) so a
+    segment's bytes do not depend on the cores of the worker that encoded it; 0 leaves the choice to
+    x264 (1.5 per core); a negative count is refused before a render starts."""
+    import dask
+
+    from farm.tasks import VideoSettings
+    from farm.validate import check_video_settings
+
+    frames = pattern(8, h=128, w=192)
+    paths = {}
+    for name, threads in (("a", 4), ("b", 4), ("one", 1)):
+        paths[name] = tmp_path / f"{name}.mp4"
+        encode_segment(frames, paths[name], 24, preset="ultrafast", threads=threads)
+    assert paths["a"].read_bytes() == paths["b"].read_bytes() != paths["one"].read_bytes()
+    assert VideoSettings().encoder_threads == 4
+    with dask.config.set({"farm.encoder-threads": 0}):
+        assert VideoSettings().encoder_threads == 0
+    with pytest.raises(FarmError, match="farm.encoder-threads"):
+        check_video_settings(VideoSettings(encoder_threads=-1))

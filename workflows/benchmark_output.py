@@ -108,8 +108,11 @@ def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width
             "pipeline": pipeline, "dir": str(folder)}  # fmt: skip
 
 
+PRESETS = ("ultrafast", "veryfast")
+
+
 def _encoder(args: tuple) -> tuple[float, float]:
-    folder, i, segments, height, width, preset = args
+    folder, i, segments, height, width, preset, threads = args
     import torch
 
     from farm.video import encode_segment
@@ -120,21 +123,26 @@ def _encoder(args: tuple) -> tuple[float, float]:
     t0 = time.perf_counter()
     for k in range(segments):
         encode_segment(rgb, Path(folder) / f"p{i}-{k}.mp4", 24.0, codec="h264", crf=18, preset=preset,
-                       metadata={}, yuv420=planes)  # fmt: skip
+                       metadata={}, yuv420=planes, threads=threads)  # fmt: skip
     return t0, time.perf_counter()
 
 
-def encode_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int, preset: str) -> dict:
+def encode_ceiling(
+    folder: Path, procs: int, frames_total: int, height: int, width: int, preset: str, threads: int = 0
+) -> dict:
+    """Aggregate frames/s of `procs` processes encoding farm's segments, `threads` each (0: x264's)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     segments = max(1, frames_total // (BATCH * procs))
     with mp.get_context("spawn").Pool(procs) as pool:
         pool.map(time.sleep, [0] * procs)
-        spans = pool.map(_encoder, [(str(folder), i, segments, height, width, preset) for i in range(procs)])
+        work = [(str(folder), i, segments, height, width, preset, threads) for i in range(procs)]
+        spans = pool.map(_encoder, work)
     wall = max(e for _, e in spans) - min(s for s, _ in spans)
     n = segments * BATCH * procs
     shutil.rmtree(folder, ignore_errors=True)
-    return {"procs": procs, "preset": preset, "frames": n, "seconds": wall, "frames_per_s": n / wall}
+    return {"procs": procs, "preset": preset, "threads": threads, "frames": n, "seconds": wall,
+            "frames_per_s": n / wall}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -223,7 +231,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
               height=h, width=w)  # fmt: skip
     videos = {"zarr": VideoSettings(enabled=False),
               "zarr-nofsync": VideoSettings(enabled=False, durable=False),
-              **{p: VideoSettings(preset=p) for p in ("ultrafast", "veryfast")}}  # fmt: skip
+              **{p: VideoSettings(preset=p) for p in PRESETS},
+              **{f"{p}-t0": VideoSettings(preset=p, encoder_threads=0) for p in PRESETS}}  # fmt: skip
     runs = results.setdefault("farm", [])
     warm_ups = results.setdefault("warm_ups", [])
     sources = ([job] if args.shots else []) + list(ones.values())
@@ -539,6 +548,9 @@ def main() -> None:
         "one job and grid on different GPU counts wrote the same bytes",
     )
     p.add_argument("--presets", nargs="*", default=["ultrafast"])
+    p.add_argument("--encoder-threads", type=int, nargs="*", default=[4],
+                   help="threads per encode for the encode ceilings (0: x264's own); renders take "
+                        "farm.encoder-threads, or 0 with an output named PRESET-t0")  # fmt: skip
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")
     p.add_argument("--ceiling-frames", type=int, default=3072)
@@ -580,11 +592,13 @@ def main() -> None:
     if "encode" in parts:
         rows = results.setdefault("encode", [])
         for preset in args.presets:
-            for n in procs:
-                r = encode_ceiling(work / "enc", n, args.ceiling_frames // 2, args.height, args.width, preset)
-                rows.append(r)
-                log(f"encode {preset} P={n}: {r['frames_per_s']:.0f} frames/s")
-                save()
+            for threads in args.encoder_threads:
+                for n in procs:
+                    r = encode_ceiling(work / "enc", n, args.ceiling_frames // 2, args.height, args.width,
+                                       preset, threads)  # fmt: skip
+                    rows.append(r)
+                    log(f"encode {preset} threads {threads} P={n}: {r['frames_per_s']:.0f} frames/s")
+                    save()
     if "farm" in parts:
         farm_renders(args, work, results, save)
         results["same_frames"] = check_same_frames(results.get("farm", []))
