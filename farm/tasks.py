@@ -404,7 +404,7 @@ class VideoSettings:
     crf: int = field(default_factory=lambda: int(config.get("crf")))  # farm.crf
     preset: str = field(default_factory=lambda: str(config.get("preset")))  # farm.preset
     # threads of each segment's encode (farm.encoder-threads; 0: the encoder's own choice, which for
-    # x264 is 1.5 per core, so many encodes at once oversubscribe the node and the bytes depend on it)
+    # x264 is 1.5 per core: the bytes then depend on the encoding worker's cores, a fixed count not)
     encoder_threads: int = field(default_factory=lambda: int(config.get("encoder-threads")))
     enabled: bool = True  # False: frames to Zarr only, no segments or video
     # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.video.CODECS; farm.codec

@@ -319,8 +319,8 @@ def test_encode_segment_refuses_bad_planes(tmp_path: Path, kw: dict, match: str)
 
 
 def test_encoder_threads_come_from_the_setting_not_the_machine(tmp_path: Path) -> None:
-    """x264's slice threads shape the bitstream: farm fixes them (farm.encoder-threads, default 4) so a
-    segment's bytes do not depend on the cores of the worker that encoded it; 0 leaves the choice to
+    """x264's slice threads shape the bitstream: a fixed count (farm.encoder-threads) makes a segment's
+    bytes independent of the cores of the worker that encoded it; 0, the default, leaves the choice to
     x264 (1.5 per core); a negative count is refused before a render starts."""
     import dask
 
@@ -333,8 +333,8 @@ def test_encoder_threads_come_from_the_setting_not_the_machine(tmp_path: Path) -
         paths[name] = tmp_path / f"{name}.mp4"
         encode_segment(frames, paths[name], 24, preset="ultrafast", threads=threads)
     assert paths["a"].read_bytes() == paths["b"].read_bytes() != paths["one"].read_bytes()
-    assert VideoSettings().encoder_threads == 4
-    with dask.config.set({"farm.encoder-threads": 0}):
-        assert VideoSettings().encoder_threads == 0
+    assert VideoSettings().encoder_threads == 0
+    with dask.config.set({"farm.encoder-threads": 4}):
+        assert VideoSettings().encoder_threads == 4
     with pytest.raises(FarmError, match="farm.encoder-threads"):
         check_video_settings(VideoSettings(encoder_threads=-1))

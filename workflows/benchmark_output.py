@@ -548,7 +548,7 @@ def main() -> None:
         "one job and grid on different GPU counts wrote the same bytes",
     )
     p.add_argument("--presets", nargs="*", default=["ultrafast"])
-    p.add_argument("--encoder-threads", type=int, nargs="*", default=[4],
+    p.add_argument("--encoder-threads", type=int, nargs="*", default=[0],
                    help="threads per encode for the encode ceilings (0: x264's own); renders take "
                         "farm.encoder-threads, or 0 with an output named PRESET-t0")  # fmt: skip
     p.add_argument("--procs", default="8,16")
