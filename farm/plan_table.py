@@ -24,6 +24,7 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
             f"shot {plan.shot}: latent {c}x{f}x{h}x{w} -> {pf} frames {pw}x{ph}; tiles "
             f"{'x'.join(map(str, plan.grid.tiles))} overlap {','.join(map(str, plan.grid.overlap))}; "
             f"{len(plan.batches)} batches; redundant work {plan.redundancy:.2f}x" + normalised_note(plan)
+            + chunk_note(plan)
         )
         lines.append(
             f"  {'tile':>4} {'worker':>6}  {'latent F,H,W ranges':<28} {'pixel F,H,W ranges':<34} "
@@ -48,6 +49,15 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
         f"job: {sum(len(p.tiles) for p in plans)} tiles, redundant work {total_decoded / total_latent:.2f}x"
     )
     return "\n".join(lines)
+
+
+def chunk_note(plan: ShotPlan) -> str:
+    """How each tile is split into decode calls inside its worker (``--chunk``, ``--carry``)."""
+    if plan.chunk.limits() == (None, None, None):
+        return ""
+    limits = ",".join("-" if v is None else str(v) for v in plan.chunk.limits())
+    carried = "; temporal chunks carried (in order, no overlap or context)" if plan.chunk.carry else ""
+    return f"; decode calls up to {limits} latent units{carried}"
 
 
 def normalised_note(plan: ShotPlan) -> str:

@@ -55,6 +55,8 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     # worker slots cycle over the job's 4 tiles: 0, 1 (shot000), 2, 0 (shot001)
     assert "     1      1  0:3 0:2 1:3" in out and "     0      2  0:3 0:2 0:2" in out
     assert "makespan" in out  # the planner's prediction
+    carried = farm("plan", str(job), "--workers", "1", "--chunk", "2,0,0", "--carry").stdout
+    assert "decode calls up to 2,-,- latent units; temporal chunks carried" in carried
 
 
 @pytest.mark.slow
