@@ -316,7 +316,13 @@ def check_worker_paths(client: Client, paths: dict[str, str]) -> None:
 def default_io_workers(choice: ClusterChoice, cpu_count: int) -> int:
     if choice.kind != "local-cuda":
         return 0
-    return max(1, min(6 * choice.n_workers, cpu_count // 3))
+    return io_workers_beside_gpus(choice.n_workers, cpu_count)
+
+
+def io_workers_beside_gpus(n_gpus: int, cpu_count: int) -> int:
+    """I/O worker processes a local CUDA cluster starts beside `n_gpus` GPU workers: about one per
+    three cores, at most 6 per GPU, at least one."""
+    return max(1, min(6 * n_gpus, cpu_count // 3))
 
 
 def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from farm import video
+from farm.cluster import io_workers_beside_gpus
 from farm.output import Output, read_frames
 from tests.helpers import farm
 
@@ -57,6 +59,9 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     assert "makespan" in out  # the planner's prediction
     carried = farm("plan", str(job), "--workers", "1", "--chunk", "2,0,0", "--carry").stdout
     assert "decode calls up to 2,-,- latent units; temporal chunks carried" in carried
+    # a GPU cost model predicts the render as it runs: with the I/O workers a local GPU cluster starts
+    on_gpu = farm("plan", str(job), "--workers", "1", "--cost-model", "ltx2-h200").stdout
+    assert f"with {io_workers_beside_gpus(1, os.cpu_count() or 1)} I/O worker(s)" in on_gpu
 
 
 @pytest.mark.slow
