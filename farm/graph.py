@@ -345,6 +345,8 @@ class Driver:
         for unit in list(self.decoded):
             if unit[0] == shot:
                 self.release(unit)
+        for key in [k for k in self.carried if k[0] == shot]:  # no later segment of it will be submitted
+            del self.carried[key]
 
     def batch_written(self, step: BlendStep, result: dict[str, Any]) -> None:
         stats = self.stats

@@ -26,7 +26,7 @@ from farm.tiling import (
 )
 from tests.helpers import plans_required_window
 
-GEOMETRY = Geometry(32, 8, True)
+GEOMETRY = Geometry(32, 8, True, carries=True)  # carrying matters only to plans with ChunkSize.carry
 
 
 def job(grids: list[TileGrid], n_workers: int, *, frames: int = 9, batch_frames: int = 16,
@@ -50,6 +50,17 @@ JOBS = {
             batch_frames=8,
             chunk=ChunkSize(frames=3),
         ),
+        2,
+        1,
+    ),
+    "carried temporal chunks": (
+        lambda: job(
+            [TileGrid(), TileGrid((1, 1, 2), (0, 0, 2))],
+            2,
+            frames=9,
+            batch_frames=8,
+            chunk=ChunkSize(frames=3, carry=True),
+        ),  # fmt: skip
         2,
         1,
     ),
@@ -91,8 +102,10 @@ class FakeClient:
                priority: int = 0, **_: Any) -> FakeFuture:  # fmt: skip
         fail = key[0] == keys.MARK_BATCH and key[2] == self.fail_shot
         worker = (workers or [None])[0]
-        self.submitted.append({"kind": key[0], "key": key, "worker": worker, "priority": priority})
-        return FakeFuture(key, fn, args, fail)
+        future = FakeFuture(key, fn, args, fail)
+        self.submitted.append({"kind": key[0], "key": key, "worker": worker, "priority": priority,
+                               "future": future})  # fmt: skip
+        return future
 
     def get_metadata(self, key: Any, default: Any = None) -> Any:
         return default
@@ -303,3 +316,21 @@ def test_carried_segments_run_in_order_and_a_resume_still_decodes_their_state() 
     assert [(d.segment, d.feeds) for d in tail_done.decodes] == [(0, (0, 1, 2)), (1, (2,))]
     overlapping = [pending_plan(plan(ChunkSize(frames=3))[0], done)]
     assert 0 not in [d.segment for d in make_schedule(overlapping, n_decode=1, n_io=0).decodes]
+
+
+def test_a_carried_segment_takes_the_previous_segments_decode_on_the_same_worker() -> None:
+    """The driver hands each carried segment the decode of the segment before it (whose result holds
+    the decoder state) and pins it to the same worker; the first segment gets none."""
+    plans = JOBS["carried temporal chunks"][0]()
+    _, client, stats, _, _ = drive(plans, 2, 1)
+    decodes = [s for s in client.submitted if s["kind"] == keys.DECODE_TILE]
+    by_tile: dict[tuple, list[dict]] = {}
+    for s in decodes:
+        by_tile.setdefault(s["key"][2:4], []).append(s)
+    assert len(by_tile) == 3 and all(len(segs) == 3 for segs in by_tile.values())
+    for segs in by_tile.values():
+        assert [s["key"][4] for s in segs] == [0, 1, 2]
+        previous = [s["future"].args[-1] for s in segs]  # decode_tile's last argument
+        assert previous == [None, segs[0]["future"], segs[1]["future"]]
+        assert len({s["worker"] for s in segs}) == 1
+    assert stats.batches_written == sum(len(p.batches) for p in plans) and not stats.failed
