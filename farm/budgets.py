@@ -19,11 +19,17 @@ if TYPE_CHECKING:
 def tile_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, tile: Tile, chunk: ChunkSize) -> int:
     """Estimated peak device memory to decode a tile: its largest decode call, plus, when the tile is
     decoded in chunks, the float32 buffer the chunks are blended into (3 x 4 bytes per pixel-frame;
-    measured on the H200: a chunked 121x704x1216 tile peaked at 4.46 GiB, 2.70 GiB for the call alone)."""
+    measured on the H200: a chunked 121x704x1216 tile peaked at 4.46 GiB, 2.70 GiB for the call alone),
+    and, for carried temporal chunks, two decoder states: the one a chunk starts from and the one it
+    hands on (`carried_state_bytes`, per spatial chunk)."""
     geometry = cls.geometry_for(spec.config)
     chunks = plan_chunks(tile.decoded_fhw, geometry, chunk)  # context frames included
     peak = max(cls.peak_bytes(spec, geometry.pixel_shape(c.decoded_fhw)) for c in chunks)
-    return peak + (12 * tile.pixel_volume if len(chunks) > 1 else 0)
+    states = 0
+    if chunk.carry and len({c.grid_pos[0] for c in chunks}) > 1:
+        first = [c for c in chunks if c.grid_pos[0] == 0]  # one state per spatial chunk
+        states = 2 * sum(cls.carried_state_bytes(spec, (c.latent[1].size, c.latent[2].size)) for c in first)
+    return peak + (12 * tile.pixel_volume if len(chunks) > 1 else 0) + states
 
 
 def tile_chunk_volume(tile: Tile, chunk: ChunkSize, geometry: Geometry) -> int:

@@ -368,6 +368,9 @@ def test_ltx2_carried_chunks_equal_the_whole_decode(size):
         )
         parts.append(pixels)
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-4, rtol=0)
+    # the memory model's count of the state a chunk hands on is what the decoder hands on
+    held = sum(t.numel() * t.element_size() for t in state)
+    assert held == decoder_class(spec).carried_state_bytes(spec, (4, 6))
     # a chunk decoded without the carried state (its own first frame as padding) is clearly different
     alone, _ = decoder.decode_carried(z[:, size : 2 * size], None)
     assert (alone[:, -1] - whole[:, 8 * (2 * size - 1)]).abs().max() > 1e-3
@@ -383,3 +386,24 @@ def test_only_causal_noiseless_ltx2_carries_state():
     assert cls.geometry_for({}).carries
     assert not cls.geometry_for({"decoder_causal": False}).carries
     assert not cls.geometry_for({"decoder_inject_noise": [False, True, False, False]}).carries
+
+
+def test_carried_chunks_budget_two_decoder_states():
+    """A tile decoded in carried chunks needs its largest chunk's call, the buffer the chunks land in,
+    and two decoder states (the one a chunk starts from and the one it hands on) per spatial chunk."""
+    from farm.budgets import tile_peak_bytes
+    from farm.tiling import plan_chunks
+
+    spec = spec_from_json(raw_spec("ltx2-tiny"))
+    cls = decoder_class(spec)
+    geometry = cls.geometry_for(spec.config)
+    (tile,) = plan_shot("s", (8, 9, 4, 6), geometry).tiles
+    cases = ((ChunkSize(frames=3, carry=True), 1), (ChunkSize(frames=3, width=4, carry=True), 2))
+    for chunk, pieces in cases:
+        calls = plan_chunks(tile.decoded_fhw, geometry, chunk)
+        call = max(cls.peak_bytes(spec, geometry.pixel_shape(c.decoded_fhw)) for c in calls)
+        spatial = [(c.latent[1].size, c.latent[2].size) for c in calls if c.grid_pos[0] == 0]
+        assert len(spatial) == pieces and len(calls) == 3 * pieces
+        states = 2 * sum(cls.carried_state_bytes(spec, hw) for hw in spatial)
+        assert states >= 2 * cls.carried_state_bytes(spec, (4, 6)) > 0
+        assert tile_peak_bytes(cls, spec, tile, chunk) == call + 12 * tile.pixel_volume + states

@@ -99,6 +99,12 @@ class VideoDecoder(Protocol):
         """
         ...
 
+    @classmethod
+    def carried_state_bytes(cls, spec: DecoderSpec, latent_hw: tuple[int, int]) -> int:
+        """Bytes of the state a carried temporal chunk of `latent_hw` latent rows x columns hands on to
+        the next (0 for decoders that do not carry)."""
+        ...
+
     def decode_carried(
         self, latent: torch.Tensor, state: Any, origin: tuple[int, int, int] | None = None
     ) -> tuple[torch.Tensor, Any]:

@@ -286,6 +286,11 @@ class DiffusersVideoDecoder:
 
     # ---- decoding ------------------------------------------------------------------------------
 
+    @classmethod
+    def carried_state_bytes(cls, spec: DecoderSpec, latent_hw: tuple[int, int]) -> int:
+        """Bytes of the decoder state a carried chunk hands on: none, for decoders that do not carry."""
+        return 0
+
     def decode_carried(
         self, latent: torch.Tensor, state: Any, origin: tuple[int, int, int] | None = None
     ) -> tuple[torch.Tensor, Any]:

@@ -42,6 +42,11 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2": 4, "ltx2-tiny": 4}
 
+    # Numbers the carried state (`ltx2_carry`) holds per latent row x column of a chunk: 2 input frames
+    # of every causal convolution, at its resolution (counted from the state itself, float32 on a CPU,
+    # 2026-12-01): 0.53 GiB for a 704x1216 tile in bf16, 1.28 GiB at 1088x1920.
+    carried_state_values: ClassVar[dict[str, int]] = {"ltx2": 338176, "ltx2-tiny": 2896}
+
     # ---- shapes --------------------------------------------------------------------------------
 
     @classmethod
@@ -69,6 +74,16 @@ class LTX2Decoder(DiffusersVideoDecoder):
         per_pixel = _BYTES_PER_PIXEL_FRAME_LTX2_BF16 * width * dtype_bytes(spec.dtype) / 2
         terms = {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
         return cls._measured_terms(spec, terms)
+
+    @classmethod
+    def carried_state_bytes(cls, spec: DecoderSpec, latent_hw: tuple[int, int]) -> int:
+        """Bytes of the decoder state a carried chunk of `latent_hw` latent rows x columns hands on (a
+        config not counted: the real one's, scaled by the width of the last decoder block)."""
+        values = cls.carried_state_values.get(spec.config_name or "")
+        if values is None:
+            width = cls._full_config(spec.config)["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
+            values = round(cls.carried_state_values["ltx2"] * width)
+        return int(values * latent_hw[0] * latent_hw[1] * dtype_bytes(spec.dtype))
 
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:
