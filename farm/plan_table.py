@@ -23,7 +23,8 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
         lines.append(
             f"shot {plan.shot}: latent {c}x{f}x{h}x{w} -> {pf} frames {pw}x{ph}; tiles "
             f"{'x'.join(map(str, plan.grid.tiles))} overlap {','.join(map(str, plan.grid.overlap))}; "
-            f"{len(plan.batches)} batches; redundant work {plan.redundancy:.2f}x" + normalised_note(plan)
+            f"{len(plan.batches)} batches; redundant work {plan.redundancy:.2f}x"
+            + normalised_note(plan)
             + chunk_note(plan)
         )
         lines.append(
