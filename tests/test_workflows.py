@@ -399,3 +399,22 @@ def test_profile_setup_prints_a_row_per_job_size():
     ]
     assert [r[1].strip() for r in rows] == ["1", "3"]
     assert all(float(x) > 0 for r in rows for x in r[3:7])
+
+
+def test_render_folder_takes_carry_with_a_temporal_chunk_only(monkeypatch):
+    import importlib.util
+
+    from farm.errors import FarmError
+
+    spec = importlib.util.spec_from_file_location("render_folder", RENDER_FOLDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "render_folder", module)  # its dataclasses look themselves up there
+    spec.loader.exec_module(module)
+    options = module.plan_options({"chunk": [4, 0, 0], "carry": True}, "hero")
+    assert options.chunk.frames == 4 and options.chunk.carry
+    assert not module.plan_options({"chunk": [4, 0, 0]}, "hero").chunk.carry
+    with pytest.raises(FarmError, match="hero: carry = true needs a temporal chunk"):
+        module.plan_options({"carry": True}, "hero")
+    with pytest.raises(FarmError, match="carry = 'yes' is invalid"):
+        module.plan_options({"chunk": [4, 0, 0], "carry": "yes"}, "hero")

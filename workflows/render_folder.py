@@ -20,8 +20,9 @@ table beats the command line, which beats ``[defaults]``::
     priority = 5             # its tiles go before lower priorities' on a shared cluster
     shots = ["sh010", "sh020"]
 
-Keys: tiles, overlap, chunk, batch_frames, shots, priority, window, dtype, video, crf, preset, restart,
-compile, skip. A ``dtype`` different from the job's decoder spec renders through a view of the job store
+Keys: tiles, overlap, chunk, carry, batch_frames, shots, priority, window, dtype, video, crf, preset,
+restart, compile, skip (``carry = true`` with a temporal ``chunk``: `farm render --carry`). A ``dtype``
+different from the job's decoder spec renders through a view of the job store
 (``RENDERS/.views/<name>.<dtype>.zarr``: its own metadata, the shots linked to the original latents).
 Exit code: 0 when every shot rendered, 1 if any failed (the other jobs still render), 2 for bad input,
 130 when cancelled (``farm cancel <submission>``).
@@ -45,8 +46,8 @@ from farm import workflow
 from farm.errors import FarmError
 
 KEYS = {
-    "tiles", "overlap", "chunk", "batch_frames", "shots", "priority", "window", "dtype", "video", "crf",
-    "preset", "restart", "compile", "skip",
+    "tiles", "overlap", "chunk", "carry", "batch_frames", "shots", "priority", "window", "dtype", "video",
+    "crf", "preset", "restart", "compile", "skip",
 }  # fmt: skip
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -159,9 +160,14 @@ def plan_options(opts: dict[str, Any], name: str) -> Any:
         kwargs["overlap"] = _triple(opts["overlap"], f"{name}: overlap", 0)
     if opts.get("batch_frames") is not None:
         kwargs["batch_frames"] = int(opts["batch_frames"])
+    carry = opts.get("carry", False)
+    if not isinstance(carry, bool):
+        raise FarmError(f"{name}: carry = {carry!r} is invalid; use true or false")
     if opts.get("chunk") is not None:
         f, h, w = (v or None for v in _triple(opts["chunk"], f"{name}: chunk", 0))
-        kwargs["chunk"] = ChunkSize(frames=f, height=h, width=w)
+        kwargs["chunk"] = ChunkSize(frames=f, height=h, width=w, carry=carry)
+    elif carry:
+        raise FarmError(f"{name}: carry = true needs a temporal chunk, e.g. chunk = [4, 0, 0]")
     return fr.PlanOptions(**kwargs)
 
 
