@@ -487,15 +487,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _plan_io_workers(model: Any, n_workers: int) -> int:
     """The I/O workers `farm plan` predicts with: none for a CPU cost model, else farm.io-workers or
     what a local CUDA cluster of `n_workers` GPUs on this machine would start."""
-    import os
-
     from farm import config
-    from farm.cluster import io_workers_beside_gpus
+    from farm.cluster import cpu_count, io_workers_beside_gpus
 
     if model.decode_on_host:
         return 0
     chosen = config.get("io-workers")
-    return int(chosen) if chosen is not None else io_workers_beside_gpus(n_workers, os.cpu_count() or 1)
+    return int(chosen) if chosen is not None else io_workers_beside_gpus(n_workers, cpu_count())
 
 
 def cmd_status(args: argparse.Namespace) -> int:

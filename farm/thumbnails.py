@@ -88,13 +88,14 @@ class ShotThumbnails:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-thumbnail")
         self.pictures: dict[str, Any] = {}  # shot → future of its picture (None if it failed)
         self.published: set[str] = set()
+        self.looked: dict[str, int] = {}  # shot → its batches written when its middle marker was looked for
 
     def __call__(self, stats: Any) -> None:
         for name, shot in stats.shots.items():
             if shot.error:
                 continue
             finished = shot.batches_total and shot.batches_written >= shot.batches_total
-            if name not in self.pictures and (finished or self._middle_written(name)):
+            if name not in self.pictures and (finished or self._middle_written(name, shot.batches_written)):
                 self.pictures[name] = self.pool.submit(self.make, name)
             if finished and name not in self.published:
                 self.published.add(name)
@@ -102,9 +103,14 @@ class ShotThumbnails:
         if self.inner is not None:
             self.inner(stats)
 
-    def _middle_written(self, name: str) -> bool:
+    def _middle_written(self, name: str, written: int) -> bool:
+        """Whether the batch holding the shot's middle frame is marked done: looked up on disk only when
+        the shot has written a batch since the last look (this runs after every batch of the render)."""
         batch = self.middle_batch.get(name)
-        return batch is not None and self.output.done_marker(name, batch).exists()
+        if batch is None or self.looked.get(name) == written:
+            return False
+        self.looked[name] = written
+        return self.output.done_marker(name, batch).exists()
 
     def make(self, name: str) -> dict[str, Any] | None:
         """One shot's picture, on the pool's thread: the render's driver never waits for it."""

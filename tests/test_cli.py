@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from farm import video
-from farm.cluster import io_workers_beside_gpus
+from farm.cluster import cpu_count, io_workers_beside_gpus
 from farm.output import Output, read_frames
 from tests.helpers import farm
 
@@ -61,7 +60,7 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     assert "decode calls up to 2,-,- latent units; temporal chunks carried" in carried
     # a GPU cost model predicts the render as it runs: with the I/O workers a local GPU cluster starts
     on_gpu = farm("plan", str(job), "--workers", "1", "--cost-model", "ltx2-h200").stdout
-    assert f"with {io_workers_beside_gpus(1, os.cpu_count() or 1)} I/O worker(s)" in on_gpu
+    assert f"with {io_workers_beside_gpus(1, cpu_count())} I/O worker(s)" in on_gpu
 
 
 @pytest.mark.slow

@@ -311,20 +311,25 @@ class DiffusersVideoDecoder:
         """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""
         return self.model.decode(z, return_dict=False)[0]
 
-    def to_device(self, latent: torch.Tensor) -> torch.Tensor:
-        """`latent` on the decoder's device in its dtype, without waiting for the GPU: a plain copy from
-        pageable memory waits for every kernel already queued (the previous decode's), so the next
-        decode's launches could not queue behind it. Through pinned memory the copy queues too."""
-        if not str(self.device).startswith("cuda"):
-            return latent.to(dtype=self.torch_dtype)
-        return latent.pin_memory().to(device=self.device, non_blocking=True).to(self.torch_dtype)
+    def decoder_input(self, latent: torch.Tensor) -> torch.Tensor:
+        """Latent tile ``[C, f, h, w]`` → what ``vae.decode`` takes: a batch of one on the decoder's
+        device and dtype, denormalized when the job stores normalized latents. Copied to a GPU through
+        pinned memory, without waiting: a plain copy from pageable memory waits for every kernel already
+        queued (the previous decode's), so the next decode's launches could not queue behind it."""
+        if str(self.device).startswith("cuda"):
+            z = latent.pin_memory().to(device=self.device, non_blocking=True).to(self.torch_dtype)[None]
+        else:
+            z = latent.to(dtype=self.torch_dtype)[None]
+        return self.denormalize(z) if self.spec.latents == "normalized" else z
+
+    @staticmethod
+    def unit_pixels(pixels: torch.Tensor) -> torch.Tensor:
+        """The decoder's ``[3, F, H, W]`` output in [-1, 1] → float32, nominally [0, 1] (clamped at
+        uint8 time)."""
+        return (pixels.float() + 1.0) / 2.0
 
     def decode(self, latent: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
         import torch
 
         with self._lock, torch.inference_mode():
-            z = self.to_device(latent)[None]
-            if self.spec.latents == "normalized":
-                z = self.denormalize(z)
-            pixels = self.run_decoder(z, origin)[0]
-            return (pixels.float() + 1.0) / 2.0  # [-1, 1] → nominally [0, 1]; clamped at uint8 time
+            return self.unit_pixels(self.run_decoder(self.decoder_input(latent), origin)[0])

@@ -121,8 +121,5 @@ class LTX2Decoder(DiffusersVideoDecoder):
 
         decoder = getattr(self.model.decoder, "_orig_mod", self.model.decoder)  # torch.compile's wrapper
         with self._lock, torch.inference_mode():
-            z = self.to_device(latent)[None]
-            if self.spec.latents == "normalized":
-                z = self.denormalize(z)
-            pixels, after = decode_with_state(decoder, z, self._temb(), state)
-            return (pixels[0].float() + 1.0) / 2.0, after
+            pixels, after = decode_with_state(decoder, self.decoder_input(latent), self._temb(), state)
+            return self.unit_pixels(pixels[0]), after
