@@ -123,11 +123,13 @@ def prepare_output(
     shots: Iterable[tuple[str, tuple[int, int, int], int]],
     dtype: str = "uint8",
     first_frame: int = 1,
+    chunk_mib: int = 8,
 ) -> None:
     """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames).
 
-    `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. Beside each shot's frames go
-    its coordinates (`write_coordinates`): frame numbers from `first_frame`, and channel names."""
+    `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
+    one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
+    frame numbers from `first_frame`, and channel names."""
     import zarr
 
     check_writable(out)
@@ -144,7 +146,7 @@ def prepare_output(
         group = root.require_group(name)
         fps = job.shots[name].fps
         group.attrs.update({"fps": fps, "random_weights": job.spec.random_weights})
-        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, fps)
+        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, fps, chunk_mib)
         write_coordinates(group, shape[0], first_frame)
         out.segments_dir(name).mkdir(parents=True, exist_ok=True)
         out.done_dir(name).mkdir(parents=True, exist_ok=True)
@@ -161,18 +163,22 @@ def create_frames_array(
     batch_frames: int,
     dtype: str = "uint8",
     fps: float | None = None,
+    chunk_mib: int = 8,
 ) -> None:
     """The shot's ``frames`` array ``[F, H, W, 3]`` in the output's Zarr group, unless it exists (an
-    array from before dimension names were written is kept as it is)."""
+    array from before dimension names were written, or with other chunks, is kept as it is: writes
+    follow its chunks)."""
     import zarr
     from zarr.codecs import ZstdCodec
 
     group = zarr.open_group(store=str(frames_zarr), mode="a", zarr_format=3).require_group(shot)
     if "frames" not in group:
         f, h, w = shape
+        frame_bytes = h * w * 3 * np.dtype(dtype).itemsize
+        chunk = chunk_frames(batch_frames, frame_bytes, chunk_mib)
         # zstd level 1: measured 2.3x faster than zarr's default zstd level on decoded frames, same size.
         group.create_array(
-            "frames", shape=(f, h, w, 3), dtype=dtype, chunks=(chunk_frames(batch_frames), h, w, 3),
+            "frames", shape=(f, h, w, 3), dtype=dtype, chunks=(chunk, h, w, 3),
             fill_value=0, compressors=[ZstdCodec(level=1)], dimension_names=FRAME_DIMS,
             attributes=frame_attributes(dtype, fps),
         )  # fmt: skip
@@ -204,10 +210,15 @@ def write_coordinates(group: Any, frames: int, first_frame: int) -> None:
         arr[...] = np.array(CHANNELS)
 
 
-def chunk_frames(batch_frames: int) -> int:
-    """Frames per Zarr chunk: the largest divisor of the batch up to 8, so a batch is written as several
-    chunks compressed in parallel, and no chunk is shared by two batches (no write races)."""
-    return max(d for d in range(1, min(batch_frames, 8) + 1) if batch_frames % d == 0)
+def chunk_frames(batch_frames: int, frame_bytes: int = 0, chunk_mib: int | None = None) -> int:
+    """Frames per Zarr chunk: the largest divisor of the batch up to 8 frames and `chunk_mib` MiB (at
+    least one frame), so no chunk is shared by two batches (no write races) and a batch is written as
+    several chunks, compressed and fsync'd side by side: the smaller they are, the sooner one batch is
+    on disk (TODO measured)."""
+    fits = [d for d in range(1, min(batch_frames, 8) + 1) if batch_frames % d == 0]
+    if chunk_mib is not None:
+        fits = [d for d in fits if d == 1 or d * frame_bytes <= chunk_mib * 2**20]
+    return max(fits)
 
 
 def check_writable(out: Output) -> None:

@@ -268,8 +268,7 @@ def _start_output(
     remove_stale_temporaries(out)
     for note in points.notes:
         log(note)
-    prepare = (out, job, plans, identities, options.batch_frames, video.frames_dtype, video.first_frame,
-               render_id)  # fmt: skip
+    prepare = (out, job, plans, identities, options.batch_frames, video, render_id)
     if io_workers:
         outputs: Future | DaskFuture = client.submit(
             _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, render_id), workers=[io_workers[0]],
@@ -298,11 +297,11 @@ def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dic
 
 
 def _prepare_outputs(
-    out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int, dtype: str,
-    first_frame: int, render_id: str,
+    out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int,
+    video: VideoSettings, render_id: str,
 ) -> None:  # fmt: skip
-    prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], dtype,
-                   first_frame=first_frame)  # fmt: skip
+    prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
+                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
         list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
                       plans))  # fmt: skip

@@ -419,6 +419,9 @@ class VideoSettings:
     durable: bool = True
     # EXR sequences: "display" (as decoded, BT.709-encoded) or "linear"; farm.exr-values
     exr_values: str = field(default_factory=lambda: str(config.get("exr-values")))
+    # the most MiB of frames in one Zarr chunk of a new frames array (farm.frame-chunk-mib): a batch's
+    # chunks compress and reach the disk side by side, so smaller chunks write one batch sooner
+    frame_chunk_mib: int = field(default_factory=lambda: int(config.get("frame-chunk-mib")))
 
     @property
     def suffix(self) -> str:

@@ -87,6 +87,7 @@ def check_video_settings(video: VideoSettings) -> None:
                         f"{list(FRAMES_DTYPES)}")  # fmt: skip
     _whole(video.first_frame, "--first-frame", 0)
     _whole(video.encoder_threads, "farm.encoder-threads", 0)  # 0: the encoder's own choice
+    _whole(video.frame_chunk_mib, "farm.frame-chunk-mib", 1)
     if video.sequence is not None:
         if video.sequence not in FORMATS:
             raise FarmError(f"--sequence {video.sequence!r} is invalid; choose one of {sorted(FORMATS)}")

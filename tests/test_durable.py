@@ -156,3 +156,26 @@ def test_fast_codecs_write_what_zarr_python_reads(tmp_path: Path, pipeline: str)
     rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
     got = np.asarray(zarr.open_array(store=str(out.frames_array("a")), mode="r")[...])
     assert (got == rgb).all()
+
+
+def test_frame_chunks_hold_at_most_frame_chunk_mib_and_whole_batches(tmp_path: Path) -> None:
+    """`farm.frame-chunk-mib` bounds a chunk's bytes (never below one frame, never across batches), so
+    one batch of large frames is several chunks written side by side; the frames read back the same."""
+    from farm.errors import FarmError
+    from farm.output import chunk_frames
+    from farm.validate import check_video_settings
+
+    hd = 1088 * 1920 * 3
+    assert [chunk_frames(8, hd, mib) for mib in (64, 16, 8, 4)] == [8, 2, 1, 1]
+    assert chunk_frames(8, 704 * 1216 * 3, 8) == 2 and chunk_frames(12, 704 * 1216 * 3, 8) == 3
+    assert chunk_frames(32, 64 * 96 * 3, 8) == 8 and chunk_frames(6, hd) == 6  # small frames: 8 at most
+    out = Output(tmp_path / "out")
+    create_frames_array(out.frames_zarr, "a", (16, 512, 512), 8, "float16", 24.0, chunk_mib=1)
+    arr = zarr.open_array(str(out.frames_array("a")), mode="r")
+    assert arr.chunks == (1, 512, 512, 3)  # 1.5 MiB a frame: one frame a chunk
+    frames = np.random.default_rng(0).random((8, 512, 512, 3)).astype(np.float16)
+    write_frames(out, "a", 8, frames)
+    assert len(chunk_files(out.frames_array("a"), arr, 8, 16)) == 8
+    np.testing.assert_array_equal(np.asarray(arr[8:16]), frames)
+    with pytest.raises(FarmError, match="farm.frame-chunk-mib 0 is invalid"):
+        check_video_settings(VideoSettings(enabled=False, frame_chunk_mib=0))

@@ -20,6 +20,7 @@ from farm.tiling import (
     Geometry,
     TileGrid,
     assign_round_robin,
+    carried_frames,
     pending_plan,
     plan_geometry,
     plan_shot,
@@ -302,7 +303,7 @@ def test_carried_segments_run_in_order_and_a_resume_still_decodes_their_state() 
     def plan(chunk: ChunkSize):
         return assign_round_robin([plan_shot("s", (8, 9, 6, 8), carrying, batch_frames=8, chunk=chunk)], 1)
 
-    carried = plan(ChunkSize(frames=3, carry=True))
+    carried = plan(ChunkSize(frames=3, carry=True, taper=False))  # even chunks: 3, 3, 3
     full = make_schedule(carried, n_decode=1, n_io=0)
     assert [d.segment for d in full.decodes] == [0, 1, 2]
     frames = [d.frames for d in full.decodes]
@@ -327,10 +328,11 @@ def test_a_carried_segment_takes_the_previous_segments_decode_on_the_same_worker
     by_tile: dict[tuple, list[dict]] = {}
     for s in decodes:
         by_tile.setdefault(s["key"][2:4], []).append(s)
-    assert len(by_tile) == 3 and all(len(segs) == 3 for segs in by_tile.values())
+    n = len(carried_frames(9, 3))  # 9 latent frames by 3, tapered: 3, 3, 2, 1
+    assert n == 4 and len(by_tile) == 3 and all(len(segs) == n for segs in by_tile.values())
     for segs in by_tile.values():
-        assert [s["key"][4] for s in segs] == [0, 1, 2]
+        assert [s["key"][4] for s in segs] == list(range(n))
         previous = [s["future"].args[-1] for s in segs]  # decode_tile's last argument
-        assert previous == [None, segs[0]["future"], segs[1]["future"]]
+        assert previous == [None] + [s["future"] for s in segs[:-1]]
         assert len({s["worker"] for s in segs}) == 1
     assert stats.batches_written == sum(len(p.batches) for p in plans) and not stats.failed

@@ -23,6 +23,7 @@ from farm.tiling import (
     ShotPlan,
     TileGrid,
     assign_round_robin,
+    carried_frames,
     plan_chunks,
     plan_identity,
     plan_shot,
@@ -743,15 +744,16 @@ def test_temporal_chunks_carry_context_inside_a_tile():
     assert [(c.context, c.lookahead) for c in firsts] == [(0, 2)] + [(3, 2)] * (len(firsts) - 2) + [(3, 0)]
 
 
-@pytest.mark.parametrize("frames, limit", [(16, 5), (16, 1), (16, 16), (7, 3), (2, 1)])
-def test_carried_chunks_tile_the_frames_once_with_weight_one(frames, limit):
+@pytest.mark.parametrize("taper", [True, False])
+@pytest.mark.parametrize("frames, limit", [(16, 5), (16, 1), (16, 16), (7, 3), (2, 1), (16, 4)])
+def test_carried_chunks_tile_the_frames_once_with_weight_one(frames, limit, taper):
     g = Geometry(32, 8, True, context=24, carries=True)
-    chunks = plan_chunks((frames, 4, 6), g, ChunkSize(frames=limit, height=2, carry=True))
+    chunks = plan_chunks((frames, 4, 6), g, ChunkSize(frames=limit, height=2, carry=True, taper=taper))
     firsts = sorted((c for c in chunks if c.grid_pos[1:] == (0, 0)), key=lambda c: c.grid_pos[0])
-    # latent frames: consecutive, no overlap, no context or lookahead
-    assert [(c.latent[0].start, c.latent[0].end) for c in firsts] == [
-        (s, min(s + limit, frames)) for s in range(0, frames, limit)
-    ]
+    # latent frames: consecutive, no overlap, no context or lookahead, in the schedule's sizes
+    assert [c.latent[0].size for c in firsts] == carried_frames(frames, limit, taper)
+    assert firsts[0].latent[0].start == 0 and firsts[-1].latent[0].end == frames
+    assert all(a.latent[0].end == b.latent[0].start for a, b in zip(firsts, firsts[1:], strict=False))
     assert all(c.context == 0 and c.lookahead == 0 for c in chunks)
     # pixel frames: the whole decode's, each exactly once, at weight 1, as many as each chunk decodes
     spans = [c.pixels[0] for c in firsts]
@@ -775,5 +777,25 @@ def test_carry_is_checked_and_is_part_of_the_plan_identity():
     carrying = Geometry(32, 8, True, carries=True)
     carried = plan_shot("a", (8, 9, 4, 4), carrying, chunk=ChunkSize(frames=2, carry=True))
     overlapped = plan_shot("a", (8, 9, 4, 4), carrying, chunk=ChunkSize(frames=2))
-    assert plan_identity(carried)["carry"] is True and "carry" not in plan_identity(overlapped)
+    even = plan_shot("a", (8, 9, 4, 4), carrying, chunk=ChunkSize(frames=2, carry=True, taper=False))
+    assert plan_identity(carried)["carry"] == "tapered" and "carry" not in plan_identity(overlapped)
+    assert plan_identity(even)["carry"] is True  # what carried renders before tapering recorded
     assert {k: v for k, v in plan_identity(carried).items() if k != "carry"} == plan_identity(overlapped)
+
+
+@pytest.mark.parametrize(
+    "size, limit, sizes",
+    [
+        (16, 4, [1, 4, 4, 4, 2, 1]),  # the last chunks halve; the first takes the remainder
+        (16, 5, [4, 5, 4, 2, 1]),
+        (16, 8, [1, 8, 4, 2, 1]),
+        (7, 3, [1, 3, 2, 1]),
+        (5, 4, [2, 2, 1]),
+        (16, 16, [16]),  # one chunk: nothing to taper
+        (16, 1, [1] * 16),
+    ],
+)
+def test_carried_chunks_taper_to_one_latent_frame_at_the_end(size, limit, sizes):
+    assert carried_frames(size, limit) == sizes
+    assert sum(sizes) == size and max(sizes) <= limit
+    assert carried_frames(size, limit, taper=False) == [min(limit, size - s) for s in range(0, size, limit)]

@@ -150,16 +150,22 @@ def encode_ceiling(
 # --------------------------------------------------------------------------------------------------
 
 
-def carried_decode(decoder: Any, latent: Any, n: int, reps: int) -> dict[str, Any]:
-    """Seconds of a whole-shot decode done as carried chunks of `n` latent frames (`--carry`), and the
-    largest difference from the unchunked decode."""
+def carried_decode(decoder: Any, latent: Any, n: str, reps: int) -> dict[str, Any]:
+    """Seconds of a whole-shot decode done as carried chunks of up to `n` latent frames (`--carry`;
+    ``4``: tapered as farm plans them, ``4e``: even), and the largest difference from the unchunked
+    decode."""
     import torch
 
+    from farm.tiling import carried_frames
+
+    sizes = carried_frames(latent.shape[1], int(n.rstrip("e")), taper=not n.endswith("e"))
+
     def run() -> Any:
-        state, parts = None, []
-        for start in range(0, latent.shape[1], n):
-            pixels, state = decoder.decode_carried(latent[:, start : start + n], state)
+        state, parts, start = None, [], 0
+        for size in sizes:
+            pixels, state = decoder.decode_carried(latent[:, start : start + size], state)
             parts.append(pixels)
+            start += size
         return torch.cat(parts, dim=1)
 
     run()  # first call: cuDNN picks algorithms for the chunk shapes
@@ -231,6 +237,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
               height=h, width=w)  # fmt: skip
     videos = {"zarr": VideoSettings(enabled=False),
               "zarr-nofsync": VideoSettings(enabled=False, durable=False),
+              # Zarr chunks of up to 8 frames whatever their size (farm.frame-chunk-mib before it existed)
+              "zarr-c64": VideoSettings(enabled=False, frame_chunk_mib=64),
               **{p: VideoSettings(preset=p) for p in PRESETS},
               **{f"{p}-t0": VideoSettings(preset=p, encoder_threads=0) for p in PRESETS}}  # fmt: skip
     runs = results.setdefault("farm", [])
@@ -246,11 +254,11 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
             cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
             for size, src in ones.items():
                 for case in args.one_cases:
-                    (f, h, w), chunk, batch = parse_case(case)
+                    (f, h, w), chunk, batch, label = parse_case(case)
                     several = f * h * w != 1  # 0,0,0: --tiles auto, on several GPUs
                     on_one = not several or (args.multi_tile_on_one and f > 0)
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
-                        cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, "zarr"))
+                        cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, label))
             checked = set()
             for what, src, tiles, chunk, batch, label in cases:
                 dest = Path(args.dirs[0]) / f"r{gpus}"
@@ -264,7 +272,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                     row["same_bytes_as_unstreamed"] = same_bytes_unstreamed(client, src, dest, options)
                 shutil.rmtree(dest, ignore_errors=True)
                 row.update({"gpus": gpus, "io_workers": io, "what": what, "output": label,
-                            "chunk_frames": options.chunk.frames, "carry": options.chunk.carry})  # fmt: skip
+                            "chunk_frames": options.chunk.frames, "carry": options.chunk.carry,
+                            "taper": options.chunk.carry and options.chunk.taper})  # fmt: skip
                 row["batch"] = batch
                 runs.append(row)
                 save()
@@ -353,10 +362,11 @@ def _zarr_only() -> Any:
     return VideoSettings(enabled=False)
 
 
-def parse_case(case: str) -> tuple[tuple[int, int, int], str, int]:
-    """``F,H,W,CHUNK,BATCH`` → tiles, chunk (latent frames; a trailing ``c`` carries the state), batch."""
-    f, h, w, chunk, batch = case.split(",")
-    return (int(f), int(h), int(w)), chunk, int(batch)
+def parse_case(case: str) -> tuple[tuple[int, int, int], str, int, str]:
+    """``F,H,W,CHUNK,BATCH[,OUTPUT]`` → tiles, chunk (latent frames; a trailing ``c`` carries the state
+    in tapered chunks, ``e`` in even ones), batch, output (a ``--batch-outputs`` label; zarr)."""
+    f, h, w, chunk, batch, *output = case.split(",")
+    return (int(f), int(h), int(w)), chunk, int(batch), (output or ["zarr"])[0]
 
 
 def plan_options(tiles: tuple, chunk: str | int, batch_frames: int) -> Any:
@@ -364,8 +374,9 @@ def plan_options(tiles: tuple, chunk: str | int, batch_frames: int) -> Any:
     from farm.render import PlanOptions
     from farm.tiling import ChunkSize
 
-    frames = int(str(chunk).rstrip("c"))
-    size = ChunkSize(frames=frames, carry=str(chunk).endswith("c")) if frames else ChunkSize()
+    frames = int(str(chunk).rstrip("ce"))
+    carry, taper = str(chunk).endswith(("c", "e")), not str(chunk).endswith("e")
+    size = ChunkSize(frames=frames, carry=carry, taper=taper) if frames else ChunkSize()
     return PlanOptions(tiles=AUTO if 0 in tiles else tiles, chunk=size, batch_frames=batch_frames)
 
 
@@ -524,15 +535,17 @@ def main() -> None:
     p.add_argument("--io-workers", default="default", help="I/O worker counts to try, e.g. default,0")
     p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
     p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])
-    p.add_argument("--plain-carry", type=int, nargs="*", default=[],
-                   help="also time the plain decode in carried chunks of these latent frames")  # fmt: skip
+    p.add_argument("--plain-carry", nargs="*", default=[],
+                   help="also time the plain decode in carried chunks of up to these latent frames "
+                        "(4: tapered as farm plans them, 4e: even)")  # fmt: skip
     p.add_argument("--one-sizes", nargs="*", default=[], help="single-shot sizes HxW, e.g. 704x1216")
     p.add_argument(
         "--one-cases",
         nargs="*",
         default=["1,1,1,0,32", "1,1,1,6,16", "1,1,2,0,32", "1,1,2,6,16"],
         help="single-shot cases F,H,W,CHUNK_FRAMES,BATCH_FRAMES (tiles, 0,0,0 for auto; streamed "
-        "chunk, e.g. 6, or 2c for carried chunks of 2 latent frames; batch)",
+        "chunk, e.g. 6, or 4c for carried chunks of up to 4 latent frames, tapered at the end, 4e even; "
+        "batch)",
     )
     p.add_argument("--checks-once", action="store_true",
                    help="check a streamed case's bytes (and carried levels) on its first run")  # fmt: skip
