@@ -272,8 +272,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--carry", action="store_true",
                    help="with a temporal --chunk: decode a tile's chunks in order, each starting from "
                         "the decoder's causal state where the last one stopped (no overlap or context "
-                        "decoded twice; a shot's first batches are written while later chunks decode). "
-                        "LTX-2")  # fmt: skip
+                        "decoded twice; a shot's first batches are written while later chunks decode; "
+                        "the last chunks halve down to one latent frame). LTX-2")  # fmt: skip
     p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
 

@@ -214,7 +214,8 @@ def chunk_frames(batch_frames: int, frame_bytes: int = 0, chunk_mib: int | None 
     """Frames per Zarr chunk: the largest divisor of the batch up to 8 frames and `chunk_mib` MiB (at
     least one frame), so no chunk is shared by two batches (no write races) and a batch is written as
     several chunks, compressed and fsync'd side by side: the smaller they are, the sooner one batch is
-    on disk (TODO measured)."""
+    on disk. One H200 host, 8 frames of 1088x1920 fsync'd: 0.127 s in one 8-frame chunk, 0.037 s in
+    1-frame chunks; 704x1216: 0.057 s, 0.019 s in 2-frame chunks (docs/benchmarks.md)."""
     fits = [d for d in range(1, min(batch_frames, 8) + 1) if batch_frames % d == 0]
     if chunk_mib is not None:
         fits = [d for d in fits if d == 1 or d * frame_bytes <= chunk_mib * 2**20]

@@ -57,7 +57,10 @@ def chunk_note(plan: ShotPlan) -> str:
     if plan.chunk.limits() == (None, None, None):
         return ""
     limits = ",".join("-" if v is None else str(v) for v in plan.chunk.limits())
-    carried = "; temporal chunks carried (in order, no overlap or context)" if plan.chunk.carry else ""
+    carried = ""
+    if plan.chunk.carry:
+        taper = ", the last ones halving to 1 frame" if plan.chunk.taper else ""
+        carried = f"; temporal chunks carried (in order, no overlap or context{taper})"
     return f"; decode calls up to {limits} latent units{carried}"
 
 
