@@ -298,6 +298,7 @@ class Driver:
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
         done = self.client.submit(
             finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot], t.metadata, t.video.suffix,
+            durable=t.video.durable,
             key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip
         self.futures.add(done)

@@ -605,9 +605,14 @@ def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def finish_shot(
-    out_root: str, shot: str, n_batches: int, metadata: dict[str, str], suffix: str = ".mp4", *_done: Any
+    out_root: str, shot: str, n_batches: int, metadata: dict[str, str], suffix: str = ".mp4", *_done: Any,
+    durable: bool = True,
 ) -> dict:
-    """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``."""
+    """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``.
+
+    `durable`: the video and its name reach the disk (fsync) before its done marker, and only then are
+    the segments (each fsync'd when written) removed, so a power cut leaves either the segments or the
+    whole video."""
     from farm.video import join_segments
 
     check_owner(out_root, shot)
@@ -617,6 +622,8 @@ def finish_shot(
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
     join_segments(segments, out.video(shot), metadata=metadata)
+    if durable:
+        fsync_all([out.video(shot)], [out.video(shot).parent])
     mark_done(out.video_done_marker(shot))
     for s in segments:
         s.unlink(missing_ok=True)

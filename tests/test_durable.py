@@ -179,3 +179,29 @@ def test_frame_chunks_hold_at_most_frame_chunk_mib_and_whole_batches(tmp_path: P
     np.testing.assert_array_equal(np.asarray(arr[8:16]), frames)
     with pytest.raises(FarmError, match="farm.frame-chunk-mib 0 is invalid"):
         check_video_settings(VideoSettings(enabled=False, frame_chunk_mib=0))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name descriptors")
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_joined_video_is_synced_before_its_marker_and_the_segments_go(
+    tmp_path: Path, synced: list[str], durable: bool
+) -> None:
+    """The shot's video replaces its segments (each fsync'd): it and its folder reach the disk before
+    the video's done marker, and the segments are removed only after that marker."""
+    from farm.tasks import finish_shot
+
+    out = out_with_shot(tmp_path)
+    out.videos_dir.mkdir()  # prepare_output makes it
+    rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
+    video = VideoSettings(preset="ultrafast")
+    for k in range(2):
+        frames = BlendedFrames(rgb[8 * k : 8 * k + 8])
+        encode_batch(str(out.root), Batch("a", k, 8 * k, 8 * k + 8, (0,)), frames, 24.0, video, {})
+    before = len(synced)
+    finish_shot(str(out.root), "a", 2, {}, ".mp4", durable=durable)
+    calls = synced[before:]
+    marker = str(out.video_done_marker("a"))
+    at = calls.index(marker + ".tmp")
+    assert (str(out.video("a")) in calls[:at] and str(out.videos_dir) in calls[:at]) is durable
+    assert out.video_done_marker("a").exists() and out.video("a").exists()
+    assert not out.segment("a", 0).exists() and not out.segment("a", 1).exists()
