@@ -457,13 +457,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     job = open_job(args.job)
     options = _plan_options(args)
-    plans = plan_job(job, options, args.workers, args.shots.split(",") if args.shots else None)
-    print(describe_plans(plans, job.spec, args.workers))
     model = cost_model(job.spec, options.cost_model)
+    n_io = _plan_io_workers(model, args.workers)
+    plans = plan_job(job, options, args.workers, args.shots.split(",") if args.shots else None, n_io=n_io)
+    print(describe_plans(plans, job.spec, args.workers))
     memory = memory_model(job.spec)
     gpu_bytes = model.worker_memory_bytes
     window = default_window(plans, job.spec, gpu_bytes, 1)
-    n_io = _plan_io_workers(model, args.workers)
     # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster
     # starts (a window of 2 and no I/O workers predicted a streamed 704p shot at 1.7 s; it ran in 0.8)
     prediction = planner.predict(plans, args.workers, model, memory=memory, n_io=n_io,

@@ -9,7 +9,16 @@ from farm.decoders import decoder_class
 from farm.errors import FarmError
 from farm.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.store import Job
-from farm.tiling import AXES, MIN_SPATIAL_CHUNK, Geometry, ShotPlan, TileGrid, assign_round_robin, plan_shot
+from farm.tiling import (
+    AXES,
+    MIN_SPATIAL_CHUNK,
+    ChunkSize,
+    Geometry,
+    ShotPlan,
+    TileGrid,
+    assign_round_robin,
+    plan_shot,
+)
 from farm.validate import check_shots
 
 
@@ -48,12 +57,16 @@ def plan_job(
     shots: Sequence[str] | None = None,
     *,
     fixed: Mapping[str, TileGrid] | None = None,
+    fixed_chunks: Mapping[str, ChunkSize] | None = None,
+    n_io: int = 0,
 ) -> list[ShotPlan]:
     """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots.
 
     With ``options.tiles == "auto"`` the grids are chosen for all the named shots together on
     `n_workers` workers (one worker: whole shots unless memory forces a split); `fixed` shots keep the
-    grid given (a resumed render keeps the grid its output was started with).
+    grid given (a resumed render keeps the grid its output was started with). Auto tiles without a
+    ``--chunk`` may also carry temporal chunks (`auto_chunks`; `n_io` I/O workers beside the decoders
+    in its prediction), and `fixed_chunks` shots keep the chunking their output was started with.
     """
     cls = decoder_class(job.spec)
     geometry = cls.geometry_for(job.spec.config)
@@ -65,17 +78,79 @@ def plan_job(
     errors = check_shots(job, names, channels)  # fps, latent dtype and shape, before any planning
     if errors:
         raise next(iter(errors.values()))
-    auto = _auto_grids(job, options, n_workers, names, geometry, fixed) if options.tiles == AUTO else {}
-    overlap = cls.spatial_overlap_for(job.spec.config)
+    if options.tiles == AUTO:
+        grids = _auto_grids(job, options, n_workers, names, geometry, fixed)
+    else:
+        overlap = cls.spatial_overlap_for(job.spec.config)
+        grids = {name: grid_for(job.shots[name].latent_shape[1:], options, overlap) for name in names}
+    chunks = {name: options.chunk for name in names}
+    if options.tiles == AUTO and options.chunk == ChunkSize():
+        chunks.update({k: v for k, v in (fixed_chunks or {}).items() if k in chunks})
+        free = [n for n in names if n not in (fixed_chunks or {})]
+        chunks.update(auto_chunks(job, options, n_workers, grids, chunks, free, geometry, n_io))
     plans = []
     for name in names:
-        info = job.shots[name]
-        grid = auto[name] if options.tiles == AUTO else grid_for(info.latent_shape[1:], options, overlap)
-        plan = plan_shot(name, info.latent_shape, geometry, grid, batch_frames=options.batch_frames,
-                         chunk=options.chunk)  # fmt: skip
+        plan = plan_shot(name, job.shots[name].latent_shape, geometry, grids[name],
+                         batch_frames=options.batch_frames, chunk=chunks[name])  # fmt: skip
         check_tile_widths(plan)
         plans.append(plan)
     return assign_round_robin(plans, n_workers)
+
+
+# Carried chunks auto chooses: of up to 5 latent frames, tapered. Measured on one H200 (LTX-2, bf16),
+# the fastest of 4 and 5, even and tapered, for single shots of 704x1216 and 1088x1920
+# (docs/benchmarks.md, fifth session).
+AUTO_CARRY = ChunkSize(frames=5, carry=True)
+
+
+def auto_chunks(
+    job: Job,
+    options: PlanOptions,
+    n_workers: int,
+    grids: Mapping[str, TileGrid],
+    chunks: Mapping[str, ChunkSize],
+    free: Sequence[str],
+    geometry: Geometry,
+    n_io: int,
+) -> dict[str, ChunkSize]:
+    """Carried temporal chunks (`AUTO_CARRY`) for the `free` shots when the job's predicted makespan
+    with them beats the one without by more than the planner's `MIN_GAIN`, else nothing.
+
+    Carrying streams a shot's writes behind its own decode: it pays where nothing else hides them (a
+    lone shot, the last shots of a job) and costs a few decode calls' overhead everywhere else. Only
+    for decoders that carry their state and GPU cost models (on CPU workers the decode dwarfs the
+    writes), within the worker memory the grids were chosen for; each way is predicted as `farm plan`
+    predicts a render: through the window its memory allows, with `n_io` I/O workers."""
+    from farm import planner
+    from farm.budgets import default_window, tile_peak_bytes
+    from farm.decoders import cost_model, memory_model
+
+    model = cost_model(job.spec, options.cost_model)
+    if not free or not geometry.carries or model.decode_on_host:
+        return {}
+    memory = memory_model(job.spec)
+    budget = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
+    cls = decoder_class(job.spec)
+
+    def predicted(chosen: Mapping[str, ChunkSize]) -> float | None:
+        try:
+            plans = [plan_shot(n, job.shots[n].latent_shape, geometry, grids[n], chunk=chosen[n],
+                               batch_frames=options.batch_frames) for n in grids]  # fmt: skip
+        except FarmError:  # e.g. temporal tiles across workers: no temporal chunks inside them
+            return None
+        if budget and any(tile_peak_bytes(cls, job.spec, t, p.chunk) > budget * planner.MEMORY_HEADROOM
+                          for p in plans for t in p.tiles):  # fmt: skip
+            return None
+        plans = assign_round_robin(plans, n_workers)
+        window = default_window(plans, job.spec, model.worker_memory_bytes, 1)
+        return planner.predict(plans, n_workers, model, memory=memory, n_io=n_io,
+                               window=window * n_workers if window else None).makespan_s  # fmt: skip
+
+    carried = {n: AUTO_CARRY if n in free else chunks[n] for n in grids}
+    base, with_carry = predicted(chunks), predicted(carried)
+    if base is None or with_carry is None or with_carry >= base * (1.0 - planner.MIN_GAIN):
+        return {}
+    return {n: AUTO_CARRY for n in free}
 
 
 def check_tile_widths(plan: ShotPlan) -> None:
@@ -117,21 +192,23 @@ def plan_shots(
     shots: Sequence[str] | None = None,
     *,
     fixed: Mapping[str, TileGrid] | None = None,
+    fixed_chunks: Mapping[str, ChunkSize] | None = None,
 ) -> tuple[list[ShotPlan], dict[str, FarmError]]:
     """Plan each shot on its own: a shot that cannot be planned is reported, the others still go.
-    `fixed` shots keep the grid given (with auto tiles: the grid OUT was started with)."""
+    `fixed` shots keep the grid given and `fixed_chunks` shots the chunking (with auto tiles: those OUT
+    was started with)."""
     names = list(job.shots) if shots is None else list(shots)
     unknown = [n for n in names if n not in job.shots]
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
     try:  # all together first: shots of one shape share the auto planner's search
-        return plan_job(job, options, 1, names, fixed=fixed), {}
+        return plan_job(job, options, 1, names, fixed=fixed, fixed_chunks=fixed_chunks), {}
     except FarmError:
         pass
     plans, errors = [], {}
     for name in names:  # some shot cannot be planned: find which, and plan the rest
         try:
-            plans.extend(plan_job(job, options, 1, [name], fixed=fixed))
+            plans.extend(plan_job(job, options, 1, [name], fixed=fixed, fixed_chunks=fixed_chunks))
         except FarmError as exc:
             errors[name] = exc
     if not plans and errors:

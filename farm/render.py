@@ -60,6 +60,7 @@ from farm.resume import (
     apply_restarts,
     latent_identities,
     record_identity,
+    recorded_chunks,
     recorded_grids,
     render_identities,
     render_identity,
@@ -165,7 +166,7 @@ def render(
         clock.mark("connect, check the workers")
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
             plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
-                                                frame_numbers)  # fmt: skip
+                                                frame_numbers, len(io_workers))  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         render_id = render_id or uuid.uuid4().hex[:8]
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
@@ -204,7 +205,8 @@ def _plan_and_check(
     their latents' hashes and render identities, and what OUT already holds (refusals raise here, with
     nothing touched)."""
     names, shot_errors = _usable_shots(job, shots)
-    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart))
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart),
+                                    fixed_chunks=recorded_chunks(out, names, restart))  # fmt: skip
     shot_errors.update(plan_errors)
     decoder_class(job.spec).check_weights(job.spec)
     clock.mark("read and plan the job")
@@ -221,12 +223,14 @@ def _plan_and_check(
 
 def _replan(
     job: Job, out: Output, options: PlanOptions, video: VideoSettings, plans: Sequence[ShotPlan],
-    hashes: dict[str, dict], n_workers: int, restart: bool, frame_numbers: Any,
+    hashes: dict[str, dict], n_workers: int, restart: bool, frame_numbers: Any, n_io: int = 0,
 ) -> tuple[list[ShotPlan], dict, ResumePoints]:  # fmt: skip
-    """`--tiles auto` once the cluster is known: the plans for its decode workers (grids an earlier
-    render of OUT used are kept), their identities and what is left to render."""
+    """`--tiles auto` once the cluster is known: the plans for its decode workers and `n_io` I/O workers
+    (grids and chunking an earlier render of OUT used are kept), their identities and what is left to
+    render."""
     names = [p.shot for p in plans]
-    plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart))
+    plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart),
+                     fixed_chunks=recorded_chunks(out, names, restart), n_io=n_io)  # fmt: skip
     return (plans, *_what_is_left(job, out, plans, video, hashes, restart, frame_numbers))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from farm.errors import FarmError
 from farm.output import Output, fast_codecs, restart_shot, video_done
 from farm.store import Job
-from farm.tiling import ShotPlan, TileGrid, pending_plan, plan_identity
+from farm.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 
 if TYPE_CHECKING:
     from farm.tasks import VideoSettings
@@ -194,6 +194,22 @@ def recorded_grids(out: Output, names: Sequence[str], restart: bool) -> dict[str
         if recorded and "plan" in recorded:
             grids[name] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
     return grids
+
+
+def recorded_chunks(out: Output, names: Sequence[str], restart: bool) -> dict[str, ChunkSize]:
+    """The chunking an earlier render of OUT used (`ChunkSize`, carried or not): an auto plan keeps it,
+    as it keeps the grid, so a resume never switches a shot between carried and whole-tile decodes."""
+    if restart:
+        return {}
+    chunks = {}
+    for name in names:
+        plan = (recorded_identity(out, name) or {}).get("plan")
+        if plan and "chunk" in plan:
+            frames, height, width, overlap = plan["chunk"]
+            carry = plan.get("carry", False)  # absent, True (even chunks, before tapering) or "tapered"
+            chunks[name] = ChunkSize(frames, height, width, tuple(overlap), carry=bool(carry),
+                                     taper=carry is not True)  # fmt: skip
+    return chunks
 
 
 @dataclass

@@ -605,7 +605,12 @@ def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def finish_shot(
-    out_root: str, shot: str, n_batches: int, metadata: dict[str, str], suffix: str = ".mp4", *_done: Any,
+    out_root: str,
+    shot: str,
+    n_batches: int,
+    metadata: dict[str, str],
+    suffix: str = ".mp4",
+    *_done: Any,
     durable: bool = True,
 ) -> dict:
     """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``.

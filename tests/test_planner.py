@@ -421,3 +421,27 @@ def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
     together, none = fr.plan_shots(job, auto, ["wide", "wide2"])
     alone = [*fr.plan_job(job, auto, 1, ["wide"]), *fr.plan_job(job, auto, 1, ["wide2"])]
     assert none == {} and together == alone
+
+
+def test_auto_tiles_carry_a_lone_ltx2_shot_where_the_gpu_cost_model_says_it_pays(tmp_path):
+    """Auto tiles without --chunk stream a lone LTX-2 shot through its decode in carried chunks (its
+    writes have nothing else to hide behind), not a job of many shots on one GPU (the next shot's decode
+    hides them); never against an explicit chunk, a CPU cost model, a decoder that cannot carry or the
+    chunking a resumed shot's output was started with."""
+    from dataclasses import replace
+
+    from farm.jobplan import AUTO_CARRY, plan_job
+    from farm.options import AUTO
+    from farm.tiling import plan_identity
+
+    one = fr.synth(tmp_path / "one.zarr", decoder="ltx2", shots=1, frames=121, height=704, width=1216)
+    many = fr.synth(tmp_path / "many.zarr", decoder="ltx2", shots=8, frames=121, height=704, width=1216)
+    auto = fr.PlanOptions(tiles=AUTO, batch_frames=8)
+    (plan,) = plan_job(one, auto, 1, n_io=5)
+    assert plan.chunk == AUTO_CARRY and plan_identity(plan)["carry"] == "tapered"
+    assert all(p.chunk == ChunkSize() for p in plan_job(many, auto, 1, n_io=5))
+    assert plan_job(one, replace(auto, chunk=ChunkSize(frames=4)), 1)[0].chunk == ChunkSize(frames=4)
+    assert plan_job(one, replace(auto, cost_model="ltx2-tiny-cpu"), 1)[0].chunk == ChunkSize()
+    assert plan_job(one, auto, 1, fixed_chunks={"shot000": ChunkSize()})[0].chunk == ChunkSize()
+    ltxv = fr.synth(tmp_path / "ltxv.zarr", decoder="ltxv", shots=1, frames=121, height=704, width=1216)
+    assert plan_job(ltxv, auto, 1, n_io=5)[0].chunk == ChunkSize()

@@ -163,6 +163,29 @@ def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp
     cluster3.wait_for_workers(3, timeout=60)
 
 
+def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_job, tmp_path, scheduler3):
+    """OUT started with carried chunks; a rerun with auto tiles and no --chunk keeps them (as it keeps
+    the grid) and finishes with the bytes of an uninterrupted carried render, instead of being refused
+    for a changed plan."""
+    from farm.options import AUTO
+    from farm.resume import recorded_chunks
+    from farm.tasks import VideoSettings
+    from farm.tiling import ChunkSize
+
+    chunk = ChunkSize(frames=2, carry=True)
+    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
+    quiet = {"scheduler": scheduler3, "video": VideoSettings(enabled=False), **QUIET}
+    clean, out = Output(tmp_path / "clean"), Output(tmp_path / "out")
+    assert not fr.render(long_job, clean.root, options=carried, **quiet).failed
+    assert not fr.render(long_job, out.root, options=carried, frames="1-16", **quiet).failed
+    shots = list(open_job(long_job).shots)
+    assert recorded_chunks(out, shots, restart=False) == dict.fromkeys(shots, chunk)
+    stats = fr.render(long_job, out.root, options=fr.PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
+    assert not stats.failed and stats.batches_written == 3 * 4  # batches 3-6 of each shot
+    for shot in shots:
+        assert read_frames(out, shot).tobytes() == read_frames(clean, shot).tobytes()
+
+
 def test_changed_latents_are_refused_then_restarted(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
     fr.synth(job, decoder="ltx2-tiny", shots=2, frames=9, height=64, width=64)
