@@ -247,7 +247,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         default=config.option("tiles"),
         metavar="F,H,W|auto",
         help="tiles per shot along frames, height, width; auto chooses per shot by the predicted "
-        "makespan of the job on the cluster's workers (whole shots when there are enough); farm.tiles",
+        "makespan of the job on the cluster's workers (whole shots when there are enough), and without "
+        "--chunk may carry LTX-2 temporal chunks (--chunk 5,0,0 --carry) where that is predicted to "
+        "pay; farm.tiles",
     )
     p.add_argument(
         "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"

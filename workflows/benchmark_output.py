@@ -458,14 +458,21 @@ def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tu
 
 
 def recorded_grid_names(dest: Path, job: Path) -> list[str]:
-    """The tile grids the render used (as recorded in OUT), one per shot, e.g. ``1x1x2``."""
+    """The tile grids the render used (as recorded in OUT), one per shot, e.g. ``1x1x2``, or
+    ``1x1x1 5c`` with carried chunks of up to 5 latent frames (auto may choose them)."""
     from farm.output import Output
-    from farm.resume import recorded_grids
+    from farm.resume import recorded_chunks, recorded_grids
     from farm.store import open_job
 
     shots = list(open_job(str(job)).shots)
     grids = recorded_grids(Output(dest), shots, False) if dest.exists() else {}
-    return sorted({"x".join(str(n) for n in g.tiles) for g in grids.values()})
+    chunks = recorded_chunks(Output(dest), shots, False) if dest.exists() else {}
+
+    def name(shot: str) -> str:
+        carried = f" {chunks[shot].frames}c" if shot in chunks and chunks[shot].carry else ""
+        return "x".join(str(n) for n in grids[shot].tiles) + carried
+
+    return sorted({name(shot) for shot in grids})
 
 
 def predicted_seconds(
@@ -489,7 +496,7 @@ def predicted_seconds(
 
     opened = open_job(str(job))
     n = max(1, n_workers)
-    plans = plan_job(opened, options, n)
+    plans = plan_job(opened, options, n, n_io=n_io)
     model = cost_model(opened.spec, options.cost_model)
     if not video.enabled:
         model = model.with_(encode_s_per_pixel=0.0)
