@@ -255,8 +255,9 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
             for size, src in ones.items():
                 for case in args.one_cases:
                     (f, h, w), chunk, batch, label = parse_case(case)
-                    several = f * h * w != 1  # 0,0,0: --tiles auto, on several GPUs
-                    on_one = not several or (args.multi_tile_on_one and f > 0)
+                    auto = f * h * w == 0  # 0,0,0: --tiles auto, on every GPU count (it may carry)
+                    several = f * h * w != 1
+                    on_one = not several or auto or args.multi_tile_on_one
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
                         cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, label))
             checked = set()
