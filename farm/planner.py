@@ -188,6 +188,15 @@ def candidates(
     _, f, h, w = (int(x) for x in latent_shape)
     sizes = (f, h, w)
     out = []
+    known: dict[tuple[int, int, int], tuple[float, int]] = {}
+
+    def tile_costs(fhw: tuple[int, int, int]) -> tuple[float, int]:
+        """Decode seconds and call peak of a tile shape; grids share most of their tile shapes."""
+        if fhw not in known:
+            peak = _call_peak(memory, fhw, geometry, chunk) if memory is not None else 0
+            known[fhw] = (_decode_seconds(fhw, geometry, chunk, cost), peak)
+        return known[fhw]
+
     per_axis: list[dict[int, tuple[int, list[int]]]] = []
     for axis, size in enumerate(sizes):
         options = {}
@@ -212,9 +221,9 @@ def candidates(
                     for a in lf:
                         for b in lh:
                             for c in lw:
-                                seconds.append(_decode_seconds((a, b, c), geometry, chunk, cost))
-                                if memory is not None:
-                                    peak = max(peak, _call_peak(memory, (a, b, c), geometry, chunk))
+                                tile_seconds, tile_peak = tile_costs((a, b, c))
+                                seconds.append(tile_seconds)
+                                peak = max(peak, tile_peak)
                                 volume += a * b * c
                 except FarmError:  # the chunking does not fit these tiles
                     continue
