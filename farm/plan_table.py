@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from farm.budgets import tile_peak_bytes
 from farm.decoders import DecoderSpec, decoder_class
 from farm.decoders.base import human_bytes
-from farm.tiling import AXES, ShotPlan
+from farm.tiling import AXES, ShotPlan, carried_frames
 
 
 def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
@@ -58,9 +58,11 @@ def chunk_note(plan: ShotPlan) -> str:
         return ""
     limits = ",".join("-" if v is None else str(v) for v in plan.chunk.limits())
     carried = ""
-    if plan.chunk.carry:
-        taper = ", the last ones halving to 1 frame" if plan.chunk.taper else ""
-        carried = f"; temporal chunks carried (in order, no overlap or context{taper})"
+    if plan.chunk.carry and plan.chunk.frames is not None:
+        first = min(plan.tiles, key=lambda t: t.grid_pos)
+        sizes = carried_frames(first.latent[0].size, plan.chunk.frames, plan.chunk.taper)
+        carried = (f"; temporal chunks carried, in order, no overlap or context: "
+                   f"{', '.join(map(str, sizes))} latent frames")  # fmt: skip
     return f"; decode calls up to {limits} latent units{carried}"
 
 

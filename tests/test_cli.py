@@ -57,7 +57,10 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     assert "     1      1  0:3 0:2 1:3" in out and "     0      2  0:3 0:2 0:2" in out
     assert "makespan" in out  # the planner's prediction
     carried = farm("plan", str(job), "--workers", "1", "--chunk", "2,0,0", "--carry").stdout
-    assert "decode calls up to 2,-,- latent units; temporal chunks carried" in carried
+    assert (
+        "decode calls up to 2,-,- latent units; temporal chunks carried, in order, no overlap or "
+        "context: 2, 1 latent frames" in carried
+    )  # 3 latent frames, the last chunk halved
     # a GPU cost model predicts the render as it runs: with the I/O workers a local GPU cluster starts
     on_gpu = farm("plan", str(job), "--workers", "1", "--cost-model", "ltx2-h200").stdout
     assert f"with {io_workers_beside_gpus(1, cpu_count())} I/O worker(s)" in on_gpu
