@@ -59,6 +59,7 @@ def plan_job(
     fixed: Mapping[str, TileGrid] | None = None,
     fixed_chunks: Mapping[str, ChunkSize] | None = None,
     n_io: int = 0,
+    video: bool = True,
 ) -> list[ShotPlan]:
     """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots.
 
@@ -66,7 +67,8 @@ def plan_job(
     `n_workers` workers (one worker: whole shots unless memory forces a split); `fixed` shots keep the
     grid given (a resumed render keeps the grid its output was started with). Auto tiles without a
     ``--chunk`` may also carry temporal chunks (`auto_chunks`; `n_io` I/O workers beside the decoders
-    in its prediction), and `fixed_chunks` shots keep the chunking their output was started with.
+    and `video` encodes or not in its prediction), and `fixed_chunks` shots keep the chunking their
+    output was started with.
     """
     cls = decoder_class(job.spec)
     geometry = cls.geometry_for(job.spec.config)
@@ -87,7 +89,7 @@ def plan_job(
     if options.tiles == AUTO and options.chunk == ChunkSize():
         chunks.update({k: v for k, v in (fixed_chunks or {}).items() if k in chunks})
         free = [n for n in names if n not in (fixed_chunks or {})]
-        chunks.update(auto_chunks(job, options, n_workers, grids, chunks, free, geometry, n_io))
+        chunks.update(auto_chunks(job, options, n_workers, grids, chunks, free, geometry, n_io, video))
     plans = []
     for name in names:
         plan = plan_shot(name, job.shots[name].latent_shape, geometry, grids[name],
@@ -112,6 +114,7 @@ def auto_chunks(
     free: Sequence[str],
     geometry: Geometry,
     n_io: int,
+    video: bool = True,
 ) -> dict[str, ChunkSize]:
     """Carried temporal chunks (`AUTO_CARRY`) for the `free` shots when the job's predicted makespan
     with them beats the one without by more than the planner's `MIN_GAIN`, else nothing.
@@ -120,7 +123,8 @@ def auto_chunks(
     lone shot, the last shots of a job) and costs a few decode calls' overhead everywhere else. Only
     for decoders that carry their state and GPU cost models (on CPU workers the decode dwarfs the
     writes), within the worker memory the grids were chosen for; each way is predicted as `farm plan`
-    predicts a render: through the window its memory allows, with `n_io` I/O workers, writing video.
+    predicts a render: through the window its memory allows, with `n_io` I/O workers, encoding video
+    segments unless not `video`.
     (With 32-frame batches and video, one 1088x1920 shot on one GPU gains 4.9 %: not enough; with
     8-frame batches 20 %.)"""
     from farm import planner
@@ -130,6 +134,8 @@ def auto_chunks(
     model = cost_model(job.spec, options.cost_model)
     if not free or not geometry.carries or model.decode_on_host:
         return {}
+    if not video:
+        model = model.with_(encode_s_per_pixel=0.0)
     memory = memory_model(job.spec)
     budget = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
     cls = decoder_class(job.spec)

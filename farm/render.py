@@ -230,7 +230,8 @@ def _replan(
     render."""
     names = [p.shot for p in plans]
     plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart),
-                     fixed_chunks=recorded_chunks(out, names, restart), n_io=n_io)  # fmt: skip
+                     fixed_chunks=recorded_chunks(out, names, restart), n_io=n_io,
+                     video=video.enabled)  # fmt: skip
     return (plans, *_what_is_left(job, out, plans, video, hashes, restart, frame_numbers))
 
 

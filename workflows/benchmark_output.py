@@ -497,7 +497,7 @@ def predicted_seconds(
 
     opened = open_job(str(job))
     n = max(1, n_workers)
-    plans = plan_job(opened, options, n, n_io=n_io)
+    plans = plan_job(opened, options, n, n_io=n_io, video=video.enabled)
     model = cost_model(opened.spec, options.cost_model)
     if not video.enabled:
         model = model.with_(encode_s_per_pixel=0.0)

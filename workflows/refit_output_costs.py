@@ -42,11 +42,16 @@ def row_plans(row: dict, run: dict) -> tuple[list, int, int]:
     frames = int(args["frames"])
     latent = (channels, (frames - 1) // geometry.temporal_scale + 1, h // geometry.spatial_scale,
               w // geometry.spatial_scale)  # fmt: skip
-    counts = tuple(int(x) for x in row["grids"][0].split("x"))
+    grid_name, *carried = row["grids"][0].split()  # "1x1x2", or "1x1x1 5c": auto chose carried chunks
+    counts = tuple(int(x) for x in grid_name.split("x"))
     overlap = tuple(0 if n == 1 else o for n, o in zip(counts, (0, 2, 2), strict=True))
     grid = TileGrid(counts, overlap)  # type: ignore[arg-type]
     carry = bool(row.get("carry"))
-    chunk = ChunkSize(frames=row["chunk_frames"], carry=carry) if row.get("chunk_frames") else ChunkSize()
+    taper = bool(row.get("taper", False))  # rows from before tapering carried even chunks
+    chunk = (ChunkSize(frames=row["chunk_frames"], carry=carry, taper=taper) if row.get("chunk_frames")
+             else ChunkSize())  # fmt: skip
+    if carried and not row.get("chunk_frames"):
+        chunk = ChunkSize(frames=int(carried[0].rstrip("c")), carry=True)
     plans = [plan_shot(f"shot{i:03d}", latent, geometry, grid, batch_frames=row.get("batch", 32), chunk=chunk)
              for i in range(shots)]  # fmt: skip
     gpus = int(row["gpus"])
