@@ -118,12 +118,16 @@ def main() -> None:
     p.add_argument("runs", nargs="+", help="benchmark_output.py JSON files")
     p.add_argument("--model", default="ltx2-h200")
     p.add_argument("--write", action="store_true", help="store the refitted model in farm/costmodels")
+    p.add_argument("--keep-blend", action="store_true",
+                   help="keep the stored blend cost (blends submitted with their decode wait for it, "
+                        "so a blend task's seconds include that wait)")  # fmt: skip
     args = p.parse_args()
     runs = [json.loads(Path(f).read_text()) for f in args.runs]
     rows = [(r, run) for run in runs for r in run.get("farm", []) if r.get("grids") and not r.get("failed")]
     fitted = [(r, run) for r, run in rows if r["output"] == "zarr"]
     old = costmodel.load(args.model)  # as stored: "before"
-    blend = blend_seconds_per_pixel(fitted)  # measured directly: the blend tasks' own seconds
+    # measured directly: the blend tasks' own seconds (unless they include waiting for their decode)
+    blend = old.blend_s_per_pixel if args.keep_blend else blend_seconds_per_pixel(fitted)
     disks = sorted(d for d in (disk_s_per_pixel(run) for run in runs) if d is not None)
     disk = disks[len(disks) // 2] if disks else old.disk_s_per_pixel  # for runs that measured none
     grid = itertools.product(
