@@ -177,6 +177,8 @@ def _add_plan_command(add: AddCommand) -> None:
     p = add("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
     p.add_argument("--workers", type=int, default=1, help="number of workers to plan for")
+    p.add_argument("--no-video", action="store_true",
+                   help="plan and predict a render that writes Zarr only (no video encodes)")  # fmt: skip
     _add_plan_options(p)
 
 
@@ -460,8 +462,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     job = open_job(args.job)
     options = _plan_options(args)
     model = cost_model(job.spec, options.cost_model)
+    if args.no_video:
+        model = model.with_(encode_s_per_pixel=0.0)
     n_io = _plan_io_workers(model, args.workers)
-    plans = plan_job(job, options, args.workers, args.shots.split(",") if args.shots else None, n_io=n_io)
+    shots = args.shots.split(",") if args.shots else None
+    plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
     print(describe_plans(plans, job.spec, args.workers))
     memory = memory_model(job.spec)
     gpu_bytes = model.worker_memory_bytes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -64,6 +65,15 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     # a GPU cost model predicts the render as it runs: with the I/O workers a local GPU cluster starts
     on_gpu = farm("plan", str(job), "--workers", "1", "--cost-model", "ltx2-h200").stdout
     assert f"with {io_workers_beside_gpus(1, cpu_count())} I/O worker(s)" in on_gpu
+    # --no-video predicts the render farm render --no-video runs: no encodes, so it ends sooner
+    real = job.parent / "ltx2.zarr"  # the LTX-2 architecture's latent (random weights: nothing loads)
+    farm("synth", str(real), "--decoder", "ltx2", "--frames", "121", "--height", "704", "--width", "1216")
+
+    def makespan(*extra: str) -> float:
+        out = farm("plan", str(real), "--workers", "1", "--tiles", "1,1,1", *extra).stdout
+        return float(re.search(r"makespan ([0-9.]+) s", out).group(1))  # type: ignore[union-attr]
+
+    assert makespan("--no-video") < makespan()
 
 
 @pytest.mark.slow
