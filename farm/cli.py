@@ -448,8 +448,8 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.budgets import default_window, host_peak_bytes, window_peak_bytes
-    from farm.jobplan import plan_job
+    from farm.budgets import host_peak_bytes, window_peak_bytes
+    from farm.jobplan import plan_job, predict_render
     from farm.plan_table import describe_plans
     from farm.store import open_job
     from farm.tasks import VideoSettings
@@ -457,7 +457,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
     from farm import planner
-    from farm.decoders import cost_model, memory_model
+    from farm.decoders import cost_model
 
     job = open_job(args.job)
     options = _plan_options(args)
@@ -468,13 +468,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     shots = args.shots.split(",") if args.shots else None
     plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
     print(describe_plans(plans, job.spec, args.workers))
-    memory = memory_model(job.spec)
     gpu_bytes = model.worker_memory_bytes
-    window = default_window(plans, job.spec, gpu_bytes, 1)
-    # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster
-    # starts (a window of 2 and no I/O workers predicted a streamed 704p shot at 1.7 s; it ran in 0.8)
-    prediction = planner.predict(plans, args.workers, model, memory=memory, n_io=n_io,
-                                 window=window * args.workers if window else None)  # fmt: skip
+    # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster starts
+    prediction, window = predict_render(plans, job.spec, model, args.workers, n_io)
     print(planner.describe(prediction, model))
     if n_io:
         print(f"  with {n_io} I/O worker(s) for writes and encodes, as a local GPU cluster on this machine "

@@ -4,8 +4,9 @@ the decoder, with the tiles assigned to worker slots. Pure planning: no cluster,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from farm.decoders import decoder_class
+from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
 from farm.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.store import Job
@@ -20,6 +21,10 @@ from farm.tiling import (
     plan_shot,
 )
 from farm.validate import check_shots
+
+if TYPE_CHECKING:
+    from farm.costmodel import CostModel
+    from farm.planner import Prediction
 
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions, spatial_overlap: int | None = None) -> TileGrid:
@@ -99,6 +104,23 @@ def plan_job(
     return assign_round_robin(plans, n_workers)
 
 
+def predict_render(
+    plans: Sequence[ShotPlan], spec: DecoderSpec, model: CostModel, n_workers: int, n_io: int
+) -> tuple[Prediction, int | None]:
+    """The planner's prediction of `plans` (assigned to `n_workers` slots) as `farm render` runs them:
+    through the window the memory budget gives each worker on the cost model's GPU (returned too; None
+    on a CPU cluster), with `n_io` I/O workers. A window of 2 and no I/O workers predicted a streamed
+    704p shot at 1.7 s; it ran in 0.8 s."""
+    from farm import planner
+    from farm.budgets import default_window
+    from farm.decoders import memory_model
+
+    window = default_window(plans, spec, model.worker_memory_bytes, 1)
+    prediction = planner.predict(plans, n_workers, model, memory=memory_model(spec), n_io=n_io,
+                                 window=window * n_workers if window else None)  # fmt: skip
+    return prediction, window
+
+
 # Carried chunks auto chooses: of up to 5 latent frames, tapered. Measured on one H200 (LTX-2, bf16),
 # the fastest of 4 and 5, even and tapered, for single shots of 704x1216 and 1088x1920
 # (docs/benchmarks.md, fifth session).
@@ -128,15 +150,14 @@ def auto_chunks(
     (With 32-frame batches and video, one 1088x1920 shot on one GPU gains 4.9 %: not enough; with
     8-frame batches 20 %.)"""
     from farm import planner
-    from farm.budgets import default_window, tile_peak_bytes
-    from farm.decoders import cost_model, memory_model
+    from farm.budgets import tile_peak_bytes
+    from farm.decoders import cost_model
 
     model = cost_model(job.spec, options.cost_model)
     if not free or not geometry.carries or model.decode_on_host:
         return {}
     if not video:
         model = model.with_(encode_s_per_pixel=0.0)
-    memory = memory_model(job.spec)
     budget = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
     cls = decoder_class(job.spec)
 
@@ -149,10 +170,8 @@ def auto_chunks(
         if budget and any(tile_peak_bytes(cls, job.spec, t, p.chunk) > budget * planner.MEMORY_HEADROOM
                           for p in plans for t in p.tiles):  # fmt: skip
             return None
-        plans = assign_round_robin(plans, n_workers)
-        window = default_window(plans, job.spec, model.worker_memory_bytes, 1)
-        return planner.predict(plans, n_workers, model, memory=memory, n_io=n_io,
-                               window=window * n_workers if window else None).makespan_s  # fmt: skip
+        prediction, _ = predict_render(assign_round_robin(plans, n_workers), job.spec, model, n_workers, n_io)
+        return prediction.makespan_s
 
     def pays(names: Sequence[str]) -> bool:
         base, with_carry = predicted(chunks, names), predicted(carried, names)

@@ -60,8 +60,7 @@ from farm.resume import (
     apply_restarts,
     latent_identities,
     record_identity,
-    recorded_chunks,
-    recorded_grids,
+    recorded_layout,
     render_identities,
     render_identity,
     resume_points,
@@ -205,8 +204,8 @@ def _plan_and_check(
     their latents' hashes and render identities, and what OUT already holds (refusals raise here, with
     nothing touched)."""
     names, shot_errors = _usable_shots(job, shots)
-    plans, plan_errors = plan_shots(job, options, names, fixed=recorded_grids(out, names, restart),
-                                    fixed_chunks=recorded_chunks(out, names, restart))  # fmt: skip
+    recorded = recorded_layout(out, names, restart)
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks)
     shot_errors.update(plan_errors)
     decoder_class(job.spec).check_weights(job.spec)
     clock.mark("read and plan the job")
@@ -229,9 +228,9 @@ def _replan(
     (grids and chunking an earlier render of OUT used are kept), their identities and what is left to
     render."""
     names = [p.shot for p in plans]
-    plans = plan_job(job, options, n_workers, names, fixed=recorded_grids(out, names, restart),
-                     fixed_chunks=recorded_chunks(out, names, restart), n_io=n_io,
-                     video=video.enabled)  # fmt: skip
+    recorded = recorded_layout(out, names, restart)  # read again: OUT is locked only now
+    plans = plan_job(job, options, n_workers, names, fixed=recorded.grids, fixed_chunks=recorded.chunks,
+                     n_io=n_io, video=video.enabled)  # fmt: skip
     return (plans, *_what_is_left(job, out, plans, video, hashes, restart, frame_numbers))
 
 

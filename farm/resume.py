@@ -183,33 +183,34 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dic
     }
 
 
-def recorded_grids(out: Output, names: Sequence[str], restart: bool) -> dict[str, TileGrid]:
-    """Grids an earlier render of OUT used: an auto plan keeps them, so a resume on another number of
-    workers continues the same tiles instead of being refused (unless restarting)."""
-    if restart:
-        return {}
-    grids = {}
-    for name in names:
-        recorded = recorded_identity(out, name)
-        if recorded and "plan" in recorded:
-            grids[name] = TileGrid(tuple(recorded["plan"]["tiles"]), tuple(recorded["plan"]["overlap"]))
-    return grids
+@dataclass(frozen=True)
+class RecordedLayout:
+    """The grids and chunking an earlier render of OUT used, per shot: an auto plan keeps them, so a
+    resume on another number of workers continues the same tiles and never switches a shot between
+    carried and whole-tile decodes, instead of being refused (unless restarting)."""
+
+    grids: dict[str, TileGrid] = field(default_factory=dict)
+    chunks: dict[str, ChunkSize] = field(default_factory=dict)
+
+
+def recorded_layout(out: Output, names: Sequence[str], restart: bool) -> RecordedLayout:
+    """`RecordedLayout` of the named shots, each shot's identity read once (nothing when restarting)."""
+    layout = RecordedLayout()
+    for name in [] if restart else names:
+        plan = (recorded_identity(out, name) or {}).get("plan")
+        if not plan:
+            continue
+        layout.grids[name] = TileGrid(tuple(plan["tiles"]), tuple(plan["overlap"]))
+        if "chunk" in plan:
+            frames, height, width, overlap = plan["chunk"]
+            carry = plan.get("carry", False)  # absent, True (even chunks, before tapering) or "tapered"
+            layout.chunks[name] = ChunkSize(frames, height, width, tuple(overlap), carry=bool(carry),
+                                            taper=carry is not True)  # fmt: skip
+    return layout
 
 
 def recorded_chunks(out: Output, names: Sequence[str], restart: bool) -> dict[str, ChunkSize]:
-    """The chunking an earlier render of OUT used (`ChunkSize`, carried or not): an auto plan keeps it,
-    as it keeps the grid, so a resume never switches a shot between carried and whole-tile decodes."""
-    if restart:
-        return {}
-    chunks = {}
-    for name in names:
-        plan = (recorded_identity(out, name) or {}).get("plan")
-        if plan and "chunk" in plan:
-            frames, height, width, overlap = plan["chunk"]
-            carry = plan.get("carry", False)  # absent, True (even chunks, before tapering) or "tapered"
-            chunks[name] = ChunkSize(frames, height, width, tuple(overlap), carry=bool(carry),
-                                     taper=carry is not True)  # fmt: skip
-    return chunks
+    return recorded_layout(out, names, restart).chunks
 
 
 @dataclass

@@ -462,12 +462,12 @@ def recorded_grid_names(dest: Path, job: Path) -> list[str]:
     """The tile grids the render used (as recorded in OUT), one per shot, e.g. ``1x1x2``, or
     ``1x1x1 5c`` with carried chunks of up to 5 latent frames (auto may choose them)."""
     from farm.output import Output
-    from farm.resume import recorded_chunks, recorded_grids
+    from farm.resume import RecordedLayout, recorded_layout
     from farm.store import open_job
 
     shots = list(open_job(str(job)).shots)
-    grids = recorded_grids(Output(dest), shots, False) if dest.exists() else {}
-    chunks = recorded_chunks(Output(dest), shots, False) if dest.exists() else {}
+    recorded = recorded_layout(Output(dest), shots, False) if dest.exists() else RecordedLayout()
+    grids, chunks = recorded.grids, recorded.chunks
 
     def name(shot: str) -> str:
         carried = f" {chunks[shot].frames}c" if shot in chunks and chunks[shot].carry else ""
