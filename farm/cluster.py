@@ -203,6 +203,14 @@ class IgnoreInterruptPlugin(WorkerPlugin):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
+    """Whether `connect` with these arguments joins a running cluster (starts none): a scheduler or its
+    file given, or neither and no ``workers`` with Dask's scheduler address set."""
+    if scheduler is not None or scheduler_file is not None:
+        return True
+    return workers is None and config.scheduler_address() is not None
+
+
 @contextlib.contextmanager
 def connect(
     *,

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from farm import keys, logs
 from farm.budgets import (
@@ -138,7 +138,7 @@ def render(
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
-    from farm.cluster import check_worker_paths, connect
+    from farm.cluster import check_worker_paths, connect, joins_running_cluster
 
     clock = SetupClock()
     # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
@@ -148,11 +148,16 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
-    plans, shot_errors, hashes, identities, points = _plan_and_check(job, out, options, video, shots, restart,
-                                                                     frame_numbers, clock)  # fmt: skip
-    if points.nothing_to_do:  # a finished OUT: no cluster, nothing written
-        log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
-        return _add_outcomes(RenderStats(), plans, shot_errors, out, video)
+    plans, shot_errors = _plan(job, out, options, shots, restart, clock)
+    hashing = _hash_meanwhile(job, plans)
+    # A fresh OUT joining a running cluster: nothing can be refused or already done, and no cluster is
+    # started, so the latents are hashed while the client connects. Otherwise OUT is checked first.
+    checked: Checked | None = None
+    if out.frames_zarr.exists() or not joins_running_cluster(scheduler, scheduler_file, workers):
+        checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
+        if checked.points.nothing_to_do:  # a finished OUT: no cluster, nothing written
+            log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+            return _add_outcomes(RenderStats(), checked.plans, checked.shot_errors, out, video)
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
@@ -163,6 +168,9 @@ def render(
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
         clock.mark("connect, check the workers")
+        if checked is None:
+            checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
+        plans, shot_errors, hashes, identities, points = checked
         if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
             plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
                                                 frame_numbers, len(io_workers))  # fmt: skip
@@ -196,28 +204,54 @@ def render(
     return stats
 
 
-def _plan_and_check(
-    job: Job, out: Output, options: PlanOptions, video: VideoSettings, shots: Sequence[str] | None,
-    restart: bool, frame_numbers: Any, clock: SetupClock,
-) -> tuple[list[ShotPlan], dict[str, FarmError], dict[str, dict], dict, ResumePoints]:  # fmt: skip
-    """Before any cluster: the shots' plans, the errors of shots that cannot render (the others go on),
-    their latents' hashes and render identities, and what OUT already holds (refusals raise here, with
-    nothing touched)."""
+class Checked(NamedTuple):
+    """A render's shots once their latents are hashed and OUT is read (`_check`)."""
+
+    plans: list[ShotPlan]  # of the shots whose latents could be hashed
+    shot_errors: dict[str, FarmError]  # every shot that cannot render, by name
+    hashes: dict[str, dict]  # latent identities
+    identities: dict[str, dict]  # render identities
+    points: ResumePoints  # what OUT already holds, what is left
+
+
+def _plan(
+    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool, clock: SetupClock
+) -> tuple[list[ShotPlan], dict[str, FarmError]]:
+    """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept), and the errors of
+    shots that cannot render (the others go on)."""
     names, shot_errors = _usable_shots(job, shots)
     recorded = recorded_layout(out, names, restart)
     plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks)
     shot_errors.update(plan_errors)
     decoder_class(job.spec).check_weights(job.spec)
     clock.mark("read and plan the job")
-    hashes, unreadable = latent_identities(job, [p.shot for p in plans])
+    return plans, shot_errors
+
+
+def _hash_meanwhile(job: Job, plans: Sequence[ShotPlan]) -> Future:
+    """The shots' latent hashes (`latent_identities`), computed on a thread of their own from now."""
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="farm-hash-job")
+    try:
+        return hashing.submit(latent_identities, job, [p.shot for p in plans])
+    finally:
+        hashing.shutdown(wait=False)
+
+
+def _check(
+    job: Job, out: Output, plans: list[ShotPlan], shot_errors: dict[str, FarmError], hashing: Future,
+    video: VideoSettings, restart: bool, frame_numbers: Any, clock: SetupClock,
+) -> Checked:  # fmt: skip
+    """The shots that can render and what OUT already holds of them (refusals raise here, with nothing
+    touched)."""
+    hashes, unreadable = hashing.result()
     clock.mark("hash the latents")
-    shot_errors.update(unreadable)  # unreadable or non-finite latents: those shots fail, the others go on
+    shot_errors = {**shot_errors, **unreadable}  # unreadable or non-finite latents: those shots fail
     plans = [p for p in plans if p.shot in hashes]
     if not plans:
         raise next(iter(shot_errors.values()))
     identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
     clock.mark("check what OUT holds")
-    return plans, shot_errors, hashes, identities, points
+    return Checked(plans, shot_errors, hashes, identities, points)
 
 
 def _replan(

@@ -240,6 +240,14 @@ def test_nan_and_corrupt_latents_fail_their_shot_only(tmp_path, scheduler3):
     assert "shot 'shot002'" in result.stderr and "cannot read latent frames" in result.stderr
     assert "1 of 3 shots finished" in result.stderr
     assert Output(tmp_path / "out").video("shot000").exists()
+    # no shot can render: refused, and the new OUT is not left behind (its latents were hashed while the
+    # client joined the running cluster: a fresh OUT has nothing to refuse before that)
+    only_nan = tmp_path / "nan.zarr"
+    fr.synth(only_nan, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    write_shot(only_nan, "shot000", nan, fps=24.0)
+    with pytest.raises(FarmError, match=r"shot 'shot000': latent holds NaN or Inf in latent frames \[2\]"):
+        fr.render(only_nan, tmp_path / "out-nan", scheduler=scheduler3, **QUIET)
+    assert not (tmp_path / "out-nan").exists()
 
 
 def test_bad_job_stores_and_outputs(tmp_path, scheduler3):

@@ -336,3 +336,27 @@ def test_a_carried_segment_takes_the_previous_segments_decode_on_the_same_worker
         assert previous == [None] + [s["future"] for s in segs[:-1]]
         assert len({s["worker"] for s in segs}) == 1
     assert stats.batches_written == sum(len(p.batches) for p in plans) and not stats.failed
+
+
+def test_each_decode_slots_last_batch_is_written_where_it_was_blended() -> None:
+    """Writes go round-robin over the I/O workers, except each decode slot's last batch once the slot
+    has no decode left: sending it would be the render's tail (nothing left to hide the transfer)."""
+    carried = job([TileGrid()], 1, frames=9, batch_frames=8, chunk=ChunkSize(frames=3, carry=True))
+    schedule = make_schedule(carried, n_decode=1, n_io=2)
+    ios = [b.io for b in schedule.blends]
+    assert ios[-1] is None and None not in ios[:-1] and len(ios) > 2
+    assert set(ios[:-1]) == {0, 1}
+    # a whole tile: every batch leaves after the one decode; only the last stays
+    whole = make_schedule(job([TileGrid()], 1, frames=9, batch_frames=8), n_decode=1, n_io=2)
+    assert [b.io is None for b in whole.blends] == [False] * (len(whole.blends) - 1) + [True]
+    # several shots on two slots: only the last batch of each slot's last decode, not of earlier shots
+    shots = make_schedule(job([TileGrid()] * 4, 2, batch_frames=8), n_decode=2, n_io=1)
+    local = [(b.shot, b.batch) for b in shots.blends if b.io is None]
+    last = {b.slot: (b.shot, b.batch) for b in shots.blends}
+    assert sorted(local) == sorted(last.values()) and {shot for shot, _ in local} == {2, 3}
+    # without I/O workers every write is already where its batch was blended
+    assert all(b.io is None for b in make_schedule(carried, n_decode=1, n_io=0).blends)
+    # the simulator replays the same placement: the local write runs on the decode worker's threads
+    cost = costmodel.load("ltx2-tiny-cpu")
+    shots_tasks = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in carried]
+    assert _simulate(shots_tasks, schedule, cost, output=True)["makespan"] > 0
