@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Mapping, Sequence
@@ -328,8 +329,9 @@ def predict(
     `n_io` I/O workers (``IO_WORKER_THREADS`` threads each) take the writes and encodes. A batch fed
     by one tile is blended where that tile was decoded, other batches round-robin over the workers once
     their pieces have crossed (``latency + bytes / bandwidth``, one transfer at a time into each
-    worker). A blended batch's Zarr write and video encode are two tasks on its I/O worker (none: the
-    blending worker), each waiting for an output stream: one of its node's
+    worker). A blended batch's Zarr write and video encode are two tasks on its I/O worker, once its
+    frames got there (``send_s_per_pixel``, one batch at a time from each blending worker), or on the
+    blending worker when it has none; each waiting for an output stream: one of its node's
     ``output_streams_per_node`` when they are fewer than its workers' together, else one of its
     worker's ``output_streams_per_worker``; with ``disk_s_per_pixel`` a Zarr write also waits for its
     node's disk, which takes one batch at a time. A shot's finishing task runs on the least busy worker
@@ -386,7 +388,8 @@ def _simulate(
 class _Simulation:
     """The state of one replay. Workers ``0 … n_decode-1`` decode and blend; I/O workers follow them and
     run only writes and encodes (``IO_WORKER_THREADS`` each). Tasks: ``("decode", step)``,
-    ``("blend" | "write" | "encode", blend)``, ``("arrive", blend)``, ``("finish", shot)`` with positions
+    ``("blend" | "write" | "encode", blend)``, ``("arrive", blend)`` (its pieces are there), ``("sent",
+    blend)`` (its frames reached its I/O worker), ``("finish", shot)`` with positions
     in ``schedule.decodes`` / ``schedule.blends``."""
 
     def __init__(self, shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool):
@@ -403,9 +406,10 @@ class _Simulation:
         self.free_threads = [threads] * n + [IO_WORKER_THREADS] * n_io
         self.gpu_free = [0.0] * n  # one decode at a time per GPU (farm.tasks' decode thread)
         self.recv_free = [0.0] * n
+        self.send_free = [0.0] * n  # when each decode worker is done sending blended batches
         n_nodes = (n + self.per_node - 1) // self.per_node
         self.node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
-        self.disk_free = [0.0] * n_nodes  # when each node's disk is done with the writes given to it
+        self.disk_busy: list[list[tuple[float, float]]] = [[] for _ in range(n_nodes)]  # sorted intervals
         self.worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n + n_io)]
         # Whichever limit binds: the node's streams when fewer than its workers' together, else each worker's.
         per_worker = max(1, cost.output_streams_per_worker)
@@ -481,20 +485,29 @@ class _Simulation:
                 begin = max(now, heapq.heappop(streams))
                 end = begin + d
                 if kind == "write" and self.cost.disk_s_per_pixel > 0:  # and for the node's disk
-                    end = max(end, self.disk(w, begin, task[1]))
+                    end = max(end, self.disk(w, begin, task[1], now))
                 heapq.heappush(streams, end)
             self.totals["busy"] += d
             self.free_threads[w] -= 1
             self.seq += 1
             heapq.heappush(self.events, (end, self.seq, w, task))
 
-    def disk(self, w: int, begin: float, j: int) -> float:
-        """When worker `w`'s node's disk has taken blend `j`'s batch, written from `begin` on."""
+    def disk(self, w: int, begin: float, j: int, now: float) -> float:
+        """When worker `w`'s node's disk has taken blend `j`'s batch, written from `begin` on: in the
+        first gap of the disk's time from `begin` that holds it. (Writes are booked as their stream
+        frees, not in the order they begin: one booked later may begin earlier.)"""
         blend = self.schedule.blends[j]
-        node = self.node_of(w)
-        pixels = self.shots[blend.shot].batch_pixels[blend.batch]
-        self.disk_free[node] = max(begin, self.disk_free[node]) + self.cost.disk_s_per_pixel * pixels
-        return self.disk_free[node]
+        busy = self.disk_busy[self.node_of(w)]
+        while busy and busy[0][1] <= now:  # no write books the past
+            busy.pop(0)
+        seconds = self.cost.disk_s_per_pixel * self.shots[blend.shot].batch_pixels[blend.batch]
+        at = begin
+        for start, end in busy:
+            if start >= at + seconds:
+                break
+            at = max(at, end)
+        bisect.insort(busy, (at, at + seconds))
+        return at + seconds
 
     def batch_done(self, j: int) -> None:
         blend = self.schedule.blends[j]
@@ -538,21 +551,39 @@ class _Simulation:
             self.seq += 1
             heapq.heappush(self.events, (at, self.seq, t, ("arrive", j)))
 
+    def blended(self, w: int, j: int, now: float) -> None:
+        """A batch blended on `w` goes to its I/O worker (one send at a time from `w`), else stays."""
+        blend = self.schedule.blends[j]
+        io = blend.io
+        if io is None:
+            self.output_ready(w, j)
+            return
+        pixels = self.shots[blend.shot].batch_pixels[blend.batch]
+        at = self.send_free[w] = max(now, self.send_free[w]) + self.cost.send_s_per_pixel * pixels
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, self.n + io, ("sent", j)))
+
+    def output_ready(self, w: int, j: int) -> None:
+        for name in self.stages:  # a batch's Zarr write and video encode, side by side on `w`
+            self.push_ready(w, Priority.OUTPUT, (name, j))
+
     def finished(self, w: int, task: tuple, now: float) -> None:
         kind, i = task
         if kind == "arrive":
             self.arrive(i)
+            return
+        if kind == "sent":
+            self.output_ready(w, i)
             return
         self.free_threads[w] += 1
         self.touched.add(w)
         if kind == "decode":
             self.decoded(w, i, now)
         elif kind == "blend":
-            if not self.stages:
+            if self.stages:
+                self.blended(w, i, now)
+            else:
                 self.batch_done(i)
-            io = self.schedule.blends[i].io
-            for name in self.stages:  # on the batch's I/O worker, else beside the blend
-                self.push_ready(w if io is None else self.n + io, Priority.OUTPUT, (name, i))
         elif kind in ("write", "encode"):
             self.stages_left[i] -= 1
             if self.stages_left[i] == 0:

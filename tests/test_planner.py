@@ -295,6 +295,24 @@ def test_a_nodes_disk_takes_durable_writes_one_batch_at_a_time():
     assert costmodel.CostModel.from_json(slow.to_json()).disk_s_per_pixel == 4e-9
 
 
+def test_blended_batches_cross_to_their_io_workers_one_at_a_time_from_each_sender():
+    """With a send term, a whole tile's batches (all blended when its one decode ends) reach their I/O
+    workers one after another, so the render ends no sooner than the decode plus every send but the
+    last (the last batch is written where it was blended); with no I/O workers nothing is sent."""
+    shot = {"s": SHOT_1080}
+    plans = plans_for({"s": TileGrid()}, shot, 1)
+    free = H200.with_(send_s_per_pixel=0.0)
+    sending = free.with_(send_s_per_pixel=1e-8)  # 0.17 s per 32-frame batch of 1088x1920
+    batch = 32 * 1088 * 1920
+    base, sent = (planner.predict(plans, 1, m, memory=MEM, geometry=G, n_io=4) for m in (free, sending))
+    sends = (len(plans[0].batches) - 1) * sending.send_s_per_pixel * batch
+    assert sent.makespan_s >= base.decode_makespan_s + sends > base.makespan_s
+    assert sent.decode_makespan_s == pytest.approx(base.decode_makespan_s)
+    local = [planner.predict(plans, 1, m, memory=MEM, geometry=G, n_io=0).makespan_s for m in (free, sending)]
+    assert local[0] == pytest.approx(local[1])
+    assert costmodel.CostModel.from_json(sending.to_json()).send_s_per_pixel == 1e-8
+
+
 def test_minimal_cost_model_without_links():
     model = CostModel("m", "ltx2-tiny", "float32", "test", "2026-11-29", DecodeCost({"pixel_volume": 1e-8}))
     shots = {"a": (8, 3, 4, 6)}
