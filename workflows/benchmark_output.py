@@ -6,7 +6,8 @@ Measures, on the machine it runs on:
   and chunks, the same noise frames a random-weight decode gives) into one output, with and without
   fsync of every chunk (farm's way, or with ``--sync-modes serial`` also the chunks written whole and
   fsync'd one after another, as farm did before), for each P and each folder in ``--dirs``;
-- ``encode``: the video encode ceiling per x264 preset, P processes encoding 32-frame segments;
+- ``encode``: the video encode ceiling per x264 preset, P processes encoding 32-frame segments (with
+  ``--encode-zarr`` also writing each batch to Zarr first, durable: the ceiling of a render writing both);
 - ``farm``: farm renders of ``--shots`` shots on 1 … ``--gpus`` GPU workers, Zarr only and with video,
   each printed as a fraction of ``min(decode ceiling, output ceiling)``.
 
@@ -112,37 +113,55 @@ PRESETS = ("ultrafast", "veryfast")
 
 
 def _encoder(args: tuple) -> tuple[float, float]:
-    folder, i, segments, height, width, preset, threads = args
+    """One encoding process: `segments` of farm's segments; with `zarr`, each batch is first written to
+    its own shot of a Zarr output and the segment fsync'd, as a durable farm render's I/O worker does."""
+    folder, i, segments, height, width, preset, threads, zarr = args
     import torch
 
+    from farm.files import fsync_path
+    from farm.output import Output, write_frames
     from farm.video import encode_segment
     from farm.yuv import rgb_to_yuv420
 
     rgb = noise_frames(BATCH, height, width, seed=i)
     planes = rgb_to_yuv420(torch.from_numpy(rgb).permute(3, 0, 1, 2).float().div(255)).numpy()
+    out = Output(Path(folder))
     t0 = time.perf_counter()
     for k in range(segments):
-        encode_segment(rgb, Path(folder) / f"p{i}-{k}.mp4", 24.0, codec="h264", crf=18, preset=preset,
-                       metadata={}, yuv420=planes, threads=threads)  # fmt: skip
+        if zarr:
+            write_frames(out, f"w{i}", k * BATCH, rgb, durable=True)
+        segment = Path(folder) / f"p{i}-{k}.mp4"
+        encode_segment(rgb, segment, 24.0, codec="h264", crf=18, preset=preset, metadata={}, yuv420=planes,
+                       threads=threads)  # fmt: skip
+        if zarr:
+            fsync_path(segment)
     return t0, time.perf_counter()
 
 
 def encode_ceiling(
-    folder: Path, procs: int, frames_total: int, height: int, width: int, preset: str, threads: int = 0
-) -> dict:
-    """Aggregate frames/s of `procs` processes encoding farm's segments, `threads` each (0: x264's)."""
+    folder: Path, procs: int, frames_total: int, height: int, width: int, preset: str, threads: int = 0,
+    zarr: bool = False,
+) -> dict:  # fmt: skip
+    """Aggregate frames/s of `procs` processes encoding farm's segments, `threads` each (0: x264's);
+    with `zarr`, each process also writes every batch to Zarr first, durable (the ceiling of a render
+    that writes both, on one host's cores)."""
+    from farm.output import create_frames_array
+
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     segments = max(1, frames_total // (BATCH * procs))
+    if zarr:
+        for i in range(procs):
+            create_frames_array(folder / "frames.zarr", f"w{i}", (segments * BATCH, height, width), BATCH)
     with mp.get_context("spawn").Pool(procs) as pool:
         pool.map(time.sleep, [0] * procs)
-        work = [(str(folder), i, segments, height, width, preset, threads) for i in range(procs)]
+        work = [(str(folder), i, segments, height, width, preset, threads, zarr) for i in range(procs)]
         spans = pool.map(_encoder, work)
     wall = max(e for _, e in spans) - min(s for s, _ in spans)
     n = segments * BATCH * procs
     shutil.rmtree(folder, ignore_errors=True)
     return {"procs": procs, "preset": preset, "threads": threads, "frames": n, "seconds": wall,
-            "frames_per_s": n / wall}  # fmt: skip
+            "frames_per_s": n / wall, "zarr": zarr}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -572,6 +591,9 @@ def main() -> None:
     p.add_argument("--encoder-threads", type=int, nargs="*", default=[0],
                    help="threads per encode for the encode ceilings (0: x264's own); renders take "
                         "farm.encoder-threads, or 0 with an output named PRESET-t0")  # fmt: skip
+    p.add_argument("--encode-zarr", action="store_true",
+                   help="also measure each encode ceiling with every batch written to Zarr (durable) first, "
+                        "as a render that writes both does")  # fmt: skip
     p.add_argument("--procs", default="8,16")
     p.add_argument("--pipelines", default="default")
     p.add_argument("--ceiling-frames", type=int, default=3072)
@@ -615,11 +637,13 @@ def main() -> None:
         for preset in args.presets:
             for threads in args.encoder_threads:
                 for n in procs:
-                    r = encode_ceiling(work / "enc", n, args.ceiling_frames // 2, args.height, args.width,
-                                       preset, threads)  # fmt: skip
-                    rows.append(r)
-                    log(f"encode {preset} threads {threads} P={n}: {r['frames_per_s']:.0f} frames/s")
-                    save()
+                    for zarr in [False, True] if args.encode_zarr else [False]:
+                        r = encode_ceiling(work / "enc", n, args.ceiling_frames // 2, args.height, args.width,
+                                           preset, threads, zarr)  # fmt: skip
+                        rows.append(r)
+                        what = f"encode{' + Zarr, durable' if zarr else ''} {preset} threads {threads} P={n}"
+                        log(f"{what}: {r['frames_per_s']:.0f} frames/s")
+                        save()
     if "farm" in parts:
         farm_renders(args, work, results, save)
         results["same_frames"] = check_same_frames(results.get("farm", []))
