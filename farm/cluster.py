@@ -203,12 +203,17 @@ class IgnoreInterruptPlugin(WorkerPlugin):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
+    """The scheduler address `connect` joins: `scheduler`, or with neither it, `scheduler_file` nor
+    ``workers`` Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
+    if scheduler is None and scheduler_file is None and workers is None:
+        return config.scheduler_address()
+    return scheduler
+
+
 def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
-    """Whether `connect` with these arguments joins a running cluster (starts none): a scheduler or its
-    file given, or neither and no ``workers`` with Dask's scheduler address set."""
-    if scheduler is not None or scheduler_file is not None:
-        return True
-    return workers is None and config.scheduler_address() is not None
+    """Whether `connect` with these arguments joins a running cluster (starts none)."""
+    return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
 
 
 @contextlib.contextmanager
@@ -237,8 +242,7 @@ def connect(
     ≈ 300 frames/s at most: docs/benchmarks.md). Default: about one per 3 cores beside a CUDA cluster
     (at most 6 per GPU), none beside a CPU cluster; ``farm.io-workers`` in dask.config sets it.
     """
-    if scheduler is None and scheduler_file is None and workers is None:
-        scheduler = config.scheduler_address()  # Dask's scheduler-address / DASK_SCHEDULER_ADDRESS
+    scheduler = scheduler_to_join(scheduler, scheduler_file, workers)
     if io_workers is None:
         io_workers = config.get("io-workers")
     choice = choose_cluster(

@@ -149,7 +149,7 @@ def render(
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
     plans, shot_errors = _plan(job, out, options, shots, restart, clock)
-    hashing = _hash_meanwhile(job, plans)
+    hashing = _on_own_thread("farm-hash-job", latent_identities, job, [p.shot for p in plans])
     # A fresh OUT joining a running cluster: nothing can be refused or already done, and no cluster is
     # started, so the latents are hashed while the client connects. Otherwise OUT is checked first.
     checked: Checked | None = None
@@ -228,13 +228,13 @@ def _plan(
     return plans, shot_errors
 
 
-def _hash_meanwhile(job: Job, plans: Sequence[ShotPlan]) -> Future:
-    """The shots' latent hashes (`latent_identities`), computed on a thread of their own from now."""
-    hashing = ThreadPoolExecutor(1, thread_name_prefix="farm-hash-job")
+def _on_own_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
+    """`fn(*args)` started on a thread of its own; its result (or error) waits in the future."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
     try:
-        return hashing.submit(latent_identities, job, [p.shot for p in plans])
+        return pool.submit(fn, *args)
     finally:
-        hashing.shutdown(wait=False)
+        pool.shutdown(wait=False)
 
 
 def _check(
@@ -313,9 +313,7 @@ def _start_output(
             allow_other_workers=True, priority=priority * Priority.JOB + Priority.BLEND, pure=False,
         )  # fmt: skip
     else:
-        preparing = ThreadPoolExecutor(1, thread_name_prefix="farm-prepare")
-        outputs = preparing.submit(_prepare_outputs, *prepare)
-        preparing.shutdown(wait=False)
+        outputs = _on_own_thread("farm-prepare", _prepare_outputs, *prepare)
     if job.spec.random_weights:
         log(f"warning: {job.spec.describe()}: the frames are not a real decode")
     return outputs

@@ -209,10 +209,6 @@ def recorded_layout(out: Output, names: Sequence[str], restart: bool) -> Recorde
     return layout
 
 
-def recorded_chunks(out: Output, names: Sequence[str], restart: bool) -> dict[str, ChunkSize]:
-    return recorded_layout(out, names, restart).chunks
-
-
 @dataclass
 class ResumePoints:
     """What a render does in OUT, decided before anything in it is touched.

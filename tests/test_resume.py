@@ -168,7 +168,7 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_jo
     the grid) and finishes with the bytes of an uninterrupted carried render, instead of being refused
     for a changed plan."""
     from farm.options import AUTO
-    from farm.resume import recorded_chunks
+    from farm.resume import recorded_layout
     from farm.tasks import VideoSettings
     from farm.tiling import ChunkSize
 
@@ -179,7 +179,7 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_jo
     assert not fr.render(long_job, clean.root, options=carried, **quiet).failed
     assert not fr.render(long_job, out.root, options=carried, frames="1-16", **quiet).failed
     shots = list(open_job(long_job).shots)
-    assert recorded_chunks(out, shots, restart=False) == dict.fromkeys(shots, chunk)
+    assert recorded_layout(out, shots, restart=False).chunks == dict.fromkeys(shots, chunk)
     stats = fr.render(long_job, out.root, options=fr.PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
     assert not stats.failed and stats.batches_written == 3 * 4  # batches 3-6 of each shot
     for shot in shots:
