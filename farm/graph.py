@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from farm import keys
+from farm import config, keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
+from farm.ipc import one_host
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
@@ -36,6 +37,7 @@ from farm.tasks import (
     encode_batch,
     finish_shot,
     mark_batch,
+    share_piece,
     write_batch,
     write_sequence,
 )
@@ -205,6 +207,8 @@ class Driver:
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
         self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
         self.batches_left = [len(p.batches) for p in plans]
+        # pieces blended on another decode worker, shared by CUDA IPC handle when all are on one host
+        self.shared = schedule.crossing() if shares_over_ipc(self.workers) else set()
         self.failed: set[int] = set()
         self.cursor = 0
         self.outputs_ready = outputs_ready
@@ -230,8 +234,9 @@ class Driver:
         if carried:
             self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
+            cut = share_piece if (*step.unit, b) in self.shared else operator.getitem
             self.pieces[(*step.unit, b)] = self.client.submit(
-                operator.getitem, decode, index,
+                cut, decode, index,
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
                 priority=self.base + Priority.PIECE,
             )  # fmt: skip
@@ -501,6 +506,13 @@ def cancel_requested(client: Client, render_id: str) -> bool:
     except Exception:  # monitoring must never break a render
         return False
     return is_cancelled(render_id, cancelled)
+
+
+def shares_over_ipc(decode_workers: Sequence[str]) -> bool:
+    """Whether pieces that cross between decode workers go by CUDA IPC handle (`farm.ipc`): when
+    ``farm.cuda-ipc`` is on and every decode worker is on one host. (A CPU worker's pieces are passed as
+    they are either way.)"""
+    return bool(config.get("cuda-ipc")) and len(decode_workers) > 1 and one_host(list(decode_workers))
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:

@@ -108,6 +108,12 @@ class Schedule:
         if self.window < 1:
             raise FarmError(f"the window must hold at least one decoded tile, got {self.window}")
 
+    def crossing(self) -> set[tuple[int, int, int, int]]:
+        """The pieces ``(*unit, batch)`` blended on another decode slot than the one that decodes them:
+        those that must travel between workers (`farm.graph` shares them by CUDA IPC on one host)."""
+        blended_on = {(b.shot, b.batch): b.slot for b in self.blends}
+        return {(*d.unit, b) for d in self.decodes for b in d.feeds if blended_on[(d.shot, b)] != d.slot}
+
     def releases(self) -> dict[tuple[int, int, int], int]:
         """Per decode step (its `unit`): how many batch writes must finish before it is released."""
         return {d.unit: len(d.feeds) for d in self.decodes}

@@ -22,6 +22,7 @@ from dask.sizeof import sizeof
 from farm import config
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
+from farm.ipc import SharedPiece, open_piece, share
 from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
@@ -324,6 +325,14 @@ def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
 CARRIED = "carried"  # a streamed segment's result key for the decoder state its next segment starts from
 
 
+def share_piece(decoded: dict[Any, Any], batch: int) -> Any:
+    """Batch `batch`'s piece of a decode result, for a blend on another GPU worker of this host: shared
+    by CUDA IPC handle (`farm.ipc`), so it crosses without a copy or a device synchronisation; a CPU
+    piece as it is."""
+    piece = decoded[batch]
+    return share(piece, getattr(piece, _READY, None))
+
+
 def _decode_segments(
     decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segments: list[Segment], only: int,
     origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None, first_frame: int = 0,
@@ -477,8 +486,10 @@ def blend_batch(
 
     from farm.yuv import rgb_to_yuv420
 
-    device = pieces[0].device if pieces else torch.device(worker_device())
-    with _blend_stream(device, pieces):
+    local = [p for p in pieces if not isinstance(p, SharedPiece)]
+    device = local[0].device if local else torch.device(worker_device())
+    with _blend_stream(device, local):
+        pieces = [open_piece(p) for p in pieces]  # shared pieces: their producers' events waited on here
         acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
         for place, piece in _tile_sums(placements, pieces, groups or list(range(len(pieces))), device):
             f = place.frame

@@ -132,11 +132,12 @@ class FifoCompletions:
 
 
 def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None,
-          gate: bool = False):  # fmt: skip
+          gate: bool = False, one_host: bool = False):  # fmt: skip
+    """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
     from farm.graph import Driver, RenderTargets
     from farm.tasks import VideoSettings
 
-    workers = [f"tcp://10.0.0.{i}:1" for i in range(n_workers)]
+    workers = [f"tcp://10.0.0.{0 if one_host else i}:{1 + i}" for i in range(n_workers)]
     io_workers = [f"tcp://10.0.1.{i}:1" for i in range(n_io)]
     client = FakeClient(workers, io_workers, fail_shot)
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)

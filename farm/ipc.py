@@ -1,0 +1,134 @@
+"""Decoded pieces handed to another GPU worker of the same host by CUDA IPC handle, not by value.
+
+A batch fed by tiles decoded on two GPU workers is blended on one of them, so the other's pieces must
+cross. Sent by value, over UCX, each crossing costs a full device synchronisation on both ends, inside
+their event loops: distributed-ucxx calls ``cuda.core.Device.sync()`` before it sends or receives a CUDA
+frame. On a GPU worker whose decode thread has already queued the next temporal chunk, that blocks the
+worker's event loop (task starts, results, every other transfer) until the chunk is decoded, so one
+shot split over two GPUs gained nothing from the second (docs/benchmarks.md, sixth session).
+
+Instead, the decoding worker wraps such a piece in a :class:`SharedPiece`: the tensor itself while it
+stays in that process, and what CUDA IPC needs to map the same device memory into another process of
+the host (``torch.multiprocessing``'s own reduction: a memory handle, offsets, a reference counter and
+an interprocess event recorded after the piece's kernels). What crosses is a few hundred bytes of
+pickle; the blend opens it on its own CUDA stream and its kernels read the peer GPU's memory directly
+(NVLink or PCIe peer access). No copy, no host memory, no device synchronisation on either side.
+
+Lifetime: the piece stays in the decoding worker's memory until its batch is written (the driver holds
+its future until then), and every blend finishes reading before its batch is written. CPU pieces (a CPU
+cluster) are passed as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dask.sizeof import sizeof
+
+from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    import torch
+
+# The size Dask's memory accounting sees for a shared piece: its pickle, not the device bytes (those are
+# counted once, in the decode result it was cut from).
+SHARED_PIECE_SIZEOF = 1024
+
+_share_streams = threading.local()  # per thread: {device index: side stream the share is recorded on}
+
+
+def host_id() -> str:
+    """This machine, as CUDA IPC needs it: processes of one host (one kernel) can share device memory."""
+    return socket.gethostname()
+
+
+@dataclass
+class SharedPiece:
+    """A decoded CUDA piece another process of this host can map. ``tensor`` is set only in the process
+    that made it (it is dropped from the pickle); ``rebuild`` is ``torch.multiprocessing``'s
+    ``rebuild_cuda_tensor`` arguments."""
+
+    rebuild: tuple[Any, ...]
+    host: str
+    pid: int
+    shape: tuple[int, ...]
+    tensor: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["tensor"] = None  # only the handle travels
+        return state
+
+    def open(self) -> torch.Tensor:
+        """The piece as a tensor in this process: the tensor itself where it was made, else the peer
+        memory mapped through CUDA IPC. Kernels queued on the current stream after this call see the
+        piece complete (the producer's event is waited on there)."""
+        import torch
+        from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+        if self.tensor is not None:
+            return self.tensor
+        if self.host != host_id():
+            raise FarmError(
+                f"a decoded piece shared over CUDA IPC on host {self.host!r} reached {host_id()!r}: CUDA IPC "
+                "works between processes of one host only; set farm.cuda-ipc to false for a cluster whose "
+                "GPU workers a blend may move between hosts"
+            )
+        device = int(self.rebuild[6])
+        tensor = rebuild_cuda_tensor(*self.rebuild)  # waits for the producer's event on device's stream
+        if device != torch.cuda.current_device():
+            torch.cuda.current_stream().wait_stream(torch.cuda.current_stream(device))
+        return tensor
+
+
+@sizeof.register(SharedPiece)
+def _sizeof_shared(piece: SharedPiece) -> int:
+    return SHARED_PIECE_SIZEOF
+
+
+def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
+    """`piece` as a :class:`SharedPiece` when it lives on a GPU (a CPU tensor is returned as it is).
+
+    `ready`: the CUDA event recorded after the kernels that made the piece (`farm.tasks`); the IPC event
+    is recorded on a side stream that waits for it only, so a blend elsewhere does not also wait for the
+    next decode that the decoding worker has already queued on its stream."""
+    import torch
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    if not piece.is_cuda:
+        return piece
+    index = piece.device.index if piece.device.index is not None else torch.cuda.current_device()
+    streams = _share_streams.__dict__.setdefault("by_device", {})
+    stream = streams.get(index) or streams.setdefault(index, torch.cuda.Stream(device=index))
+    with torch.cuda.stream(stream):
+        if ready is not None:
+            stream.wait_event(ready)
+        else:
+            stream.wait_stream(torch.cuda.default_stream(piece.device))
+        _, rebuild = reduce_tensor(piece)  # records the IPC event on the current (side) stream
+    return SharedPiece(tuple(rebuild), host_id(), os.getpid(), tuple(piece.shape), tensor=piece)
+
+
+def open_piece(piece: Any) -> Any:
+    """A blend's piece as a tensor: a :class:`SharedPiece` opened, anything else as it is."""
+    return piece.open() if isinstance(piece, SharedPiece) else piece
+
+
+def one_host(addresses: list[str]) -> bool:
+    """Whether every worker address is on one host (the IP or name part), so CUDA IPC reaches them all."""
+    return len({_address_host(a) for a in addresses}) <= 1
+
+
+def _address_host(address: str) -> str:
+    """``"ucx://10.0.0.1:4001"`` → ``"10.0.0.1"`` (without importing the comm backend)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    _, location = parse_address(address)
+    try:
+        return parse_host_port(location)[0]
+    except ValueError:  # not host:port (inproc://host/pid/n)
+        return location.split("/")[0]
