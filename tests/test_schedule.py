@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+import dask
 import pytest
 
 from farm import costmodel, keys
 from farm.errors import FarmError
 from farm.planner import _shot_tasks, _simulate, predict
 from farm.schedule import Priority, make_schedule, window_for
+from farm.tasks import share_piece
 from farm.tiling import (
     ChunkSize,
     Geometry,
@@ -361,3 +363,54 @@ def test_each_decode_slots_last_batch_is_written_where_it_was_blended() -> None:
     cost = costmodel.load("ltx2-tiny-cpu")
     shots_tasks = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in carried]
     assert _simulate(shots_tasks, schedule, cost, output=True)["makespan"] > 0
+
+
+def _piece_slots(schedule):
+    """(*unit, batch) → (decode slot, blend slot), from the schedule's steps."""
+    blended_on = {(b.shot, b.batch): b.slot for b in schedule.blends}
+    return {(*d.unit, b): (d.slot, blended_on[(d.shot, b)]) for d in schedule.decodes for b in d.feeds}
+
+
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_crossing_pieces_are_those_blended_on_another_slot(name: str) -> None:
+    make, n_workers, n_io = JOBS[name]
+    schedule = make_schedule(make(), n_decode=n_workers, n_io=n_io)
+    slots = _piece_slots(schedule)
+    crossing = schedule.crossing()
+    assert crossing == {piece for piece, (decoded, blended) in slots.items() if decoded != blended}
+    for b in schedule.blends:  # a batch of one tile never crosses; one of several tiles on 2+ slots does
+        pieces = {p for p in slots if (p[0], p[3]) == (b.shot, b.batch)}
+        assert bool(pieces & crossing) == (len({slots[p][0] for p in pieces} | {b.slot}) > 1)
+    if name == "whole shots":
+        assert not crossing
+
+
+def test_a_two_tile_shot_on_two_slots_crosses_half_its_pieces() -> None:
+    plans = job([TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8)
+    schedule = make_schedule(plans, n_decode=2, n_io=0)
+    pieces = _piece_slots(schedule)
+    assert len(schedule.crossing()) == len(pieces) // 2  # each batch: one piece local, one from the other
+
+
+def _submitted_cuts(client) -> dict[tuple, object]:
+    return {s["key"][2:]: s["future"].fn for s in client.submitted if s["kind"] == keys.TILE_PIECE}
+
+
+def test_the_driver_shares_exactly_the_crossing_pieces_when_its_workers_share_a_host() -> None:
+    plans = job([TileGrid((1, 1, 2), (0, 0, 2))] * 2, 2, frames=9, batch_frames=8)
+    schedule, client, stats, *_ = drive(plans, 2, 0, one_host=True)
+    assert stats.batches_written == len(schedule.blends) and not stats.failed
+    shared = {(plans[s].shot, plans[s].tiles[t].index, plans[s].batches[b].index)
+              for s, t, _, b in schedule.crossing()}  # fmt: skip
+    cuts = _submitted_cuts(client)  # (shot, tile, batch index) → the function that cuts the piece
+    assert {key for key, fn in cuts.items() if fn is share_piece} == shared
+    assert shared and len(shared) < len(cuts)
+
+
+def test_no_piece_is_shared_across_hosts_or_with_the_setting_off() -> None:
+    plans = job([TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8)
+    _, client, *_ = drive(plans, 2, 0)  # workers on two hosts
+    assert all(fn is not share_piece for fn in _submitted_cuts(client).values())
+    with dask.config.set({"farm.cuda-ipc": False}):
+        _, client, *_ = drive(plans, 2, 0, one_host=True)
+    assert all(fn is not share_piece for fn in _submitted_cuts(client).values())
