@@ -4,8 +4,8 @@ Renders single shots on a grid of two spatial tiles (each decoded in carried chu
 alternating ``farm.cuda-ipc`` off (pieces sent by value: UCX synchronises the whole device on both ends
 of every CUDA transfer, inside the workers' event loops) and on (`farm.ipc`), and records wall and graph
 seconds, when the last decode, blend and write ended, and a hash of the frames (the two modes must
-write the same bytes). With one GPU the two workers share it (``CUDA_VISIBLE_DEVICES=0,0``); with two
-or more, one worker per GPU as ``farm render`` starts them.
+write the same bytes). With one GPU the two workers share it (two copies of dask-cuda's worker for GPU
+0); with two or more, one worker per GPU as ``farm render`` starts them.
 
     python workflows/probe_cross_gpu_pieces.py --sizes 704x1216 1088x1920 --reps 3 --out-json $OUT/x.json
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import sys
 import time
@@ -44,9 +45,13 @@ def two_gpu_workers(io_workers: int) -> Any:
 
     with dask.config.set({"distributed-ucxx.create-cuda-context": True,
                           "distributed.scheduler.work-stealing": False}):  # fmt: skip
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0,0", n_workers=2, protocol="ucx", host="127.0.0.1",
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", n_workers=1, protocol="ucx", host="127.0.0.1",
                                    threads_per_worker=8, dashboard_address="127.0.0.1:0")  # fmt: skip
         try:
+            # dask-cuda runs one worker per visible device: a second on GPU 0 is a copy of the first's spec
+            ((_, spec),) = cluster.worker_spec.items()
+            cluster.worker_spec["gpu0-second"] = copy.deepcopy(spec)
+            cluster.sync(cluster._correct_state)
             if io_workers:
                 _add_io_workers(cluster, io_workers, "auto")
             client = Client(cluster)
