@@ -20,7 +20,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import dask
@@ -187,47 +186,6 @@ class TorchThreadsPlugin(WorkerPlugin):
         torch.set_num_threads(self.n_threads)
 
 
-class NiceThreadsPlugin(WorkerPlugin):
-    """Lowers the CPU priority of every thread of a worker process to `niceness` (threads it starts
-    later inherit it): I/O workers encode and compress on every core they can get (x264 starts 1.5
-    threads per core for each segment), and a GPU worker's decode thread, which feeds the GPU, must not
-    queue behind them (docs/benchmarks.md: decodes took 13.9 s instead of 7.2 s beside x264)."""
-
-    name = "farm-nice-threads"
-    idempotent = True
-
-    def __init__(self, niceness: int):
-        self.niceness = niceness
-
-    def setup(self, worker: Any) -> None:
-        lower_priority(self.niceness)
-
-
-def io_niceness() -> int:
-    """``farm.io-nice``, checked: the niceness of a local cluster's I/O worker threads (0 to 19)."""
-    value = config.get("io-nice")
-    try:
-        niceness = int(value)
-    except (TypeError, ValueError):
-        niceness = -1
-    if not 0 <= niceness <= 19 or isinstance(value, bool):
-        raise FarmError(
-            f"farm.io-nice must be a whole number from 0 (as the GPU workers) to 19 (lowest CPU priority), "
-            f"got {value!r}; set it in the farm section of the Dask configuration or DASK_FARM__IO_NICE"
-        )
-    return niceness
-
-
-def lower_priority(niceness: int) -> None:
-    """Every thread of this process at `niceness` at least (never raised: that needs privileges)."""
-    tasks = Path("/proc/self/task")
-    threads = [int(t) for t in os.listdir(tasks)] if tasks.is_dir() else [0]  # Linux: per thread
-    for tid in threads:
-        with contextlib.suppress(OSError):  # a thread that ended meanwhile
-            if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
-                os.setpriority(os.PRIO_PROCESS, tid, niceness)
-
-
 def _quiet_distributed_logs() -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
@@ -287,7 +245,6 @@ def connect(
     scheduler = scheduler_to_join(scheduler, scheduler_file, workers)
     if io_workers is None:
         io_workers = config.get("io-workers")
-    io_niceness()  # a bad setting is refused before any cluster starts
     choice = choose_cluster(
         scheduler=scheduler,
         scheduler_file=scheduler_file,
@@ -381,11 +338,8 @@ def io_workers_beside_gpus(n_gpus: int, cpu_count: int) -> int:
 
 
 def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
-    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster), their threads at
-    ``farm.io-nice``."""
+    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster)."""
     from distributed import Nanny
-
-    niceness = io_niceness()
 
     for i in range(n):
         cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
@@ -398,7 +352,6 @@ def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
                 # context either (the parent's config asks for one; with no visible device it fails).
                 "env": {"CUDA_VISIBLE_DEVICES": "", "DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT": "False"},
                 "config": {"distributed-ucxx.create-cuda-context": False},
-                "plugins": {NiceThreadsPlugin(niceness)} if niceness > 0 else set(),
             },
         }
     cluster.sync(cluster._correct_state)

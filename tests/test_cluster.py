@@ -311,18 +311,6 @@ def test_connect_reports_an_unreachable_scheduler():
         pass
 
 
-@pytest.mark.parametrize("value", [20, -1, "low", True])
-def test_connect_refuses_a_bad_io_niceness_before_any_cluster_starts(value):
-    start = time.monotonic()
-    with (
-        dask.config.set({"farm.io-nice": value}),
-        pytest.raises(FarmError, match=r"farm.io-nice must be a whole number from 0 .* to 19 .*, got "),
-        connect(workers=2),
-    ):
-        pass
-    assert time.monotonic() - start < 5  # refused before any worker process was started
-
-
 def test_connect_rejects_workers_with_scheduler():
     with (
         pytest.raises(

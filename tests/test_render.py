@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -201,20 +199,6 @@ def _gpu_settings() -> tuple:
     return os.environ.get("CUDA_VISIBLE_DEVICES"), ucx_context
 
 
-def _thread_niceness() -> list[int]:
-    """The niceness of every thread of this process, and of one it starts now."""
-    import threading
-
-    seen = [os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")]
-    started: list[int] = []
-    thread = threading.Thread(
-        target=lambda: started.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-    )
-    thread.start()
-    thread.join()
-    return seen + started
-
-
 def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, scheduler3):
     """Writing and encoding (and making the output arrays) on separate I/O worker processes changes
     where, not what, is written."""
@@ -231,9 +215,6 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
         # the parent's request made them fail to start)
         seen = client.run(_gpu_settings, workers=io)
         assert set(seen.values()) == {("", False)}
-        # their threads, and threads they start later, yield the cores to the decode workers' threads
-        nice = client.run(_thread_niceness, workers=[*decode, *io])
-        assert all(min(nice[w]) >= 10 for w in io) and all(max(nice[w]) == 0 for w in decode)
         address = client.scheduler.address
         with get_task_stream(client) as stream:
             fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
