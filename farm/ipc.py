@@ -79,7 +79,14 @@ class SharedPiece:
                 "GPU workers a blend may move between hosts"
             )
         device = int(self.rebuild[6])
-        tensor = rebuild_cuda_tensor(*self.rebuild)  # waits for the producer's event on device's stream
+        try:
+            tensor = rebuild_cuda_tensor(*self.rebuild)  # waits for the producer's event on device's stream
+        except RuntimeError as exc:  # the peer GPU not visible here, or its process gone
+            raise FarmError(
+                f"cannot open a decoded piece shared by CUDA IPC from process {self.pid} on {self.host} "
+                f"({exc}); the GPU workers of a host must see each other's GPUs (dask-cuda's default: each "
+                "worker lists every GPU, its own first), or set farm.cuda-ipc to false"
+            ) from None
         if device != torch.cuda.current_device():
             torch.cuda.current_stream().wait_stream(torch.cuda.current_stream(device))
         return tensor
