@@ -486,10 +486,13 @@ def blend_batch(
 
     from farm.yuv import rgb_to_yuv420
 
+    # a piece shared by another worker is opened on the blend stream (its producer's event waited on
+    # there); one shared from this process is its own tensor, waited on as every local piece is
+    pieces = [p.tensor if isinstance(p, SharedPiece) and p.tensor is not None else p for p in pieces]
     local = [p for p in pieces if not isinstance(p, SharedPiece)]
     device = local[0].device if local else torch.device(worker_device())
     with _blend_stream(device, local):
-        pieces = [open_piece(p) for p in pieces]  # shared pieces: their producers' events waited on here
+        pieces = [open_piece(p) for p in pieces]
         acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
         for place, piece in _tile_sums(placements, pieces, groups or list(range(len(pieces))), device):
             f = place.frame

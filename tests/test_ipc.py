@@ -19,7 +19,8 @@ from dask.sizeof import sizeof
 from farm.errors import FarmError
 from farm.graph import shares_over_ipc
 from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, open_piece, share
-from farm.tasks import share_piece
+from farm.tasks import Placement, _ready_marked, blend_batch, share_piece
+from farm.tiling import Batch
 
 
 def test_shares_over_ipc_needs_the_setting_two_workers_and_one_host() -> None:
@@ -73,3 +74,42 @@ def test_a_shared_cuda_piece_opens_in_another_process() -> None:
     reader.join(timeout=60)
     assert dropped and shape == (3, 4, 8, 8)
     assert total == pytest.approx(float(pieces[3].sum()), rel=1e-6)
+
+
+def _pieces(device: str) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.rand((3, 4, 6, 8), generator=g).to(device) for _ in range(2)]
+
+
+def _blended(pieces: list) -> bytes:
+    batch = Batch(shot="a", index=0, start=0, stop=4, tiles=(0, 1))
+    placements = [Placement(0, (0, 6), (0, 8)), Placement(0, (0, 6), (4, 12))]
+    return blend_batch(batch, (6, 12), placements, pieces).rgb.tobytes()
+
+
+def test_a_blend_takes_a_piece_shared_from_its_own_process_as_the_tensor() -> None:
+    first, second = _pieces("cpu")
+    here = SharedPiece(("args",), "this-host", os.getpid(), tuple(second.shape), tensor=second)
+    assert _blended([first, here]) == _blended(_pieces("cpu"))
+
+
+def _share_from_child(results, done) -> None:
+    pieces = _ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
+    results.put(pickle.dumps(share_piece(pieces, 1)))
+    done.get(timeout=120)  # the piece stays alive in this process until the parent has blended it
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (runs on the device machine)")
+def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes() -> None:
+    ctx = mp.get_context("spawn")
+    results, done = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_share_from_child, args=(results, done))
+    child.start()
+    try:
+        shared = pickle.loads(results.get(timeout=120))
+        assert isinstance(shared, SharedPiece) and shared.tensor is None and shared.pid == child.pid
+        first = _ready_marked(lambda: {0: _pieces("cuda")[0]})[0]
+        assert _blended([first, shared]) == _blended(_pieces("cuda"))
+    finally:
+        done.put(True)
+        child.join(timeout=60)
