@@ -16,7 +16,9 @@ pickle; the blend opens it on its own CUDA stream and its kernels read the peer 
 
 Lifetime: the piece stays in the decoding worker's memory until its batch is written (the driver holds
 its future until then), and every blend finishes reading before its batch is written. CPU pieces (a CPU
-cluster) are passed as they are.
+cluster) are passed as they are. The cost: a GPU worker lost after a blending worker fetched the handle
+of one of its pieces, and before that blend ran, takes the piece's memory with it, so that batch fails
+(its shot is resumed by a rerun) where a piece sent by value would have survived.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ class SharedPiece:
         try:
             tensor = rebuild_cuda_tensor(*self.rebuild)  # waits for the producer's event on device's stream
         except RuntimeError as exc:  # the peer GPU not visible here, or its process gone
+            if not os.path.exists(f"/proc/{self.pid}") and os.path.isdir("/proc/self"):
+                raise FarmError(
+                    f"the worker process {self.pid} that decoded a piece of this batch and shared it by CUDA "
+                    "IPC has gone, and its GPU memory with it; the batch was not written: rerun the render "
+                    "to resume it (farm.cuda-ipc false sends pieces by value, which survives that)"
+                ) from None
             raise FarmError(
                 f"cannot open a decoded piece shared by CUDA IPC from process {self.pid} on {self.host} "
                 f"({exc}); the GPU workers of a host must see each other's GPUs (dask-cuda's default: each "

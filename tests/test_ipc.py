@@ -113,3 +113,22 @@ def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes() -> 
     finally:
         done.put(True)
         child.join(timeout=60)
+
+
+def _share_and_exit(results) -> None:
+    pieces = _ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
+    results.put(pickle.dumps(share_piece(pieces, 1)))
+    torch.cuda.synchronize()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (runs on the device machine)")
+def test_a_piece_whose_process_has_gone_fails_its_blend_with_a_message() -> None:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=_share_and_exit, args=(results,))
+    child.start()
+    shared = pickle.loads(results.get(timeout=120))
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    with pytest.raises(FarmError, match="has gone, and its GPU memory with it"):
+        _blended([_pieces("cuda")[0], shared])
