@@ -33,6 +33,7 @@ def _set_interval(seconds: float) -> float:
 
 def main() -> None:
     from benchmark_output import plan_options, timed_farm
+
     from farm.cluster import connect
     from farm.render import synth
     from farm.tasks import VideoSettings
@@ -62,8 +63,8 @@ def main() -> None:
                     row.update({"size": size, "interval": interval, "rep": rep})
                     rows.append(row)
                     Path(args.out_json).write_text(json.dumps(rows, indent=1, default=str))
-                    log(f"{size} interval {interval}: wall {row['wall_s']:.3f} s, graph {row['graph_s']:.3f} s, "
-                        f"set-up {row['setup_s']:.3f} s")  # fmt: skip
+                    log(f"{size} interval {interval}: wall {row['wall_s']:.3f} s, "
+                        f"graph {row['graph_s']:.3f} s, set-up {row['setup_s']:.3f} s")  # fmt: skip
         client.run(_set_interval, 0.005)
     for size in args.sizes:
         for interval in args.intervals:
