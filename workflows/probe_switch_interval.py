@@ -42,6 +42,8 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", default=["704x1216", "1088x1920"])
     p.add_argument("--intervals", nargs="+", type=float, default=[0.005, 0.0005])
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--batch-shots", type=int, default=0, help="also render this many 704x1216 shots whole")
+    p.add_argument("--batch-intervals", nargs="+", type=float, default=[0.005, 0.0005])
     p.add_argument("--work", default="/tmp/farm-probe-si")
     p.add_argument("--out-json", required=True)
     args = p.parse_args()
@@ -65,9 +67,24 @@ def main() -> None:
                     Path(args.out_json).write_text(json.dumps(rows, indent=1, default=str))
                     log(f"{size} interval {interval}: wall {row['wall_s']:.3f} s, "
                         f"graph {row['graph_s']:.3f} s, set-up {row['setup_s']:.3f} s")  # fmt: skip
+        if args.batch_shots:  # throughput: whole shots, 32-frame batches, one tile each
+            job = work / "batch.zarr"
+            synth(job, decoder="ltx2", shots=args.batch_shots, overwrite=True, frames=121, height=704,
+                  width=1216)  # fmt: skip
+            whole = plan_options((1, 1, 1), 0, 32)
+            timed_farm(client, job, work / "out", whole, VideoSettings(enabled=False), args)  # warm
+            for rep in range(2):
+                for interval in args.batch_intervals:
+                    client.run(_set_interval, interval)
+                    row = timed_farm(client, job, work / "out", whole, VideoSettings(enabled=False), args)
+                    row.pop("tasks")
+                    row.update({"size": f"{args.batch_shots} shots", "interval": interval, "rep": rep})
+                    rows.append(row)
+                    Path(args.out_json).write_text(json.dumps(rows, indent=1, default=str))
+                    log(f"{args.batch_shots} shots interval {interval}: {row['frames_per_s']:.1f} frames/s")
         client.run(_set_interval, 0.005)
-    for size in args.sizes:
-        for interval in args.intervals:
+    for size in {r["size"]: None for r in rows}:
+        for interval in sorted({r["interval"] for r in rows if r["size"] == size}, reverse=True):
             walls = sorted(r["wall_s"] for r in rows if r["size"] == size and r["interval"] == interval)
             log(f"SUMMARY {size} interval {interval}: walls {[round(x, 3) for x in walls]}")
 
