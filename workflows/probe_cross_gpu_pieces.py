@@ -63,6 +63,13 @@ def two_gpu_workers(io_workers: int) -> Any:
             cluster.close()
 
 
+def _gpu_allocated() -> int:
+    """Bytes torch holds allocated on this worker's GPU (0 on a worker without one)."""
+    import torch
+
+    return torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
+
+
 def main() -> None:
     import dask
     from benchmark_output import plan_options, timed_farm
@@ -74,6 +81,7 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", default=["704x1216", "1088x1920"])
     p.add_argument("--cases", nargs="+", default=["1,1,2,5c,8"], help="F,H,W,CHUNK,BATCH as benchmark_output")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--shots", type=int, default=1, help="shots per job (each split as the case says)")
     p.add_argument("--io-workers", type=int, default=8)
     p.add_argument("--work", default="/tmp/farm-probe-ipc")
     p.add_argument("--out-json", required=True)
@@ -85,7 +93,7 @@ def main() -> None:
     for size in args.sizes:
         h, w = (int(x) for x in size.split("x"))
         jobs[size] = work / f"one-{size}.zarr"
-        synth(jobs[size], decoder="ltx2", shots=1, overwrite=True, frames=121, height=h, width=w)
+        synth(jobs[size], decoder="ltx2", shots=args.shots, overwrite=True, frames=121, height=h, width=w)
     with two_gpu_workers(args.io_workers) as client:
         log(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers")
         for size, job in jobs.items():
@@ -98,6 +106,7 @@ def main() -> None:
                             row = timed_farm(client, job, work / "out", options, VideoSettings(enabled=False),
                                              args)  # fmt: skip
                         tasks = row.pop("tasks")
+                        row["gpu_allocated_after"] = client.run(_gpu_allocated)  # pieces all released?
                         row.update({"size": size, "case": case, "ipc": ipc, "rep": rep,
                                     **{f: {k: round(v[f], 3) for k, v in tasks.items()}
                                        for f in ("last", "transfer_s", "compute_s")}})  # fmt: skip
@@ -113,6 +122,9 @@ def main() -> None:
             hashes = {r["frames_sha256"] for r in results["rows"] if r["size"] == size}
             same = len(hashes) == 1
             log(f"SUMMARY {size} ipc={ipc}: walls {[round(x, 3) for x in walls]}; same bytes: {same}")
+    for r in results["rows"]:
+        held = {w: round(b / 2**20) for w, b in r["gpu_allocated_after"].items() if b}
+        log(f"MEMORY {r['size']} {r['case']} ipc={r['ipc']} rep {r['rep']}: MiB allocated after {held}")
 
 
 if __name__ == "__main__":
