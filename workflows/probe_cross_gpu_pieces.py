@@ -115,13 +115,12 @@ def main() -> None:
                         log(f"{size} {case} ipc={ipc} rep {rep}: wall {row['wall_s']:.3f} s graph "
                             f"{row['graph_s']:.3f} s last {row['last']} transfer {row['transfer_s']} "
                             f"sha {str(row['frames_sha256'])[:12]} failed {row['failed']}")  # fmt: skip
-    for size in args.sizes:
+    for size, case in ((size, case) for size in args.sizes for case in args.cases):
+        rows = [r for r in results["rows"] if (r["size"], r["case"]) == (size, case)]
+        same = len({r["frames_sha256"] for r in rows}) == 1  # one grid: the same bytes either way
         for ipc in (False, True):
-            walls = sorted(r["wall_s"] for r in results["rows"] if r["size"] == size and r["ipc"] == ipc
-                           and r["rep"] > 0)  # fmt: skip
-            hashes = {r["frames_sha256"] for r in results["rows"] if r["size"] == size}
-            same = len(hashes) == 1
-            log(f"SUMMARY {size} ipc={ipc}: walls {[round(x, 3) for x in walls]}; same bytes: {same}")
+            walls = sorted(r["wall_s"] for r in rows if r["ipc"] == ipc and r["rep"] > 0)
+            log(f"SUMMARY {size} {case} ipc={ipc}: walls {[round(x, 3) for x in walls]}; same bytes: {same}")
     for r in results["rows"]:
         held = {w: round(b / 2**20) for w, b in r["gpu_allocated_after"].items() if b}
         log(f"MEMORY {r['size']} {r['case']} ipc={r['ipc']} rep {r['rep']}: MiB allocated after {held}")
