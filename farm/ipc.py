@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +38,6 @@ if TYPE_CHECKING:
 # The size Dask's memory accounting sees for a shared piece: its pickle, not the device bytes (those are
 # counted once, in the decode result it was cut from).
 SHARED_PIECE_SIZEOF = 1024
-
-_share_streams = threading.local()  # per thread: {device index: side stream the share is recorded on}
-
 
 def host_id() -> str:
     """This machine, as CUDA IPC needs it: processes of one host (one kernel) can share device memory."""
@@ -116,9 +112,9 @@ def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
 
     if not piece.is_cuda:
         return piece
-    index = piece.device.index if piece.device.index is not None else torch.cuda.current_device()
-    streams = _share_streams.__dict__.setdefault("by_device", {})
-    stream = streams.get(index) or streams.setdefault(index, torch.cuda.Stream(device=index))
+    from farm.transport import side_stream
+
+    stream = side_stream(piece.device, "share")
     with torch.cuda.stream(stream):
         if ready is not None:
             stream.wait_event(ready)

@@ -26,6 +26,7 @@ from farm.ipc import SharedPiece, open_piece, share
 from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
+from farm.transport import READY_EVENT, side_stream
 
 if TYPE_CHECKING:
     import torch
@@ -275,7 +276,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
 # device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
 # stream; docs/benchmarks.md, third session).
-_READY = "_farm_ready"
+_READY = READY_EVENT
 
 
 def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
@@ -293,9 +294,6 @@ def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, An
     return pieces
 
 
-_blend_streams = threading.local()  # per thread: {device index: the stream its blends run on}
-
-
 @contextlib.contextmanager
 def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
     """Run a blend's GPU work on this thread's side stream of `device`, once its pieces are complete:
@@ -306,9 +304,7 @@ def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
     if device.type != "cuda":
         yield
         return
-    streams = _blend_streams.__dict__.setdefault("by_device", {})
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    stream = streams.get(index) or streams.setdefault(index, torch.cuda.Stream(device=index))
+    stream = side_stream(device, "blend")
     for piece in pieces:
         if not piece.is_cuda:
             continue

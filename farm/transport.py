@@ -70,6 +70,25 @@ _stats_lock = threading.Lock()
 _register_lock = threading.Lock()
 
 
+# A decoded piece on a GPU carries, under this attribute, the CUDA event recorded right after the
+# kernels that made it were queued (`farm.tasks`): whoever reads it from another stream waits on that
+# event only, not on the decodes queued after it.
+READY_EVENT = "_farm_ready"
+
+_side_streams = threading.local()  # per thread: {(role, device index): a stream of this thread's own}
+
+
+def side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
+    """This thread's own CUDA stream on `device` for `role` (made once): work on it waits for nothing
+    queued on the device's other streams unless told to. One per role ("blend", "share", "transfer"),
+    so that what one role waits for never holds up another's work on the same thread."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    streams = _side_streams.__dict__.setdefault("by_role", {})
+    if (role, index) not in streams:
+        streams[(role, index)] = torch.cuda.Stream(device=index)
+    return streams[(role, index)]
+
+
 def _count(**increments: int) -> None:
     with _stats_lock:
         for key, value in increments.items():
@@ -215,10 +234,33 @@ def dask_dumps_tensor(t: torch.Tensor) -> tuple[dict[str, Any], list[memoryview]
     flat = as_byte_view(t)
     nbytes = flat.numel()
     if flat.device.type != "cpu":
-        flat = flat.cpu()
+        flat = _device_to_host(flat, getattr(t, READY_EVENT, None))
         _count(device_to_host=1, device_to_host_bytes=nbytes)
     _count(dask_serialized=1, host_copies=1, host_copy_bytes=nbytes)
     return header, [flat.numpy().data]
+
+
+def _device_to_host(flat: torch.Tensor, ready: Any) -> torch.Tensor:
+    """A CUDA tensor's bytes on the host. With its `ready` event, copied on a side stream that waits for
+    that event only: on the device's default stream the copy would also wait for every decode queued
+    after the piece (the next temporal chunk, on a carried tile)."""
+    if ready is None:
+        return flat.cpu()
+    stream = side_stream(flat.device, "transfer")
+    with torch.cuda.stream(stream):
+        stream.wait_event(ready)
+        return flat.cpu()  # synchronous: waits for this stream alone
+
+
+def _host_to_device(flat: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Received host bytes onto `device`, on a side stream (a copy from pageable memory on the default
+    stream waits for every kernel queued there), complete before it is returned: its readers wait on
+    nothing but the default stream."""
+    stream = side_stream(device, "transfer")
+    with torch.cuda.stream(stream):
+        out = flat.to(device)
+    stream.synchronize()
+    return out
 
 
 def dask_loads_tensor(header: dict[str, Any], frames: list[Any]) -> torch.Tensor:
@@ -228,7 +270,7 @@ def dask_loads_tensor(header: dict[str, Any], frames: list[Any]) -> torch.Tensor
         header.get("device", "cpu"), cuda, torch.cuda.current_device() if cuda else None
     )
     if device.type != "cpu":
-        flat = flat.to(device)
+        flat = _host_to_device(flat, device)
         _count(host_to_device=1, host_to_device_bytes=flat.numel())
     _count(dask_deserialized=1)
     return from_byte_view(flat, header)

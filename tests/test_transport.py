@@ -398,3 +398,16 @@ def _env_with_farm() -> dict[str, str]:
     root = str(Path(farm.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (runs on the device machine)")
+def test_a_gpu_piece_sent_by_value_after_its_ready_event_arrives_whole():
+    """A decoded piece carries the event recorded after its kernels: the host copy waits on that event
+    on a side stream, the receiving copy lands on the GPU complete (both off the default stream)."""
+    piece = torch.arange(3 * 5 * 7, dtype=torch.float32, device="cuda").reshape(3, 5, 7) * 0.5
+    ready = torch.cuda.Event()
+    ready.record()
+    setattr(piece, transport.READY_EVENT, ready)
+    header, frames = transport.dask_dumps_tensor(piece)
+    back = transport.dask_loads_tensor(header, frames)
+    assert back.is_cuda and torch.equal(back, piece)
