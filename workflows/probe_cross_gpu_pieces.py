@@ -29,7 +29,7 @@ def log(msg: str) -> None:
 
 
 @contextlib.contextmanager
-def two_gpu_workers(io_workers: int) -> Any:
+def two_gpu_workers(io_workers: int, protocol: str = "ucx") -> Any:
     """A client of two GPU workers (sharing GPU 0 when there is only one) and `io_workers` I/O workers."""
     import dask
     from distributed import Client
@@ -45,7 +45,7 @@ def two_gpu_workers(io_workers: int) -> Any:
 
     with dask.config.set({"distributed-ucxx.create-cuda-context": True,
                           "distributed.scheduler.work-stealing": False}):  # fmt: skip
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", n_workers=1, protocol="ucx", host="127.0.0.1",
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", n_workers=1, protocol=protocol, host="127.0.0.1",
                                    threads_per_worker=8, dashboard_address="127.0.0.1:0")  # fmt: skip
         try:
             # dask-cuda runs one worker per visible device: a second on GPU 0 is a copy of the first's spec
@@ -82,6 +82,7 @@ def main() -> None:
     p.add_argument("--cases", nargs="+", default=["1,1,2,5c,8"], help="F,H,W,CHUNK,BATCH as benchmark_output")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--shots", type=int, default=1, help="shots per job (each split as the case says)")
+    p.add_argument("--protocol", default="ucx", help="one GPU: ucx, or tcp (by value through host)")
     p.add_argument("--io-workers", type=int, default=8)
     p.add_argument("--work", default="/tmp/farm-probe-ipc")
     p.add_argument("--out-json", required=True)
@@ -94,7 +95,7 @@ def main() -> None:
         h, w = (int(x) for x in size.split("x"))
         jobs[size] = work / f"one-{size}.zarr"
         synth(jobs[size], decoder="ltx2", shots=args.shots, overwrite=True, frames=121, height=h, width=w)
-    with two_gpu_workers(args.io_workers) as client:
+    with two_gpu_workers(args.io_workers, args.protocol) as client:
         log(f"cluster: {len(client.scheduler_info(n_workers=-1)['workers'])} workers")
         for size, job in jobs.items():
             for case in args.cases:
