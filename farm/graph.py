@@ -207,8 +207,8 @@ class Driver:
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
         self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
         self.batches_left = [len(p.batches) for p in plans]
-        # pieces blended on another decode worker, shared by CUDA IPC handle when all are on one host
-        self.shared = schedule.crossing() if shares_over_ipc(self.workers) else set()
+        # pieces blended on another decode worker of the same host go by CUDA IPC handle
+        self.shared = shared_over_ipc(schedule, self.workers)
         self.failed: set[int] = set()
         self.cursor = 0
         self.outputs_ready = outputs_ready
@@ -508,11 +508,14 @@ def cancel_requested(client: Client, render_id: str) -> bool:
     return is_cancelled(render_id, cancelled)
 
 
-def shares_over_ipc(decode_workers: Sequence[str]) -> bool:
-    """Whether pieces that cross between decode workers go by CUDA IPC handle (`farm.ipc`): when
-    ``farm.cuda-ipc`` is on and every decode worker is on one host. (A CPU worker's pieces are passed as
-    they are either way.)"""
-    return bool(config.get("cuda-ipc")) and len(decode_workers) > 1 and one_host(list(decode_workers))
+def shared_over_ipc(schedule: Schedule, decode_workers: Sequence[str]) -> set[tuple[int, int, int, int]]:
+    """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`farm.ipc`): with ``farm.cuda-ipc`` on,
+    those blended on another decode worker of the same host as the one that decodes them (pieces that
+    cross hosts go by value; a CPU worker's pieces are passed as they are either way)."""
+    if not config.get("cuda-ipc"):
+        return set()
+    return {piece for piece, (decoded, blended) in schedule.crossing().items()
+            if one_host([decode_workers[decoded], decode_workers[blended]])}  # fmt: skip
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:

@@ -73,8 +73,8 @@ class SharedPiece:
         if self.host != host_id():
             raise FarmError(
                 f"a decoded piece shared over CUDA IPC on host {self.host!r} reached {host_id()!r}: CUDA IPC "
-                "works between processes of one host only; set farm.cuda-ipc to false for a cluster whose "
-                "GPU workers a blend may move between hosts"
+                "works between processes of one host only (a blend moved to another host when its own "
+                "worker was lost); rerun the render to resume the batch, or set farm.cuda-ipc to false"
             )
         device = int(self.rebuild[6])
         try:

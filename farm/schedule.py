@@ -108,11 +108,13 @@ class Schedule:
         if self.window < 1:
             raise FarmError(f"the window must hold at least one decoded tile, got {self.window}")
 
-    def crossing(self) -> set[tuple[int, int, int, int]]:
-        """The pieces ``(*unit, batch)`` blended on another decode slot than the one that decodes them:
-        those that must travel between workers (`farm.graph` shares them by CUDA IPC on one host)."""
+    def crossing(self) -> dict[tuple[int, int, int, int], tuple[int, int]]:
+        """The pieces ``(*unit, batch)`` blended on another decode slot than the one that decodes them,
+        each with (its decode slot, its blend slot): those that travel between workers (`farm.graph`
+        shares them by CUDA IPC handle between workers of one host)."""
         blended_on = {(b.shot, b.batch): b.slot for b in self.blends}
-        return {(*d.unit, b) for d in self.decodes for b in d.feeds if blended_on[(d.shot, b)] != d.slot}
+        return {(*d.unit, b): (d.slot, blended_on[(d.shot, b)])
+                for d in self.decodes for b in d.feeds if blended_on[(d.shot, b)] != d.slot}  # fmt: skip
 
     def releases(self) -> dict[tuple[int, int, int], int]:
         """Per decode step (its `unit`): how many batch writes must finish before it is released."""

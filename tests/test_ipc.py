@@ -11,24 +11,14 @@ import multiprocessing as mp
 import os
 import pickle
 
-import dask
 import pytest
 import torch
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.graph import shares_over_ipc
 from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, open_piece, share
 from farm.tasks import Placement, _ready_marked, blend_batch, share_piece
 from farm.tiling import Batch
-
-
-def test_shares_over_ipc_needs_the_setting_two_workers_and_one_host() -> None:
-    assert shares_over_ipc(["ucx://127.0.0.1:4001", "ucx://127.0.0.1:4002"])
-    assert not shares_over_ipc(["ucx://127.0.0.1:4001"])
-    assert not shares_over_ipc(["tcp://10.0.0.1:4001", "tcp://10.0.0.2:4001"])
-    with dask.config.set({"farm.cuda-ipc": False}):
-        assert not shares_over_ipc(["ucx://127.0.0.1:4001", "ucx://127.0.0.1:4002"])
 
 
 def test_a_cpu_piece_is_passed_as_it_is() -> None:

@@ -377,10 +377,11 @@ def test_crossing_pieces_are_those_blended_on_another_slot(name: str) -> None:
     schedule = make_schedule(make(), n_decode=n_workers, n_io=n_io)
     slots = _piece_slots(schedule)
     crossing = schedule.crossing()
-    assert crossing == {piece for piece, (decoded, blended) in slots.items() if decoded != blended}
+    assert crossing == {piece: (decoded, blended) for piece, (decoded, blended) in slots.items()
+                        if decoded != blended}  # fmt: skip
     for b in schedule.blends:  # a batch of one tile never crosses; one of several tiles on 2+ slots does
         pieces = {p for p in slots if (p[0], p[3]) == (b.shot, b.batch)}
-        assert bool(pieces & crossing) == (len({slots[p][0] for p in pieces} | {b.slot}) > 1)
+        assert bool(pieces & crossing.keys()) == (len({slots[p][0] for p in pieces} | {b.slot}) > 1)
     if name == "whole shots":
         assert not crossing
 
@@ -405,6 +406,22 @@ def test_the_driver_shares_exactly_the_crossing_pieces_when_its_workers_share_a_
     cuts = _submitted_cuts(client)  # (shot, tile, batch index) → the function that cuts the piece
     assert {key for key, fn in cuts.items() if fn is share_piece} == shared
     assert shared and len(shared) < len(cuts)
+
+
+def test_between_hosts_pieces_go_by_value_and_within_one_by_handle() -> None:
+    from farm.graph import shared_over_ipc
+
+    plans = job([TileGrid((1, 2, 2), (0, 2, 2))] * 2, 4, frames=9, batch_frames=8)
+    schedule = make_schedule(plans, n_decode=4, n_io=0)
+    workers = ["ucx://10.0.0.1:1", "ucx://10.0.0.1:2", "ucx://10.0.0.2:1", "ucx://10.0.0.2:2"]  # two hosts
+    shared = shared_over_ipc(schedule, workers)
+    host = [w.split(":")[1] for w in workers]
+    within = {p for p, (a, b) in schedule.crossing().items() if host[a] == host[b]}
+    assert shared == within and within and len(within) < len(schedule.crossing())
+    assert shared_over_ipc(schedule, ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2", "ucx://127.0.0.1:3",
+                                      "ucx://127.0.0.1:4"]) == schedule.crossing().keys()  # fmt: skip
+    with dask.config.set({"farm.cuda-ipc": False}):
+        assert shared_over_ipc(schedule, workers) == set()
 
 
 def test_no_piece_is_shared_across_hosts_or_with_the_setting_off() -> None:
