@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 # counted once, in the decode result it was cut from).
 SHARED_PIECE_SIZEOF = 1024
 
+
 def host_id() -> str:
     """This machine, as CUDA IPC needs it: processes of one host (one kernel) can share device memory."""
     return socket.gethostname()

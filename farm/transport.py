@@ -260,6 +260,9 @@ def _host_to_device(flat: torch.Tensor, device: torch.device) -> torch.Tensor:
     with torch.cuda.stream(stream):
         out = flat.to(device)
     stream.synchronize()
+    # allocated on the side stream, read on others: its memory must not be reused by a later copy on
+    # the side stream while work the default stream queued on it is pending (blends record their own)
+    out.record_stream(torch.cuda.default_stream(out.device))
     return out
 
 
