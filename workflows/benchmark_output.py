@@ -239,7 +239,10 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
 
 def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any) -> None:
     """Renders on 1 … N GPU workers: the batch of shots per output (``--batch-outputs``), and single
-    shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames)."""
+    shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames), with
+    ``--ipc-ab`` the multi-GPU ones also with pieces sent by value."""
+    import dask
+
     from farm.cluster import connect
     from farm.render import synth
     from farm.tasks import VideoSettings
@@ -270,7 +273,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
         with connect(workers=gpus, io_workers=io_workers) as client:
             log(f"{gpus} GPU cluster (I/O workers: {io}) up in {time.perf_counter() - t0:.1f} s")
             warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, I/O workers {io}"))
-            cases = [("batch", job, (1, 1, 1), 0, 32, label) for label in args.batch_outputs if args.shots]
+            cases = [("batch", job, (1, 1, 1), 0, 32, label, True)
+                     for label in args.batch_outputs if args.shots]  # fmt: skip
             for size, src in ones.items():
                 for case in args.one_cases:
                     (f, h, w), chunk, batch, label = parse_case(case)
@@ -278,12 +282,16 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                     several = f * h * w != 1
                     on_one = not several or auto or args.multi_tile_on_one
                     if (gpus == 1 and on_one) or (gpus > 1 and several):
-                        cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, label))
+                        cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, label, True))
+                        if args.ipc_ab and gpus > 1:  # the same case, pieces between GPUs by value
+                            cases.append((f"one shot {size}", src, (f, h, w), chunk, batch, label, False))
             checked = set()
-            for what, src, tiles, chunk, batch, label in cases:
+            for what, src, tiles, chunk, batch, label, ipc in cases:
                 dest = Path(args.dirs[0]) / f"r{gpus}"
                 options = plan_options(tiles, chunk, batch)
-                row = timed_farm(client, src, dest, options, videos[label], args)
+                with dask.config.set({"farm.cuda-ipc": ipc}):
+                    row = timed_farm(client, src, dest, options, videos[label], args)
+                row["cuda_ipc"] = ipc
                 check = not (args.checks_once and (what, tiles, chunk, batch) in checked)
                 checked.add((what, tiles, chunk, batch))
                 if check and options.chunk.carry:  # how far carried chunks are from whole tiles
@@ -299,7 +307,8 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                 save()
                 same = row.get("same_bytes_as_unstreamed")
                 same_note = "" if same is None else f"same bytes as unstreamed: {same} "
-                log(f"farm {gpus} GPU io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}: "
+                log(f"farm {gpus} GPU io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}"
+                    f"{'' if ipc else ' (pieces by value)'}: "
                     f"{row.get('levels_from_unchunked', '')} {same_note}"
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
                     f"{row['frames_per_s']:.1f} frames/s; set-up {row['setup_s']:.2f} s, first task at "
@@ -574,6 +583,9 @@ def main() -> None:
         "chunk, e.g. 6, or 4c for carried chunks of up to 4 latent frames, tapered at the end, 4e even; "
         "batch)",
     )
+    p.add_argument("--ipc-ab", action="store_true",
+                   help="run each multi-tile single-shot case on several GPUs twice: pieces between GPUs by "
+                        "CUDA IPC handle (farm.cuda-ipc, the default) and by value")  # fmt: skip
     p.add_argument("--checks-once", action="store_true",
                    help="check a streamed case's bytes (and carried levels) on its first run")  # fmt: skip
     p.add_argument(
