@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
+from farm.transport import side_stream
 
 if TYPE_CHECKING:
     import torch
@@ -113,8 +114,6 @@ def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
 
     if not piece.is_cuda:
         return piece
-    from farm.transport import side_stream
-
     stream = side_stream(piece.device, "share")
     with torch.cuda.stream(stream):
         if ready is not None:

@@ -275,8 +275,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # queued. Blends read pieces on a stream of their own and wait on that event only: on the decode's
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
 # device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
-# stream; docs/benchmarks.md, third session).
-_READY = READY_EVENT
+# stream; docs/benchmarks.md, third session). The event sits under `farm.transport.READY_EVENT`.
 
 
 def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
@@ -290,7 +289,7 @@ def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, An
         event = torch.cuda.Event()
         event.record()  # on the current (decode) stream, after every kernel that made the pieces
         for piece in tensors:
-            setattr(piece, _READY, event)
+            setattr(piece, READY_EVENT, event)
     return pieces
 
 
@@ -308,7 +307,7 @@ def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
     for piece in pieces:
         if not piece.is_cuda:
             continue
-        event = getattr(piece, _READY, None)
+        event = getattr(piece, READY_EVENT, None)
         if event is not None:
             stream.wait_event(event)
         else:
@@ -326,7 +325,7 @@ def share_piece(decoded: dict[Any, Any], batch: int) -> Any:
     by CUDA IPC handle (`farm.ipc`), so it crosses without a copy or a device synchronisation; a CPU
     piece as it is."""
     piece = decoded[batch]
-    return share(piece, getattr(piece, _READY, None))
+    return share(piece, getattr(piece, READY_EVENT, None))
 
 
 def _decode_segments(
