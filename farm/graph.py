@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from farm import config, keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
-from farm.ipc import one_host
+from farm.ipc import can_open, visible_gpus
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
@@ -149,7 +149,11 @@ def run_graph(
         finish=finish, compile=compile, retries=retries,
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
-    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id,
+    # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
+    gpus = (
+        client.run(visible_gpus, workers=workers) if config.get("cuda-ipc") and schedule.crossing() else None
+    )
+    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
                     priority=priority, describe=describe or {}, outputs_ready=outputs_ready)  # fmt: skip
     return driver.run(on_progress)
 
@@ -186,6 +190,7 @@ class Driver:
         describe: dict[str, Any] | None = None,
         completions: Callable[[], Any] = _as_completed,
         outputs_ready: Callable[[], Any] | None = None,
+        gpus: dict[str, tuple[str, tuple[str, ...]]] | None = None,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
         self.workers, self.io_workers = list(workers), list(io_workers)
@@ -207,8 +212,8 @@ class Driver:
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
         self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
         self.batches_left = [len(p.batches) for p in plans]
-        # pieces blended on another decode worker of the same host go by CUDA IPC handle
-        self.shared = shared_over_ipc(schedule, self.workers)
+        # pieces blended on another decode worker that can open them go by CUDA IPC handle
+        self.shared = shared_over_ipc(schedule, self.workers, gpus)
         self.failed: set[int] = set()
         self.cursor = 0
         self.outputs_ready = outputs_ready
@@ -508,14 +513,18 @@ def cancel_requested(client: Client, render_id: str) -> bool:
     return is_cancelled(render_id, cancelled)
 
 
-def shared_over_ipc(schedule: Schedule, decode_workers: Sequence[str]) -> set[tuple[int, int, int, int]]:
+def shared_over_ipc(
+    schedule: Schedule,
+    decode_workers: Sequence[str],
+    gpus: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+) -> set[tuple[int, int, int, int]]:
     """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`farm.ipc`): with ``farm.cuda-ipc`` on,
-    those blended on another decode worker of the same host as the one that decodes them (pieces that
-    cross hosts go by value; a CPU worker's pieces are passed as they are either way)."""
+    those blended on another decode worker that can open them (`farm.ipc.can_open`: the same host and,
+    with `gpus`, a worker that sees the decoding worker's GPU). The others go by value."""
     if not config.get("cuda-ipc"):
         return set()
     return {piece for piece, (decoded, blended) in schedule.crossing().items()
-            if one_host([decode_workers[decoded], decode_workers[blended]])}  # fmt: skip
+            if can_open(decode_workers[decoded], decode_workers[blended], gpus)}  # fmt: skip
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:

@@ -90,8 +90,8 @@ class SharedPiece:
                 ) from None
             raise FarmError(
                 f"cannot open a decoded piece shared by CUDA IPC from process {self.pid} on {self.host} "
-                f"({exc}); the GPU workers of a host must see each other's GPUs (dask-cuda's default: each "
-                "worker lists every GPU, its own first), or set farm.cuda-ipc to false"
+                f"({exc}); rerun the render to resume the batch, or set farm.cuda-ipc to false to send "
+                "pieces by value"
             ) from None
         if device != torch.cuda.current_device():
             torch.cuda.current_stream().wait_stream(torch.cuda.current_stream(device))
@@ -127,6 +127,30 @@ def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
 def open_piece(piece: Any) -> Any:
     """A blend's piece as a tensor: a :class:`SharedPiece` opened, anything else as it is."""
     return piece.open() if isinstance(piece, SharedPiece) else piece
+
+
+def visible_gpus() -> tuple[str, tuple[str, ...]]:
+    """Run on a worker: the UUID of its own GPU and of every GPU it can see (``("", ())`` without CUDA).
+    A piece can be opened where its GPU is visible: dask-cuda's workers see every GPU of the node, a
+    worker started with ``CUDA_VISIBLE_DEVICES`` of one GPU sees only its own."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "", ()
+    seen = tuple(str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count()))
+    return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid), seen
+
+
+def can_open(decoded_on: str, blended_on: str, gpus: dict[str, tuple[str, tuple[str, ...]]] | None) -> bool:
+    """Whether a piece decoded on worker `decoded_on` can be opened by CUDA IPC on worker `blended_on`:
+    both on one host and, with `gpus` (per worker, what `visible_gpus` says), the blending worker sees
+    the decoding worker's GPU."""
+    if not one_host([decoded_on, blended_on]):
+        return False
+    if gpus is None:
+        return True
+    own = gpus.get(decoded_on, ("", ()))[0]
+    return bool(own) and own in gpus.get(blended_on, ("", ()))[1]
 
 
 def one_host(addresses: list[str]) -> bool:

@@ -16,9 +16,23 @@ import torch
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, open_piece, share
+from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, can_open, open_piece, share, visible_gpus
 from farm.tasks import Placement, _ready_marked, blend_batch, share_piece
 from farm.tiling import Batch
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a worker without CUDA")
+def test_a_worker_without_cuda_sees_no_gpu() -> None:
+    assert visible_gpus() == ("", ())
+
+
+def test_a_piece_opens_where_its_gpu_is_visible_on_its_host() -> None:
+    a, b = "ucx://10.0.0.1:1", "ucx://10.0.0.1:2"
+    assert can_open(a, b, None) and not can_open(a, "ucx://10.0.0.2:1", None)
+    assert can_open(a, b, {a: ("GPU-a", ("GPU-a", "GPU-b")), b: ("GPU-b", ("GPU-b", "GPU-a"))})
+    assert not can_open(a, b, {a: ("GPU-a", ("GPU-a",)), b: ("GPU-b", ("GPU-b",))})
+    assert not can_open(a, b, {a: ("", ()), b: ("", ())})  # CPU workers: nothing to share
+    assert not can_open(a, b, {})  # a worker that did not answer
 
 
 def test_a_cpu_piece_is_passed_as_it_is() -> None:

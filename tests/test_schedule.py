@@ -424,6 +424,26 @@ def test_between_hosts_pieces_go_by_value_and_within_one_by_handle() -> None:
         assert shared_over_ipc(schedule, workers) == set()
 
 
+def test_pieces_are_shared_only_with_workers_that_see_the_decoding_gpu() -> None:
+    from farm.graph import shared_over_ipc
+
+    plans = job([TileGrid((1, 1, 2), (0, 0, 2))] * 2, 2, frames=9, batch_frames=8)
+    schedule = make_schedule(plans, n_decode=2, n_io=0)
+    workers = ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2"]
+    every_gpu = {workers[0]: ("GPU-a", ("GPU-a", "GPU-b")), workers[1]: ("GPU-b", ("GPU-b", "GPU-a"))}
+    own_only = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-b", ("GPU-b",))}
+    one_gpu_shared = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-a", ("GPU-a",))}
+    cpu = {w: ("", ()) for w in workers}
+    assert shared_over_ipc(schedule, workers, every_gpu) == schedule.crossing().keys()  # dask-cuda's way
+    assert shared_over_ipc(schedule, workers, one_gpu_shared) == schedule.crossing().keys()
+    assert shared_over_ipc(schedule, workers, own_only) == set()  # CUDA_VISIBLE_DEVICES of one GPU each
+    assert shared_over_ipc(schedule, workers, cpu) == set()
+    seen_by_one = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-b", ("GPU-b", "GPU-a"))}
+    assert shared_over_ipc(schedule, workers, seen_by_one) == {  # only worker 1 can open worker 0's pieces
+        p for p, (decoded, _) in schedule.crossing().items() if decoded == 0
+    }
+
+
 def test_no_piece_is_shared_across_hosts_or_with_the_setting_off() -> None:
     plans = job([TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8)
     _, client, *_ = drive(plans, 2, 0)  # workers on two hosts
