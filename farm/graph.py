@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from farm import config, keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
-from farm.ipc import can_open, visible_gpus
+from farm.ipc import can_open, gpus_seen
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
@@ -150,9 +150,7 @@ def run_graph(
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
-    gpus = (
-        client.run(visible_gpus, workers=workers) if config.get("cuda-ipc") and schedule.crossing() else None
-    )
+    gpus = gpus_seen(client, workers) if config.get("cuda-ipc") and schedule.crossing() else None
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
                     priority=priority, describe=describe or {}, outputs_ready=outputs_ready)  # fmt: skip
     return driver.run(on_progress)

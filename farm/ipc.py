@@ -137,8 +137,18 @@ def visible_gpus() -> tuple[str, tuple[str, ...]]:
 
     if not torch.cuda.is_available():
         return "", ()
-    seen = tuple(str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count()))
-    return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid), seen
+    try:
+        seen = tuple(str(torch.cuda.get_device_properties(i).uuid) for i in range(torch.cuda.device_count()))
+        return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid), seen
+    except (AttributeError, RuntimeError):  # no UUIDs to compare: share nothing, send pieces by value
+        return "", ()
+
+
+def gpus_seen(client: Any, workers: list[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """`visible_gpus` of each of `workers` (a worker that cannot answer sees none: its pieces go by
+    value)."""
+    answers = client.run(visible_gpus, workers=workers, on_error="return")
+    return {w: a if isinstance(a, tuple) else ("", ()) for w, a in answers.items()}
 
 
 def can_open(decoded_on: str, blended_on: str, gpus: dict[str, tuple[str, tuple[str, ...]]] | None) -> bool:

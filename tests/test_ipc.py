@@ -16,7 +16,7 @@ import torch
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, can_open, open_piece, share, visible_gpus
+from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, can_open, gpus_seen, open_piece, share, visible_gpus
 from farm.tasks import Placement, _ready_marked, blend_batch, share_piece
 from farm.tiling import Batch
 
@@ -136,3 +136,14 @@ def test_a_piece_whose_process_has_gone_fails_its_blend_with_a_message() -> None
     assert child.exitcode == 0
     with pytest.raises(FarmError, match="has gone, and its GPU memory with it"):
         _blended([_pieces("cuda")[0], shared])
+
+
+def test_a_worker_that_cannot_say_which_gpus_it_sees_gets_pieces_by_value() -> None:
+    class Client:  # stands in for distributed.Client.run(..., on_error="return")
+        def run(self, fn, workers, on_error):
+            assert fn is visible_gpus and on_error == "return"
+            return {workers[0]: ("GPU-a", ("GPU-a", "GPU-b")), workers[1]: OSError("worker gone")}
+
+    seen = gpus_seen(Client(), ["ucx://10.0.0.1:1", "ucx://10.0.0.1:2"])
+    assert seen == {"ucx://10.0.0.1:1": ("GPU-a", ("GPU-a", "GPU-b")), "ucx://10.0.0.1:2": ("", ())}
+    assert not can_open("ucx://10.0.0.1:2", "ucx://10.0.0.1:1", seen)
