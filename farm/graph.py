@@ -15,6 +15,7 @@ shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("w
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import threading
 import time
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from farm import config, keys
 from farm.cluster import IO_WORKER_PREFIX
 from farm.errors import FarmError
-from farm.ipc import can_open, gpus_seen
+from farm.ipc import can_open, gpus_seen, one_host
 from farm.output import Output
 from farm.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.tasks import (
@@ -150,7 +151,7 @@ def run_graph(
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
-    gpus = gpus_seen(client, workers) if config.get("cuda-ipc") and schedule.crossing() else None
+    gpus = functools.partial(gpus_seen, client, workers)
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
                     priority=priority, describe=describe or {}, outputs_ready=outputs_ready)  # fmt: skip
     return driver.run(on_progress)
@@ -188,7 +189,7 @@ class Driver:
         describe: dict[str, Any] | None = None,
         completions: Callable[[], Any] = _as_completed,
         outputs_ready: Callable[[], Any] | None = None,
-        gpus: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+        gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
         self.workers, self.io_workers = list(workers), list(io_workers)
@@ -514,15 +515,21 @@ def cancel_requested(client: Client, render_id: str) -> bool:
 def shared_over_ipc(
     schedule: Schedule,
     decode_workers: Sequence[str],
-    gpus: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+    gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
 ) -> set[tuple[int, int, int, int]]:
     """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`farm.ipc`): with ``farm.cuda-ipc`` on,
     those blended on another decode worker that can open them (`farm.ipc.can_open`: the same host and,
-    with `gpus`, a worker that sees the decoding worker's GPU). The others go by value."""
+    with `gpus`, a worker that sees the decoding worker's GPU). The others go by value. `gpus` (per
+    worker, `farm.ipc.visible_gpus`) is asked only when some piece crosses between workers of one host."""
     if not config.get("cuda-ipc"):
         return set()
-    return {piece for piece, (decoded, blended) in schedule.crossing().items()
-            if can_open(decode_workers[decoded], decode_workers[blended], gpus)}  # fmt: skip
+    crossing = {piece: (decode_workers[decoded], decode_workers[blended])
+                for piece, (decoded, blended) in schedule.crossing().items()}  # fmt: skip
+    within = {piece: pair for piece, pair in crossing.items() if one_host(list(pair))}
+    seen = gpus() if gpus is not None and within else None
+    return {
+        piece for piece, (decoded_on, blended_on) in within.items() if can_open(decoded_on, blended_on, seen)
+    }
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:

@@ -434,12 +434,15 @@ def test_pieces_are_shared_only_with_workers_that_see_the_decoding_gpu() -> None
     own_only = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-b", ("GPU-b",))}
     one_gpu_shared = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-a", ("GPU-a",))}
     cpu = {w: ("", ()) for w in workers}
-    assert shared_over_ipc(schedule, workers, every_gpu) == schedule.crossing().keys()  # dask-cuda's way
-    assert shared_over_ipc(schedule, workers, one_gpu_shared) == schedule.crossing().keys()
-    assert shared_over_ipc(schedule, workers, own_only) == set()  # CUDA_VISIBLE_DEVICES of one GPU each
-    assert shared_over_ipc(schedule, workers, cpu) == set()
+    # dask-cuda's way: every worker sees every GPU
+    assert shared_over_ipc(schedule, workers, lambda: every_gpu) == schedule.crossing().keys()
+    assert shared_over_ipc(schedule, workers, lambda: one_gpu_shared) == schedule.crossing().keys()
+    # CUDA_VISIBLE_DEVICES of one GPU each
+    assert shared_over_ipc(schedule, workers, lambda: own_only) == set()
+    assert shared_over_ipc(schedule, workers, lambda: cpu) == set()
     seen_by_one = {workers[0]: ("GPU-a", ("GPU-a",)), workers[1]: ("GPU-b", ("GPU-b", "GPU-a"))}
-    assert shared_over_ipc(schedule, workers, seen_by_one) == {  # only worker 1 can open worker 0's pieces
+    # only worker 1 can open worker 0's pieces
+    assert shared_over_ipc(schedule, workers, lambda: seen_by_one) == {
         p for p, (decoded, _) in schedule.crossing().items() if decoded == 0
     }
 
@@ -451,3 +454,22 @@ def test_no_piece_is_shared_across_hosts_or_with_the_setting_off() -> None:
     with dask.config.set({"farm.cuda-ipc": False}):
         _, client, *_ = drive(plans, 2, 0, one_host=True)
     assert all(fn is not share_piece for fn in _submitted_cuts(client).values())
+
+
+def test_the_workers_gpus_are_asked_only_when_a_piece_crosses_within_a_host() -> None:
+    from farm.graph import shared_over_ipc
+
+    asked: list[int] = []
+
+    def gpus() -> dict:
+        asked.append(1)
+        return {}
+
+    crossing = make_schedule(
+        job([TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8), n_decode=2, n_io=0
+    )
+    whole = make_schedule(job([TileGrid()] * 2, 2), n_decode=2, n_io=0)
+    assert shared_over_ipc(whole, ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2"], gpus) == set() and not asked
+    assert shared_over_ipc(crossing, ["ucx://10.0.0.1:1", "ucx://10.0.0.2:1"], gpus) == set() and not asked
+    assert shared_over_ipc(crossing, ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2"], gpus) == set()
+    assert asked == [1]  # asked once: its empty answer shares nothing
