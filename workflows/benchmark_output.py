@@ -1,7 +1,8 @@
 """farm's output path against the host's own ceilings, measured side by side in one run.
 
 Measures, on the machine it runs on:
-- ``plain``: the plain in-process decode on one GPU (eager and, with ``--compile``, compiled);
+- ``plain``: the plain in-process decode on one GPU: diffusers' eager decode, farm's decoder eager (padding by
+  slices, the same frames) and, with ``--compile``, compiled;
 - ``zarr``: the host's Zarr write ceiling: P processes writing farm's batches (its array layout, codec
   and chunks, the same noise frames a random-weight decode gives) into one output, with and without
   fsync of every chunk (farm's way, or with ``--sync-modes serial`` also the chunks written whole and
@@ -202,10 +203,32 @@ def carried_decode(decoder: Any, latent: Any, n: str, reps: int) -> dict[str, An
     return {"seconds": s, "all": times, "max_difference": diff}
 
 
+def _timed_plain(decoder: Any, latent: Any, reps: int, label: str, frames: int) -> dict[str, Any]:
+    import torch
+
+    t0 = time.perf_counter()
+    decoder.decode(latent, origin=(0, 0, 0))
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        decoder.decode(latent, origin=(0, 0, 0))
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = float(np.median(times))
+    log(f"plain {label}: {s:.3f} s ({frames / s:.1f} frames/s), first call {first:.1f} s")
+    return {"seconds": s, "frames_per_s": frames / s, "first_call_s": first, "all": times}
+
+
 def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
+    """The in-process decode: ``eager`` is diffusers' own (its ``F.pad`` reflect padding), the baseline
+    of the targets; ``eager-farm`` is farm's decoder as its workers run it (padding by slices, the same
+    frames); ``compiled`` with ``--compile``."""
     import torch
 
     from farm.decoders import load_decoder
+    from farm.decoders.reflect_pad import sliced_reflect_padding
     from farm.render import synth_spec
 
     spec = synth_spec(args.decoder).to_json()
@@ -216,20 +239,13 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
         g = decoder.geometry
         lf = (args.frames - 1) // g.temporal_scale + 1
         latent = torch.randn(c, lf, args.height // g.spatial_scale, args.width // g.spatial_scale)
-        t0 = time.perf_counter()
-        decoder.decode(latent, origin=(0, 0, 0))
-        torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        times = []
-        for _ in range(args.reps):
-            t0 = time.perf_counter()
-            decoder.decode(latent, origin=(0, 0, 0))
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        s = float(np.median(times))
-        out[mode] = {"seconds": s, "frames_per_s": args.frames / s, "first_call_s": first, "all": times}
-        log(f"plain {mode}: {s:.3f} s ({args.frames / s:.1f} frames/s), first call {first:.1f} s")
-        if mode == "eager":
+        if mode == "eager" and hasattr(decoder, "model"):
+            sliced_reflect_padding(decoder.model, on=False)
+            out["eager"] = _timed_plain(decoder, latent, args.reps, "eager (diffusers)", args.frames)
+            sliced_reflect_padding(decoder.model, on=True)
+            mode = "eager-farm"
+        out[mode] = _timed_plain(decoder, latent, args.reps, mode, args.frames)
+        if mode.startswith("eager"):
             for n in args.plain_carry:  # the same decode in carried chunks of n latent frames, in order
                 out[f"carried-{n}"] = carried_decode(decoder, latent, n, args.reps)
         del decoder
@@ -629,8 +645,10 @@ def main() -> None:
 
     if "plain" in parts:
         results["plain"] = plain_decode(args)
-        if args.compile and {"eager", "compiled"} <= set(results["plain"]):  # for the printed predictions
-            args.decode_scale = results["plain"]["compiled"]["seconds"] / results["plain"]["eager"]["seconds"]
+        # the cost model's decode is diffusers' eager one: scale the printed predictions to the decode run
+        ran = "compiled" if args.compile else "eager-farm"
+        if {"eager", ran} <= set(results["plain"]):
+            args.decode_scale = results["plain"][ran]["seconds"] / results["plain"]["eager"]["seconds"]
         save()
     if "zarr" in parts:
         rows = results.setdefault("zarr", [])
