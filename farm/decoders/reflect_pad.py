@@ -53,7 +53,7 @@ def _padding_is_sliceable(conv: Any) -> bool:
     if not isinstance(conv, nn.Conv3d) or conv.padding_mode != "reflect" or isinstance(conv.padding, str):
         return False
     pad_w0, pad_w1, pad_h0, pad_h1, pad_d0, pad_d1 = conv._reversed_padding_repeated_twice
-    return pad_w0 == pad_w1 and pad_h0 == pad_h1 and pad_d0 == pad_d1 == 0 and (pad_w0 or pad_h0)
+    return pad_w0 == pad_w1 and pad_h0 == pad_h1 and pad_d0 == pad_d1 == 0 and (pad_w0 > 0 or pad_h0 > 0)
 
 
 def sliced_reflect_padding(model: Any, on: bool = True) -> int:
