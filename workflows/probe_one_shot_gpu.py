@@ -1,0 +1,125 @@
+"""Probe: where one carried shot's render leaves the GPU idle, on a real 1-GPU cluster.
+
+On the GPU worker, each carried chunk's decode (`decode_carried`) is bracketed by CUDA events on its
+stream, placed on the wall clock against an event recorded when the probe was installed. Beside Dask's
+task stream, this gives when the GPU started and finished each chunk, the gaps between chunks, and how
+long after the GPU's last chunk the render ended (blend, copy, write and mark of the last batch).
+
+    python workflows/probe_one_shot_gpu.py --size 704x1216 --chunk 5 --batch 8 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+
+def install() -> str:
+    """On a GPU worker: wrap the LTX-2 decoder's carried decode with CUDA events (once)."""
+    import torch
+
+    from farm.decoders.ltx2 import LTX2Decoder
+
+    # the probe's state lives on the class in the worker: this function is shipped by value each call
+    if not hasattr(LTX2Decoder, "_probe_records"):
+        ref = torch.cuda.Event(enable_timing=True)
+        ref.record()
+        ref.synchronize()
+        LTX2Decoder._probe_ref = (ref, time.time())  # type: ignore[attr-defined]
+        LTX2Decoder._probe_records = []  # type: ignore[attr-defined]
+        plain = LTX2Decoder.decode_carried
+
+        def timed(self: Any, latent: Any, state: Any, origin: Any = None) -> Any:
+            t0 = time.time()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = plain(self, latent, state, origin)
+            end.record()
+            LTX2Decoder._probe_records.append((t0, time.time(), start, end, int(latent.shape[1])))
+            return out
+
+        LTX2Decoder.decode_carried = timed  # type: ignore[method-assign]
+    LTX2Decoder._probe_records.clear()
+    return "installed"
+
+
+def collect() -> list[tuple[float, float, float, float, int]]:
+    """Each chunk's (call, return, GPU start, GPU end) on the wall clock, and its latent frames."""
+    from farm.decoders.ltx2 import LTX2Decoder
+
+    ref, t_ref = LTX2Decoder._probe_ref
+    out = []
+    for t0, t1, start, end, frames in LTX2Decoder._probe_records:
+        end.synchronize()
+        out.append(
+            (t0, t1, t_ref + ref.elapsed_time(start) / 1e3, t_ref + ref.elapsed_time(end) / 1e3, frames)
+        )
+    return out
+
+
+def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
+    from distributed import get_task_stream
+
+    from farm.graph import split_workers
+    from farm.render import render
+    from farm.tasks import VideoSettings
+
+    decoders, _ = split_workers(client)
+    client.run(install, workers=decoders)
+    shutil.rmtree(dest, ignore_errors=True)
+    t0 = time.time()
+    with get_task_stream(client=client) as ts:
+        stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
+                       options=options, video=VideoSettings(enabled=False))  # fmt: skip
+    wall = time.time() - t0
+    chunks = next(iter(client.run(collect, workers=decoders).values()))
+    last: dict[str, float] = {}
+    for d in ts.data:
+        kind = str(d["key"][0] if isinstance(d["key"], tuple) else d["key"]).split("-")[:2]
+        for s in d["startstops"]:
+            last["-".join(kind)] = max(last.get("-".join(kind), 0.0), s["stop"] - t0)
+    gpu_start, gpu_end = chunks[0][2] - t0, chunks[-1][3] - t0
+    busy = sum(c[3] - c[2] for c in chunks)
+    print(f"wall {wall:.3f} s (set-up {stats.setup_s:.3f}, graph {stats.seconds:.3f}); GPU first chunk at "
+          f"{gpu_start:.3f}, last ends {gpu_end:.3f} s: busy {busy:.3f} s of {gpu_end - gpu_start:.3f}; "
+          f"after the GPU: {wall - gpu_end:.3f} s")  # fmt: skip
+    for t_call, t_ret, g0, g1, frames in chunks:
+        print(f"  chunk of {frames}: called {t_call - t0:.3f}, returned {t_ret - t0:.3f}, GPU {g0 - t0:.3f}"
+              f"-{g1 - t0:.3f} ({g1 - g0:.3f} s)")  # fmt: skip
+    print(
+        "  last task ends: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in sorted(last.items(), key=lambda kv: kv[1]))
+    )
+
+
+def main() -> None:
+    from farm.cluster import connect
+    from farm.options import PlanOptions
+    from farm.synthetic import synth
+    from farm.tiling import ChunkSize
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="704x1216")
+    p.add_argument("--frames", type=int, default=121)
+    p.add_argument("--chunk", type=int, default=5)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--work", default="/tmp/farm-probe-one-shot")
+    args = p.parse_args()
+    h, w = (int(x) for x in args.size.split("x"))
+    work = Path(args.work)
+    job = work / "job.zarr"
+    synth(job, decoder="ltx2", shots=1, overwrite=True, frames=args.frames, height=h, width=w)
+    options = PlanOptions(tiles=(1, 1, 1), batch_frames=args.batch,
+                          chunk=ChunkSize(frames=args.chunk, carry=True))  # fmt: skip
+    with connect(workers=1) as client:
+        for run in range(args.runs + 1):
+            print(f"run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
+            one_render(client, job, work / "out", options)
+
+
+if __name__ == "__main__":
+    main()
