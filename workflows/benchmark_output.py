@@ -645,10 +645,10 @@ def main() -> None:
 
     if "plain" in parts:
         results["plain"] = plain_decode(args)
-        # the cost model's decode is diffusers' eager one: scale the printed predictions to the decode run
-        ran = "compiled" if args.compile else "eager-farm"
-        if {"eager", ran} <= set(results["plain"]):
-            args.decode_scale = results["plain"][ran]["seconds"] / results["plain"]["eager"]["seconds"]
+        # the cost model's decode is farm's eager one: scale the printed predictions to a compiled decode
+        if args.compile and {"eager-farm", "compiled"} <= set(results["plain"]):
+            plain = results["plain"]
+            args.decode_scale = plain["compiled"]["seconds"] / plain["eager-farm"]["seconds"]
         save()
     if "zarr" in parts:
         rows = results.setdefault("zarr", [])

@@ -8,6 +8,11 @@
 
     python workflows/fit_costmodel.py h200 --out farm/costmodels/ltx2-h200.json
     python workflows/fit_costmodel.py cpu --out farm/costmodels/ltx2-tiny-cpu.json
+    python workflows/fit_costmodel.py decode --samples samples.json --out farm/costmodels/ltx2-h200.json
+
+* ``decode``: refit the decode part of the stored model at ``--out`` from decodes measured on its GPU
+  (``workflows/probe_reflect_pad.py --samples``: the model's sample shapes timed with farm's decoder),
+  keeping everything else.
 """
 
 from __future__ import annotations
@@ -297,15 +302,36 @@ def cpu_model(reps: int) -> CostModel:
     )
 
 
+def refit_decode(path: Path, samples_json: Path) -> CostModel:
+    """The stored model at `path` with its decode refitted to the ``slices`` seconds (farm's decoder, as
+    its workers run it) of `samples_json`."""
+    model = CostModel.from_json(json.loads(path.read_text()))
+    measured = json.loads(samples_json.read_text())
+    samples = [Sample(tuple(m["pixels"]), m["slices"], tuple(m["latent"]), m["what"]) for m in measured]
+    decode = fit_decode_cost(samples)
+    rms = relative_rms(decode, samples)
+    ratio = sum(m["F.pad"] for m in measured) / sum(m["slices"] for m in measured)
+    note = (f"decode: non-negative least squares on relative error over the {len(samples)} decodes of farm's "
+            f"decoder (reflect padding by slices), measured {time.strftime('%Y-%m-%d')} with "
+            f"workflows/probe_reflect_pad.py --samples (relative RMS error {rms:.1%}); diffusers' own "
+            f"decode (F.pad) took {ratio:.2f}x as long over the same samples")  # fmt: skip
+    notes = (note, *(n for n in model.notes if not n.startswith("decode:")))
+    return model.with_(decode=decode, samples=tuple(samples), notes=notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("which", choices=["h200", "cpu"])
+    parser.add_argument("which", choices=["h200", "cpu", "decode"])
     parser.add_argument("--out", required=True)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--samples", type=Path, help="decode: the measured samples (JSON)")
     args = parser.parse_args(argv)
-    model = h200_model() if args.which == "h200" else cpu_model(args.reps)
+    if args.which == "decode":
+        model = refit_decode(Path(args.out), args.samples)
+    else:
+        model = h200_model() if args.which == "h200" else cpu_model(args.reps)
     for s, p, e in fit_report(model.decode, model.samples):
         print(f"{str(s.pixels):<20} measured {s.seconds:.4f} s  model {p:.4f} s  {e:+.1%}")
     print(f"coefficients: {model.decode.coefficients}")
