@@ -208,6 +208,12 @@ def _add_cluster_command(add: AddCommand) -> None:
     p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (0: any free)")
     p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax, or none)")
     p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
+    p.add_argument(
+        "--io-workers",
+        type=int,
+        help="CPU-only worker processes for the writes and encodes beside GPU workers "
+        "(default: farm.io-workers, else about one per 3 cores, at most 6 per GPU)",
+    )
 
 
 def _add_submit_command(add: AddCommand) -> None:
@@ -533,7 +539,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return serve(
         gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
         port=args.port, dashboard_port=args.dashboard_port, scheduler_file=args.scheduler_file,
-        threads_per_worker=args.threads,
+        threads_per_worker=args.threads, io_workers=args.io_workers,
         memory_limit=None if args.memory_limit == "none" else args.memory_limit,
         log=lambda line: print(line, flush=True),
     )  # fmt: skip

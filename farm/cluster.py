@@ -289,7 +289,7 @@ def _connected(
             client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
         n_io = default_io_workers(choice, cpu_count()) if io_workers is None else io_workers
         if n_io:
-            _add_io_workers(cluster, n_io, memory_limit)
+            add_io_workers(cluster, n_io, memory_limit)
             client.wait_for_workers(choice.n_workers + n_io, timeout=120)
     transport.install(client)
     try:
@@ -337,14 +337,16 @@ def io_workers_beside_gpus(n_gpus: int, cpu_count: int) -> int:
     return max(1, min(6 * n_gpus, cpu_count // 3))
 
 
-def _add_io_workers(cluster: Any, n: int, memory_limit: Any) -> None:
-    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster)."""
+def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None) -> None:
+    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster); `security`: the
+    cluster's TLS settings, when it requires encryption."""
     from distributed import Nanny
 
     for i in range(n):
         cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
             "cls": Nanny,
             "options": {
+                **({"security": security} if security is not None else {}),
                 "nthreads": IO_WORKER_THREADS,
                 "host": "127.0.0.1",
                 "memory_limit": memory_limit,

@@ -66,17 +66,24 @@ def start(
     scheduler_file: str | None = None,
     threads_per_worker: int | None = None,
     memory_limit: str | None = "auto",
+    io_workers: int | None = None,
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Start the cluster; returns (cluster, client, facts) where facts say what was started."""
+    """Start the cluster; returns (cluster, client, facts) where facts say what was started.
+
+    `io_workers`: CPU-only worker processes (``farm-io-N``) that write and encode beside GPU workers, as
+    ``farm render`` starts for its own cluster (None: ``farm.io-workers``, else about one per 3 cores,
+    at most 6 per GPU; none beside CPU workers)."""
     from distributed import Client
     from distributed.security import Security
 
-    from farm import monitor, transport
+    from farm import config, monitor, transport
     from farm.cluster import (
         TorchThreadsPlugin,
+        add_io_workers,
         choose_cluster,
         cpu_count,
         dashboard_link,
+        default_io_workers,
         detect_gpus,
         start_local_cluster,
         ucx_available,
@@ -95,6 +102,8 @@ def start(
         )
     if gpu_count and workers is not None:
         raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
+    if io_workers is not None and io_workers < 0:
+        raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
     choice = choose_cluster(
         scheduler=None,
         scheduler_file=None,
@@ -135,11 +144,18 @@ def start(
     client = Client(cluster, set_as_default=False)
     if choice.kind == "local-cpu":
         client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
+    chosen = io_workers if io_workers is not None else config.get("io-workers")
+    n_io = default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
+    if n_io:
+        tls = security if security.require_encryption else None
+        add_io_workers(cluster, n_io, memory_limit, security=tls)
+        client.wait_for_workers(choice.n_workers + n_io, timeout=120)
     transport.install(client)
     page = monitor.install(client)
     facts = {
         "kind": choice.kind,
         "workers": choice.n_workers,
+        "io_workers": n_io,
         "threads_per_worker": choice.threads_per_worker,
         "protocol": wire,
         "address": cluster.scheduler_address,
@@ -179,6 +195,8 @@ def serve(
             log(f"farm cluster: farm page {facts['page']}")
         log(f"farm cluster: {facts['workers']} {kind} worker(s) x {facts['threads_per_worker']} thread(s), "
             f"protocol {facts['protocol']}")  # fmt: skip
+        if facts["io_workers"]:
+            log(f"farm cluster: {facts['io_workers']} I/O worker(s) (farm-io-*) for the writes and encodes")
         target = f"--scheduler-file {facts['scheduler_file']}" if facts["scheduler_file"] else (
             f"--scheduler {facts['address']}")  # fmt: skip
         if facts["scheduler_file"]:

@@ -38,11 +38,11 @@ def farm_cmd(*args: str) -> list[str]:
 class FarmCluster:
     """`farm cluster` in a subprocess (its own session), with its printed addresses."""
 
-    def __init__(self, tmp: Path, workers: int) -> None:
+    def __init__(self, tmp: Path, workers: int, *extra: str) -> None:
         self.scheduler_file = tmp / "scheduler.json"
         self.proc = subprocess.Popen(
             farm_cmd("cluster", "--workers", str(workers), "--port", "0", "--dashboard-port", "0",
-                     "--scheduler-file", str(self.scheduler_file)),
+                     "--scheduler-file", str(self.scheduler_file), *extra),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: list[str] = []
@@ -190,6 +190,38 @@ def test_cluster_prints_where_it_is_and_serves_the_farm_page(cluster2):
     assert len(cluster2.client.scheduler_info()["workers"]) == 2
     with urllib.request.urlopen(cluster2.page, timeout=10) as response:
         assert b"farm renders" in response.read()
+
+
+def test_cluster_starts_io_workers_and_renders_write_on_them(tmp_path):
+    """`farm cluster --io-workers N` starts the CPU-only writers `farm render` starts for its own
+    cluster; a render joining it writes its batches there (all but the last)."""
+    from distributed import get_task_stream
+
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64, seed=5)
+    cluster = FarmCluster(tmp_path, 1, "--io-workers", "2")
+    try:
+        assert any("farm cluster: 2 I/O worker(s)" in line for line in cluster.lines)
+        workers = cluster.client.scheduler_info()["workers"]
+        io = {addr for addr, w in workers.items() if str(w["name"]).startswith("farm-io-")}
+        assert len(workers) == 3 and len(io) == 2
+        with get_task_stream(client=cluster.client) as stream:
+            stats = fr.render(str(job), str(tmp_path / "out"), scheduler=cluster.address,
+                              options=fr.PlanOptions(batch_frames=8), log=lambda _m: None)  # fmt: skip
+        assert stats.frames_written == 17 and not stats.failed
+        writes = [d["worker"] for d in stream.data if "write-batch" in str(d["key"])]
+        # all but the decode worker's last batch, which is written where it was blended (farm.schedule)
+        assert len(writes) == 3 and sum(w in io for w in writes) == 2
+    finally:
+        assert cluster.stop() == 0
+
+
+def test_cluster_refuses_a_negative_io_worker_count() -> None:
+    result = subprocess.run(farm_cmd("cluster", "--io-workers", "-1", "--port", "0"), capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode != 0
+    assert "--io-workers -1 is invalid; give a number ≥ 0" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_foreground_submit_renders_a_folder_with_per_job_overrides(cluster2, jobs, tmp_path):

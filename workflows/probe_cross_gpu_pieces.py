@@ -35,7 +35,7 @@ def two_gpu_workers(io_workers: int, protocol: str = "ucx") -> Any:
     from distributed import Client
 
     from farm import transport
-    from farm.cluster import _add_io_workers, connect, detect_gpus
+    from farm.cluster import add_io_workers, connect, detect_gpus
 
     if detect_gpus() >= 2:
         with connect(workers=2, io_workers=io_workers) as client:
@@ -53,7 +53,7 @@ def two_gpu_workers(io_workers: int, protocol: str = "ucx") -> Any:
             cluster.worker_spec["gpu0-second"] = copy.deepcopy(spec)
             cluster.sync(cluster._correct_state)
             if io_workers:
-                _add_io_workers(cluster, io_workers, "auto")
+                add_io_workers(cluster, io_workers, "auto")
             client = Client(cluster)
             client.wait_for_workers(2 + io_workers, timeout=120)
             transport.install(client)

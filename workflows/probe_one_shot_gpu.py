@@ -5,13 +5,21 @@ stream, placed on the wall clock against an event recorded when the probe was in
 task stream, this gives when the GPU started and finished each chunk, the gaps between chunks, and how
 long after the GPU's last chunk the render ended (blend, copy, write and mark of the last batch).
 
-    python workflows/probe_one_shot_gpu.py --size 704x1216 --chunk 5 --batch 8 --runs 3
+    python workflows/probe_one_shot_gpu.py --size 704x1216 --runs 3 --clusters inproc daemon
+
+``--clusters``: ``inproc`` starts the cluster in this process (as ``farm render`` without a scheduler
+does: the scheduler's event loop shares this process's GIL with the render's driver); ``daemon`` runs
+``farm cluster --gpus 1`` in a process of its own and renders into it by its scheduler file, as a
+studio's long-lived cluster is used.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -95,6 +103,44 @@ def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
     )
 
 
+@contextlib.contextmanager
+def daemon_cluster(work: Path) -> Any:
+    """`farm cluster --gpus 1` in its own process; a client of it."""
+    from distributed import Client
+
+    scheduler_file = work / "scheduler.json"
+    scheduler_file.unlink(missing_ok=True)
+    command = [
+        "cluster",
+        "--gpus",
+        "1",
+        "--port",
+        "0",
+        "--dashboard-port",
+        "0",
+        "--scheduler-file",
+        str(scheduler_file),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, farm.cli; sys.exit(farm.cli.main({command!r}))"]
+    )
+    try:
+        for _ in range(240):
+            if scheduler_file.exists():
+                break
+            time.sleep(0.5)
+        client = Client(scheduler_file=str(scheduler_file))
+        client.wait_for_workers(1, timeout=120)
+        time.sleep(5)  # the I/O workers join after the GPU worker
+        try:
+            yield client
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def main() -> None:
     from farm.cluster import connect
     from farm.options import PlanOptions
@@ -108,6 +154,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--work", default="/tmp/farm-probe-one-shot")
+    p.add_argument("--clusters", nargs="+", default=["inproc"], choices=["inproc", "daemon"])
     args = p.parse_args()
     h, w = (int(x) for x in args.size.split("x"))
     work = Path(args.work)
@@ -115,10 +162,12 @@ def main() -> None:
     synth(job, decoder="ltx2", shots=1, overwrite=True, frames=args.frames, height=h, width=w)
     options = PlanOptions(tiles=(1, 1, 1), batch_frames=args.batch,
                           chunk=ChunkSize(frames=args.chunk, carry=True))  # fmt: skip
-    with connect(workers=1) as client:
-        for run in range(args.runs + 1):
-            print(f"run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
-            one_render(client, job, work / "out", options)
+    for kind in args.clusters:
+        with connect(workers=1) if kind == "inproc" else daemon_cluster(work) as client:
+            print(f"cluster {kind}: workers {sorted(client.scheduler_info()['workers'])}")
+            for run in range(args.runs + 1):
+                print(f"{kind} run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
+                one_render(client, job, work / "out", options)
 
 
 if __name__ == "__main__":
