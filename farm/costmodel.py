@@ -45,7 +45,7 @@ of it (`farm.decoders.cost_model` reads that from the adapter).
 Example:
     >>> m = load("ltx2-h200")
     >>> round(m.decode_seconds((121, 704, 1216)), 2)
-    0.49
+    0.41
 """
 
 from __future__ import annotations

@@ -80,9 +80,12 @@ def test_stored_models_record_their_machine_and_refit_to_their_coefficients(name
 
 def test_h200_model_predicts_the_measured_decodes():
     assert set(costmodel.available()) >= {"ltx2-h200", "ltx2-tiny-cpu"}
-    assert H200.decode_seconds((121, 704, 1216)) == pytest.approx(0.493, rel=0.02)
-    assert H200.decode_seconds((121, 416, 416)) == pytest.approx(0.102, rel=0.02)
-    assert H200.decode_seconds((121, 1088, 1920)) == pytest.approx(1.21, rel=0.02)
+    # farm's decoder (reflect padding by slices) on one H200, eager bf16: docs/benchmarks.md, eighth session
+    assert H200.decode_seconds((121, 704, 1216)) == pytest.approx(0.4155, rel=0.02)
+    assert H200.decode_seconds((121, 416, 416)) == pytest.approx(0.0901, rel=0.02)
+    assert H200.decode_seconds((121, 1088, 1920)) == pytest.approx(0.9951, rel=0.02)
+    for sample in H200.samples:
+        assert H200.decode_seconds(sample.pixels) == pytest.approx(sample.seconds, rel=0.03), sample.what
     # UCX moves a GiB in ~10 ms, TCP in ~2 s (FINDINGS)
     assert H200.transfer_seconds(2**30, same_node=True, protocol="ucx") == pytest.approx(0.0107, rel=0.01)
     assert H200.transfer_seconds(2**30, same_node=True, protocol="tcp") == pytest.approx(1.95, rel=0.01)
