@@ -319,7 +319,7 @@ def refit_decode(path: Path, samples_json: Path) -> CostModel:
             f"workflows/probe_reflect_pad.py --samples (relative RMS error {rms:.1%}); diffusers' own "
             f"decode (F.pad) took {ratio:.2f}x as long over the same samples")  # fmt: skip
     notes = (note, *(n for n in model.notes if not n.startswith("decode:")))
-    return model.with_(decode=decode, samples=tuple(samples), notes=notes)
+    return model.with_(decode=decode, samples=tuple(samples), notes=notes, date=time.strftime("%Y-%m-%d"))
 
 
 def main(argv: list[str] | None = None) -> int:
