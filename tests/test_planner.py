@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -68,7 +69,7 @@ def test_fit_needs_enough_samples():
 @pytest.mark.parametrize("name", costmodel.available())
 def test_stored_models_record_their_machine_and_refit_to_their_coefficients(name):
     model = costmodel.load(name)
-    assert model.machine and model.date == "2026-11-29"
+    assert model.machine and re.fullmatch(r"2026-\d\d-\d\d", model.date)
     assert len(model.samples) >= 3
     refit = costmodel.fit_decode_cost(model.samples, tuple(model.decode.coefficients))
     for key, value in model.decode.coefficients.items():
