@@ -258,6 +258,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
     shots per size and case (``--one-sizes``, ``--one-cases``: tiles, chunk frames, batch frames), with
     ``--ipc-ab`` the multi-GPU ones also with pieces sent by value."""
     import dask
+    from bench_clusters import cluster
 
     from farm.cluster import connect
     from farm.render import synth
@@ -282,12 +283,13 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
     runs = results.setdefault("farm", [])
     warm_ups = results.setdefault("warm_ups", [])
     sources = ([job] if args.shots else []) + list(ones.values())
-    settings = [(int(g), io) for g in args.gpu_counts.split(",") for io in args.io_workers.split(",")]
-    for gpus, io in settings:
+    settings = [(int(g), io, kind) for g in args.gpu_counts.split(",") for io in args.io_workers.split(",")
+                for kind in args.clusters.split(",")]  # fmt: skip
+    for gpus, io, kind in settings:
         t0 = time.perf_counter()
         io_workers = None if io == "default" else int(io)
-        with connect(workers=gpus, io_workers=io_workers) as client:
-            log(f"{gpus} GPU cluster (I/O workers: {io}) up in {time.perf_counter() - t0:.1f} s")
+        with cluster(kind, work / "cluster", gpus, io_workers) as client:
+            log(f"{gpus} GPU {kind} cluster (I/O workers: {io}) up in {time.perf_counter() - t0:.1f} s")
             warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, I/O workers {io}"))
             cases = [("batch", job, (1, 1, 1), 0, 32, label, True)
                      for label in args.batch_outputs if args.shots]  # fmt: skip
@@ -315,7 +317,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                 if check and options.chunk.frames:  # streamed: the plan decoded whole, the same bytes
                     row["same_bytes_as_unstreamed"] = same_bytes_unstreamed(client, src, dest, options)
                 shutil.rmtree(dest, ignore_errors=True)
-                row.update({"gpus": gpus, "io_workers": io, "what": what, "output": label,
+                row.update({"gpus": gpus, "io_workers": io, "cluster": kind, "what": what, "output": label,
                             "chunk_frames": options.chunk.frames, "carry": options.chunk.carry,
                             "taper": options.chunk.carry and options.chunk.taper})  # fmt: skip
                 row["batch"] = batch
@@ -323,7 +325,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                 save()
                 same = row.get("same_bytes_as_unstreamed")
                 same_note = "" if same is None else f"same bytes as unstreamed: {same} "
-                log(f"farm {gpus} GPU io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}"
+                log(f"farm {gpus} GPU {kind} io {io} {what} tiles {tiles} chunk {chunk} batch {batch} {label}"
                     f"{'' if ipc else ' (pieces by value)'}: "
                     f"{row.get('levels_from_unchunked', '')} {same_note}"
                     f"{row['wall_s']:.2f} s (graph {row['graph_s']:.2f} s), "
@@ -332,7 +334,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
                     f"({', '.join(f'{k} {v:.2f}' for k, v in row['setup_phases'].items())}); "
                     f"predicted {row['predicted_s'] or 0:.2f} s graph, grids {row['grids']} "
                     f"{row['failed'] or ''}")  # fmt: skip
-        if args.fresh_cluster:  # the same shapes again in new worker processes: inductor's cache only
+        if args.fresh_cluster and kind == "inproc":  # the same shapes, new worker processes: inductor's cache
             with connect(workers=gpus, io_workers=io_workers) as client:
                 warm_ups.append(warm_up(client, sources, work, args, f"{gpus} GPU cluster, fresh"))
 
@@ -584,6 +586,9 @@ def main() -> None:
         help="torch.compile the decoder (a mode, e.g. reduce-overhead, or torch's default)",
     )
     p.add_argument("--gpu-counts", default="1,2")
+    p.add_argument("--clusters", default="inproc",
+                   help="clusters to render on: inproc (started in this process, as farm render "
+                        "starts its own), daemon (farm cluster in its own process)")  # fmt: skip
     p.add_argument("--io-workers", default="default", help="I/O worker counts to try, e.g. default,0")
     p.add_argument("--fresh-cluster", action="store_true", help="warm up a second, fresh cluster too")
     p.add_argument("--batch-outputs", nargs="*", default=["zarr", "zarr-nofsync", "ultrafast"])

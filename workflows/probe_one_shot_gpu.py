@@ -16,10 +16,7 @@ studio's long-lived cluster is used.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -103,46 +100,9 @@ def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
     )
 
 
-@contextlib.contextmanager
-def daemon_cluster(work: Path) -> Any:
-    """`farm cluster --gpus 1` in its own process; a client of it."""
-    from distributed import Client
-
-    scheduler_file = work / "scheduler.json"
-    scheduler_file.unlink(missing_ok=True)
-    command = [
-        "cluster",
-        "--gpus",
-        "1",
-        "--port",
-        "0",
-        "--dashboard-port",
-        "0",
-        "--scheduler-file",
-        str(scheduler_file),
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", f"import sys, farm.cli; sys.exit(farm.cli.main({command!r}))"]
-    )
-    try:
-        for _ in range(240):
-            if scheduler_file.exists():
-                break
-            time.sleep(0.5)
-        client = Client(scheduler_file=str(scheduler_file))
-        client.wait_for_workers(1, timeout=120)
-        time.sleep(5)  # the I/O workers join after the GPU worker
-        try:
-            yield client
-        finally:
-            client.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
 def main() -> None:
-    from farm.cluster import connect
+    from bench_clusters import KINDS, cluster
+
     from farm.options import PlanOptions
     from farm.synthetic import synth
     from farm.tiling import ChunkSize
@@ -154,7 +114,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--work", default="/tmp/farm-probe-one-shot")
-    p.add_argument("--clusters", nargs="+", default=["inproc"], choices=["inproc", "daemon"])
+    p.add_argument("--clusters", nargs="+", default=["inproc"], choices=KINDS)
     args = p.parse_args()
     h, w = (int(x) for x in args.size.split("x"))
     work = Path(args.work)
@@ -163,7 +123,7 @@ def main() -> None:
     options = PlanOptions(tiles=(1, 1, 1), batch_frames=args.batch,
                           chunk=ChunkSize(frames=args.chunk, carry=True))  # fmt: skip
     for kind in args.clusters:
-        with connect(workers=1) if kind == "inproc" else daemon_cluster(work) as client:
+        with cluster(kind, work, 1) as client:
             print(f"cluster {kind}: workers {sorted(client.scheduler_info()['workers'])}")
             for run in range(args.runs + 1):
                 print(f"{kind} run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
