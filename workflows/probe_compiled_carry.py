@@ -15,7 +15,12 @@ Measured on this project's 2-core CPU machine (2026-12-01, torch 2.13, ltx2-tiny
 frames at 4x6): chunks 4, 5, 4, 2, 1 (tapered) make 3 graphs (the first chunk's, the later chunks' at
 one size, then a size-1 chunk), compiled with inductor in 22.4, 22.5 and 14.3 s, and then no
 recompilation; even chunks 4, 4, 4, 4 make 2. With `aot_eager` the frames equal farm's eager carried
-decode bit for bit, with inductor to within 3.8e-6. Not measured on a GPU yet.
+decode bit for bit, with inductor to within 3.8e-6.
+
+On one H200 (2026-12-01, torch 2.11, the LTX-2 architecture, bf16, 16x22x38, tapered chunks of 5): the 3
+graphs compiled in 28.2, 39.0 and 32.3 s cold; then 0.380-0.415 s per shot against 0.532 s eager with
+diffusers' padding and 0.44-0.45 s with farm's padding by slices (docs/benchmarks.md, eighth session):
+too little for 99 s of compiling per worker, so farm's carried chunks stay eager.
 """
 
 from __future__ import annotations
