@@ -243,8 +243,6 @@ def connect(
     (at most 6 per GPU), none beside a CPU cluster; ``farm.io-workers`` in dask.config sets it.
     """
     scheduler = scheduler_to_join(scheduler, scheduler_file, workers)
-    if io_workers is None:
-        io_workers = config.get("io-workers")
     choice = choose_cluster(
         scheduler=scheduler,
         scheduler_file=scheduler_file,
@@ -287,10 +285,7 @@ def _connected(
         client.register_plugin(IgnoreInterruptPlugin())
         if choice.kind == "local-cpu":
             client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
-        n_io = default_io_workers(choice, cpu_count()) if io_workers is None else io_workers
-        if n_io:
-            add_io_workers(cluster, n_io, memory_limit)
-            client.wait_for_workers(choice.n_workers + n_io, timeout=120)
+        start_io_workers(cluster, client, choice, io_workers, memory_limit)
     transport.install(client)
     try:
         yield client
@@ -335,6 +330,20 @@ def io_workers_beside_gpus(n_gpus: int, cpu_count: int) -> int:
     """I/O worker processes a local CUDA cluster starts beside `n_gpus` GPU workers: about one per
     three cores, at most 6 per GPU, at least one."""
     return max(1, min(6 * n_gpus, cpu_count // 3))
+
+
+def start_io_workers(
+    cluster: Any, client: Client, choice: ClusterChoice, io_workers: int | None, memory_limit: Any,
+    security: Any = None,
+) -> int:  # fmt: skip
+    """The I/O workers of a local cluster just started: `io_workers` of them (None: ``farm.io-workers``,
+    else `default_io_workers`), joined before this returns their count."""
+    chosen = io_workers if io_workers is not None else config.get("io-workers")
+    n_io = default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
+    if n_io:
+        add_io_workers(cluster, n_io, memory_limit, security=security)
+        client.wait_for_workers(choice.n_workers + n_io, timeout=120)
+    return n_io
 
 
 def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None) -> None:

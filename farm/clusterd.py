@@ -76,15 +76,14 @@ def start(
     from distributed import Client
     from distributed.security import Security
 
-    from farm import config, monitor, transport
+    from farm import monitor, transport
     from farm.cluster import (
         TorchThreadsPlugin,
-        add_io_workers,
         choose_cluster,
         cpu_count,
         dashboard_link,
-        default_io_workers,
         detect_gpus,
+        start_io_workers,
         start_local_cluster,
         ucx_available,
     )
@@ -144,12 +143,8 @@ def start(
     client = Client(cluster, set_as_default=False)
     if choice.kind == "local-cpu":
         client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
-    chosen = io_workers if io_workers is not None else config.get("io-workers")
-    n_io = default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
-    if n_io:
-        tls = security if security.require_encryption else None
-        add_io_workers(cluster, n_io, memory_limit, security=tls)
-        client.wait_for_workers(choice.n_workers + n_io, timeout=120)
+    tls = security if security.require_encryption else None
+    n_io = start_io_workers(cluster, client, choice, io_workers, memory_limit, security=tls)
     transport.install(client)
     page = monitor.install(client)
     facts = {
