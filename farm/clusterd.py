@@ -55,6 +55,30 @@ def exposure_warning(host: str, protocol: str) -> str | None:
     )
 
 
+def _checked_gpu_count(
+    gpus: int | None, workers: int | None, protocol: str | None, io_workers: int | None
+) -> int:
+    """The GPUs `start` takes, once its options are known good (FarmError before anything starts)."""
+    from farm.cluster import detect_gpus, ucx_available
+
+    found = detect_gpus()
+    if gpus is not None and gpus > found:
+        raise FarmError(f"--gpus {gpus} asks for more GPUs than this machine has ({found})")
+    gpu_count = found if gpus is None else gpus
+    if protocol not in (None, "tcp", "ucx"):
+        raise FarmError(f"--protocol {protocol!r} is invalid; use ucx or tcp")
+    if protocol == "ucx" and (gpu_count == 0 or not ucx_available()):
+        raise FarmError(
+            "--protocol ucx needs GPUs and distributed-ucxx (pip install 'farm-decode[cuda]'); "
+            "use --protocol tcp, or leave it out"
+        )
+    if gpu_count and workers is not None:
+        raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
+    if io_workers is not None and io_workers < 0:
+        raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
+    return gpu_count
+
+
 def start(
     *,
     gpus: int | None = None,
@@ -82,27 +106,12 @@ def start(
         choose_cluster,
         cpu_count,
         dashboard_link,
-        detect_gpus,
         start_io_workers,
         start_local_cluster,
         ucx_available,
     )
 
-    found = detect_gpus()
-    if gpus is not None and gpus > found:
-        raise FarmError(f"--gpus {gpus} asks for more GPUs than this machine has ({found})")
-    gpu_count = found if gpus is None else gpus
-    if protocol not in (None, "tcp", "ucx"):
-        raise FarmError(f"--protocol {protocol!r} is invalid; use ucx or tcp")
-    if protocol == "ucx" and (gpu_count == 0 or not ucx_available()):
-        raise FarmError(
-            "--protocol ucx needs GPUs and distributed-ucxx (pip install 'farm-decode[cuda]'); "
-            "use --protocol tcp, or leave it out"
-        )
-    if gpu_count and workers is not None:
-        raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
-    if io_workers is not None and io_workers < 0:
-        raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
+    gpu_count = _checked_gpu_count(gpus, workers, protocol, io_workers)
     choice = choose_cluster(
         scheduler=None,
         scheduler_file=None,
