@@ -11,7 +11,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -203,7 +203,8 @@ def decode_tile(
 
     With carried chunks (`ChunkSize.carry`) a streamed segment starts from the decoder state in
     `previous`, the previous segment's result (its key ``CARRIED``; None for the first segment), and
-    returns its own there unless it is the tile's last."""
+    returns its own there unless it is the tile's last, with the next segment's latent read ahead
+    (``NEXT_LATENT``), which the next segment then decodes instead of reading it itself."""
     from farm.decoders import load_decoder
 
     check_visible(job_path, "job store")
@@ -214,17 +215,21 @@ def decode_tile(
     # across workers along frames from also being chunked along frames inside one
     segments = tile_segments(tile, decoder.geometry, chunk) if chunk.frames else []
     if segment >= 0:  # read only the latent frames this segment decodes
-        frames = [p.decode_slices()[0] for p in segments[segment].pieces]
-        first, stop = min(f.start for f in frames), max(f.stop for f in frames)
-        latent = _read_tile_latent(job_path, tile, slice(first, stop))
-        state = None
+        first, stop = segment_latent_frames(segments[segment])
+        latent = read_ahead_latent(previous, (first, stop))
+        if latent is None:
+            latent = _read_tile_latent(job_path, tile, slice(first, stop))
+        state, ahead = None, None
         if chunk.carry:
             assert (previous is None) == (segment == 0), (
                 "a carried segment after the first needs the one before"
             )
             state = {} if previous is None else previous[CARRIED]
+            if segment + 1 < len(segments):
+                ahead = _start_read_ahead(job_path, tile, segment_latent_frames(segments[segment + 1]))
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
-        return on_decode_thread(_ready_marked, _decode_segments, *args)
+        pieces = on_decode_thread(_ready_marked, _decode_segments, *args)
+        return _with_read_ahead(pieces, ahead)
     latent = _read_tile_latent(job_path, tile)
     if len(segments) > 1:
         state = {} if chunk.carry else None
@@ -243,6 +248,39 @@ def decode_tile(
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
     return on_decode_thread(_ready_marked, decode)
+
+
+def segment_latent_frames(segment: Segment) -> tuple[int, int]:
+    """The tile-local latent frames ``[first, stop)`` a temporal segment's decode reads."""
+    frames = [p.decode_slices()[0] for p in segment.pieces]
+    return min(f.start for f in frames), max(f.stop for f in frames)
+
+
+# A carried segment's task reads the next segment's latent while its own kernels are queued, and hands
+# it on in its result (`NEXT_LATENT`): read by the next task, it would sit between the two segments on
+# the GPU's critical path (10-35 ms on an H200 worker, docs/benchmarks.md).
+NEXT_LATENT = "next-latent"
+_read_ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-read-ahead")
+
+
+def _start_read_ahead(job_path: str, tile: Tile, frames: tuple[int, int]) -> tuple[tuple[int, int], Future]:
+    return frames, _read_ahead_thread.submit(_read_tile_latent, job_path, tile, slice(*frames))
+
+
+def _with_read_ahead(pieces: dict[Any, Any], ahead: tuple[tuple[int, int], Future] | None) -> dict[Any, Any]:
+    """`pieces` with the next segment's latent under `NEXT_LATENT`, once read. A latent that cannot be
+    read (or is not finite) is left out: the next segment reads it again and fails with its own error."""
+    if ahead is not None:
+        frames, reading = ahead
+        with contextlib.suppress(FarmError):
+            pieces[NEXT_LATENT] = (frames, reading.result())
+    return pieces
+
+
+def read_ahead_latent(previous: dict | None, frames: tuple[int, int]) -> torch.Tensor | None:
+    """The latent of tile-local latent `frames` the previous segment's task read ahead, if it did."""
+    ahead = (previous or {}).get(NEXT_LATENT)
+    return ahead[1] if ahead is not None and tuple(ahead[0]) == frames else None
 
 
 def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:

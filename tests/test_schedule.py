@@ -15,7 +15,7 @@ import pytest
 from farm import costmodel, keys
 from farm.errors import FarmError
 from farm.planner import _shot_tasks, _simulate, predict
-from farm.schedule import Priority, make_schedule, window_for
+from farm.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
 from farm.tasks import share_piece
 from farm.tiling import (
     ChunkSize,
@@ -342,14 +342,17 @@ def test_a_carried_segment_takes_the_previous_segments_decode_on_the_same_worker
 
 
 def test_each_decode_slots_last_batch_is_written_where_it_was_blended() -> None:
-    """Writes go round-robin over the I/O workers, except each decode slot's last batch once the slot
-    has no decode left: sending it would be the render's tail (nothing left to hide the transfer)."""
+    """Writes go round-robin over the I/O workers, except the batches a decode slot's last decode
+    completes (up to LOCAL_TAIL_BATCHES, else its last): sending them would be the render's tail
+    (nothing left to hide the transfer)."""
     carried = job([TileGrid()], 1, frames=9, batch_frames=8, chunk=ChunkSize(frames=3, carry=True))
     schedule = make_schedule(carried, n_decode=1, n_io=2)
     ios = [b.io for b in schedule.blends]
-    assert ios[-1] is None and None not in ios[:-1] and len(ios) > 2
-    assert set(ios[:-1]) == {0, 1}
-    # a whole tile: every batch leaves after the one decode; only the last stays
+    at_the_end = set(schedule.decodes[-1].blends)  # the last segment (1 latent frame) completes 2 batches
+    assert len(at_the_end) == 2 and LOCAL_TAIL_BATCHES >= 2
+    assert [k for k, io in enumerate(ios) if io is None] == sorted(at_the_end) == [len(ios) - 2, len(ios) - 1]
+    assert set(ios[:-2]) == {0, 1}
+    # a whole tile: every batch leaves after its one decode (more than LOCAL_TAIL_BATCHES); the last stays
     whole = make_schedule(job([TileGrid()], 1, frames=9, batch_frames=8), n_decode=1, n_io=2)
     assert [b.io is None for b in whole.blends] == [False] * (len(whole.blends) - 1) + [True]
     # several shots on two slots: only the last batch of each slot's last decode, not of earlier shots

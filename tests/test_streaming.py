@@ -72,3 +72,64 @@ def test_carried_chunks_streamed_equal_unstreamed_any_worker_count_and_resume(tm
     again = fr.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
     assert not again.failed and again.batches_total == 1 and again.tiles_total == 6
     assert read_frames(out, shot).tobytes() == a.tobytes()
+
+
+def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
+    """Each carried segment's task reads the next segment's latent ahead (NEXT_LATENT in its result);
+    the next decodes the same pieces from it as from its own read, and a latent that cannot be read
+    ahead fails the segment that needs it, with its own error, not the one reading ahead."""
+    import pytest
+    import torch
+    import zarr
+
+    from farm.errors import FarmError
+    from farm.graph import _cuts
+    from farm.schedule import make_schedule
+    from farm.tasks import CARRIED as CARRIED_KEY
+    from farm.tasks import NEXT_LATENT, decode_tile, segment_latent_frames
+    from farm.tiling import assign_round_robin, plan_geometry, tile_segments
+
+    job_path = tmp_path / "job.zarr"
+    synth(job_path, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=7)
+    job = open_job(job_path)
+    options = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
+    plans = assign_round_robin(fr.plan_shots(job, options, list(job.shots))[0], 1)
+    plan, steps = plans[0], make_schedule(plans, n_decode=1, n_io=0).decodes
+    tile = plan.tiles[0]
+    frames = [segment_latent_frames(s) for s in tile_segments(tile, plan_geometry(plan), plan.chunk)]
+    assert len(steps) == len(frames) == 3 and [s.segment for s in steps] == [0, 1, 2]
+
+    def chain(read_ahead: bool) -> list[dict]:
+        results, previous = [], None
+        for step in steps:
+            out = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, step), False,
+                              step.segment, previous)  # fmt: skip
+            results.append(out)
+            previous = out if read_ahead else {k: v for k, v in out.items() if k != NEXT_LATENT}
+        return results
+
+    ahead, own = chain(True), chain(False)
+    for k, out in enumerate(ahead):
+        if k + 1 < len(frames):
+            assert out[NEXT_LATENT][0] == frames[k + 1] and out[NEXT_LATENT][1].shape[1] == np.subtract(
+                *frames[k + 1][::-1])
+        else:
+            assert NEXT_LATENT not in out
+        batches = [b for b in out if isinstance(b, int)]
+        assert batches and all(torch.equal(out[b], own[k][b]) for b in batches)
+
+    # the last segment's latent frames hold a NaN (no earlier segment reads them)
+    assert frames[1][1] <= frames[2][0]
+    latent = zarr.open_array(store=str(job_path / plan.shot / "latent"), mode="r+")
+    latent[:, tile.decode_slices()[0].start + frames[2][0]] = np.nan
+    with pytest.raises(FarmError, match="NaN or Inf"):
+        chain(True)
+    second = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, steps[1]), False, 1,
+                         ahead[0])  # fmt: skip
+    assert NEXT_LATENT not in second
+    assert all(torch.equal(second[b], own[1][b]) for b in second if b != CARRIED_KEY)
+    # the read-ahead latent is what the next segment decodes: zeros in its place change its pixels
+    zeros = {**ahead[0], NEXT_LATENT: (frames[1], torch.zeros_like(ahead[0][NEXT_LATENT][1]))}
+    changed = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, steps[1]), False,
+                          1, zeros)  # fmt: skip
+    assert not torch.equal(changed[steps[1].feeds[0]], own[1][steps[1].feeds[0]])

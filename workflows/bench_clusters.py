@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-KINDS = ("inproc", "daemon")
+KINDS = ("inproc", "daemon", "daemon-tcp")  # daemon-tcp: `farm cluster --protocol tcp`
 
 
 @contextlib.contextmanager
-def daemon_cluster(work: Path, gpus: int, io_workers: int | None = None) -> Iterator[Any]:
+def daemon_cluster(
+    work: Path, gpus: int, io_workers: int | None = None, protocol: str | None = None
+) -> Iterator[Any]:
     """`farm cluster --gpus N` in its own process (its own session: a Ctrl-C here does not reach it), and
     a client of it once every worker has joined; stopped (SIGTERM) on exit."""
     from distributed import Client
@@ -28,6 +30,8 @@ def daemon_cluster(work: Path, gpus: int, io_workers: int | None = None) -> Iter
                "--scheduler-file", str(scheduler_file)]  # fmt: skip
     if io_workers is not None:
         command += ["--io-workers", str(io_workers)]
+    if protocol is not None:
+        command += ["--protocol", protocol]
     ready = work / "cluster.log"
     code = f"import sys, farm.cli; sys.exit(farm.cli.main({command!r}))"
     with open(ready, "w") as out:
@@ -57,6 +61,6 @@ def cluster(
 
     if kind == "inproc":
         return connect(workers=gpus, io_workers=io_workers)
-    if kind == "daemon":
-        return daemon_cluster(work, gpus, io_workers)
+    if kind in ("daemon", "daemon-tcp"):
+        return daemon_cluster(work, gpus, io_workers, "tcp" if kind == "daemon-tcp" else None)
     raise ValueError(f"cluster kind {kind!r}; use one of {KINDS}")

@@ -47,8 +47,45 @@ def install() -> str:
             return out
 
         LTX2Decoder.decode_carried = timed  # type: ignore[method-assign]
+        _install_hops(LTX2Decoder)
     LTX2Decoder._probe_records.clear()
+    LTX2Decoder._probe_hops.clear()
     return "installed"
+
+
+def _install_hops(holder: Any) -> None:
+    """Wall-clock times of the steps before a chunk's kernels: the task handing its decode to the decode
+    thread, the thread starting it, and the latent's copy to the GPU (`decoder_input`)."""
+    import farm.tasks as tasks
+
+    holder._probe_hops = []
+    plain_on, plain_input = tasks.on_decode_thread, holder.decoder_input
+
+    def timed_on(fn: Any, *args: Any) -> Any:
+        handed = time.time()
+
+        def run(*a: Any) -> Any:
+            started = time.time()
+            out = fn(*a)
+            holder._probe_hops.append(("decode thread", handed, started, time.time()))
+            return out
+
+        return plain_on(run, *args)
+
+    def timed_input(self: Any, latent: Any) -> Any:
+        t0 = time.time()
+        out = plain_input(self, latent)
+        holder._probe_hops.append(("latent to GPU", t0, t0, time.time()))
+        return out
+
+    tasks.on_decode_thread = timed_on
+    holder.decoder_input = timed_input
+
+
+def hops() -> list[tuple[str, float, float, float]]:
+    from farm.decoders.ltx2 import LTX2Decoder
+
+    return list(LTX2Decoder._probe_hops)
 
 
 def collect() -> list[tuple[float, float, float, float, int]]:
@@ -65,7 +102,7 @@ def collect() -> list[tuple[float, float, float, float, int]]:
     return out
 
 
-def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
+def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool = False) -> None:
     from distributed import get_task_stream
 
     from farm.graph import split_workers
@@ -75,12 +112,18 @@ def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
     decoders, _ = split_workers(client)
     client.run(install, workers=decoders)
     shutil.rmtree(dest, ignore_errors=True)
+    seen: list[tuple[float, int]] = []  # when the driver saw each batch written
+
+    def progress(stats: Any) -> None:
+        seen.append((time.time(), stats.batches_written))
+
     t0 = time.time()
     with get_task_stream(client=client) as ts:
         stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
-                       options=options, video=VideoSettings(enabled=False))  # fmt: skip
+                       options=options, video=VideoSettings(enabled=False), on_progress=progress)  # fmt: skip
     wall = time.time() - t0
     chunks = next(iter(client.run(collect, workers=decoders).values()))
+    steps = next(iter(client.run(hops, workers=decoders).values())) if timeline else []
     last: dict[str, float] = {}
     for d in ts.data:
         kind = str(d["key"][0] if isinstance(d["key"], tuple) else d["key"]).split("-")[:2]
@@ -94,10 +137,34 @@ def one_render(client: Any, job: Path, dest: Path, options: Any) -> None:
     for t_call, t_ret, g0, g1, frames in chunks:
         print(f"  chunk of {frames}: called {t_call - t0:.3f}, returned {t_ret - t0:.3f}, GPU {g0 - t0:.3f}"
               f"-{g1 - t0:.3f} ({g1 - g0:.3f} s)")  # fmt: skip
+    if timeline:
+        print_timeline(ts.data, t0, gpu_start, gpu_end, seen, stats, steps)
     print(
         "  last task ends: "
         + ", ".join(f"{k} {v:.3f}" for k, v in sorted(last.items(), key=lambda kv: kv[1]))
     )
+
+
+def print_timeline(data: list[dict], t0: float, gpu_start: float, gpu_end: float,
+                   seen: list[tuple[float, int]], stats: Any, steps: list) -> None:
+    """Every task that ran before the GPU's first chunk or after its last one (start, stop, worker, what
+    it did), and when the driver saw the last batches written: where the render's head and tail go."""
+    print(f"  set-up phases: {', '.join(f'{k} {v:.3f}' for k, v in stats.setup_phases.items())}; "
+          f"finish {stats.finish_s:.3f} s")  # fmt: skip
+    rows = []
+    for d in data:
+        key = d["key"]
+        name = "-".join(str(k) for k in key) if isinstance(key, tuple) else str(key)
+        for s in d["startstops"]:
+            start, stop = s["start"] - t0, s["stop"] - t0
+            if start < gpu_start + 0.005 or stop > gpu_end - 0.005 or "decode" in name or "blend" in name:
+                rows.append((start, stop, s["action"], d["worker"].rsplit(":", 1)[-1], name[-60:]))
+    for what, handed, started, ended in steps:
+        rows.append((started - t0, ended - t0, "worker", "gpu", f"{what} (handed {handed - t0:.3f})"))
+    for start, stop, action, worker, name in sorted(rows):
+        print(f"    {start:7.3f} {stop:7.3f} {action:9s} :{worker:6s} {name}")
+    for when, written in seen[-3:]:
+        print(f"    driver saw {written} batches written at {when - t0:.3f}")
 
 
 def main() -> None:
@@ -115,6 +182,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--work", default="/tmp/farm-probe-one-shot")
     p.add_argument("--clusters", nargs="+", default=["inproc"], choices=KINDS)
+    p.add_argument("--timeline", action="store_true", help="print the tasks of the render's head and tail")
     args = p.parse_args()
     h, w = (int(x) for x in args.size.split("x"))
     work = Path(args.work)
@@ -127,7 +195,7 @@ def main() -> None:
             print(f"cluster {kind}: workers {sorted(client.scheduler_info()['workers'])}")
             for run in range(args.runs + 1):
                 print(f"{kind} run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
-                one_render(client, job, work / "out", options)
+                one_render(client, job, work / "out", options, args.timeline and run == args.runs)
 
 
 if __name__ == "__main__":
