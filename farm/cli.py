@@ -198,7 +198,8 @@ def _add_cluster_command(add: AddCommand) -> None:
     p.add_argument("--gpus", default="all", help="GPUs to use, one worker each: all or N (0: CPU workers)")
     p.add_argument("--workers", type=int, help="CPU worker processes where there are no GPUs (default ≤ 4)")
     p.add_argument("--threads", type=int, help="task threads per worker (default: 1 on CPU, more on GPU)")
-    p.add_argument("--protocol", choices=["ucx", "tcp"], help="worker transport (default: ucx if installed)")
+    p.add_argument("--protocol", choices=["ucx", "tcp"],
+                   help="worker transport (default: ucx with several GPUs when installed, else tcp)")
     p.add_argument(
         "--host",
         default="127.0.0.1",

@@ -66,12 +66,15 @@ def choose_cluster(
     ucx_available: bool,
     cpu_count: int,
     threads_per_worker: int | None = None,
+    protocol: str | None = None,
 ) -> ClusterChoice:
     """Decide, without starting anything, which cluster to use.
 
     - ``scheduler`` or ``scheduler_file``: join that cluster (``n_workers`` 0: it has what it has).
-    - GPUs present: a local CUDA cluster, one worker per GPU (``workers`` uses the first N GPUs),
-      over UCX when distributed-ucxx is installed, else TCP with a warning.
+    - GPUs present: a local CUDA cluster, one worker per GPU (``workers`` uses the first N GPUs). With
+      several, over UCX when distributed-ucxx is installed, else TCP with a warning; with one, over
+      TCP (no tile moves between GPUs, and UCX's slower task round trips cost a carried 704×1216 shot
+      ≈ 0.1 s on an H200, docs/benchmarks.md), unless `protocol` ("ucx" or "tcp") says otherwise.
     - no GPU: a local CPU cluster of ``workers`` processes (default ``min(cpu_count, 4)``) with one
       task thread each; torch's threads split the cores between them.
     """
@@ -115,8 +118,9 @@ def choose_cluster(
                 f"use --workers 1..{gpu_count}"
             )
         n = workers if workers is not None else gpu_count
-        protocol = "ucx" if ucx_available else "tcp"
-        warning = None if ucx_available else UCX_WARNING
+        wanted = protocol or ("ucx" if n > 1 else "tcp")
+        protocol = "ucx" if wanted == "ucx" and ucx_available else "tcp"
+        warning = UCX_WARNING if wanted == "ucx" and not ucx_available else None
         # One decode at a time runs on the GPU (farm.tasks' decode thread); the other task threads blend,
         # write Zarr and encode video while it does, so the GPU never waits on I/O.
         io_threads = threads_per_worker or min(8, max(2, cpu_count // n))

@@ -120,6 +120,7 @@ def start(
         ucx_available=ucx_available() and protocol != "tcp",
         cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
+        protocol=protocol,
     )
     security = Security()  # from Dask's configuration: TLS when it requires encryption
     wire = choice.protocol

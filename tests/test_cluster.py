@@ -41,7 +41,18 @@ def choose(**kw):
         # local CUDA: one worker per GPU
         (dict(gpu_count=4, ucx_available=True), ClusterChoice("local-cuda", 4, "ucx", 2, None, 1)),
         (dict(gpu_count=4, ucx_available=True, workers=2), ClusterChoice("local-cuda", 2, "ucx", 4, None, 1)),
-        (dict(gpu_count=1, ucx_available=True, workers=1), ClusterChoice("local-cuda", 1, "ucx", 8, None, 1)),
+        # one GPU worker: nothing moves between GPUs, so TCP (its task round trips are faster) unless asked
+        (dict(gpu_count=1, ucx_available=True, workers=1), ClusterChoice("local-cuda", 1, "tcp", 8, None, 1)),
+        (dict(gpu_count=4, ucx_available=True, workers=1), ClusterChoice("local-cuda", 1, "tcp", 8, None, 1)),
+        (dict(gpu_count=1, ucx_available=False), ClusterChoice("local-cuda", 1, "tcp", 8, None, 1)),
+        (
+            dict(gpu_count=1, ucx_available=True, protocol="ucx"),
+            ClusterChoice("local-cuda", 1, "ucx", 8, None, 1),
+        ),
+        (
+            dict(gpu_count=2, ucx_available=True, protocol="tcp"),
+            ClusterChoice("local-cuda", 2, "tcp", 4, None, 1),
+        ),
         (
             dict(gpu_count=2, ucx_available=True, threads_per_worker=2),
             ClusterChoice("local-cuda", 2, "ucx", 2, None, 1),

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-KINDS = ("inproc", "daemon", "daemon-tcp")  # daemon-tcp: `farm cluster --protocol tcp`
+# daemon-tcp, daemon-ucx: `farm cluster --protocol tcp|ucx` (daemon: its default, tcp on one GPU)
+KINDS = ("inproc", "daemon", "daemon-tcp", "daemon-ucx")
 
 
 @contextlib.contextmanager
@@ -61,6 +62,6 @@ def cluster(
 
     if kind == "inproc":
         return connect(workers=gpus, io_workers=io_workers)
-    if kind in ("daemon", "daemon-tcp"):
-        return daemon_cluster(work, gpus, io_workers, "tcp" if kind == "daemon-tcp" else None)
+    if kind.startswith("daemon"):
+        return daemon_cluster(work, gpus, io_workers, kind.partition("-")[2] or None)
     raise ValueError(f"cluster kind {kind!r}; use one of {KINDS}")
