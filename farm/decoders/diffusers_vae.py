@@ -317,11 +317,19 @@ class DiffusersVideoDecoder:
 
     def decoder_input(self, latent: torch.Tensor) -> torch.Tensor:
         """Latent tile ``[C, f, h, w]`` → what ``vae.decode`` takes: a batch of one on the decoder's
-        device and dtype, denormalized when the job stores normalized latents. Copied to a GPU through
-        pinned memory, without waiting: a plain copy from pageable memory waits for every kernel already
-        queued (the previous decode's), so the next decode's launches could not queue behind it."""
+        device and dtype, denormalized when the job stores normalized latents. Copied to a GPU without
+        waiting for kernels already queued (the previous decode's, which a plain copy from pageable
+        memory would wait for, so the next decode's launches could not queue behind it): through pinned
+        memory (a latent read ahead comes pinned). When nothing is queued, a plain copy waits for
+        nothing and spares the pinned allocation (up to 27 ms before a shot's first chunk on an H200)."""
         if str(self.device).startswith("cuda"):
-            z = latent.pin_memory().to(device=self.device, non_blocking=True).to(self.torch_dtype)[None]
+            import torch
+
+            if not latent.is_pinned() and torch.cuda.current_stream(self.device).query():
+                z = latent.to(device=self.device)  # an idle stream: nothing to wait for
+            else:
+                z = latent.pin_memory().to(device=self.device, non_blocking=True)
+            z = z.to(self.torch_dtype)[None]
         else:
             z = latent.to(dtype=self.torch_dtype)[None]
         return self.denormalize(z) if self.spec.latents == "normalized" else z
