@@ -205,11 +205,7 @@ class Driver:
         self.futures = completions()
         self.meaning: dict[Any, tuple[str, Any]] = {}
         self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
-        # (*unit, batch) → (piece future, None), or (decode future, batch index) for a batch blended on
-        # the worker that decoded all its pieces: no task cuts them out, one scheduler round trip fewer
-        # between a decode and its blends (≈ 10 ms each on an H200 node, docs/benchmarks.md)
-        self.pieces: dict[tuple[int, int, int, int], tuple[Any, int | None]] = {}
-        self.blended_where_decoded = {(b.shot, b.batch) for b in schedule.blends if b.local}
+        self.pieces: dict[tuple[int, int, int, int], Any] = {}  # (*unit, batch) → piece future
         self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
         self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
@@ -242,15 +238,12 @@ class Driver:
         if carried:
             self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
-            if (step.shot, b) in self.blended_where_decoded:  # the blend takes its piece out itself
-                self.pieces[(*step.unit, b)] = (decode, index)
-                continue
             cut = share_piece if (*step.unit, b) in self.shared else operator.getitem
-            self.pieces[(*step.unit, b)] = (self.client.submit(
+            self.pieces[(*step.unit, b)] = self.client.submit(
                 cut, decode, index,
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
                 priority=self.base + Priority.PIECE,
-            ), None)  # fmt: skip
+            )  # fmt: skip
         decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
         self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
 
@@ -268,16 +261,15 @@ class Driver:
     def submit_blend(self, step: BlendStep) -> None:
         plan, t = self.plans[step.shot], self.targets
         batch = plan.batches[step.batch]
-        pieces, take = zip(*(self.pieces[(step.shot, k, segment, step.batch)] for k, segment in step.pieces),
-                           strict=True)  # fmt: skip
+        pieces = [self.pieces[(step.shot, k, segment, step.batch)] for k, segment in step.pieces]
         places = [placement(plan, self.frames_of[(step.shot, k, seg)], plan.tiles[k], batch.start)
                   for k, seg in step.pieces]  # fmt: skip
         groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
         name = (self.render_id, plan.shot, batch.index)
         blend_at = self.workers[step.slot]
         frames = self.client.submit(
-            blend_batch, batch, plan.pixel_shape[1:], places, list(pieces), t.video.frames_dtype,
-            t.video.takes_yuv420, groups, list(take),
+            blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
+            t.video.takes_yuv420, groups,
             key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
             workers=[blend_at], allow_other_workers=True,
         )  # fmt: skip

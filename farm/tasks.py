@@ -512,14 +512,11 @@ def blend_batch(
     dtype: str = "uint8",
     yuv420: bool = False,
     groups: list[int] | None = None,
-    take: list[int | None] | None = None,
 ) -> BlendedFrames:
     """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
 
     `groups`: the tile of each piece; consecutive pieces of one tile (the segments of a streamed tile)
     are summed among themselves first, then added as one, exactly as the unstreamed tile's piece is.
-    `take`: per piece, None, or the batch index under which its decode result (given whole, decoded on
-    this worker) holds it.
 
     `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
     `yuv420`: also convert the blended pixels to yuv420p planes for the encoder (`farm.yuv`), on the
@@ -531,8 +528,6 @@ def blend_batch(
 
     # a piece shared by another worker is opened on the blend stream (its producer's event waited on
     # there); one shared from this process is its own tensor, waited on as every local piece is
-    if take is not None:
-        pieces = [p if k is None else p[k] for p, k in zip(pieces, take, strict=True)]
     pieces = [p.tensor if isinstance(p, SharedPiece) and p.tensor is not None else p for p in pieces]
     local = [p for p in pieces if not isinstance(p, SharedPiece)]
     device = local[0].device if local else torch.device(worker_device())

@@ -476,26 +476,3 @@ def test_the_workers_gpus_are_asked_only_when_a_piece_crosses_within_a_host() ->
     assert shared_over_ipc(crossing, ["ucx://10.0.0.1:1", "ucx://10.0.0.2:1"], gpus) == set() and not asked
     assert shared_over_ipc(crossing, ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2"], gpus) == set()
     assert asked == [1]  # asked once: its empty answer shares nothing
-
-
-def test_a_batch_blended_where_all_its_pieces_were_decoded_takes_them_from_the_decode_results() -> None:
-    """No tile-piece task for a batch fed by one tile (blended on its decode worker): its blend is given
-    the decode results and the batch index to take from each; pieces that travel still get their task."""
-    plans = job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2))], 2, frames=9, batch_frames=8,
-                chunk=ChunkSize(frames=3, carry=True))  # fmt: skip
-    schedule, client, stats, *_ = drive(plans, 2, 1)
-    assert stats.batches_written == len(schedule.blends) and not stats.failed
-    decodes = {s["future"]: s for s in client.submitted if s["kind"] == keys.DECODE_TILE}
-    cut_keys = {s["key"][2:] for s in client.submitted if s["kind"] == keys.TILE_PIECE}
-    blends = [s for s in client.submitted if s["kind"] == keys.BLEND_BATCH]
-    assert len(blends) == len(schedule.blends)
-    for submitted, step in zip(blends, schedule.blends, strict=True):
-        batch, _, _, pieces, *_rest, take = submitted["future"].args
-        assert len(pieces) == len(take) == len(step.pieces)
-        if step.local:  # whole decode results, each with the batch's index
-            assert all(p in decodes for p in pieces) and take == [batch.index] * len(pieces)
-        else:  # the pieces' own tasks
-            assert all(p not in decodes for p in pieces) and take == [None] * len(pieces)
-    local = [b for b in schedule.blends if b.local]
-    assert local and len(local) < len(schedule.blends)
-    assert all(key[0] == plans[1].shot for key in cut_keys)  # only the two-tile shot's pieces are cut

@@ -321,7 +321,8 @@ class DiffusersVideoDecoder:
         waiting for kernels already queued (the previous decode's, which a plain copy from pageable
         memory would wait for, so the next decode's launches could not queue behind it): through pinned
         memory (a latent read ahead comes pinned). When nothing is queued, a plain copy waits for
-        nothing and spares the pinned allocation (up to 27 ms before a shot's first chunk on an H200)."""
+        nothing and spares the pinning (before a carried shot's first chunk on an H200: 18 ms pinned,
+        1 ms plain; docs/benchmarks.md)."""
         if str(self.device).startswith("cuda"):
             import torch
 
