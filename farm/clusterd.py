@@ -117,7 +117,7 @@ def start(
         scheduler_file=None,
         workers=gpu_count if gpu_count else workers,
         gpu_count=gpu_count,
-        ucx_available=ucx_available() and protocol != "tcp",
+        ucx_available=ucx_available(),  # `protocol` ("tcp") overrides it
         cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
         protocol=protocol,

@@ -232,9 +232,7 @@ def _tail_written_where_blended(decodes: Sequence[DecodeStep], blends: list[Blen
     Once the slot has no decode left, nothing hides it: it would be the render's tail. A segment's few
     batches are written side by side by the decode worker's idle threads (a 704×1216 shot's last two:
     0.025 s of transfer saved, docs/benchmarks.md); a whole tile's many still go out, but the last."""
-    last_decode: dict[int, int] = {}
-    for i, d in enumerate(decodes):
-        last_decode[d.slot] = i
+    last_decode = {d.slot: i for i, d in enumerate(decodes)}
     submitted_with = {b: i for i, d in enumerate(decodes) for b in d.blends}
     at_the_end: dict[int, list[int]] = {}
     for k, b in enumerate(blends):
