@@ -39,6 +39,7 @@ from farm.tasks import (
     finish_shot,
     mark_batch,
     share_piece,
+    write_and_mark_batch,
     write_batch,
     write_sequence,
 )
@@ -279,6 +280,12 @@ class Driver:
             "allow_other_workers": True,
             "priority": self.base + Priority.OUTPUT,
         }
+        if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
+            mark = self.client.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
+                                      key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
+            self.futures.add(mark)
+            self.meaning[mark.key] = ("blend", step)
+            return
         written = self.client.submit(
             write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
         )

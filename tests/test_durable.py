@@ -12,7 +12,15 @@ import pytest
 import zarr
 
 from farm.output import Output, chunk_files, create_frames_array, write_frames
-from farm.tasks import BlendedFrames, VideoSettings, encode_batch, mark_batch, write_batch, write_sequence
+from farm.tasks import (
+    BlendedFrames,
+    VideoSettings,
+    encode_batch,
+    mark_batch,
+    write_and_mark_batch,
+    write_batch,
+    write_sequence,
+)
 from farm.tiling import Batch
 
 
@@ -65,6 +73,23 @@ def test_chunks_segment_and_images_are_synced_before_the_marker(tmp_path: Path, 
     assert marker + ".tmp" in synced[marker_at:] and Path(marker).exists()
     # the other batch's chunk was never written, so nothing of it was touched
     assert not any(c.endswith("/c/0/0/0/0") for c in before)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name descriptors")
+def test_a_zarr_only_batch_written_and_marked_in_one_task_syncs_its_chunks_first(
+    tmp_path: Path, synced: list[str]
+) -> None:
+    out = out_with_shot(tmp_path)
+    rgb = np.random.default_rng(1).integers(0, 256, (8, 16, 24, 3), dtype=np.uint8)
+    batch = Batch(shot="a", index=1, start=8, stop=16, tiles=(0,))
+    result = write_and_mark_batch(str(out.root), batch, BlendedFrames(rgb))
+    assert (result["batch"], result["frames"], result["encode_s"]) == (1, 8, 0.0) and result["write_s"] > 0
+    marker = str(out.done_marker("a", 1))
+    arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
+    chunks = [str(p) for p in chunk_files(out.frames_zarr / "a" / "frames", arr, 8, 16)]
+    marker_at = synced.index(marker + ".tmp")
+    assert chunks and set(chunks) | {str(Path(chunks[0]).parent)} <= set(synced[:marker_at])
+    assert Path(marker).exists() and np.array_equal(arr[8:16], rgb)
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs /proc to name descriptors")

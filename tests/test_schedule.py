@@ -476,3 +476,27 @@ def test_the_workers_gpus_are_asked_only_when_a_piece_crosses_within_a_host() ->
     assert shared_over_ipc(crossing, ["ucx://10.0.0.1:1", "ucx://10.0.0.2:1"], gpus) == set() and not asked
     assert shared_over_ipc(crossing, ["ucx://127.0.0.1:1", "ucx://127.0.0.1:2"], gpus) == set()
     assert asked == [1]  # asked once: its empty answer shares nothing
+
+
+def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() -> None:
+    """Without video or images, each batch's write and mark are one task (no round trip between them),
+    keyed as its mark and placed where the write would go."""
+    from farm.graph import Driver, RenderTargets
+    from farm.tasks import VideoSettings, write_and_mark_batch
+
+    plans = job([TileGrid()] * 2, 1, frames=9, batch_frames=8)
+    workers, io_workers = ["tcp://10.0.0.1:1"], ["tcp://10.0.1.1:1", "tcp://10.0.1.2:1"]
+    client = FakeClient(workers, io_workers)
+    schedule = make_schedule(plans, n_decode=1, n_io=2)
+    targets = RenderTargets(job_path="job", spec_json={}, out_root="out", fps={p.shot: 24.0 for p in plans},
+                            video=VideoSettings(enabled=False), metadata={}, finish=None,
+                            total_batches={p.shot: len(p.batches) for p in plans})  # fmt: skip
+    stats = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
+                   completions=FifoCompletions).run()  # fmt: skip
+    assert stats.batches_written == len(schedule.blends) and not stats.failed
+    kinds = [s["kind"] for s in client.submitted]
+    assert keys.WRITE_BATCH not in kinds and keys.ENCODE_SEGMENT not in kinds
+    marks = [s for s in client.submitted if s["kind"] == keys.MARK_BATCH]
+    assert len(marks) == len(schedule.blends) and all(m["future"].fn is write_and_mark_batch for m in marks)
+    where = [io_workers[b.io] if b.io is not None else workers[b.slot] for b in schedule.blends]
+    assert [m["worker"] for m in marks] == where

@@ -54,8 +54,9 @@ def install() -> str:
 
 
 def _install_hops(holder: Any) -> None:
-    """Wall-clock times of the steps before a chunk's kernels: the task handing its decode to the decode
-    thread, the thread starting it, and the latent's copy to the GPU (`decoder_input`)."""
+    """Wall-clock times of the steps before a chunk's kernels: the decoder's lookup, the latent's read from
+    the job store, the task handing its decode to the decode thread, the thread starting it, and the
+    latent's copy to the GPU (`decoder_input`)."""
     import farm.tasks as tasks
 
     holder._probe_hops = []
@@ -78,8 +79,21 @@ def _install_hops(holder: Any) -> None:
         holder._probe_hops.append(("latent to GPU", t0, t0, time.time()))
         return out
 
+    def timed(what: str, fn: Any) -> Any:
+        def run(*a: Any, **k: Any) -> Any:
+            t0 = time.time()
+            out = fn(*a, **k)
+            holder._probe_hops.append((what, t0, t0, time.time()))
+            return out
+
+        return run
+
+    import farm.decoders as decoders
+
     tasks.on_decode_thread = timed_on
     holder.decoder_input = timed_input
+    tasks._read_tile_latent = timed("read latent", tasks._read_tile_latent)
+    decoders.load_decoder = timed("load decoder", decoders.load_decoder)
 
 
 def hops() -> list[tuple[str, float, float, float]]:
