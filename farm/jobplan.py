@@ -227,24 +227,32 @@ def plan_shots(
     *,
     fixed: Mapping[str, TileGrid] | None = None,
     fixed_chunks: Mapping[str, ChunkSize] | None = None,
+    n_workers: int = 1,
+    n_io: int = 0,
+    video: bool = True,
 ) -> tuple[list[ShotPlan], dict[str, FarmError]]:
     """Plan each shot on its own: a shot that cannot be planned is reported, the others still go.
     `fixed` shots keep the grid given and `fixed_chunks` shots the chunking (with auto tiles: those OUT
-    was started with)."""
+    was started with); `n_workers`, `n_io` and `video` as `plan_job` takes them (auto tiles plan for
+    them; before a cluster is known, one decode worker)."""
     names = list(job.shots) if shots is None else list(shots)
     unknown = [n for n in names if n not in job.shots]
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+    def plan(some: list[str]) -> list[ShotPlan]:
+        return plan_job(job, options, n_workers, some, fixed=fixed, fixed_chunks=fixed_chunks, n_io=n_io,
+                        video=video)  # fmt: skip
+
     try:  # all together first: shots of one shape share the auto planner's search
-        return plan_job(job, options, 1, names, fixed=fixed, fixed_chunks=fixed_chunks), {}
+        return plan(names), {}
     except FarmError:
         pass
     plans, errors = [], {}
     for name in names:  # some shot cannot be planned: find which, and plan the rest
         try:
-            plans.extend(plan_job(job, options, 1, [name], fixed=fixed, fixed_chunks=fixed_chunks))
+            plans.extend(plan([name]))
         except FarmError as exc:
             errors[name] = exc
     if not plans and errors:
         raise next(iter(errors.values()))
-    return plans, errors
+    return assign_round_robin(plans, n_workers), errors

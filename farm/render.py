@@ -148,12 +148,15 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
-    plans, shot_errors = _plan(job, out, options, shots, restart, clock)
-    hashing = _on_own_thread("farm-hash-job", latent_identities, job, [p.shot for p in plans])
     # A fresh OUT joining a running cluster: nothing can be refused or already done, and no cluster is
-    # started, so the latents are hashed while the client connects. Otherwise OUT is checked first.
+    # started, so the latents are hashed while the client connects, and auto tiles are planned once,
+    # for the cluster's workers. Otherwise OUT is checked first.
+    fresh_join = not out.frames_zarr.exists() and joins_running_cluster(scheduler, scheduler_file, workers)
+    plan_first = not (fresh_join and options.tiles == AUTO)
+    plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
+    hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
     checked: Checked | None = None
-    if out.frames_zarr.exists() or not joins_running_cluster(scheduler, scheduler_file, workers):
+    if not fresh_join:
         checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
         if checked.points.nothing_to_do:  # a finished OUT: no cluster, nothing written
             log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
@@ -169,9 +172,16 @@ def render(
         n_workers = len(decode_workers)
         clock.mark("connect, check the workers")
         if checked is None:
+            if not plan_first:  # auto tiles for this cluster's workers, planned now only
+                recorded = recorded_layout(out, names, restart)  # OUT is locked only now
+                plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids,
+                                                fixed_chunks=recorded.chunks, n_workers=n_workers,
+                                                n_io=len(io_workers), video=video.enabled)  # fmt: skip
+                shot_errors = {**shot_errors, **plan_errors}
+                clock.mark("plan the job for the cluster")
             checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
         plans, shot_errors, hashes, identities, points = checked
-        if options.tiles == AUTO:  # the plan depends on the cluster: re-plan for its workers
+        if options.tiles == AUTO and plan_first:  # the plan depends on the cluster: re-plan for its workers
             plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
                                                 frame_numbers, len(io_workers))  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
@@ -215,17 +225,23 @@ class Checked(NamedTuple):
 
 
 def _plan(
-    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool, clock: SetupClock
-) -> tuple[list[ShotPlan], dict[str, FarmError]]:
-    """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept), and the errors of
-    shots that cannot render (the others go on)."""
+    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
+    clock: SetupClock, *, plan: bool = True,
+) -> tuple[list[ShotPlan], list[str], dict[str, FarmError]]:
+    """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept; none unless
+    `plan`), the names of the shots that go on (planned, when `plan`), and the errors of shots that
+    cannot render (the others go on)."""
     names, shot_errors = _usable_shots(job, shots)
-    recorded = recorded_layout(out, names, restart)
-    plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks)
-    shot_errors.update(plan_errors)
+    plans: list[ShotPlan] = []
+    if plan:
+        recorded = recorded_layout(out, names, restart)
+        plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids,
+                                        fixed_chunks=recorded.chunks)  # fmt: skip
+        shot_errors.update(plan_errors)
+        names = [p.shot for p in plans]
     decoder_class(job.spec).check_weights(job.spec)
-    clock.mark("read and plan the job")
-    return plans, shot_errors
+    clock.mark("read and plan the job" if plan else "read the job")
+    return plans, names, shot_errors
 
 
 def _on_own_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:

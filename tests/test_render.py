@@ -62,6 +62,37 @@ def test_tiled_render_equals_in_process_reference(tiny_job, tmp_path, scheduler3
     assert sum(stats.setup_phases.values()) == pytest.approx(stats.setup_s, abs=1e-6) and stats.setup_s > 0
 
 
+def test_auto_tiles_joining_a_running_cluster_are_planned_once_for_its_workers(
+    tiny_job, tmp_path, scheduler3, monkeypatch
+):
+    """A fresh OUT joining a running cluster has nothing to check before connecting: `--tiles auto`
+    searches once, for the cluster's three workers, not once for one worker and again after connecting."""
+    import farm.jobplan
+
+    searched: list[int] = []
+    plan_job = farm.jobplan.plan_job
+
+    def counted(job, options, n_workers, *args, **kwargs):
+        searched.append(n_workers)
+        return plan_job(job, options, n_workers, *args, **kwargs)
+
+    monkeypatch.setattr(farm.jobplan, "plan_job", counted)
+    monkeypatch.setattr(fr, "plan_job", counted)
+    auto = fr.PlanOptions(batch_frames=8)
+    assert auto.tiles == fr.AUTO
+    stats = fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
+    assert not stats.failed and searched == [3]
+    assert list(stats.setup_phases)[:3] == ["read the job", "connect, check the workers",
+                                            "plan the job for the cluster"]  # fmt: skip
+    expected = plan_job(open_job(tiny_job), auto, 3, video=True)
+    assert stats.tiles_total == sum(len(p.tiles) for p in expected)
+    assert stats.frames_written == sum(p.pixel_shape[0] for p in expected)
+    # an OUT that exists is checked before connecting: planned first, then again for the cluster
+    searched.clear()
+    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
+    assert searched[0] == 1
+
+
 def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, scheduler3):
     one = fr.render(tiny_job, tmp_path / "w1", workers=1, options=TILED, log=lambda _: None)
     three = fr.render(tiny_job, tmp_path / "w3", scheduler=scheduler3, options=TILED, log=lambda _: None)
