@@ -148,19 +148,11 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
-    # A fresh OUT joining a running cluster: nothing can be refused or already done, and no cluster is
-    # started, so the latents are hashed while the client connects, and auto tiles are planned once,
-    # for the cluster's workers. Otherwise OUT is checked first.
-    fresh_join = not out.frames_zarr.exists() and joins_running_cluster(scheduler, scheduler_file, workers)
-    plan_first = not (fresh_join and options.tiles == AUTO)
-    plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
-    hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
-    checked: Checked | None = None
-    if not fresh_join:
-        checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
-        if checked.points.nothing_to_do:  # a finished OUT: no cluster, nothing written
-            log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
-            return _add_outcomes(RenderStats(), checked.plans, checked.shot_errors, out, video)
+    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
+                            joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
+    if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
+        log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
@@ -171,19 +163,9 @@ def render(
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
         clock.mark("connect, check the workers")
-        if checked is None:
-            if not plan_first:  # auto tiles for this cluster's workers, planned now only
-                recorded = recorded_layout(out, names, restart)  # OUT is locked only now
-                plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids,
-                                                fixed_chunks=recorded.chunks, n_workers=n_workers,
-                                                n_io=len(io_workers), video=video.enabled)  # fmt: skip
-                shot_errors = {**shot_errors, **plan_errors}
-                clock.mark("plan the job for the cluster")
-            checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
-        plans, shot_errors, hashes, identities, points = checked
-        if options.tiles == AUTO and plan_first:  # the plan depends on the cluster: re-plan for its workers
-            plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
-                                                frame_numbers, len(io_workers))  # fmt: skip
+        plans, shot_errors, identities, points = _on_cluster(
+            job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers)
+        )
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         render_id = render_id or uuid.uuid4().hex[:8]
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
@@ -242,6 +224,70 @@ def _plan(
     decoder_class(job.spec).check_weights(job.spec)
     clock.mark("read and plan the job" if plan else "read the job")
     return plans, names, shot_errors
+
+
+class BeforeCluster(NamedTuple):
+    """What a render knows before it connects (`_before_cluster`)."""
+
+    plans: list[ShotPlan]  # none when auto tiles wait for the cluster (`plan_first` false)
+    names: list[str]  # the shots that go on
+    shot_errors: dict[str, FarmError]
+    hashing: Future  # the latents' identities, being read
+    checked: Checked | None  # None: OUT is checked once connected
+    plan_first: bool
+
+
+def _before_cluster(
+    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
+    video: VideoSettings, frame_numbers: Any, clock: SetupClock, *, joins: bool,
+) -> BeforeCluster:  # fmt: skip
+    """Plan and check what can be before any cluster (refusals raise here, nothing touched).
+
+    A fresh OUT joining a running cluster (`joins`): nothing can be refused or already done, and no
+    cluster is started, so the latents are hashed while the client connects, and auto tiles are planned
+    once, for the cluster's workers. Otherwise OUT is checked first."""
+    fresh_join = joins and not out.frames_zarr.exists()
+    plan_first = not (fresh_join and options.tiles == AUTO)
+    plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
+    hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
+    checked = None
+    if not fresh_join:
+        checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
+    return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+
+
+def _on_cluster(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, restart: bool, frame_numbers: Any,
+    clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int,
+) -> tuple[list[ShotPlan], dict[str, FarmError], dict, ResumePoints]:  # fmt: skip
+    """Once connected to a cluster of `n_workers` decode and `n_io` I/O workers: the plans to render,
+    the shots' errors, identities and what is left (auto tiles planned for this cluster)."""
+    checked = early.checked
+    if checked is None:
+        plans, shot_errors = early.plans, early.shot_errors
+        if not early.plan_first:  # auto tiles for this cluster's workers, planned now only
+            plans, shot_errors = _plan_for_cluster(job, out, options, video, early.names, shot_errors,
+                                                   restart, n_workers, n_io, clock)  # fmt: skip
+        checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
+    plans, shot_errors, hashes, identities, points = checked
+    if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
+        plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
+                                            frame_numbers, n_io)  # fmt: skip
+    return plans, shot_errors, identities, points
+
+
+def _plan_for_cluster(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, names: Sequence[str],
+    shot_errors: dict[str, FarmError], restart: bool, n_workers: int, n_io: int, clock: SetupClock,
+) -> tuple[list[ShotPlan], dict[str, FarmError]]:  # fmt: skip
+    """Auto tiles planned once the cluster is known, for its `n_workers` decode and `n_io` I/O workers
+    (grids and chunking an earlier render of OUT used are kept), with the errors of shots that cannot
+    render added to `shot_errors`."""
+    recorded = recorded_layout(out, names, restart)  # OUT is locked only now
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks,
+                                    n_workers=max(1, n_workers), n_io=n_io, video=video.enabled)  # fmt: skip
+    clock.mark("plan the job for the cluster")
+    return plans, {**shot_errors, **plan_errors}
 
 
 def _on_own_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
