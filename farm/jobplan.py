@@ -239,6 +239,7 @@ def plan_shots(
     unknown = [n for n in names if n not in job.shots]
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+
     def plan(some: list[str]) -> list[ShotPlan]:
         return plan_job(job, options, n_workers, some, fixed=fixed, fixed_chunks=fixed_chunks, n_io=n_io,
                         video=video)  # fmt: skip

@@ -271,8 +271,9 @@ def _on_cluster(
         checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
     plans, shot_errors, hashes, identities, points = checked
     if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
-        plans, identities, points = _replan(job, out, options, video, plans, hashes, n_workers, restart,
-                                            frame_numbers, n_io)  # fmt: skip
+        plans, shot_errors = _plan_for_cluster(job, out, options, video, [p.shot for p in plans], shot_errors,
+                                               restart, n_workers, n_io, clock)  # fmt: skip
+        identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
     return plans, shot_errors, identities, points
 
 
@@ -314,20 +315,6 @@ def _check(
     identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
     clock.mark("check what OUT holds")
     return Checked(plans, shot_errors, hashes, identities, points)
-
-
-def _replan(
-    job: Job, out: Output, options: PlanOptions, video: VideoSettings, plans: Sequence[ShotPlan],
-    hashes: dict[str, dict], n_workers: int, restart: bool, frame_numbers: Any, n_io: int = 0,
-) -> tuple[list[ShotPlan], dict, ResumePoints]:  # fmt: skip
-    """`--tiles auto` once the cluster is known: the plans for its decode workers and `n_io` I/O workers
-    (grids and chunking an earlier render of OUT used are kept), their identities and what is left to
-    render."""
-    names = [p.shot for p in plans]
-    recorded = recorded_layout(out, names, restart)  # read again: OUT is locked only now
-    plans = plan_job(job, options, n_workers, names, fixed=recorded.grids, fixed_chunks=recorded.chunks,
-                     n_io=n_io, video=video.enabled)  # fmt: skip
-    return (plans, *_what_is_left(job, out, plans, video, hashes, restart, frame_numbers))
 
 
 def _what_is_left(
