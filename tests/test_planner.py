@@ -438,6 +438,11 @@ def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
     assert [p.shot for p in plans] == ["wide", "wide2"]
     assert list(errors) == ["narrow"] and "leave a tile 1 unit wide" in str(errors["narrow"])
     assert plans == [*fr.plan_job(job, options, 1, ["wide"]), *fr.plan_job(job, options, 1, ["wide2"])]
+    # For a cluster of two workers (a render's plan once connected): the same shot fails alone, and the
+    # others' tiles go round-robin over both workers across shots, as one plan of them would place them.
+    on_two, errors_two = fr.plan_shots(job, options, n_workers=2)
+    assert list(errors_two) == ["narrow"] and on_two == fr.plan_job(job, options, 2, ["wide", "wide2"])
+    assert [t.worker for p in on_two for t in p.tiles] == [0, 1, 0, 1, 0, 1]
     # Every shot plannable: one call for all of them, the same plans as one by one.
     auto = fr.PlanOptions()
     together, none = fr.plan_shots(job, auto, ["wide", "wide2"])
