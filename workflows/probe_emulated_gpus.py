@@ -1,0 +1,212 @@
+"""Probe: one shot on one and two emulated GPUs, each a share of one GPU's SMs given by CUDA MPS.
+
+When the 2-GPU machine is not lent, one GPU stands in for two: under the MPS control daemon each GPU
+worker process runs at ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` of the SMs, and two such processes run their
+kernels at the same time on disjoint shares (without MPS they take turns on the whole GPU, which says
+nothing about two GPUs). Memory bandwidth and L2 stay shared, so two emulated GPUs decode ≈ 13 % slower
+each than one alone (`workflows/probe_mps_split.py`): the emulation is pessimistic, not a 2-GPU figure.
+Pieces cross between the two workers by CUDA IPC handle, as on two GPUs of one host (here without a
+peer link to cross).
+
+For each GPU-worker count (a TCP cluster of that many workers on GPU 0 and `--io-workers` I/O workers):
+the plain decode of the whole shot on one emulated GPU, then each case's renders (the first warms the
+chunk shapes), with when each worker's GPU started and finished, and the tasks after the last chunk.
+
+    python workflows/probe_emulated_gpus.py --percent 50 --sizes 704x1216 1088x1920 --runs 3 --out-json x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/farm-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/farm-mps/log"}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def mps(percent: int) -> Any:
+    """The MPS control daemon, with every process started meanwhile at `percent` % of the SMs."""
+    env = dict(os.environ, **MPS_DIRS)
+    for d in MPS_DIRS.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True, timeout=30)
+    saved = dict(os.environ)
+    os.environ.update(MPS_DIRS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(percent))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, timeout=60)
+
+
+@contextlib.contextmanager
+def gpu0_workers(n: int, io_workers: int) -> Any:
+    """A TCP cluster of `n` GPU workers all on GPU 0 (copies of dask-cuda's worker spec) and I/O workers."""
+    import dask
+    from dask_cuda import LocalCUDACluster
+    from distributed import Client
+
+    from farm import transport
+    from farm.cluster import add_io_workers
+
+    with dask.config.set({"distributed.scheduler.work-stealing": False}):
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", n_workers=1, protocol="tcp", host="127.0.0.1",
+                                   threads_per_worker=8, dashboard_address="127.0.0.1:0")  # fmt: skip
+        try:
+            ((_, spec),) = cluster.worker_spec.items()
+            for i in range(1, n):
+                cluster.worker_spec[f"gpu0-copy{i}"] = copy.deepcopy(spec)
+            cluster.sync(cluster._correct_state)
+            add_io_workers(cluster, io_workers, "auto")
+            client = Client(cluster)
+            client.wait_for_workers(n + io_workers, timeout=180)
+            transport.install(client)
+            yield client
+            client.close()
+        finally:
+            cluster.close()
+
+
+def plain_on_worker(frames: int, height: int, width: int, reps: int) -> list[float]:
+    """On a GPU worker: seconds of farm's eager decode of a whole random latent, after a first call."""
+    import torch
+
+    from farm.decoders import load_decoder
+    from farm.render import synth_spec
+
+    decoder = load_decoder(synth_spec("ltx2").to_json(), "cuda", compile=False)
+    latent = torch.randn(128, (frames - 1) // 8 + 1, height // 32, width // 32)
+    decoder.decode(latent, origin=(0, 0, 0))
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        decoder.decode(latent, origin=(0, 0, 0))
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    del decoder
+    torch.cuda.empty_cache()
+    return times
+
+
+def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool) -> dict[str, Any]:
+    from benchmark_output import frames_hash
+    from distributed import get_task_stream
+    from probe_one_shot_gpu import collect, install, print_timeline
+
+    from farm.graph import split_workers
+    from farm.render import render
+    from farm.tasks import VideoSettings
+
+    decoders, _ = split_workers(client)
+    client.run(install, workers=decoders)
+    shutil.rmtree(dest, ignore_errors=True)
+    t0 = time.time()
+    with get_task_stream(client=client) as ts:
+        stats = render(str(job), str(dest), scheduler=client.scheduler.address, log=lambda _m: None,
+                       options=options, video=VideoSettings(enabled=False))  # fmt: skip
+    wall = time.time() - t0
+    chunks = client.run(collect, workers=decoders)
+    gpu = {w.rsplit(":", 1)[-1]: (c[0][2] - t0, c[-1][3] - t0, sum(x[3] - x[2] for x in c), len(c))
+           for w, c in chunks.items() if c}  # fmt: skip
+    last: dict[str, float] = {}
+    for d in ts.data:
+        kind = "-".join(str(d["key"][0] if isinstance(d["key"], tuple) else d["key"]).split("-")[:2])
+        for s in d["startstops"]:
+            last[kind] = max(last.get(kind, 0.0), s["stop"] - t0)
+    if timeline and gpu:
+        starts, ends = [g[0] for g in gpu.values()], [g[1] for g in gpu.values()]
+        print_timeline(ts.data, t0, min(starts), max(ends), [], stats, [])
+    return {"wall_s": wall, "setup_s": stats.setup_s, "graph_s": stats.seconds, "failed": len(stats.failed),
+            "gpu": gpu, "last": last, "sha": frames_hash(dest)}  # fmt: skip
+
+
+def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, results: dict) -> None:
+    """A case's renders on a cluster of `n` GPU workers: the first warms the chunk shapes."""
+    from benchmark_output import plan_options
+
+    if case == "auto":
+        options = plan_options((0, 0, 0), 0, 8)
+    else:
+        f, hh, ww, chunk, batch = case.split(",")
+        options = plan_options((int(f), int(hh), int(ww)), chunk, int(batch))
+    for run in range(args.runs + 1):
+        last = args.timeline and run == args.runs
+        if last:
+            print(f"TIMELINE {n} workers {size} {case}")
+        row = one_render(client, job, Path(args.work) / "out", options, last)
+        row.update({"workers": n, "size": size, "case": case, "run": run})
+        results["rows"].append(row)
+        Path(args.out_json).write_text(json.dumps(results, indent=1, default=str))
+        gpu = {w: tuple(round(x, 3) for x in g[:3]) for w, g in row["gpu"].items()}
+        ends = {k: round(v, 3) for k, v in row["last"].items()}
+        log(f"{n}w {size} {case} run {run}: wall {row['wall_s']:.3f} setup {row['setup_s']:.3f} GPU {gpu} "
+            f"last {ends} sha {row['sha'][:10]}")  # fmt: skip
+
+
+def main() -> None:
+    from farm.synthetic import synth
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--percent", type=int, default=50, help="SM share per GPU worker; 0: no MPS")
+    p.add_argument("--gpu-workers", default="1,2")
+    p.add_argument("--sizes", nargs="+", default=["704x1216", "1088x1920"])
+    p.add_argument("--cases", nargs="+", default=["1:1,1,1,5c,8", "1:1,1,2,5c,8", "2:1,1,2,5c,8", "2:auto"],
+                   help="WORKERS:F,H,W,CHUNK,BATCH (as benchmark_output) or WORKERS:auto")  # fmt: skip
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--io-workers", type=int, default=8)
+    p.add_argument("--plain-reps", type=int, default=3)
+    p.add_argument("--timeline", action="store_true", help="the last run's tail tasks of each case")
+    p.add_argument("--work", default="/tmp/farm-probe-emulated")
+    p.add_argument("--out-json", required=True)
+    args = p.parse_args()
+    work = Path(args.work)
+    results: dict[str, Any] = {"args": vars(args), "plain": {}, "rows": []}
+    jobs = {}
+    for size in args.sizes:
+        h, w = (int(x) for x in size.split("x"))
+        jobs[size] = work / f"one-{size}.zarr"
+        synth(jobs[size], decoder="ltx2", shots=1, overwrite=True, frames=121, height=h, width=w)
+    with mps(args.percent) if args.percent else contextlib.nullcontext():
+        for n in (int(x) for x in args.gpu_workers.split(",")):
+            with gpu0_workers(n, args.io_workers) as client:
+                from farm.graph import split_workers
+
+                decoders, _ = split_workers(client)
+                log(f"{n} GPU worker(s) at {args.percent or 100} % each: {decoders}")
+                if n == 1:
+                    for size in args.sizes:
+                        h, w = (int(x) for x in size.split("x"))
+                        t = client.run(plain_on_worker, 121, h, w, args.plain_reps, workers=decoders[:1])
+                        results["plain"][size] = next(iter(t.values()))
+                        log(f"plain decode {size} on one worker: {[round(x, 3) for x in t[decoders[0]]]}")
+                for size, job in jobs.items():
+                    for case in (c.split(":", 1)[1] for c in args.cases if int(c.split(":")[0]) == n):
+                        run_case(client, n, size, job, case, args, results)
+    for size in args.sizes:
+        for case in args.cases:
+            n, c = case.split(":", 1)
+            rows = [r for r in results["rows"] if (r["size"], r["case"], r["workers"]) == (size, c, int(n))]
+            walls = [round(r["wall_s"], 3) for r in rows if r["run"] > 0]
+            shas = {r["sha"] for r in results["rows"] if (r["size"], r["case"]) == (size, c)}
+            log(f"SUMMARY {size} {n} worker(s) {c}: walls {walls}; distinct frames {len(shas)}")
+
+
+if __name__ == "__main__":
+    main()
