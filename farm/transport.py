@@ -78,14 +78,21 @@ READY_EVENT = "_farm_ready"
 _side_streams = threading.local()  # per thread: {(role, device index): a stream of this thread's own}
 
 
+# Side streams run at the device's highest priority (torch maps a number below the range to it): their
+# work is short (a blend, a copy) while the decode stream always has a chunk's kernels queued, and at
+# equal priority a blend's kernels waited behind that chunk (docs/benchmarks.md, eleventh session).
+SIDE_STREAM_PRIORITY = -64
+
+
 def side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
     """This thread's own CUDA stream on `device` for `role` (made once): work on it waits for nothing
-    queued on the device's other streams unless told to. One per role ("blend", "share", "transfer"),
-    so that what one role waits for never holds up another's work on the same thread."""
+    queued on the device's other streams unless told to, and goes before the decodes' kernels. One per
+    role ("blend", "share", "transfer"), so that what one role waits for never holds up another's work
+    on the same thread."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     streams = _side_streams.__dict__.setdefault("by_role", {})
     if (role, index) not in streams:
-        streams[(role, index)] = torch.cuda.Stream(device=index)
+        streams[(role, index)] = torch.cuda.Stream(device=index, priority=SIDE_STREAM_PRIORITY)
     return streams[(role, index)]
 
 

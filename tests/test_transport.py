@@ -412,3 +412,15 @@ def test_a_gpu_piece_sent_by_value_after_its_ready_event_arrives_whole():
     header, frames = transport.dask_dumps_tensor(piece)
     back = transport.dask_loads_tensor(header, frames)
     assert back.is_cuda and torch.equal(back, piece)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (runs on the device machine)")
+def test_side_streams_go_before_the_decode_stream():
+    """Blends and copies run on side streams of the device's highest priority: above the default
+    stream the decodes queue on, and as high as any stream torch can make."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    highest = torch.cuda.Stream(priority=-(2**20)).priority
+    for role in ("blend", "share", "transfer"):
+        stream = transport.side_stream(device, role)
+        assert stream.priority == highest < torch.cuda.default_stream().priority
+    assert transport.side_stream(device, "blend") is transport.side_stream(device, "blend")
