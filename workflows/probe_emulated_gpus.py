@@ -105,6 +105,42 @@ def plain_on_worker(frames: int, height: int, width: int, reps: int) -> list[flo
     return times
 
 
+def install_hops() -> str:
+    """On a GPU worker: time each piece shared (`share_piece`), each piece opened by IPC, each blend and
+    its copy to the host (which waits for the blend's kernels and the pieces' events)."""
+    import farm.ipc as ipc
+    import farm.tasks as tasks
+
+    # the records live in the worker's farm.tasks: this script runs as __main__, so its own globals
+    # would be shipped by value with each call
+    hops = tasks.__dict__.setdefault("_probe_hops", [])  # (what, wall start, wall end)
+    if not getattr(tasks, "_hops_installed", False):
+
+        def timed(what: str, fn: Any) -> Any:
+            def run(*a: Any, **k: Any) -> Any:
+                t0 = time.time()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    hops.append((what, t0, time.time()))
+
+            return run
+
+        tasks.share_piece = timed("share piece", tasks.share_piece)
+        tasks.blend_batch = timed("blend", tasks.blend_batch)
+        tasks._to_host = timed("  copy to host", tasks._to_host)
+        ipc.SharedPiece.open = timed("  open by IPC", ipc.SharedPiece.open)
+        tasks._hops_installed = True
+    hops.clear()
+    return "installed"
+
+
+def collect_hops() -> list[tuple[str, float, float]]:
+    import farm.tasks as tasks
+
+    return list(tasks.__dict__.get("_probe_hops", []))
+
+
 def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool) -> dict[str, Any]:
     from benchmark_output import frames_hash
     from distributed import get_task_stream
@@ -116,6 +152,7 @@ def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool)
 
     decoders, _ = split_workers(client)
     client.run(install, workers=decoders)
+    client.run(install_hops, workers=decoders)
     shutil.rmtree(dest, ignore_errors=True)
     t0 = time.time()
     with get_task_stream(client=client) as ts:
@@ -133,6 +170,10 @@ def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool)
     if timeline and gpu:
         starts, ends = [g[0] for g in gpu.values()], [g[1] for g in gpu.values()]
         print_timeline(ts.data, t0, min(starts), max(ends), [], stats, [])
+        for worker, hops in client.run(collect_hops, workers=decoders).items():
+            for what, a, b in sorted(hops, key=lambda h: h[1]):
+                if b - t0 > max(ends) - 0.4:
+                    print(f"    hop :{worker.rsplit(':', 1)[-1]} {a - t0:7.3f} {b - t0:7.3f} {what}")
     return {"wall_s": wall, "setup_s": stats.setup_s, "graph_s": stats.seconds, "failed": len(stats.failed),
             "gpu": gpu, "last": last, "sha": frames_hash(dest)}  # fmt: skip
 
@@ -147,7 +188,7 @@ def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, re
         f, hh, ww, chunk, batch = case.split(",")
         options = plan_options((int(f), int(hh), int(ww)), chunk, int(batch))
     for run in range(args.runs + 1):
-        last = args.timeline and run == args.runs
+        last = args.timeline and run > 0
         if last:
             print(f"TIMELINE {n} workers {size} {case}")
         row = one_render(client, job, Path(args.work) / "out", options, last)
@@ -172,7 +213,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--io-workers", type=int, default=8)
     p.add_argument("--plain-reps", type=int, default=3)
-    p.add_argument("--timeline", action="store_true", help="the last run's tail tasks of each case")
+    p.add_argument("--timeline", action="store_true", help="each timed run's tasks and hops at its tail")
     p.add_argument("--work", default="/tmp/farm-probe-emulated")
     p.add_argument("--out-json", required=True)
     args = p.parse_args()
