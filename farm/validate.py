@@ -47,6 +47,7 @@ def check_render_options(
     """Check every option of `farm.render.render`; returns the parsed `frames` (frame numbers) or None."""
     from farm.cluster import choose_cluster
     from farm.decoders import compile_mode
+    from farm.decoders.launch_pacing import launch_lead
     from farm.options import parse_frame_numbers
 
     choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
@@ -57,6 +58,7 @@ def check_render_options(
             "(farm cluster / dask scheduler --scheduler-file PATH), or --scheduler ADDRESS"
         )
     _whole(window, "--window", 1, allow_none=True)
+    launch_lead()  # read by each GPU worker's decoder; checked here, before any cluster starts
     _whole(options.batch_frames, "--batch-frames", 1)
     _whole(priority, "--priority", None)
     compile_mode(compile)

@@ -86,23 +86,14 @@ def gpu0_workers(n: int, io_workers: int) -> Any:
 def plain_on_worker(frames: int, height: int, width: int, reps: int) -> list[float]:
     """On a GPU worker: seconds of farm's eager decode of a whole random latent, after a first call."""
     import torch
+    from benchmark_output import _timed_plain
 
     from farm.decoders import load_decoder
     from farm.render import synth_spec
 
     decoder = load_decoder(synth_spec("ltx2").to_json(), "cuda", compile=False)
     latent = torch.randn(128, (frames - 1) // 8 + 1, height // 32, width // 32)
-    decoder.decode(latent, origin=(0, 0, 0))
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        decoder.decode(latent, origin=(0, 0, 0))
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    del decoder
-    torch.cuda.empty_cache()
-    return times
+    return _timed_plain(decoder, latent, reps, f"{height}x{width} on this worker", frames)["all"]
 
 
 def install_hops() -> str:
@@ -178,27 +169,46 @@ def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool)
             "gpu": gpu, "last": last, "sha": frames_hash(dest)}  # fmt: skip
 
 
+def set_launch_lead(lead: int) -> int:
+    """On a GPU worker: `lead` (``farm.launch-lead``) for the decoders loaded here and those to come."""
+    import dask
+
+    from farm.decoders import _cache
+
+    dask.config.set({"farm.launch-lead": lead})
+    paced = [d.pacer for d in _cache.values() if getattr(d, "pacer", None) is not None]
+    for pacer in paced:
+        pacer.lead = lead
+    return len(paced)
+
+
 def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, results: dict) -> None:
-    """A case's renders on a cluster of `n` GPU workers: the first warms the chunk shapes."""
+    """A case's renders on a cluster of `n` GPU workers: the first warms the chunk shapes, then each run
+    renders once per launch lead, the leads interleaved (one machine, one cluster, side by side)."""
     from benchmark_output import plan_options
+
+    from farm.graph import split_workers
 
     if case == "auto":
         options = plan_options((0, 0, 0), 0, 8)
     else:
         f, hh, ww, chunk, batch = case.split(",")
         options = plan_options((int(f), int(hh), int(ww)), chunk, int(batch))
-    for run in range(args.runs + 1):
+    decoders, _ = split_workers(client)
+    leads = [int(x) for x in args.leads.split(",")]
+    for run, lead in [(0, leads[0])] + [(r, lead) for r in range(1, args.runs + 1) for lead in leads]:
+        client.run(set_launch_lead, lead, workers=decoders)
         last = args.timeline and run > 0
         if last:
-            print(f"TIMELINE {n} workers {size} {case}")
+            print(f"TIMELINE {n} workers {size} {case} lead {lead}")
         row = one_render(client, job, Path(args.work) / "out", options, last)
-        row.update({"workers": n, "size": size, "case": case, "run": run})
+        row.update({"workers": n, "size": size, "case": case, "run": run, "lead": lead})
         results["rows"].append(row)
         Path(args.out_json).write_text(json.dumps(results, indent=1, default=str))
         gpu = {w: tuple(round(x, 3) for x in g[:3]) for w, g in row["gpu"].items()}
         ends = {k: round(v, 3) for k, v in row["last"].items()}
-        log(f"{n}w {size} {case} run {run}: wall {row['wall_s']:.3f} setup {row['setup_s']:.3f} GPU {gpu} "
-            f"last {ends} sha {row['sha'][:10]}")  # fmt: skip
+        log(f"{n}w {size} {case} lead {lead} run {run}: wall {row['wall_s']:.3f} setup {row['setup_s']:.3f} "
+            f"GPU {gpu} last {ends} sha {row['sha'][:10]}")  # fmt: skip
 
 
 def main() -> None:
@@ -213,6 +223,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--io-workers", type=int, default=8)
     p.add_argument("--plain-reps", type=int, default=3)
+    p.add_argument("--leads", default="0", help="farm.launch-lead values, interleaved run by run: 0,6,16")
     p.add_argument("--timeline", action="store_true", help="each timed run's tasks and hops at its tail")
     p.add_argument("--work", default="/tmp/farm-probe-emulated")
     p.add_argument("--out-json", required=True)
@@ -240,13 +251,20 @@ def main() -> None:
                 for size, job in jobs.items():
                     for case in (c.split(":", 1)[1] for c in args.cases if int(c.split(":")[0]) == n):
                         run_case(client, n, size, job, case, args, results)
+    summarize(results, args)
+
+
+def summarize(results: dict, args: Any) -> None:
+    """Walls per size, case, worker count and lead; whether each grid wrote one set of bytes throughout."""
     for size in args.sizes:
         for case in args.cases:
             n, c = case.split(":", 1)
-            rows = [r for r in results["rows"] if (r["size"], r["case"], r["workers"]) == (size, c, int(n))]
-            walls = [round(r["wall_s"], 3) for r in rows if r["run"] > 0]
             shas = {r["sha"] for r in results["rows"] if (r["size"], r["case"]) == (size, c)}
-            log(f"SUMMARY {size} {n} worker(s) {c}: walls {walls}; distinct frames {len(shas)}")
+            for lead in (int(x) for x in args.leads.split(",")):
+                key = (size, c, int(n), lead)
+                rows = [r for r in results["rows"] if (r["size"], r["case"], r["workers"], r["lead"]) == key]
+                walls = [round(r["wall_s"], 3) for r in rows if r["run"] > 0]
+                log(f"SUMMARY {size} {n}w {c} lead {lead}: walls {walls}; frames {len(shas)} distinct")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
+from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
 from farm.tiling import Geometry
@@ -99,6 +100,7 @@ class DiffusersVideoDecoder:
         self.geometry = self.geometry_for(spec.config)
         self.latent_channels = self.latent_channels_for(spec.config)
         self._lock = threading.Lock()  # one decode at a time per model (adapters may keep per-call state)
+        self.pacer: LaunchPacer | None = None  # set by `load` on a GPU (`farm.decoders.launch_pacing`)
 
     # ---- shapes --------------------------------------------------------------------------------
 
@@ -272,7 +274,9 @@ class DiffusersVideoDecoder:
             setattr(model, name, torch.nn.Identity())
         model.to(device=device, dtype=getattr(torch, spec.dtype))
         sliced_reflect_padding(model)  # the same padded tensors as F.pad's, in a fraction of its GPU time
-        return cls(spec, model, device)
+        decoder = cls(spec, model, device)
+        decoder.pacer = pace_launches(getattr(model, "decoder", model), launch_lead())  # None on a CPU
+        return decoder
 
     @classmethod
     def check_weights(cls, spec: DecoderSpec) -> None:
