@@ -8,7 +8,8 @@ each than one alone (`workflows/probe_mps_split.py`): the emulation is pessimist
 Pieces cross between the two workers by CUDA IPC handle, as on two GPUs of one host (here without a
 peer link to cross).
 
-For each GPU-worker count (a TCP cluster of that many workers on GPU 0 and `--io-workers` I/O workers):
+For each GPU-worker count (a TCP cluster of that many workers on GPU 0, or with ``--percent 0`` on a
+machine of as many GPUs one on each, as `farm cluster` starts them, and `--io-workers` I/O workers):
 the plain decode of the whole shot on one emulated GPU, then each case's renders (the first warms the
 chunk shapes), with when each worker's GPU started and finished, and the tasks after the last chunk.
 
@@ -56,8 +57,9 @@ def mps(percent: int) -> Any:
 
 
 @contextlib.contextmanager
-def gpu0_workers(n: int, io_workers: int) -> Any:
-    """A TCP cluster of `n` GPU workers all on GPU 0 (copies of dask-cuda's worker spec) and I/O workers."""
+def gpu_workers(n: int, io_workers: int, each_own_gpu: bool) -> Any:
+    """A TCP cluster of `n` GPU workers and `io_workers` I/O workers: one per GPU (`each_own_gpu`, as
+    `farm cluster` starts them), or all on GPU 0 (copies of dask-cuda's worker spec)."""
     import dask
     from dask_cuda import LocalCUDACluster
     from distributed import Client
@@ -65,14 +67,16 @@ def gpu0_workers(n: int, io_workers: int) -> Any:
     from farm import transport
     from farm.cluster import add_io_workers
 
+    visible = ",".join(str(i) for i in range(n)) if each_own_gpu else "0"
     with dask.config.set({"distributed.scheduler.work-stealing": False}):
-        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES="0", n_workers=1, protocol="tcp", host="127.0.0.1",
+        cluster = LocalCUDACluster(CUDA_VISIBLE_DEVICES=visible, protocol="tcp", host="127.0.0.1",
                                    threads_per_worker=8, dashboard_address="127.0.0.1:0")  # fmt: skip
         try:
-            ((_, spec),) = cluster.worker_spec.items()
-            for i in range(1, n):
-                cluster.worker_spec[f"gpu0-copy{i}"] = copy.deepcopy(spec)
-            cluster.sync(cluster._correct_state)
+            if not each_own_gpu:
+                ((_, spec),) = cluster.worker_spec.items()
+                for i in range(1, n):
+                    cluster.worker_spec[f"gpu0-copy{i}"] = copy.deepcopy(spec)
+                cluster.sync(cluster._correct_state)
             add_io_workers(cluster, io_workers, "auto")
             client = Client(cluster)
             client.wait_for_workers(n + io_workers, timeout=180)
@@ -212,6 +216,7 @@ def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, re
 
 
 def main() -> None:
+    from farm.cluster import detect_gpus
     from farm.synthetic import synth
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -237,11 +242,13 @@ def main() -> None:
         synth(jobs[size], decoder="ltx2", shots=1, overwrite=True, frames=121, height=h, width=w)
     with mps(args.percent) if args.percent else contextlib.nullcontext():
         for n in (int(x) for x in args.gpu_workers.split(",")):
-            with gpu0_workers(n, args.io_workers) as client:
+            each_own_gpu = not args.percent and detect_gpus() >= n  # real GPUs: one worker on each
+            with gpu_workers(n, args.io_workers, each_own_gpu) as client:
                 from farm.graph import split_workers
 
                 decoders, _ = split_workers(client)
-                log(f"{n} GPU worker(s) at {args.percent or 100} % each: {decoders}")
+                share = f"on GPU 0, {args.percent or 100} % each"
+                log(f"{n} GPU worker(s) {'each on a GPU of its own' if each_own_gpu else share}: {decoders}")
                 if n == 1:
                     for size in args.sizes:
                         h, w = (int(x) for x in size.split("x"))
