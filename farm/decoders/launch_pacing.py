@@ -2,10 +2,11 @@
 
 An eager video decoder queues thousands of small kernels per call, far faster than the GPU runs them, so
 the decode thread soon fills the device's launch queue and every later launch blocks until the GPU
-drains it. Every other thread of the worker that launches anything meanwhile (a blend of earlier
-batches, its copy to the host) blocks in that queue too: on an H200 split in two by MPS, blends whose
-pieces were long complete finished only with the next chunk's decode, 0.6 s later, and the shot's
-writes bunched at its end (docs/benchmarks.md, eleventh session).
+drains it. By all the signs, the worker's other threads that launch anything meanwhile (a blend of
+earlier batches, its copy to the host) wait in that queue too: on an H200 split in two by MPS, blends
+whose pieces were long complete finished only with the next chunk's decode, 0.6 s later, and the
+shot's writes bunched at its end; with the decode paced, they finished 0.04-0.09 s after they started
+(docs/benchmarks.md, eleventh session).
 
 :class:`LaunchPacer` records an event after each convolution of the decoder and, once more than `lead`
 are outstanding, waits for the oldest; ``torch.cuda.Event.synchronize`` releases the GIL, so the wait
