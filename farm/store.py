@@ -129,9 +129,19 @@ def read_fps(value: Any) -> float:
         return math.nan
 
 
+# zarr-python's own codec pipeline. A worker that has written frames runs the `zarrs` pipeline for its
+# Zarr I/O (`farm.output.use_fast_codecs`), which is faster for whole chunks but slower for the part of a
+# chunk a carried segment reads: 13-15 ms against 6-10 ms for 4-5 latent frames of a 704x1216 shot on
+# this project's 2-core CPU machine (docs/benchmarks.md, eleventh session). A shot's first read is on
+# its GPU's critical path.
+ZARR_PYTHON_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
+
+
 def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> np.ndarray:
-    """One tile's latent block ``[C, f, h, w]``: read on the worker that decodes it."""
+    """One tile's latent block ``[C, f, h, w]``: read on the worker that decodes it, through zarr-python's
+    own codec pipeline whatever this process writes with (the pipeline is chosen when an array opens)."""
     import zarr
 
-    arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
+    with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
+        arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
     return np.asarray(arr[(slice(None), *region)])

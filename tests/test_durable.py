@@ -183,6 +183,39 @@ def test_fast_codecs_write_what_zarr_python_reads(tmp_path: Path, pipeline: str)
     assert (got == rgb).all()
 
 
+def test_latents_are_read_through_zarr_pythons_pipeline_on_a_worker_that_writes_with_zarrs(
+    tmp_path: Path,
+) -> None:
+    """A worker that has written frames runs zarrs for its Zarr I/O, which is slower for the part of a
+    chunk a carried segment reads; its latent reads still go through zarr-python's own pipeline, with
+    the same values, and leave the process' choice as it was."""
+    pytest.importorskip("zarrs")
+    from farm.output import ZARRS_PIPELINE
+    from farm.store import ZARR_PYTHON_PIPELINE, read_latent
+    from farm.synthetic import synth
+
+    job = tmp_path / "job.zarr"
+    synth(job, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=96, seed=2)
+    region = (slice(1, 4), slice(0, 2), slice(1, 3))
+    whole = np.asarray(zarr.open_array(store=str(job / "shot000" / "latent"), mode="r")[...])
+    opened_with = []
+    real_open = zarr.open_array
+
+    def recording_open(*args, **kwargs):
+        opened_with.append(zarr.config.get("codec_pipeline.path"))
+        return real_open(*args, **kwargs)
+
+    with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):  # as after `use_fast_codecs`
+        zarr.open_array = recording_open
+        try:
+            block = read_latent(job, "shot000", region)
+        finally:
+            zarr.open_array = real_open
+        assert zarr.config.get("codec_pipeline.path") == ZARRS_PIPELINE
+    assert opened_with == [ZARR_PYTHON_PIPELINE]
+    assert (block == whole[(slice(None), *region)]).all()
+
+
 def test_frame_chunks_hold_at_most_frame_chunk_mib_and_whole_batches(tmp_path: Path) -> None:
     """`farm.frame-chunk-mib` bounds a chunk's bytes (never below one frame, never across batches), so
     one batch of large frames is several chunks written side by side; the frames read back the same."""
