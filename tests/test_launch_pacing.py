@@ -76,6 +76,22 @@ def test_a_decoder_on_a_cpu_is_not_paced():
         assert load_decoder(synth_spec("ltx2-tiny", seed=11), "cpu").pacer is None
 
 
+def test_hooked_convolutions_compile_without_a_graph_break(events):
+    """`--compile` traces the decoder with the hooks in place: they must not break its graph."""
+    import torch._dynamo
+
+    conv = torch.nn.Conv3d
+    module = torch.nn.Sequential(conv(2, 4, 3, padding=1), torch.nn.SiLU(), conv(4, 2, 1))
+    pacer = pace_launches(module, 2, make_event=events)
+    x = torch.randn(1, 2, 3, 4, 4)
+    with torch.no_grad():
+        eager = module(x)
+        explained = torch._dynamo.explain(module)(x)
+        compiled = torch.compile(module, backend="aot_eager")(x)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    assert torch.allclose(compiled, eager) and pacer.waits == 0 and events.log == []  # CPU outputs: no steps
+
+
 @pytest.mark.parametrize(("value", "lead"), [(0, 0), (6, 6), ("8", 8)])
 def test_launch_lead_reads_the_setting(value, lead):
     with dask.config.set({"farm.launch-lead": value}):

@@ -75,16 +75,21 @@ class LaunchPacer:
             self.waits += 1
 
 
-def pace_launches(module: Any, lead: int = LAUNCH_LEAD) -> LaunchPacer | None:
+def pace_launches(
+    module: Any, lead: int = LAUNCH_LEAD, make_event: Callable[[], Any] | None = None
+) -> LaunchPacer | None:
     """Pace the GPU work of `module`'s eager forward passes by its 3-D and 2-D convolutions, `lead` of
     them ahead (0: hooked but unpaced, until the pacer's lead is set); None (and nothing done) when it
-    does not live on a GPU. Inside a ``torch.compile`` trace the hooks do nothing: a compiled graph
-    launches its kernels in a few fused calls."""
+    does not live on a GPU, unless `make_event` is given (then hooked wherever it lives; only outputs on
+    a GPU count). Inside a ``torch.compile`` trace the hooks do nothing (a compiled graph launches its
+    kernels in a few fused calls), and they add no graph break."""
     import torch
 
-    if not any(p.is_cuda for p in module.parameters()):
-        return None
-    pacer = LaunchPacer(torch.cuda.Event, lead)
+    if make_event is None:
+        if not any(p.is_cuda for p in module.parameters()):
+            return None
+        make_event = torch.cuda.Event
+    pacer = LaunchPacer(make_event, lead)
 
     def after_conv(_module: Any, _inputs: Any, output: Any) -> None:
         if torch.compiler.is_compiling():
