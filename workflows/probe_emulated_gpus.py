@@ -174,16 +174,22 @@ def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool)
 
 
 def set_launch_lead(lead: int) -> int:
-    """On a GPU worker: `lead` (``farm.launch-lead``) for the decoders loaded here and those to come."""
+    """On a GPU worker: `lead` (``farm.launch-lead``) for the decoders loaded here (paced from now on if
+    they were loaded unpaced) and those to come."""
     import dask
 
     from farm.decoders import _cache
+    from farm.decoders.launch_pacing import pace_launches
 
     dask.config.set({"farm.launch-lead": lead})
-    paced = [d.pacer for d in _cache.values() if getattr(d, "pacer", None) is not None]
-    for pacer in paced:
-        pacer.lead = lead
-    return len(paced)
+    paced = 0
+    for decoder in _cache.values():
+        if getattr(decoder, "pacer", None) is None and lead and hasattr(decoder, "model"):
+            decoder.pacer = pace_launches(getattr(decoder.model, "decoder", decoder.model), lead)
+        if getattr(decoder, "pacer", None) is not None:
+            decoder.pacer.lead = lead
+            paced += 1
+    return paced
 
 
 def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, results: dict) -> None:

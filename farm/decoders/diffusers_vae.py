@@ -275,7 +275,8 @@ class DiffusersVideoDecoder:
         model.to(device=device, dtype=getattr(torch, spec.dtype))
         sliced_reflect_padding(model)  # the same padded tensors as F.pad's, in a fraction of its GPU time
         decoder = cls(spec, model, device)
-        decoder.pacer = pace_launches(getattr(model, "decoder", model), launch_lead())  # None on a CPU
+        lead = launch_lead()  # unpaced (0, the default): no hooks at all, the decode as measured
+        decoder.pacer = pace_launches(getattr(model, "decoder", model), lead) if lead else None  # CPU: None
         return decoder
 
     @classmethod

@@ -79,7 +79,7 @@ def pace_launches(
     module: Any, lead: int = LAUNCH_LEAD, make_event: Callable[[], Any] | None = None
 ) -> LaunchPacer | None:
     """Pace the GPU work of `module`'s eager forward passes by its 3-D and 2-D convolutions, `lead` of
-    them ahead (0: hooked but unpaced, until the pacer's lead is set); None (and nothing done) when it
+    them ahead (0: hooked but unpaced until the pacer's lead is set); None (and nothing done) when it
     does not live on a GPU, unless `make_event` is given (then hooked wherever it lives; only outputs on
     a GPU count). Inside a ``torch.compile`` trace the hooks do nothing (a compiled graph launches its
     kernels in a few fused calls), and they add no graph break."""
