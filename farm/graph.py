@@ -38,12 +38,14 @@ from farm.tasks import (
     encode_batch,
     finish_shot,
     mark_batch,
+    read_latent_ahead,
+    segment_latent_frames,
     share_piece,
     write_and_mark_batch,
     write_batch,
     write_sequence,
 )
-from farm.tiling import ShotPlan, Tile
+from farm.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -126,6 +128,7 @@ def run_graph(
     finish: set[str] | None = None,
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
+    latents_ahead: dict[tuple[int, int, int], Any] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -142,6 +145,8 @@ def run_graph(
 
     `outputs_ready`: waits until the output arrays exist (made on another thread meanwhile): the first
     window of decodes is submitted before it is called, every blend and write after.
+
+    `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
@@ -154,8 +159,41 @@ def run_graph(
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
     gpus = functools.partial(gpus_seen, client, workers)
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
-                    priority=priority, describe=describe or {}, outputs_ready=outputs_ready)  # fmt: skip
+                    priority=priority, describe=describe or {}, outputs_ready=outputs_ready,
+                    latents_ahead=latents_ahead)  # fmt: skip
     return driver.run(on_progress)
+
+
+def read_first_latents(
+    client: Client, plans: Sequence[ShotPlan], *, job_path: str, render_id: str, priority: int = 0,
+    stream: bool = True,
+) -> dict[tuple[int, int, int], Any]:  # fmt: skip
+    """Submit each decode worker's first latent read now, before the rest of the render's set-up
+    (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
+    of reading it on the GPU's critical path (19 ms for a 1088×1920 shot's first chunk on an H200
+    node, docs/benchmarks.md). Keyed by decode step (`DecodeStep.unit`) for `run_graph`; `plans` with
+    tiles assigned to slots, as `run_graph` takes them."""
+    workers, io_workers = split_workers(client)
+    if not plans or not workers:
+        return {}
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), stream=stream)
+    first: dict[int, DecodeStep] = {}
+    for step in schedule.decodes:
+        first.setdefault(step.slot, step)
+    futures = {}
+    for slot, step in first.items():
+        plan = plans[step.shot]
+        tile = plan.tiles[step.tile]
+        frames, part = None, ()  # type: tuple[int, int] | None, tuple[int, ...]
+        if step.segment >= 0:  # a streamed tile: its first segment's latent frames only
+            frames = segment_latent_frames(tile_segments(tile, plan_geometry(plan), plan.chunk)[step.segment])
+            part = (step.segment,)
+        futures[step.unit] = client.submit(
+            read_latent_ahead, job_path, tile, frames,
+            key=(keys.READ_LATENT, render_id, plan.shot, tile.index, *part), workers=[workers[slot]],
+            allow_other_workers=True, priority=Priority.base(priority) + step.priority,
+        )  # fmt: skip
+    return futures
 
 
 def _as_completed() -> Any:
@@ -191,6 +229,7 @@ class Driver:
         completions: Callable[[], Any] = _as_completed,
         outputs_ready: Callable[[], Any] | None = None,
         gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
+        latents_ahead: dict[tuple[int, int, int], Any] | None = None,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
         self.workers, self.io_workers = list(workers), list(io_workers)
@@ -218,6 +257,7 @@ class Driver:
         self.cursor = 0
         self.outputs_ready = outputs_ready
         self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
+        self.latents_ahead = dict(latents_ahead or {})  # step unit → its `read_first_latents` future
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -229,9 +269,10 @@ class Driver:
         part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
         carried = plan.chunk.carry and step.segment >= 0
         previous = self.carried.pop((step.shot, step.tile), None) if carried else None
+        ahead = self.latents_ahead.pop(step.unit, None)
         decode = self.client.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
+            ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip

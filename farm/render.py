@@ -35,7 +35,14 @@ from farm.budgets import (
 )
 from farm.decoders import decoder_class, spec_from_json
 from farm.errors import FarmError
-from farm.graph import ProgressCallback, RenderStats, ShotOutcome, run_graph, split_workers
+from farm.graph import (
+    ProgressCallback,
+    RenderStats,
+    ShotOutcome,
+    read_first_latents,
+    run_graph,
+    split_workers,
+)
 from farm.jobplan import check_tile_widths, grid_for, plan_job, plan_shots
 from farm.lock import output_lock
 from farm.options import (
@@ -166,8 +173,12 @@ def render(
         plans, shot_errors, identities, points = _on_cluster(
             job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers)
         )
-        window = _budget_window(client, decode_workers, plans, job, video, window, log)
         render_id = render_id or uuid.uuid4().hex[:8]
+        assigned = assign_round_robin(points.pending, n_workers)
+        # each decode worker's first latent is read while the set-up below runs (off the GPU's path)
+        ahead = read_first_latents(client, assigned, job_path=str(job.path), render_id=render_id,
+                                   priority=priority, stream=stream)  # fmt: skip
+        window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
         clock.mark("size the window, start the outputs")
@@ -179,13 +190,13 @@ def render(
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
                     stats = run_graph(
-                        client, assign_round_robin(points.pending, n_workers), job_path=str(job.path),
+                        client, assigned, job_path=str(job.path),
                         spec_json=job.spec.to_json(), out=out,
                         fps={name: info.fps for name, info in job.shots.items()}, video=video,
                         metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
                         on_progress=thumbnails, total_batches=points.totals, compile=compile,
                         priority=priority, render_id=render_id, finish=points.finish,
-                        outputs_ready=outputs.result, stream=stream,
+                        outputs_ready=outputs.result, stream=stream, latents_ahead=ahead,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)

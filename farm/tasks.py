@@ -193,6 +193,7 @@ def decode_tile(
     compile: bool | str = False,
     segment: int = -1,
     previous: dict | None = None,
+    ahead: tuple | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -204,7 +205,10 @@ def decode_tile(
     With carried chunks (`ChunkSize.carry`) a streamed segment starts from the decoder state in
     `previous`, the previous segment's result (its key ``CARRIED``; None for the first segment), and
     returns its own there unless it is the tile's last, with the next segment's latent read ahead
-    (``NEXT_LATENT``), which the next segment then decodes instead of reading it itself."""
+    (``NEXT_LATENT``), which the next segment then decodes instead of reading it itself.
+
+    `ahead`: `read_latent_ahead`'s result for this decode (a worker's first, read while the render set
+    up), used when it holds the latent this decode reads."""
     from farm.decoders import load_decoder
 
     check_visible(job_path, "job store")
@@ -218,6 +222,8 @@ def decode_tile(
         first, stop = segment_latent_frames(segments[segment])
         latent = read_ahead_latent(previous, (first, stop))
         if latent is None:
+            latent = _latent_from(ahead, (first, stop))
+        if latent is None:
             latent = _read_tile_latent(job_path, tile, slice(first, stop))
         state, ahead = None, None
         if chunk.carry:
@@ -230,7 +236,9 @@ def decode_tile(
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         pieces = on_decode_thread(_ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
-    latent = _read_tile_latent(job_path, tile)
+    latent = _latent_from(ahead, None)
+    if latent is None:
+        latent = _read_tile_latent(job_path, tile)
     if len(segments) > 1:
         state = {} if chunk.carry else None
         return on_decode_thread(_ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
@@ -282,6 +290,28 @@ def _with_read_ahead(pieces: dict[Any, Any], ahead: tuple[tuple[int, int], Futur
         with contextlib.suppress(FarmError):
             pieces[NEXT_LATENT] = (frames, reading.result())
     return pieces
+
+
+def read_latent_ahead(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> tuple | None:
+    """A decode worker's first latent, read while the render still sets up (`farm.graph`'s
+    ``read_first_latents``): ``(frames, latent)`` for the decode that takes it (`frames`: a streamed
+    segment's tile-local latent frames, None for the whole tile). None when it cannot be read: that
+    decode then reads it itself and reports the error as any decode does."""
+    try:
+        if frames is None:
+            latent = _read_tile_latent(job_path, tile)
+            return None, latent.pin_memory() if worker_device().startswith("cuda") else latent
+        first, stop = frames
+        return (first, stop), _read_for_this_worker(job_path, tile, (first, stop))
+    except FarmError:
+        return None
+
+
+def _latent_from(ahead: tuple | None, frames: tuple[int, int] | None) -> torch.Tensor | None:
+    """The latent `read_latent_ahead` read, if it is the one of `frames` (None: the whole tile)."""
+    if ahead is None or (None if ahead[0] is None else tuple(ahead[0])) != frames:
+        return None
+    return ahead[1]
 
 
 def read_ahead_latent(previous: dict | None, frames: tuple[int, int]) -> torch.Tensor | None:

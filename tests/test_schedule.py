@@ -134,7 +134,7 @@ class FifoCompletions:
 
 
 def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None,
-          gate: bool = False, one_host: bool = False):  # fmt: skip
+          gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None):  # fmt: skip
     """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
     from farm.graph import Driver, RenderTargets
     from farm.tasks import VideoSettings
@@ -153,7 +153,8 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
         client.submitted.append({"kind": "outputs-ready", "key": ("outputs-ready",)})
 
     driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
-                    completions=FifoCompletions, outputs_ready=outputs_ready if gate else None)  # fmt: skip
+                    completions=FifoCompletions, outputs_ready=outputs_ready if gate else None,
+                    latents_ahead=latents_ahead)  # fmt: skip
     stats = driver.run()
     return schedule, client, stats, workers, io_workers
 
@@ -335,10 +336,25 @@ def test_a_carried_segment_takes_the_previous_segments_decode_on_the_same_worker
     assert n == 4 and len(by_tile) == 3 and all(len(segs) == n for segs in by_tile.values())
     for segs in by_tile.values():
         assert [s["key"][4] for s in segs] == list(range(n))
-        previous = [s["future"].args[-1] for s in segs]  # decode_tile's last argument
+        previous = [s["future"].args[-2] for s in segs]  # decode_tile's `previous` (then `ahead`)
         assert previous == [None] + [s["future"] for s in segs[:-1]]
         assert len({s["worker"] for s in segs}) == 1
     assert stats.batches_written == sum(len(p.batches) for p in plans) and not stats.failed
+
+
+def test_a_latent_read_ahead_goes_to_the_decode_it_was_read_for_only() -> None:
+    """`read_first_latents`' futures reach the decodes of their units (decode_tile's `ahead`), once."""
+    plans = JOBS["carried temporal chunks"][0]()
+    schedule = make_schedule(plans, n_decode=2, n_io=1)
+    firsts = {}
+    for step in schedule.decodes:
+        firsts.setdefault(step.slot, step.unit)
+    ahead = {unit: ("read", unit) for unit in firsts.values()}
+    _, client, stats, _, _ = drive(plans, 2, 1, latents_ahead=ahead)
+    decodes = [s for s in client.submitted if s["kind"] == keys.DECODE_TILE]
+    given = {d.unit: s["future"].args[-1] for d, s in zip(schedule.decodes, decodes, strict=True)}
+    assert {unit: a for unit, a in given.items() if a is not None} == ahead
+    assert sum(a is None for a in given.values()) == len(decodes) - 2 and not stats.failed
 
 
 def test_each_decode_slots_last_batch_is_written_where_it_was_blended() -> None:

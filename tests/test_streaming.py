@@ -133,3 +133,68 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     changed = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, steps[1]), False,
                           1, zeros)  # fmt: skip
     assert not torch.equal(changed[steps[1].feeds[0]], own[1][steps[1].feeds[0]])
+
+
+def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_its_decode(
+    tmp_path, cluster3
+):
+    """`read_first_latents` reads, on each decode worker, the latent its first decode needs (a carried
+    tile's first segment, or a whole tile); that decode takes it instead of reading its own, with the
+    same pieces, and ignores a latent read for other frames. A latent that cannot be read ahead is
+    left to the decode, which fails with its own error."""
+    import pytest
+    import torch
+    import zarr
+
+    from farm.errors import FarmError
+    from farm.graph import _cuts, read_first_latents, split_workers
+    from farm.schedule import make_schedule
+    from farm.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
+    from farm.tiling import assign_round_robin, plan_geometry, tile_segments
+
+    job_path = tmp_path / "job.zarr"
+    synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=128, seed=5)
+    job = open_job(job_path)
+    workers, _ = split_workers(cluster3)
+    chunk = ChunkSize(2, carry=True)
+    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
+    cases = ((carried, True), (carried, False), (fr.PlanOptions(tiles=(1, 1, 1)), True))
+    for case, (options, stream) in enumerate(cases):
+        plans = assign_round_robin(fr.plan_shots(job, options, list(job.shots))[0], len(workers))
+        render_id = f"t{case}"  # keys are per render
+        ahead = read_first_latents(cluster3, plans, job_path=str(job_path), render_id=render_id,
+                                   stream=stream)  # fmt: skip
+        firsts: dict[int, object] = {}
+        decodes = make_schedule(plans, n_decode=len(workers), n_io=0, stream=stream).decodes
+        for step in decodes:
+            firsts.setdefault(step.slot, step)
+        assert set(ahead) == {s.unit for s in firsts.values()}  # one read per decode worker, for its first
+        assert len(ahead) == min(len(workers), len({(d.shot, d.tile) for d in decodes}))
+        for slot, step in firsts.items():
+            future, plan = ahead[step.unit], plans[step.shot]
+            tile = plan.tiles[step.tile]
+            assert future.key[:4] == ("read-latent", render_id, plan.shot, tile.index)
+            frames, latent = future.result()
+            assert set(cluster3.who_has(future)[future.key]) == {workers[slot]}  # read on its decoder
+            if step.segment >= 0:
+                segments = tile_segments(tile, plan_geometry(plan), plan.chunk)
+                assert frames == segment_latent_frames(segments[step.segment])
+                assert torch.equal(latent, _read_tile_latent(str(job_path), tile, slice(*frames)))
+            else:
+                assert frames is None and torch.equal(latent, _read_tile_latent(str(job_path), tile))
+            cuts = _cuts(plan, step)
+            args = (str(job_path), job.spec.to_json(), tile, plan.chunk, cuts, False, step.segment)
+            own = decode_tile(*args, None, None)
+            taken = decode_tile(*args, None, (frames, torch.zeros_like(latent)))  # zeros: proves it was used
+            ignored = decode_tile(*args, None, ((99, 100), torch.zeros_like(latent)))  # other frames
+            batches = [b for b in own if isinstance(b, int)]
+            assert all(torch.equal(own[b], ignored[b]) for b in batches)
+            assert any(not torch.equal(own[b], taken[b]) for b in batches)
+            assert all(torch.equal(own[b], decode_tile(*args, None, (frames, latent))[b]) for b in batches)
+    # a latent that cannot be read: nothing read ahead, and the decode reports its own error
+    bad_tile = assign_round_robin(fr.plan_shots(job, carried, ["shot000"])[0], 1)[0].tiles[0]
+    latents = zarr.open_array(store=str(job_path / "shot000" / "latent"), mode="r+")
+    latents[:, 0] = np.nan
+    assert read_latent_ahead(str(job_path), bad_tile, None) is None
+    with pytest.raises(FarmError, match="NaN"):
+        decode_tile(str(job_path), job.spec.to_json(), bad_tile, ChunkSize(), [], False, -1, None, None)
