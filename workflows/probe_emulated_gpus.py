@@ -255,7 +255,7 @@ def main() -> None:
                 decoders, _ = split_workers(client)
                 share = f"on GPU 0, {args.percent or 100} % each"
                 log(f"{n} GPU worker(s) {'each on a GPU of its own' if each_own_gpu else share}: {decoders}")
-                if n == 1:
+                if n == 1 and args.plain_reps:  # 0: no plain decode (saves a minute a cluster)
                     for size in args.sizes:
                         h, w = (int(x) for x in size.split("x"))
                         t = client.run(plain_on_worker, 121, h, w, args.plain_reps, workers=decoders[:1])
