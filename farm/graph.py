@@ -165,18 +165,18 @@ def run_graph(
 
 
 def read_first_latents(
-    client: Client, plans: Sequence[ShotPlan], *, job_path: str, render_id: str, priority: int = 0,
-    stream: bool = True,
+    client: Client, plans: Sequence[ShotPlan], workers: Sequence[str], n_io: int, *, job_path: str,
+    render_id: str, priority: int = 0, stream: bool = True,
 ) -> dict[tuple[int, int, int], Any]:  # fmt: skip
     """Submit each decode worker's first latent read now, before the rest of the render's set-up
     (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
     of reading it on the GPU's critical path (19 ms for a 1088×1920 shot's first chunk on an H200
     node, docs/benchmarks.md). Keyed by decode step (`DecodeStep.unit`) for `run_graph`; `plans` with
-    tiles assigned to slots, as `run_graph` takes them."""
-    workers, io_workers = split_workers(client)
+    tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io` I/O
+    workers as `split_workers` gives them."""
     if not plans or not workers:
         return {}
-    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), stream=stream)
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=n_io, stream=stream)
     first: dict[int, DecodeStep] = {}
     for step in schedule.decodes:
         first.setdefault(step.slot, step)
@@ -184,7 +184,8 @@ def read_first_latents(
     for slot, step in first.items():
         plan = plans[step.shot]
         tile = plan.tiles[step.tile]
-        frames, part = None, ()  # type: tuple[int, int] | None, tuple[int, ...]
+        frames: tuple[int, int] | None = None
+        part: tuple[int, ...] = ()
         if step.segment >= 0:  # a streamed tile: its first segment's latent frames only
             frames = segment_latent_frames(tile_segments(tile, plan_geometry(plan), plan.chunk)[step.segment])
             part = (step.segment,)

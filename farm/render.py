@@ -176,8 +176,8 @@ def render(
         render_id = render_id or uuid.uuid4().hex[:8]
         assigned = assign_round_robin(points.pending, n_workers)
         # each decode worker's first latent is read while the set-up below runs (off the GPU's path)
-        ahead = read_first_latents(client, assigned, job_path=str(job.path), render_id=render_id,
-                                   priority=priority, stream=stream)  # fmt: skip
+        ahead = read_first_latents(client, assigned, decode_workers, len(io_workers), job_path=str(job.path),
+                                   render_id=render_id, priority=priority, stream=stream)  # fmt: skip
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip

@@ -193,7 +193,7 @@ def decode_tile(
     compile: bool | str = False,
     segment: int = -1,
     previous: dict | None = None,
-    ahead: tuple | None = None,
+    first_latent: tuple | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -207,8 +207,8 @@ def decode_tile(
     returns its own there unless it is the tile's last, with the next segment's latent read ahead
     (``NEXT_LATENT``), which the next segment then decodes instead of reading it itself.
 
-    `ahead`: `read_latent_ahead`'s result for this decode (a worker's first, read while the render set
-    up), used when it holds the latent this decode reads."""
+    `first_latent`: `read_latent_ahead`'s result for this decode (a worker's first, read while the
+    render set up), used when it holds the latent this decode reads."""
     from farm.decoders import load_decoder
 
     check_visible(job_path, "job store")
@@ -222,7 +222,7 @@ def decode_tile(
         first, stop = segment_latent_frames(segments[segment])
         latent = read_ahead_latent(previous, (first, stop))
         if latent is None:
-            latent = _latent_from(ahead, (first, stop))
+            latent = _latent_from(first_latent, (first, stop))
         if latent is None:
             latent = _read_tile_latent(job_path, tile, slice(first, stop))
         state, ahead = None, None
@@ -236,7 +236,7 @@ def decode_tile(
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         pieces = on_decode_thread(_ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
-    latent = _latent_from(ahead, None)
+    latent = _latent_from(first_latent, None)
     if latent is None:
         latent = _read_tile_latent(job_path, tile)
     if len(segments) > 1:
@@ -275,10 +275,10 @@ def _start_read_ahead(job_path: str, tile: Tile, frames: tuple[int, int]) -> tup
     return frames, _read_ahead_thread.submit(_read_for_this_worker, job_path, tile, frames)
 
 
-def _read_for_this_worker(job_path: str, tile: Tile, frames: tuple[int, int]) -> torch.Tensor:
+def _read_for_this_worker(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> torch.Tensor:
     """The latent frames, in pinned memory on a GPU worker: the decoder's copy to the GPU then neither
     pins (a pinned allocation took up to 27 ms there) nor waits for queued kernels."""
-    latent = _read_tile_latent(job_path, tile, slice(*frames))
+    latent = _read_tile_latent(job_path, tile, None if frames is None else slice(*frames))
     return latent.pin_memory() if worker_device().startswith("cuda") else latent
 
 
@@ -298,11 +298,7 @@ def read_latent_ahead(job_path: str, tile: Tile, frames: tuple[int, int] | None)
     segment's tile-local latent frames, None for the whole tile). None when it cannot be read: that
     decode then reads it itself and reports the error as any decode does."""
     try:
-        if frames is None:
-            latent = _read_tile_latent(job_path, tile)
-            return None, latent.pin_memory() if worker_device().startswith("cuda") else latent
-        first, stop = frames
-        return (first, stop), _read_for_this_worker(job_path, tile, (first, stop))
+        return frames, _read_for_this_worker(job_path, tile, frames)
     except FarmError:
         return None
 

@@ -242,12 +242,10 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
         if mode == "eager" and hasattr(decoder, "model"):
             sliced_reflect_padding(decoder.model, on=False)
             lead = decoder.pacer.lead if decoder.pacer is not None else 0
-            if decoder.pacer is not None:  # diffusers' own decode queues its kernels unpaced
-                decoder.pacer.lead = 0
+            decoder.pace(0)  # diffusers' own decode queues its kernels unpaced
             out["eager"] = _timed_plain(decoder, latent, args.reps, "eager (diffusers)", args.frames)
             sliced_reflect_padding(decoder.model, on=True)
-            if decoder.pacer is not None:
-                decoder.pacer.lead = lead
+            decoder.pace(lead)
             mode = "eager-farm"
         out[mode] = _timed_plain(decoder, latent, args.reps, mode, args.frames)
         if mode.startswith("eager"):

@@ -24,15 +24,12 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-MPS_DIRS = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/farm-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/farm-mps/log"}
 
 
 def log(msg: str) -> None:
@@ -42,18 +39,16 @@ def log(msg: str) -> None:
 @contextlib.contextmanager
 def mps(percent: int) -> Any:
     """The MPS control daemon, with every process started meanwhile at `percent` % of the SMs."""
-    env = dict(os.environ, **MPS_DIRS)
-    for d in MPS_DIRS.values():
-        Path(d).mkdir(parents=True, exist_ok=True)
-    subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, check=True, timeout=30)
+    from probe_mps_split import mps_daemon
+
     saved = dict(os.environ)
-    os.environ.update(MPS_DIRS, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(percent))
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, text=True, timeout=60)
+    with mps_daemon() as env:
+        os.environ.update(env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(percent))
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 @contextlib.contextmanager
@@ -179,17 +174,12 @@ def set_launch_lead(lead: int) -> int:
     import dask
 
     from farm.decoders import _cache
-    from farm.decoders.launch_pacing import pace_launches
 
     dask.config.set({"farm.launch-lead": lead})
-    paced = 0
     for decoder in _cache.values():
-        if getattr(decoder, "pacer", None) is None and lead and hasattr(decoder, "model"):
-            decoder.pacer = pace_launches(getattr(decoder.model, "decoder", decoder.model), lead)
-        if getattr(decoder, "pacer", None) is not None:
-            decoder.pacer.lead = lead
-            paced += 1
-    return paced
+        if hasattr(decoder, "pace"):
+            decoder.pace(lead)
+    return sum(getattr(d, "pacer", None) is not None for d in _cache.values())
 
 
 def run_case(client: Any, n: int, size: str, job: Path, case: str, args: Any, results: dict) -> None:

@@ -18,12 +18,14 @@ GPU's compute mode and other settings are left as they are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,24 @@ def ipc_check() -> dict[str, Any]:
     return {"expected": float(t.sum()), "got": got, "same": got == float(t.sum())}
 
 
+@contextlib.contextmanager
+def mps_daemon() -> Iterator[dict[str, str]]:
+    """The MPS control daemon, its folders under /tmp, told to quit on exit (also when the block fails);
+    yields the environment its clients need (add ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for a share)."""
+    env = dict(os.environ, **MPS_DIRS)
+    for d in MPS_DIRS.values():
+        Path(d).mkdir(parents=True, exist_ok=True)
+    started = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, capture_output=True, text=True,
+                             timeout=30)  # fmt: skip
+    log(f"MPS daemon started: exit {started.returncode} {started.stderr.strip()}")
+    try:
+        yield env
+    finally:
+        quit_ = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, capture_output=True,
+                               text=True, timeout=60)  # fmt: skip
+        log(f"MPS daemon told to quit: exit {quit_.returncode}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--child", action="store_true")
@@ -123,14 +143,7 @@ def main() -> None:
     out["whole_gpu_two"] = run_children(2, args, base, Path("/tmp/farm-mps/barrier"))
     log(f"whole GPU, one process: {out['whole_gpu_one']}; two at once: {out['whole_gpu_two']}")
     if out["mps_control"]:
-        env = dict(base, **MPS_DIRS)
-        for d in MPS_DIRS.values():
-            Path(d).mkdir(parents=True, exist_ok=True)
-        started = subprocess.run(["nvidia-cuda-mps-control", "-d"], env=env, capture_output=True, text=True,
-                                 timeout=30)  # fmt: skip
-        out["mps_start"] = [started.returncode, started.stdout, started.stderr]
-        log(f"MPS daemon: {out['mps_start']}")
-        try:
+        with mps_daemon() as env:
             share = dict(env, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=str(args.percent))
             out["mps_full_one"] = run_children(1, args, env, Path("/tmp/farm-mps/barrier"))
             out["mps_share_one"] = run_children(1, args, share, Path("/tmp/farm-mps/barrier"))
@@ -143,11 +156,6 @@ def main() -> None:
                                  timeout=180)  # fmt: skip
             out["mps_ipc"] = [ipc.returncode, ipc.stdout[-500:], ipc.stderr[-1500:]]
             log(f"IPC between MPS clients: {out['mps_ipc']}")
-        finally:
-            q = subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env=env, capture_output=True,
-                               text=True, timeout=60)  # fmt: skip
-            out["mps_quit"] = q.returncode
-            log(f"MPS quit: {q.returncode}")
     if args.out_json:
         Path(args.out_json).write_text(json.dumps(out, indent=1))
 

@@ -275,9 +275,17 @@ class DiffusersVideoDecoder:
         model.to(device=device, dtype=getattr(torch, spec.dtype))
         sliced_reflect_padding(model)  # the same padded tensors as F.pad's, in a fraction of its GPU time
         decoder = cls(spec, model, device)
-        lead = launch_lead()  # unpaced (0, the default): no hooks at all, the decode as measured
-        decoder.pacer = pace_launches(getattr(model, "decoder", model), lead) if lead else None  # CPU: None
+        decoder.pace(launch_lead())
         return decoder
+
+    def pace(self, lead: int) -> None:
+        """Queue eager GPU decodes at most `lead` convolutions ahead of the GPU (0: unpaced), from the
+        next decode on (`farm.decoders.launch_pacing`). The hooks go in at the first lead above 0, so an
+        unpaced decoder runs as measured; on a CPU there is nothing to pace."""
+        if self.pacer is None and lead:
+            self.pacer = pace_launches(getattr(self.model, "decoder", self.model), lead)
+        if self.pacer is not None:
+            self.pacer.lead = lead
 
     @classmethod
     def check_weights(cls, spec: DecoderSpec) -> None:
