@@ -128,7 +128,7 @@ def run_graph(
     finish: set[str] | None = None,
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
-    latents_ahead: dict[tuple[int, int, int], Any] | None = None,
+    latents_ahead: dict[tuple[str, int, int], Any] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -167,13 +167,14 @@ def run_graph(
 def read_first_latents(
     client: Client, plans: Sequence[ShotPlan], workers: Sequence[str], n_io: int, *, job_path: str,
     render_id: str, priority: int = 0, stream: bool = True,
-) -> dict[tuple[int, int, int], Any]:  # fmt: skip
+) -> dict[tuple[str, int, int], Any]:  # fmt: skip
     """Submit each decode worker's first latent read now, before the rest of the render's set-up
     (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
     of reading it on the GPU's critical path (19 ms for a 1088×1920 shot's first chunk on an H200
-    node, docs/benchmarks.md). Keyed by decode step (`DecodeStep.unit`) for `run_graph`; `plans` with
-    tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io` I/O
-    workers as `split_workers` gives them."""
+    node, docs/benchmarks.md). Keyed by `ahead_key` (shot name, tile, segment: positions in `plans` may
+    differ from the plans `run_graph` gets, when some shots drop out meanwhile) for `run_graph`; `plans`
+    with tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io`
+    I/O workers as `split_workers` gives them."""
     if not plans or not workers:
         return {}
     schedule = make_schedule(plans, n_decode=len(workers), n_io=n_io, stream=stream)
@@ -189,12 +190,17 @@ def read_first_latents(
         if step.segment >= 0:  # a streamed tile: its first segment's latent frames only
             frames = segment_latent_frames(tile_segments(tile, plan_geometry(plan), plan.chunk)[step.segment])
             part = (step.segment,)
-        futures[step.unit] = client.submit(
+        futures[ahead_key(plan, step)] = client.submit(
             read_latent_ahead, job_path, tile, frames,
             key=(keys.READ_LATENT, render_id, plan.shot, tile.index, *part), workers=[workers[slot]],
             allow_other_workers=True, priority=Priority.base(priority) + step.priority,
         )  # fmt: skip
     return futures
+
+
+def ahead_key(plan: ShotPlan, step: DecodeStep) -> tuple[str, int, int]:
+    """The key of `step`'s latent read ahead: its shot's name, its tile's index and its segment."""
+    return (plan.shot, plan.tiles[step.tile].index, step.segment)
 
 
 def _as_completed() -> Any:
@@ -230,7 +236,7 @@ class Driver:
         completions: Callable[[], Any] = _as_completed,
         outputs_ready: Callable[[], Any] | None = None,
         gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
-        latents_ahead: dict[tuple[int, int, int], Any] | None = None,
+        latents_ahead: dict[tuple[str, int, int], Any] | None = None,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
         self.workers, self.io_workers = list(workers), list(io_workers)
@@ -258,7 +264,7 @@ class Driver:
         self.cursor = 0
         self.outputs_ready = outputs_ready
         self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
-        self.latents_ahead = dict(latents_ahead or {})  # step unit → its `read_first_latents` future
+        self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -270,7 +276,7 @@ class Driver:
         part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
         carried = plan.chunk.carry and step.segment >= 0
         previous = self.carried.pop((step.shot, step.tile), None) if carried else None
-        ahead = self.latents_ahead.pop(step.unit, None)
+        ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
         decode = self.client.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),

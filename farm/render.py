@@ -170,14 +170,23 @@ def render(
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
         clock.mark("connect, check the workers")
-        plans, shot_errors, identities, points = _on_cluster(
-            job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers)
-        )
         render_id = render_id or uuid.uuid4().hex[:8]
+        ahead: dict = {}
+
+        def read_ahead(pending: Sequence[ShotPlan]) -> None:
+            # each decode worker's first latent is read while the set-up runs (off the GPU's path)
+            ahead.update(read_first_latents(
+                client, assign_round_robin(pending, n_workers), decode_workers, len(io_workers),
+                job_path=str(job.path), render_id=render_id, priority=priority, stream=stream,
+            ))  # fmt: skip
+
+        plans, shot_errors, identities, points = _on_cluster(
+            job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers),
+            read_ahead=read_ahead,
+        )  # fmt: skip
         assigned = assign_round_robin(points.pending, n_workers)
-        # each decode worker's first latent is read while the set-up below runs (off the GPU's path)
-        ahead = read_first_latents(client, assigned, decode_workers, len(io_workers), job_path=str(job.path),
-                                   render_id=render_id, priority=priority, stream=stream)  # fmt: skip
+        if not ahead:
+            read_ahead(points.pending)
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
@@ -269,16 +278,23 @@ def _before_cluster(
 
 def _on_cluster(
     job: Job, out: Output, options: PlanOptions, video: VideoSettings, restart: bool, frame_numbers: Any,
-    clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int,
+    clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int, *,
+    read_ahead: Callable[[Sequence[ShotPlan]], None],
 ) -> tuple[list[ShotPlan], dict[str, FarmError], dict, ResumePoints]:  # fmt: skip
     """Once connected to a cluster of `n_workers` decode and `n_io` I/O workers: the plans to render,
-    the shots' errors, identities and what is left (auto tiles planned for this cluster)."""
+    the shots' errors, identities and what is left (auto tiles planned for this cluster).
+
+    A fresh OUT renders every planned shot whole (unless `--frames` picks batches), so `read_ahead` is
+    given them before the latents' hash is waited for: the first latents are read meanwhile (a shot
+    whose latent turns out unreadable is dropped, and its read is never taken)."""
     checked = early.checked
     if checked is None:
         plans, shot_errors = early.plans, early.shot_errors
         if not early.plan_first:  # auto tiles for this cluster's workers, planned now only
             plans, shot_errors = _plan_for_cluster(job, out, options, video, early.names, shot_errors,
                                                    restart, n_workers, n_io, clock)  # fmt: skip
+        if frame_numbers is None:
+            read_ahead(plans)
         checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
     plans, shot_errors, hashes, identities, points = checked
     if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it

@@ -14,6 +14,7 @@ import pytest
 
 from farm import costmodel, keys
 from farm.errors import FarmError
+from farm.graph import ahead_key
 from farm.planner import _shot_tasks, _simulate, predict
 from farm.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
 from farm.tasks import share_piece
@@ -348,12 +349,13 @@ def test_a_latent_read_ahead_goes_to_the_decode_it_was_read_for_only() -> None:
     schedule = make_schedule(plans, n_decode=2, n_io=1)
     firsts = {}
     for step in schedule.decodes:
-        firsts.setdefault(step.slot, step.unit)
-    ahead = {unit: ("read", unit) for unit in firsts.values()}
+        firsts.setdefault(step.slot, ahead_key(plans[step.shot], step))
+    ahead = {key: ("read", key) for key in firsts.values()}
     _, client, stats, _, _ = drive(plans, 2, 1, latents_ahead=ahead)
     decodes = [s for s in client.submitted if s["kind"] == keys.DECODE_TILE]
-    given = {d.unit: s["future"].args[-1] for d, s in zip(schedule.decodes, decodes, strict=True)}
-    assert {unit: a for unit, a in given.items() if a is not None} == ahead
+    given = {ahead_key(plans[d.shot], d): s["future"].args[-1]
+             for d, s in zip(schedule.decodes, decodes, strict=True)}  # fmt: skip
+    assert {key: a for key, a in given.items() if a is not None} == ahead
     assert sum(a is None for a in given.values()) == len(decodes) - 2 and not stats.failed
 
 

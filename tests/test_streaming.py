@@ -147,7 +147,7 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     import zarr
 
     from farm.errors import FarmError
-    from farm.graph import _cuts, read_first_latents, split_workers
+    from farm.graph import _cuts, ahead_key, read_first_latents, split_workers
     from farm.schedule import make_schedule
     from farm.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
     from farm.tiling import assign_round_robin, plan_geometry, tile_segments
@@ -168,10 +168,11 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
         decodes = make_schedule(plans, n_decode=len(workers), n_io=0, stream=stream).decodes
         for step in decodes:
             firsts.setdefault(step.slot, step)
-        assert set(ahead) == {s.unit for s in firsts.values()}  # one read per decode worker, for its first
+        # one read per decode worker, for its first decode, keyed by shot name, tile and segment
+        assert set(ahead) == {ahead_key(plans[s.shot], s) for s in firsts.values()}
         assert len(ahead) == min(len(workers), len({(d.shot, d.tile) for d in decodes}))
         for slot, step in firsts.items():
-            future, plan = ahead[step.unit], plans[step.shot]
+            future, plan = ahead[ahead_key(plans[step.shot], step)], plans[step.shot]
             tile = plan.tiles[step.tile]
             assert future.key[:4] == ("read-latent", render_id, plan.shot, tile.index)
             frames, latent = future.result()
@@ -198,3 +199,21 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     assert read_latent_ahead(str(job_path), bad_tile, None) is None
     with pytest.raises(FarmError, match="NaN"):
         decode_tile(str(job_path), job.spec.to_json(), bad_tile, ChunkSize(), [], False, -1, None, None)
+
+
+def test_a_shot_dropped_at_the_hash_keeps_its_latent_read_ahead_to_itself(tmp_path, scheduler3):
+    """A fresh OUT on a running cluster reads each decode worker's first latent before the latents'
+    hash is in. A shot whose later latent chunk is corrupt reads its first segment fine, then drops out
+    at the hash: the shot after it, now first, must decode its own latent, not the one read for the
+    dropped shot (reads are keyed by shot name, tile and segment, not by position)."""
+    carried = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
+    quiet = {"log": lambda _: None, "options": carried, "video": ZARR_ONLY}
+    job = tmp_path / "job.zarr"
+    synth(job, decoder="ltx2-tiny", shots=2, frames=81, height=64, width=64, seed=4)  # 11 latent frames
+    alone = fr.render(job, tmp_path / "alone", scheduler=scheduler3, shots=["shot001"], **quiet)
+    assert not alone.failed
+    (job / "shot000" / "latent" / "c" / "0" / "1" / "0" / "0").write_bytes(b"not a zstd chunk")  # frames 8-10
+    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, **quiet)
+    assert [s.shot for s in stats.failed] == ["shot000"]
+    mine = read_frames(Output(tmp_path / "out"), "shot001")
+    assert mine.tobytes() == read_frames(Output(tmp_path / "alone"), "shot001").tobytes()

@@ -16,6 +16,7 @@ studio's long-lived cluster is used.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import time
 from pathlib import Path
@@ -116,7 +117,9 @@ def collect() -> list[tuple[float, float, float, float, int]]:
     return out
 
 
-def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool = False) -> None:
+def one_render(
+    client: Any, job: Path, dest: Path, options: Any, timeline: bool = False, settle: float = 0
+) -> None:
     from distributed import get_task_stream
 
     from farm.graph import split_workers
@@ -126,6 +129,9 @@ def one_render(client: Any, job: Path, dest: Path, options: Any, timeline: bool 
     decoders, _ = split_workers(client)
     client.run(install, workers=decoders)
     shutil.rmtree(dest, ignore_errors=True)
+    if settle:  # the last render's files deleted and flushed before this one's fsyncs start
+        os.sync()
+        time.sleep(settle)
     seen: list[tuple[float, int]] = []  # when the driver saw each batch written
 
     def progress(stats: Any) -> None:
@@ -197,6 +203,9 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/farm-probe-one-shot")
     p.add_argument("--clusters", nargs="+", default=["inproc"], choices=KINDS)
     p.add_argument("--timeline", action="store_true", help="print the tasks of the render's head and tail")
+    p.add_argument("--timelines", action="store_true", help="print every run's head and tail")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="after deleting the last run's output: sync, then wait so many seconds")  # fmt: skip
     args = p.parse_args()
     h, w = (int(x) for x in args.size.split("x"))
     work = Path(args.work)
@@ -209,7 +218,8 @@ def main() -> None:
             print(f"cluster {kind}: workers {sorted(client.scheduler_info()['workers'])}")
             for run in range(args.runs + 1):
                 print(f"{kind} run {run}" + (" (warms the chunk shapes)" if run == 0 else ""))
-                one_render(client, job, work / "out", options, args.timeline and run == args.runs)
+                timeline = args.timelines or (args.timeline and run == args.runs)
+                one_render(client, job, work / "out", options, timeline, args.settle)
 
 
 if __name__ == "__main__":
