@@ -26,7 +26,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from farm import config, transport
+from farm import config, logs, transport
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS
 
@@ -282,6 +282,13 @@ def _connected(
     if choice.kind == "existing":
         client = _join(scheduler=scheduler, scheduler_file=scheduler_file)
         stack.callback(client.close)
+        if stop_work_stealing(client):
+            logs.LOGGER.info(
+                "farm: turned work stealing off on the scheduler at %s (it moves farm's pinned blends "
+                "onto I/O workers); start it with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False to "
+                "leave it off",
+                client.scheduler_info().get("address", "?"),
+            )
     else:
         cluster = _start_local(choice, memory_limit, stack)
         client = Client(cluster)
@@ -394,11 +401,27 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         ) from e
 
 
+def stop_work_stealing(client: Client) -> bool:
+    """Stop the work stealing of the scheduler `client` joined, if it runs; True when it did.
+
+    farm places every task itself (decodes round-robin, a batch's blend where its pieces are, writes
+    and encodes on I/O workers), with loose restrictions so a lost worker's tasks still run elsewhere;
+    Dask steals loosely restricted tasks. On a `farm cluster` of one H200 it moved 1088x1920 blends
+    onto idle I/O workers, which fetched the GPU pieces and blended on the CPU: 1.9 s renders against
+    1.25 s (docs/benchmarks.md, twelfth session). The clusters farm starts have it off from the start."""
+
+    # defined here so it travels by value: the scheduler need not import farm
+    async def stop(dask_scheduler: Any = None) -> bool:
+        stealing = dask_scheduler.extensions.get("stealing")
+        if stealing is None or "stealing" not in dask_scheduler.periodic_callbacks:
+            return False
+        await stealing.stop()
+        return True
+
+    return bool(client.run_on_scheduler(stop))
+
+
 def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> LocalCluster:
-    # farm places every task itself (decodes round-robin, writes and encodes on I/O workers); work
-    # stealing would move a GPU decode onto a CPU-only I/O worker. Loose restrictions still let a lost
-    # worker's tasks run elsewhere. (Dask ignores resources with loose restrictions, so not those.)
-    stack.enter_context(dask.config.set({"distributed.scheduler.work-stealing": False}))
     cluster = start_local_cluster(
         choice, stack, no_cuda_hint="or connect to a running cluster with --scheduler",
         memory_limit=memory_limit, host="127.0.0.1", dashboard_address="127.0.0.1:0",
@@ -419,6 +442,9 @@ def start_local_cluster(
         "threads_per_worker": choice.threads_per_worker,
         **cluster_kwargs,
     }
+    # farm places every task itself; stealing moves loosely restricted ones (`stop_work_stealing`). The
+    # scheduler reads this once, when it starts: `farm render`'s own and `farm cluster`'s alike.
+    stack.enter_context(dask.config.set({"distributed.scheduler.work-stealing": False}))
     if choice.kind != "local-cuda":
         return LocalCluster(processes=True, **common)
     try:

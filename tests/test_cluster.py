@@ -345,3 +345,36 @@ def test_an_interrupt_leaves_the_processs_ctrl_c_as_it_was():
     with pytest.raises(KeyboardInterrupt), connect(workers=1):
         raise KeyboardInterrupt
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def _stealing_runs(dask_scheduler=None) -> bool:
+    return "stealing" in dask_scheduler.periodic_callbacks
+
+
+@pytest.mark.cluster
+def test_no_work_stealing_on_the_clusters_farm_starts_or_joins(dask_cuda_tripwire):
+    """Dask steals loosely restricted tasks, which farm's are (a lost worker's tiles run elsewhere): it
+    moved blends onto I/O workers on a GPU node. The clusters farm starts (`farm render`'s own, `farm
+    cluster`) run without it; a scheduler farm joins has it stopped, once, and says so."""
+    from distributed import LocalCluster
+
+    from farm import clusterd
+
+    with connect(workers=2) as client:
+        assert "stealing" not in client.cluster.scheduler.extensions
+        assert client.submit(lambda x: x + 1, 1).result() == 2
+    started, daemon_client, facts = clusterd.start(gpus=0, workers=1, port=0, dashboard_port=0, io_workers=0)
+    try:
+        assert "stealing" not in started.scheduler.extensions
+    finally:
+        daemon_client.close()
+        started.close()
+        facts["_stack"].close()
+    # someone else's scheduler, with Dask's defaults: stealing runs until farm joins
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as theirs:
+        with Client(theirs) as other:
+            assert other.run_on_scheduler(_stealing_runs)
+        with connect(scheduler=theirs.scheduler_address) as client:
+            assert not client.run_on_scheduler(_stealing_runs)
+            assert not cluster.stop_work_stealing(client)  # already stopped: nothing to do
+            assert client.submit(lambda x: x + 1, 1).result() == 2

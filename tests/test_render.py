@@ -17,7 +17,19 @@ from tests.helpers import assert_same_video, save_weights
 
 
 def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:
-    """Decode every tile of every shot in this process, weight by its ramps, sum in tile order."""
+    """Decode every tile of every shot in this process, weight by its ramps, sum in tile order.
+
+    With one torch thread, as the 3 workers on this 2-core machine decode: oneDNN's convolutions may
+    round differently with another thread count (a level off in a few pixels on some CPUs)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _reference_frames(job_path, options)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:
     job = open_job(job_path)
     model = LTX2Decoder.build(job.spec)
     out = {}
