@@ -67,6 +67,7 @@ def choose_cluster(
     cpu_count: int,
     threads_per_worker: int | None = None,
     protocol: str | None = None,
+    cpu_decode_threads: int | None = None,
 ) -> ClusterChoice:
     """Decide, without starting anything, which cluster to use.
 
@@ -76,7 +77,9 @@ def choose_cluster(
       TCP (no tile moves between GPUs, and UCX's slower task round trips cost a carried 704×1216 shot
       ≈ 0.1 s on an H200, docs/benchmarks.md), unless `protocol` ("ucx" or "tcp") says otherwise.
     - no GPU: a local CPU cluster of ``workers`` processes (default ``min(cpu_count, 4)``) with one
-      task thread each; torch's threads split the cores between them.
+      task thread each and `cpu_decode_threads` torch threads each (None: the cores split between
+      them; `farm.cpu-decode-threads`, read by `cpu_decode_threads`, says why a fixed count is the
+      default).
     """
     if scheduler is not None and scheduler_file is not None:
         raise FarmError(
@@ -134,8 +137,29 @@ def choose_cluster(
             f"{n} workers × {tpw} thread{'s' if tpw != 1 else ''} on {cpu_count} CPU "
             f"core{'s' if cpu_count != 1 else ''}: tasks will compete for cores"
         )
-    torch_threads = max(1, cpu_count // (n * tpw))
+    torch_threads = cpu_decode_threads or max(1, cpu_count // (n * tpw))
     return ClusterChoice("local-cpu", n, "tcp", tpw, warning, torch_threads)
+
+
+def cpu_decode_threads() -> int | None:
+    """``farm.cpu-decode-threads``: torch's intra-op threads in each worker of a local CPU cluster, or
+    None for ``auto`` (the cores split between the workers).
+
+    The same count on every worker, whatever their number, keeps the frames byte-identical across
+    worker counts: torch's CPU convolutions (oneDNN's, and MKL's without it) sum in another order with
+    another thread count on some CPUs (a level off in a few pixels: 27 of 921 600 values of a tiny
+    test render on a 2-core Xeon with AMX, 2026-12-02), so 1 worker of 2 threads and 3 workers of 1
+    wrote different bytes there. ``auto`` is faster with fewer workers than cores, at that cost."""
+    value = config.get("cpu-decode-threads")
+    if value == "auto":
+        return None
+    whole = isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).isdigit()
+    if not whole or int(value) < 1:
+        raise FarmError(
+            f"farm.cpu-decode-threads is {value!r}; it takes a whole number of threads (at least 1) or "
+            "auto (the cores split between the workers)"
+        )
+    return int(value)
 
 
 def detect_gpus() -> int:
@@ -255,6 +279,7 @@ def connect(
         ucx_available=ucx_available(),
         cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
+        cpu_decode_threads=cpu_decode_threads(),
     )
     if choice.warning:
         if on_warning is None:

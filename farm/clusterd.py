@@ -105,6 +105,7 @@ def start(
         TorchThreadsPlugin,
         choose_cluster,
         cpu_count,
+        cpu_decode_threads,
         dashboard_link,
         start_io_workers,
         start_local_cluster,
@@ -121,6 +122,7 @@ def start(
         cpu_count=cpu_count(),
         threads_per_worker=threads_per_worker,
         protocol=protocol,
+        cpu_decode_threads=cpu_decode_threads(),
     )
     security = Security()  # from Dask's configuration: TLS when it requires encryption
     wire = choice.protocol

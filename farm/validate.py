@@ -45,13 +45,14 @@ def check_render_options(
     frames: str | None = None,
 ) -> list[int] | None:
     """Check every option of `farm.render.render`; returns the parsed `frames` (frame numbers) or None."""
-    from farm.cluster import choose_cluster
+    from farm.cluster import choose_cluster, cpu_decode_threads
     from farm.decoders import compile_mode
     from farm.decoders.launch_pacing import launch_lead
     from farm.options import parse_frame_numbers
 
     choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
                    ucx_available=False, cpu_count=1)  # fmt: skip  # its checks of --workers and addresses
+    cpu_decode_threads()  # the setting, checked before a cluster starts
     if scheduler_file is not None and not os.path.isfile(scheduler_file):
         raise FarmError(
             f"scheduler file {scheduler_file!r} does not exist; give the file a running scheduler wrote "

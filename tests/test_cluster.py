@@ -195,12 +195,21 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
 
 @pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
 @pytest.mark.cluster
-def test_connect_one_worker_gives_torch_the_cores():
-    with connect(workers=1) as client:
-        import torch
+def test_cpu_workers_decode_with_one_thread_count_unless_auto():
+    """`farm.cpu-decode-threads`: every local CPU worker runs torch with the same thread count whatever
+    their number (the bytes then do not depend on it); auto gives one worker the cores."""
+    import torch
 
-        [threads] = client.run(torch.get_num_threads).values()
-        assert threads == cluster.cpu_count()
+    with connect(workers=1) as client:
+        assert set(client.run(torch.get_num_threads).values()) == {1}
+    with dask.config.set({"farm.cpu-decode-threads": "auto"}), connect(workers=1) as client:
+        assert set(client.run(torch.get_num_threads).values()) == {cluster.cpu_count()}
+    with dask.config.set({"farm.cpu-decode-threads": 2}), connect(workers=2) as client:
+        assert set(client.run(torch.get_num_threads).values()) == {2}
+    for bad in (0, "two", -1, True, 1.5):
+        with dask.config.set({"farm.cpu-decode-threads": bad}), pytest.raises(FarmError) as err:
+            cluster.cpu_decode_threads()
+        assert f"farm.cpu-decode-threads is {bad!r}; it takes a whole number" in str(err.value)
 
 
 # --- an existing cluster: scheduler and workers in their own processes -----------------------------
