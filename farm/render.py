@@ -171,22 +171,14 @@ def render(
         n_workers = len(decode_workers)
         clock.mark("connect, check the workers")
         render_id = render_id or uuid.uuid4().hex[:8]
-        ahead: dict = {}
-
-        def read_ahead(pending: Sequence[ShotPlan]) -> None:
-            # each decode worker's first latent is read while the set-up runs (off the GPU's path)
-            ahead.update(read_first_latents(
-                client, assign_round_robin(pending, n_workers), decode_workers, len(io_workers),
-                job_path=str(job.path), render_id=render_id, priority=priority, stream=stream,
-            ))  # fmt: skip
-
+        first_reads = FirstReads(client, str(job.path), decode_workers, len(io_workers), render_id=render_id,
+                                 priority=priority, stream=stream)  # fmt: skip
         plans, shot_errors, identities, points = _on_cluster(
             job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers),
-            read_ahead=read_ahead,
+            read_ahead=first_reads.read,
         )  # fmt: skip
         assigned = assign_round_robin(points.pending, n_workers)
-        if not ahead:
-            read_ahead(points.pending)
+        first_reads.read(points.pending)  # unless read before the hash was in
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
@@ -205,7 +197,7 @@ def render(
                         metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
                         on_progress=thumbnails, total_batches=points.totals, compile=compile,
                         priority=priority, render_id=render_id, finish=points.finish,
-                        outputs_ready=outputs.result, stream=stream, latents_ahead=ahead,
+                        outputs_ready=outputs.result, stream=stream, latents_ahead=first_reads.futures,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
@@ -214,6 +206,26 @@ def render(
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+class FirstReads:
+    """Each decode worker's first latent, read while the render still sets up (off the GPU's path):
+    `read(pending)` submits `read_first_latents` for those plans, once; `futures` holds them by
+    `farm.graph.ahead_key`."""
+
+    def __init__(self, client: Client, job_path: str, workers: Sequence[str], n_io: int, *, render_id: str,
+                 priority: int, stream: bool) -> None:  # fmt: skip
+        self.client, self.job_path, self.workers, self.n_io = client, job_path, workers, n_io
+        self.render_id, self.priority, self.stream = render_id, priority, stream
+        self.futures: dict[tuple[str, int, int], Any] = {}
+
+    def read(self, pending: Sequence[ShotPlan]) -> None:
+        if self.futures:
+            return
+        self.futures = read_first_latents(
+            self.client, assign_round_robin(pending, len(self.workers)), self.workers, self.n_io,
+            job_path=self.job_path, render_id=self.render_id, priority=self.priority, stream=self.stream,
+        )  # fmt: skip
 
 
 class Checked(NamedTuple):

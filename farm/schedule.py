@@ -20,6 +20,7 @@ I/O slot ``j`` the j-th I/O worker. Nothing here imports Dask or torch.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -151,17 +152,24 @@ def required_window(decodes: Sequence[DecodeStep], blends: Sequence[BlendStep]) 
 
 
 def _units(plan: ShotPlan, stream: bool) -> list[tuple[int, int, tuple[int, int], float]]:
-    """(tile position, segment, tile-local pixel frames, share of the tile) per decode step of a shot."""
+    """(tile position, segment, tile-local pixel frames, share of the tile) per decode step of a shot,
+    in submission order: the tiles' first segments, then their second ones, and so on.
+
+    Interleaved so that every tile's first segment is submitted before any tile's later ones: the
+    driver submits a decode with its pieces and blends (a few ms of client calls each), so a shot split
+    over two GPUs whose tiles went tile by tile started its second GPU 21-40 ms after the first (the
+    first tile's five segments submitted before it; docs/benchmarks.md, twelfth session). A worker
+    holding several tiles still runs them tile by tile: decodes of lower tiles have higher priority."""
     geometry = plan_geometry(plan) if stream and plan.chunk.frames else None
-    units = []
+    per_tile = []
     for k, tile in enumerate(plan.tiles):
         segments = tile_segments(tile, geometry, plan.chunk) if geometry else []
         if len(segments) < 2:
-            units.append((k, -1, (0, tile.pixels[0].size), 1.0))
+            per_tile.append([(k, -1, (0, tile.pixels[0].size), 1.0)])
             continue
         total = sum(seg.latent_frames for seg in segments)
-        units.extend((k, seg.index, seg.frames, seg.latent_frames / total) for seg in segments)
-    return units
+        per_tile.append([(k, seg.index, seg.frames, seg.latent_frames / total) for seg in segments])
+    return [unit for rank in itertools.zip_longest(*per_tile) for unit in rank if unit is not None]
 
 
 def make_schedule(
@@ -171,10 +179,10 @@ def make_schedule(
 
     Decodes are submitted in job order (shot by shot, tile by tile) on slot ``tile.worker % n_decode``;
     with `stream`, a tile split into temporal chunks (``plan.chunk.frames``) is one decode per chunk, in
-    order, each feeding the batches it reaches. A batch is submitted with the decode of the last piece
-    it needs; a batch fed by one tile is blended on that tile's slot, other batches round-robin over the
-    decode slots in submission order; writes and encodes go round-robin over the I/O slots, or stay on
-    the blending worker when there are none.
+    order, each feeding the batches it reaches, and a shot's tiles take turns (`_units`). A batch is
+    submitted with the decode of the last piece it needs; a batch fed by one tile is blended on that
+    tile's slot, other batches round-robin over the decode slots in submission order; writes and
+    encodes go round-robin over the I/O slots, or stay on the blending worker when there are none.
     """
     decodes: list[DecodeStep] = []
     blends: list[BlendStep] = []
@@ -204,7 +212,10 @@ def make_schedule(
                 if n_io:
                     io, io_turn = io_turn % n_io, io_turn + 1
                 ready.append(len(blends))
-                blends.append(BlendStep(p, b, tuple(units[v][:2] for v in feeding), slot, io, local))
+                # tile by tile, each tile's segments in order: the sum's order (the bytes) whatever
+                # order the tiles' segments were submitted in
+                summed = tuple(sorted(units[v][:2] for v in feeding))
+                blends.append(BlendStep(p, b, summed, slot, io, local))
             feeds = tuple(b for b, feeding in enumerate(pieces) if u in feeding)
             if not feeds and not (plan.chunk.carry and u < last_needed.get(k, -1)):
                 continue  # a segment of a resumed tile whose batches are all done

@@ -360,6 +360,7 @@ def _stealing_runs(dask_scheduler=None) -> bool:
     return "stealing" in dask_scheduler.periodic_callbacks
 
 
+@pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
 @pytest.mark.cluster
 def test_no_work_stealing_on_the_clusters_farm_starts_or_joins(dask_cuda_tripwire):
     """Dask steals loosely restricted tasks, which farm's are (a lost worker's tiles run elsewhere): it

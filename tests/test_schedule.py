@@ -518,3 +518,27 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
     assert len(marks) == len(schedule.blends) and all(m["future"].fn is write_and_mark_batch for m in marks)
     where = [io_workers[b.io] if b.io is not None else workers[b.slot] for b in schedule.blends]
     assert [m["worker"] for m in marks] == where
+
+
+def test_a_split_shots_tiles_start_together_on_their_workers() -> None:
+    """A streamed shot split over workers submits every tile's first segment before any tile's second:
+    the driver's client calls for one tile's segments (pieces, blends) no longer delay the next worker's
+    first decode. Within a tile the segments keep their order, and a worker holding both tiles still
+    runs the lower tile first (priority)."""
+    carried = ChunkSize(frames=2, carry=True)
+    for n_workers in (2, 1):
+        plans = job([TileGrid((1, 1, 2), (0, 0, 2))], n_workers, frames=9, batch_frames=8, chunk=carried)
+        decodes = make_schedule(plans, n_decode=n_workers, n_io=1).decodes
+        assert [(d.tile, d.segment) for d in decodes[:4]] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+        assert {d.slot for d in decodes[:2]} == set(range(n_workers))
+        for tile in (0, 1):  # 9 latent frames in segments of 2: five each, in order
+            assert [d.segment for d in decodes if d.tile == tile] == list(range(5))
+        assert all(d.priority == Priority.DECODE - plans[0].tiles[d.tile].index for d in decodes)
+        # each batch still goes with the decode of its last piece, and the driver writes every batch
+        submitted_with = {b: i for i, d in enumerate(decodes) for b in d.blends}
+        schedule = make_schedule(plans, n_decode=n_workers, n_io=1)
+        position = {d.unit: i for i, d in enumerate(decodes)}
+        for k, blend in enumerate(schedule.blends):
+            assert submitted_with[k] == max(position[(blend.shot, t, s)] for t, s in blend.pieces)
+        _, _, stats, _, _ = drive(plans, n_workers, 1)
+        assert stats.batches_written == len(plans[0].batches) and not stats.failed
