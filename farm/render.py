@@ -178,7 +178,7 @@ def render(
             read_ahead=first_reads.read,
         )  # fmt: skip
         assigned = assign_round_robin(points.pending, n_workers)
-        first_reads.read(points.pending)  # unless read before the hash was in
+        first_reads.read(assigned)  # unless read before the hash was in
         window = _budget_window(client, decode_workers, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
@@ -210,8 +210,8 @@ def render(
 
 class FirstReads:
     """Each decode worker's first latent, read while the render still sets up (off the GPU's path):
-    `read(pending)` submits `read_first_latents` for those plans, once; `futures` holds them by
-    `farm.graph.ahead_key`."""
+    `read(assigned)` submits `read_first_latents` for those plans (tiles assigned to slots), once;
+    `futures` holds them by `farm.graph.ahead_key`."""
 
     def __init__(self, client: Client, job_path: str, workers: Sequence[str], n_io: int, *, render_id: str,
                  priority: int, stream: bool) -> None:  # fmt: skip
@@ -219,11 +219,11 @@ class FirstReads:
         self.render_id, self.priority, self.stream = render_id, priority, stream
         self.futures: dict[tuple[str, int, int], Any] = {}
 
-    def read(self, pending: Sequence[ShotPlan]) -> None:
+    def read(self, assigned: Sequence[ShotPlan]) -> None:
         if self.futures:
             return
         self.futures = read_first_latents(
-            self.client, assign_round_robin(pending, len(self.workers)), self.workers, self.n_io,
+            self.client, assigned, self.workers, self.n_io,
             job_path=self.job_path, render_id=self.render_id, priority=self.priority, stream=self.stream,
         )  # fmt: skip
 
@@ -297,8 +297,8 @@ def _on_cluster(
     the shots' errors, identities and what is left (auto tiles planned for this cluster).
 
     A fresh OUT renders every planned shot whole (unless `--frames` picks batches), so `read_ahead` is
-    given them before the latents' hash is waited for: the first latents are read meanwhile (a shot
-    whose latent turns out unreadable is dropped, and its read is never taken)."""
+    given them (assigned to slots) before the latents' hash is waited for: the first latents are read
+    meanwhile (a shot whose latent turns out unreadable is dropped, and its read is never taken)."""
     checked = early.checked
     if checked is None:
         plans, shot_errors = early.plans, early.shot_errors
@@ -306,7 +306,7 @@ def _on_cluster(
             plans, shot_errors = _plan_for_cluster(job, out, options, video, early.names, shot_errors,
                                                    restart, n_workers, n_io, clock)  # fmt: skip
         if frame_numbers is None:
-            read_ahead(plans)
+            read_ahead(assign_round_robin(plans, n_workers))
         checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
     plans, shot_errors, hashes, identities, points = checked
     if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it

@@ -312,8 +312,7 @@ def _latent_from(ahead: tuple | None, frames: tuple[int, int] | None) -> torch.T
 
 def read_ahead_latent(previous: dict | None, frames: tuple[int, int]) -> torch.Tensor | None:
     """The latent of tile-local latent `frames` the previous segment's task read ahead, if it did."""
-    ahead = (previous or {}).get(NEXT_LATENT)
-    return ahead[1] if ahead is not None and tuple(ahead[0]) == frames else None
+    return _latent_from((previous or {}).get(NEXT_LATENT), frames)
 
 
 def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:
