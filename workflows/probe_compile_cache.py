@@ -30,7 +30,7 @@ def child(args: argparse.Namespace) -> None:
     else:
         info, loaded = None, 0.0
     spec = synth_spec(args.decoder).to_json()
-    decoder = load_decoder(spec, "cuda", compile=args.mode)
+    decoder = load_decoder(spec, "cuda", compile=False if args.mode == "eager" else args.mode)
     g = decoder.geometry
     shape = [int(x) for x in args.latent.split(",")]
     latent = torch.randn(getattr(decoder, "latent_channels", 128), *shape)
@@ -62,6 +62,8 @@ def child(args: argparse.Namespace) -> None:
             if k in ("inductor", "aot_autograd", "graph_break", "stats")
         },
         "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        # where a compiled first call's seconds went (dynamo's tracing, AOT, inductor, cache loads)
+        "compile_times": torch._dynamo.utils.compile_times(repr="str")[-3000:],
     }
     print("RESULT " + json.dumps(out))
 
@@ -103,7 +105,7 @@ def main() -> None:
     p.add_argument("--child", action="store_true")
     p.add_argument("--decoder", default="ltx2")
     p.add_argument("--latent", default="16,22,38", help="latent frames,height,width")
-    p.add_argument("--mode", default="default")
+    p.add_argument("--mode", default="default", help="a torch.compile mode, or eager (no compile)")
     p.add_argument("--load-artifacts", default=None)
     p.add_argument("--save-artifacts", default=None)
     p.add_argument("--work", default="/tmp/probe-compile")
@@ -122,6 +124,8 @@ def main() -> None:
             "cold, cache1, save artifacts", {"TORCHINDUCTOR_CACHE_DIR": d1}, ["--save-artifacts", art], args
         ),
         run_child("warm cache1", {"TORCHINDUCTOR_CACHE_DIR": d1}, [], args),
+        # what any first call pays in a fresh process (CUDA libraries, cuDNN's choices): not compilation
+        run_child("eager, fresh process", {"TORCHINDUCTOR_CACHE_DIR": d1}, ["--mode", "eager"], args),
         run_child(
             "fresh cache2 + artifacts", {"TORCHINDUCTOR_CACHE_DIR": d2}, ["--load-artifacts", art], args
         ),
