@@ -98,7 +98,7 @@ def use_compile_cache() -> str | None:
     does) already sets that variable to inductor's default, so only an override takes effect.
 
     Inductor keys a compiled graph by the traced graph, its input shapes and dtypes, the torch version
-    and the device: a new tile shape compiles once (measured on the H200: 20-24 s cold, 3.9-5.0 s
+    and the device: a new tile shape compiles once (measured on the H200: 20-24 s cold, 3.9-5.7 s
     from the cache in a fresh cluster's workers; docs/benchmarks.md).
     """
     cache = config.get("compile-cache")
