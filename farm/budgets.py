@@ -126,7 +126,9 @@ def _gpu_memory_total() -> int | None:
 
 def smallest_memory_limit(client: Client, workers: Sequence[str]) -> int | None:
     """The smallest host-memory limit among `workers` (None when none has one)."""
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    from farm.cluster import workers_info
+
+    info = workers_info(client)
     limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
     limits = [v for v in limits if v > 0]
     return min(limits) if limits else None

@@ -190,7 +190,8 @@ def _add_status_command(add: AddCommand) -> None:
 def _add_demo_command(add: AddCommand) -> None:
     p = add("demo", help="synthesize a small ltx2-tiny job and render it")
     p.add_argument("--out", help="folder for the job and the render (default: a new temporary folder)")
-    p.add_argument("--workers", type=int, default=2, help="local worker processes")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local workers (default: one per GPU, else up to 4 CPU processes)")
 
 
 def _add_cluster_command(add: AddCommand) -> None:

@@ -13,20 +13,23 @@ without CUDA, and the CPU path never needs it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import dask
 from distributed import Client, LocalCluster
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from farm import config, logs, transport
+from farm import config, logs, transport_plugin
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS
 
@@ -163,15 +166,33 @@ def cpu_decode_threads() -> int | None:
 
 
 def detect_gpus() -> int:
-    """Number of CUDA devices torch can see (0 on a CPU-only machine or a CPU build of torch)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return 0
-        return int(torch.cuda.device_count())
-    except Exception:
+    """Number of CUDA devices this process may use (0 on a CPU-only machine or with a CPU build of
+    torch), found without importing torch (seconds the driver of a render does not need): the CUDA
+    driver's own count, which honours ``CUDA_VISIBLE_DEVICES``."""
+    if not _torch_has_cuda():
         return 0
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return int(count.value)
+
+
+def _torch_has_cuda() -> bool:
+    """Whether the installed torch is a CUDA build, read from its ``version.py`` without importing it."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version_file.read_text()
+    except OSError:
+        return False
+    match = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, flags=re.MULTILINE)
+    return match is not None and match.group(1).strip() != "None"
 
 
 def ucx_available() -> bool:
@@ -322,7 +343,7 @@ def _connected(
         if choice.kind == "local-cpu":
             client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
         start_io_workers(cluster, client, choice, io_workers, memory_limit)
-    transport.install(client)
+    transport_plugin.install(client)
     try:
         yield client
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (farm.cli): stop the cluster without its warnings
@@ -336,6 +357,15 @@ def _connected(
 
 
 IO_WORKER_PREFIX = "farm-io-"
+
+
+def workers_info(client: Client) -> dict[str, dict[str, Any]]:
+    """The scheduler's workers now, by address, fetched for this call. (``client.scheduler_info()``
+    returns the client's cached copy, which its periodic refresh, without per-worker details, can
+    replace between the fetch and the return: a cluster then seemed to have no workers.)"""
+    if client.scheduler is None:
+        raise FarmError("the Dask client is not connected to a scheduler")
+    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
 
 
 def check_worker_paths(client: Client, paths: dict[str, str]) -> None:
@@ -456,6 +486,9 @@ def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.Exi
     return cluster
 
 
+WARMUP_PRELOAD = "farm.worker_warmup"
+
+
 def start_local_cluster(
     choice: ClusterChoice, stack: contextlib.ExitStack, *, no_cuda_hint: str, **cluster_kwargs: Any
 ) -> LocalCluster:
@@ -479,6 +512,9 @@ def start_local_cluster(
             f"found {detect_gpus()} GPU(s) but dask-cuda does not import ({e}); install the GPU extras "
             f"(pip install 'farm-decode[cuda]'), {no_cuda_hint}"
         ) from e
+    # each GPU worker imports torch and diffusers and makes its CUDA context while it connects
+    # (`farm.worker_warmup`), not after its first decode task arrives
+    common["preload"] = [*common.get("preload", []), WARMUP_PRELOAD]
     if common.get("protocol") == "ucx":
         # UCX must create the CUDA context before it initialises, on the client and scheduler side too
         # (the scheduler of a local cluster runs in this process). Workers get it from dask-cuda.

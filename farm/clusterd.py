@@ -100,7 +100,7 @@ def start(
     from distributed import Client
     from distributed.security import Security
 
-    from farm import monitor, transport
+    from farm import monitor, transport_plugin
     from farm.cluster import (
         TorchThreadsPlugin,
         choose_cluster,
@@ -157,7 +157,7 @@ def start(
         client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
     tls = security if security.require_encryption else None
     n_io = start_io_workers(cluster, client, choice, io_workers, memory_limit, security=tls)
-    transport.install(client)
+    transport_plugin.install(client)
     page = monitor.install(client)
     facts = {
         "kind": choice.kind,

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys
-from farm.cluster import IO_WORKER_PREFIX
+from farm.cluster import IO_WORKER_PREFIX, workers_info
 from farm.errors import FarmError
 from farm.ipc import can_open, gpus_seen, one_host
 from farm.output import Output
@@ -38,6 +38,7 @@ from farm.tasks import (
     encode_batch,
     finish_shot,
     mark_batch,
+    prepare_decoder,
     read_latent_ahead,
     segment_latent_frames,
     share_piece,
@@ -75,6 +76,8 @@ class RenderStats:
     setup_s: float = 0.0  # before the graph: reading, hashing and planning the job, connecting
     finish_s: float = 0.0  # after the graph: the last thumbnails, outcomes, closing the client
     setup_phases: dict[str, float] = field(default_factory=dict)  # set-up seconds per step, in order
+    # per decode worker: seconds to its decoder and to each first decode (only with debug messages on)
+    worker_steps: dict[str, dict[str, float]] = field(default_factory=dict)
     write_s: float = 0.0
     encode_s: float = 0.0
     shots: dict[str, ShotOutcome] = field(default_factory=dict)
@@ -162,6 +165,22 @@ def run_graph(
                     priority=priority, describe=describe or {}, outputs_ready=outputs_ready,
                     latents_ahead=latents_ahead)  # fmt: skip
     return driver.run(on_progress)
+
+
+def prepare_decoders(
+    client: Client, workers: Sequence[str], spec_json: dict, *, compile: bool | str, render_id: str,
+    priority: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """Submit `prepare_decoder` to each decode worker now, so that its decoder loads (imports, build,
+    weights onto its device) while the render still sets up, instead of on its first decode's path.
+    Futures by worker address; each result is that worker's seconds per step."""
+    return {
+        worker: client.submit(
+            prepare_decoder, spec_json, compile, key=(keys.PREPARE_DECODER, render_id, i), workers=[worker],
+            allow_other_workers=False, priority=Priority.base(priority) + Priority.PREPARE, pure=False,
+        )  # fmt: skip
+        for i, worker in enumerate(workers)
+    }
 
 
 def read_first_latents(
@@ -591,7 +610,7 @@ def split_workers(client: Client) -> tuple[list[str], list[str]]:
     """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
     decode: list[str] = []
     io: list[str] = []
-    for address, info in sorted(client.scheduler_info(n_workers=-1)["workers"].items()):
+    for address, info in sorted(workers_info(client).items()):
         (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
     return decode, io
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from dask.sizeof import sizeof
 
+from farm.cuda_streams import side_stream
 from farm.errors import FarmError
-from farm.transport import side_stream
 
 if TYPE_CHECKING:
     import torch

@@ -10,6 +10,7 @@ records ``CANCELLED + (id,)``.
 from __future__ import annotations
 
 PREPARE_OUTPUT = "prepare-output"  # the render's output arrays and identity records, made once
+PREPARE_DECODER = "prepare-decoder"  # a decode worker's decoder, loaded while the render still sets up
 READ_LATENT = "read-latent"  # a decode worker's first latent, read while the render still sets up
 DECODE_TILE = "decode-tile"
 TILE_PIECE = "tile-piece"
@@ -23,6 +24,7 @@ FINISH_SHOT = "finish-shot"
 #: every prefix of a render's task keys, in pipeline order (the farm page's task table)
 TASK_PREFIXES = (
     PREPARE_OUTPUT,
+    PREPARE_DECODER,
     READ_LATENT,
     DECODE_TILE,
     TILE_PIECE,

@@ -13,6 +13,7 @@ modules named for them (`farm.options`, `farm.jobplan`, `farm.budgets`, `farm.re
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -39,6 +40,7 @@ from farm.graph import (
     ProgressCallback,
     RenderStats,
     ShotOutcome,
+    prepare_decoders,
     read_first_latents,
     run_graph,
     split_workers,
@@ -169,8 +171,10 @@ def render(
         check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
-        clock.mark("connect, check the workers")
         render_id = render_id or uuid.uuid4().hex[:8]
+        decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
+                                          render_id=render_id, priority=priority)  # fmt: skip
+        clock.mark("connect, check the workers")
         first_reads = FirstReads(client, str(job.path), decode_workers, len(io_workers), render_id=render_id,
                                  priority=priority, stream=stream)  # fmt: skip
         plans, shot_errors, identities, points = _on_cluster(
@@ -201,11 +205,30 @@ def render(
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
+                    stats.worker_steps = _worker_steps(client, decoders_ready)
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each decode worker's seconds to its decoder (`farm.tasks.prepare_decoder`) and its first decode
+    of each latent shape, logged for ``farm -v render``; empty unless debug messages are on."""
+    if not logs.LOGGER.isEnabledFor(logging.DEBUG) or not decoders_ready:
+        return {}
+    from farm.decoders import decoder_timings
+
+    steps = {w: dict(f.result()) for w, f in decoders_ready.items() if f.status == "finished"}
+    first_calls = client.run(decoder_timings, workers=list(decoders_ready), on_error="ignore")
+    for worker, timings in first_calls.items():
+        if isinstance(timings, dict):
+            for shape, seconds in timings.get("first_call_s", {}).items():
+                steps.setdefault(worker, {})[f"first decode {shape}"] = seconds
+    for worker, timed in steps.items():
+        logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
+    return steps
 
 
 class FirstReads:

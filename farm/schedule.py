@@ -41,6 +41,7 @@ class Priority:
     """
 
     JOB = 10**6
+    PREPARE = 110  # a decode worker's decoder, loaded while the render sets up (its decodes wait for it)
     BLEND = 100
     MARK = 95
     OUTPUT = 90  # write-batch, encode-segment, write-sequence

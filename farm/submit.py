@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from farm.cluster import workers_info
 from farm.errors import FarmError
 from farm.monitor import FINAL_STATES
 from farm.render_ids import render_matches, render_of
@@ -280,7 +281,7 @@ def submit_detached(
     client = client_for(address)
     try:
         page = install(client)
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(workers_info(client))
         if not workers:
             raise FarmError(f"the cluster at {address} has no workers to run the workflow on")
         _publish(client, submission, {

@@ -20,13 +20,13 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from farm import config
+from farm.cuda_streams import READY_EVENT, side_stream
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
 from farm.ipc import SharedPiece, open_piece, share
 from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
-from farm.transport import READY_EVENT, side_stream
 
 if TYPE_CHECKING:
     import torch
@@ -182,6 +182,29 @@ def check_owner(out_root: str, shot: str) -> None:
     if owner is not None and owner != key[1]:
         raise FarmError(f"shot {shot!r}: render {key[1]} was superseded in this output by render {owner}; "
                         "nothing written")  # fmt: skip
+
+
+def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, float]:
+    """Load this worker's decoder for `spec_json` (kept for every later decode of it in this process)
+    while the render still sets up. Returns the seconds the worker spent getting there: its warm-up's
+    imports and CUDA context (`farm.worker_warmup`, where it ran), the decoder's imports and build, and
+    this task's own wait (a warm-up still importing, or a decoder already loaded: near zero)."""
+    from farm import worker_warmup
+
+    started = time.perf_counter()
+    from farm.decoders import decoder_timings, load_decoder, spec_from_json
+
+    imported = time.perf_counter()
+    device = worker_device()
+    load_decoder(spec_json, device, compile=compile)
+    loaded = time.perf_counter()
+    build = decoder_timings()["load_s"].get(f"{spec_from_json(spec_json).describe()} on {device}")
+    return {
+        **worker_warmup.warmup_timings(),
+        "import farm.decoders": imported - started,
+        "decoder ready": loaded - started,
+        **({"decoder build": build} if build is not None else {}),
+    }
 
 
 def decode_tile(
@@ -345,7 +368,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # queued. Blends read pieces on a stream of their own and wait on that event only: on the decode's
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
 # device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
-# stream; docs/benchmarks.md, third session). The event sits under `farm.transport.READY_EVENT`.
+# stream; docs/benchmarks.md, third session). The event sits under `farm.cuda_streams.READY_EVENT`.
 
 
 def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:

@@ -16,12 +16,12 @@ bfloat16 (dask/distributed#6111, #8001), nothing handles torch in the ``"cuda"``
 ``dask.sizeof``
     ``element_size() * nelement()`` plus a small constant, on any device.
 
-Call :func:`register` in every process that sends or receives tensors; :func:`install` does that on the
-client and, through :class:`FarmTransportPlugin`, on every current and future worker. The scheduler
-needs nothing: it forwards task results without deserializing them (its comms keep them as opaque
-``Serialized`` frames) and never computes their size. (A tensor written into a task graph as a
-literal is pickled with the graph, by torch's own pickling, not by these serializers: pass tensors
-between tasks as results, never as literals.)
+Call :func:`register` in every process that sends or receives tensors; `farm.transport_plugin.install`
+does that on every current and future worker of a cluster (this module imports torch: a driver installs
+the plugin without importing it). The scheduler needs nothing: it forwards task results without
+deserializing them (its comms keep them as opaque ``Serialized`` frames) and never computes their
+size. (A tensor written into a task graph as a literal is pickled with the graph, by torch's own
+pickling, not by these serializers: pass tensors between tasks as results, never as literals.)
 
 :func:`transport_stats` counts, per process, what went through each path: a benchmark can call
 ``client.run(farm.transport.transport_stats)`` and check ``device_to_host == 0`` on a UCX cluster.
@@ -36,20 +36,16 @@ cupy); over TCP in ≈ 1.8 s through host memory, arriving on the GPU either way
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from dask.sizeof import sizeof
-from distributed.diagnostics.plugin import WorkerPlugin
 
-if TYPE_CHECKING:
-    from distributed import Client
+from farm.cuda_streams import READY_EVENT, side_stream
 
 # Per-object overhead added to a tensor's data bytes in ``sizeof``.
 SIZEOF_OVERHEAD = 128
-
-PLUGIN_NAME = "farm-transport"
 
 _STAT_KEYS = (
     "dask_serialized",  # tensors serialized by the "dask" (host) family
@@ -68,32 +64,6 @@ _STAT_KEYS = (
 _stats: dict[str, int] = dict.fromkeys(_STAT_KEYS, 0)
 _stats_lock = threading.Lock()
 _register_lock = threading.Lock()
-
-
-# A decoded piece on a GPU carries, under this attribute, the CUDA event recorded right after the
-# kernels that made it were queued (`farm.tasks`): whoever reads it from another stream waits on that
-# event only, not on the decodes queued after it.
-READY_EVENT = "_farm_ready"
-
-_side_streams = threading.local()  # per thread: {(role, device index): a stream of this thread's own}
-
-
-# Side streams run at the device's highest priority (torch maps a number below the range to it): their
-# work is short (a blend, a copy) while the decode stream always has a chunk's kernels queued, and at
-# equal priority a blend's kernels waited behind that chunk (docs/benchmarks.md, eleventh session).
-SIDE_STREAM_PRIORITY = -64
-
-
-def side_stream(device: torch.device, role: str) -> torch.cuda.Stream:
-    """This thread's own CUDA stream on `device` for `role` (made once): work on it waits for nothing
-    queued on the device's other streams unless told to, and goes before the decodes' kernels. One per
-    role ("blend", "share", "transfer"), so that what one role waits for never holds up another's work
-    on the same thread."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    streams = _side_streams.__dict__.setdefault("by_role", {})
-    if (role, index) not in streams:
-        streams[(role, index)] = torch.cuda.Stream(device=index, priority=SIDE_STREAM_PRIORITY)
-    return streams[(role, index)]
 
 
 def _count(**increments: int) -> None:
@@ -369,24 +339,3 @@ def is_registered() -> bool:
         and cuda_serialize.dispatch(torch.Tensor) is cuda_dumps_tensor
         and sizeof.dispatch(torch.Tensor) is sizeof_tensor
     )
-
-
-class FarmTransportPlugin(WorkerPlugin):
-    """Runs :func:`register` on every worker, current and future (idempotent by name)."""
-
-    name = PLUGIN_NAME
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        register()
-
-
-def install(client: Client) -> None:
-    """Make ``client``'s process and all its cluster's workers use farm's tensor transport.
-
-    Registers here, then registers :class:`FarmTransportPlugin` with the scheduler, which runs it on
-    every worker now and on every worker that joins later. The scheduler process itself needs no
-    registration (see the module docstring).
-    """
-    register()
-    client.register_plugin(FarmTransportPlugin(), name=PLUGIN_NAME)

@@ -118,8 +118,10 @@ def _trial_encode(video: VideoSettings) -> None:
     with tempfile.TemporaryDirectory(prefix="farm-check-") as folder:
         path = os.path.join(folder, "check" + video.suffix)
         try:
+            # yuv420p planes where the codec takes them: what renders feed it, without RGB's conversion
+            planes = np.zeros((2, 24, 16), np.uint8) if video.takes_yuv420 else None
             encode_segment(np.zeros((2, 16, 16, 3), np.uint8), path, 24, codec=video.codec, crf=video.crf,
-                           preset=video.preset, threads=video.encoder_threads)  # fmt: skip
+                           preset=video.preset, threads=video.encoder_threads, yuv420=planes)  # fmt: skip
         except FarmError:
             raise
         except Exception as exc:  # PyAV raises its own error types for encoder options

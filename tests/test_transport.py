@@ -18,7 +18,7 @@ import torch
 from distributed import Client, LocalCluster
 from distributed.protocol import deserialize, serialize
 
-from farm import transport
+from farm import transport, transport_plugin
 
 # --- tensors built the same way on any process, so a worker can check what it received -----------
 
@@ -113,7 +113,7 @@ def client():
         ) as cluster,
         Client(cluster) as c,
     ):
-        transport.install(c)
+        transport_plugin.install(c)
         yield c
 
 
@@ -129,8 +129,8 @@ def test_workers_dispatch_to_farm(client):
 
 
 def test_install_is_idempotent(client):
-    transport.install(client)
-    transport.install(client)
+    transport_plugin.install(client)
+    transport_plugin.install(client)
     assert set(client.run(transport.is_registered).values()) == {True}
 
 
@@ -359,7 +359,7 @@ def test_registration_wins_whatever_ran_first():
         import sys, torch
         from distributed.protocol import serialize, deserialize
         from distributed.protocol.serialize import dask_serialize
-        from farm import transport
+        from farm import transport, transport_plugin
         if sys.argv[1] == "before":
             serialize(torch.zeros(2), serializers=["dask"])  # triggers distributed's registration
             transport.register()

@@ -39,7 +39,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
 _cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
 _cache_lock = threading.Lock()
 # What loading and compiling cost in this process (`decoder_timings`): seconds to build each decoder,
-# and each compiled decoder's first call per latent shape (compilation, or inductor's cache, included).
+# and each decoder's first call per latent shape (a compiled one's compilation, or inductor's cache,
+# included), keyed by mode ("eager" or the compile mode) and shape.
 _timings: dict[str, dict[str, float]] = {"load_s": {}, "first_call_s": {}}
 
 
@@ -83,7 +84,7 @@ def load_decoder(
             if mode is not None:
                 use_compile_cache()
                 decoder.enable_compile(None if mode == "default" else mode)
-                decoder.decode = _timing_first_calls(decoder.decode, mode)  # type: ignore[method-assign]
+            decoder.decode = _timing_first_calls(decoder.decode, mode or "eager")  # type: ignore[method-assign]
             _cache[key] = decoder
     return _cache[key]
 
@@ -125,7 +126,7 @@ def _timing_first_calls(decode: Callable[..., Any], mode: str) -> Callable[..., 
 
 
 def decoder_timings() -> dict[str, dict[str, float]]:
-    """This process's decoder build seconds and compiled first-call seconds per latent shape (run it on
+    """This process's decoder build seconds and first-call seconds per mode and latent shape (run it on
     the workers, ``client.run(decoder_timings)``, to see what a render paid for loading and compiling)."""
     return {k: dict(v) for k, v in _timings.items()}
 

@@ -1,0 +1,63 @@
+"""Installing farm's tensor transport (`farm.transport`) on a cluster, from a driver without torch.
+
+The plugin is pickled by the client and unpickled on workers: it lives here, away from the serializers,
+so that a driver registering it never imports torch. On a worker it registers lazily: Dask's dispatchers
+call `farm.transport.register` the first time they meet a torch class, so a worker that has not loaded
+torch yet sets up at once (the client's ``register_plugin`` waits for every worker's set-up) and loads
+torch when its first decode needs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+PLUGIN_NAME = "farm-transport"
+
+
+class FarmTransportPlugin(WorkerPlugin):
+    """Runs `farm.transport.register` on every worker, current and future (idempotent by name)."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        register_when_torch_loads()
+
+
+def _register() -> None:
+    from farm.transport import register
+
+    register()
+
+
+def register_when_torch_loads() -> None:
+    """Register farm's tensor serializers and ``sizeof`` now if torch is loaded, else the first time a
+    dispatcher meets a torch class (replacing distributed's own lazy torch registration, which
+    `farm.transport.register` runs first and then overrides)."""
+    if "torch" in sys.modules:
+        _register()
+        return
+    from dask.sizeof import sizeof
+    from distributed.protocol.cuda import cuda_deserialize, cuda_serialize
+    from distributed.protocol.serialize import dask_deserialize, dask_serialize
+
+    for dispatch in (dask_serialize, dask_deserialize, cuda_serialize, cuda_deserialize, sizeof):
+        dispatch.register_lazy("torch", _register)
+
+
+def install(client: Client) -> None:
+    """Make ``client``'s cluster's workers, current and future, use farm's tensor transport.
+
+    The client's own process registers too when it already holds torch (a script that gathers tensors);
+    a driver without torch has no tensor to send or receive, and stays without it. The scheduler needs
+    nothing: it forwards task results without deserializing them.
+    """
+    if "torch" in sys.modules:
+        _register()
+    client.register_plugin(FarmTransportPlugin(), name=PLUGIN_NAME)
