@@ -212,16 +212,17 @@ def detect_layout(names: Iterable[str], family: str, where: str) -> Layout:
             f"weights at {where} hold no decoder tensors (no name starts with 'decoder.' or "
             f"'vae.decoder.'; e.g. {names[0] if names else 'no tensors at all'!r}); give a VAE checkpoint"
         )
-    if any(n.startswith("decoder.mid_block.") for n in inner):
-        return Layout("diffusers", prefix)
     ltx = any(n.startswith("decoder.up_blocks.0.res_blocks.") or "per_channel_statistics." in n for n in inner)
+    wan = any(n.startswith("decoder.middle.") for n in inner)
+    if any(n.startswith("decoder.mid_block.") for n in inner) or not (ltx or wan):
+        return Layout("diffusers", prefix)  # (a partial file is compared as one: its mismatches are named)
     if ltx and family in ("ltx2", "ltxv"):
         return Layout("ltx-original", prefix)
-    if any(n.startswith("decoder.middle.") for n in inner) and family == "wan":
+    if wan and family == "wan":
         return Layout("wan-original", prefix)
     raise FarmError(
-        f"weights at {where}: farm does not know this checkpoint layout for a {family} decoder; it reads "
-        "diffusers layouts, LTX-2 and LTX-Video original files (ltx2/ltxv), Wan 2.1 .pth files (wan)"
+        f"weights at {where} are in {'an LTX' if ltx else 'the Wan 2.1'} original layout, not one a {family} "
+        "decoder reads: check the spec's family (LTX original files: ltx2, ltxv; Wan 2.1 files: wan)"
     )
 
 
