@@ -504,7 +504,7 @@ def ingest(
     if current is None and convention != spec.latents:
         spec = spec_from_json({**spec.to_json(), "latents": convention}, where="--decoder")
     if current is None:
-        decoder_class(spec).check_weights(spec)  # before anything is written
+        spec = decoder_class(spec).check_weights(spec)  # before anything is written; records layout, identity
 
     cache: dict[Path, np.ndarray] = {}
 
@@ -543,6 +543,8 @@ def _job_spec(
         given = resolve_spec(decoder, weights=weights, latents=spec.latents, dtype=spec.dtype,
                              default_weights=spec.weights)  # fmt: skip
         mine, theirs = given.to_json(), spec.to_json()
+        for raw in (mine, theirs):  # the weights given, not what the check recorded of them
+            raw["weights"] = {k: v for k, v in raw["weights"].items() if k in ("path", "random_seed")}
         diff = [k for k in ("family", "config", "weights") if mine.get(k) != theirs.get(k)]
         if diff:
             raise FarmError(
@@ -610,7 +612,7 @@ def add_pipeline_shot(
         check_pixel_size(plan.latent_shape, target.geometry, frames=num_frames, height=height, width=width,
                          where=f"shot {plan.name!r}")  # fmt: skip
     if current is None:
-        decoder_class(spec).check_weights(spec)
+        spec = decoder_class(spec).check_weights(spec)  # records the weights' layout and identity
     shots = [(p, lambda p=p: np.ascontiguousarray(data[p.sample or 0])) for p in planned]
     floats = [(p, lambda load=load: float_latent(load(), label)) for p, load in shots]
     replaced = write_staged(job, spec, floats, existing=current is not None, replace=replace)

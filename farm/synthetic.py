@@ -51,6 +51,7 @@ def synth(
     """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels."""
     spec = synth_spec(decoder, seed=seed, dtype=dtype, weights=weights)
     cls = decoder_class(spec)
+    spec = cls.check_weights(spec)  # refused now, not at render; records the weights' layout and identity
     g = cls.geometry_for(spec.config)
     channels = cls.latent_channels_for(spec.config)
     if shots < 1:

@@ -1,6 +1,8 @@
 """Record the constructor defaults of every diffusers class farm's adapters build, and each named
 config's decoder parameter count, for the installed diffusers, in
-`farm/decoders/constructor_defaults.json`.
+`farm/decoders/constructor_defaults.json`; and each named config's decoder tensors (names and shapes,
+built on the meta device) in `farm/decoders/decoder_tensors.json`, which the weight check compares
+checkpoint headers against without importing torch or diffusers.
 
 Planning (tile geometry, latent channels, memory) needs a config completed with these defaults and the
 weights' size; reading
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from farm.decoders import FAMILIES
 from farm.decoders.diffusers_vae import DEFAULTS_FILE, live_constructor_defaults
+from farm.decoders.weights import TENSORS_FILE
 
 
 def main() -> None:
@@ -32,6 +35,13 @@ def main() -> None:
         },
     }
     DEFAULTS_FILE.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    tensors = {
+        f"{family}:{name}": {k: list(v) for k, v in cls.decoder_tensor_shapes(config).items()}
+        for family, cls in sorted(FAMILIES.items())
+        for name, config in sorted(cls.named_configs.items())
+    }
+    text = json.dumps({"diffusers": record["diffusers"], "tensors": tensors}, sort_keys=True)
+    TENSORS_FILE.write_text(text.replace('], "', '],\n"').replace("}, ", "},\n") + "\n")
     print(f"wrote {DEFAULTS_FILE} for diffusers {record['diffusers']}: {', '.join(classes)}")
 
 

@@ -81,8 +81,10 @@ class VideoDecoder(Protocol):
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
 
     @classmethod
-    def check_weights(cls, spec: DecoderSpec) -> None:
-        """Raise FarmError if the spec's weights cannot load into its config (cheap: headers only)."""
+    def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:
+        """Raise FarmError if the spec's weights cannot load into its config, or changed since the spec
+        recorded their identity (cheap: headers and a few sampled blocks, no torch); returns the spec
+        with the weights' layout and content identity recorded."""
         ...
 
     def enable_compile(self, mode: str | None = None) -> None:
@@ -161,7 +163,8 @@ def parse_spec(
         if not path.exists():
             raise FarmError(
                 f"{where}: weights path {str(path)!r} does not exist; give a local diffusers folder "
-                "(config.json + *.safetensors) or one .safetensors file (farm runs offline: no hub downloads)"
+                "(config.json + *.safetensors), one .safetensors file, or a .pt/.pth checkpoint (farm runs "
+                "offline: no hub downloads)"
             )
     dtype = raw.get("dtype", "float32")
     if dtype not in DTYPES:

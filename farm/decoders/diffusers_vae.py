@@ -70,11 +70,29 @@ def live_constructor_defaults(class_name: str) -> dict[str, Any]:
     return json.loads(json.dumps(W.constructor_defaults(model_cls)))
 
 
+def assert_materialised(model: Any, where: str) -> None:
+    """Refuse a model built on the meta device that still holds a meta tensor (a parameter or buffer,
+    persistent or not, or a tensor attribute) after its weights were loaded."""
+    import torch
+
+    left = [f"{m}.{k}".lstrip(".") for m, module in model.named_modules()
+            for k, v in [*module._parameters.items(), *module._buffers.items(),
+                         *((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor))]
+            if isinstance(v, torch.Tensor) and v.is_meta]  # fmt: skip
+    if left:
+        raise FarmError(
+            f"decoder from {where}: {len(left)} tensors were not loaded ({', '.join(left[:3])}); the weights "
+            "lack them and farm does not initialise decoder tensors itself"
+        )
+
+
 class DiffusersVideoDecoder:
     family: ClassVar[str]
     named_configs: ClassVar[dict[str, dict[str, Any]]]
     model_class_name: ClassVar[str]  # a class exported by `diffusers`
     required_weights: ClassVar[tuple[str, ...]] = W.DECODER_PREFIXES
+    # Latent statistics the weights carry as tensors (LTX): needed to un-normalise latents only.
+    statistics_tensors: ClassVar[tuple[str, ...]] = ()
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
     # Peak device memory above the weights per output pixel-frame of one decode call, at 2-byte dtypes.
     bytes_per_pixel_frame: ClassVar[float] = 120.0
@@ -173,12 +191,7 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def count_decoder_parameters(cls, config: dict[str, Any]) -> int:
-        import torch
-
-        with torch.device("meta"):
-            model = cls.model_class()(**config)
-        skip = tuple(f"{m}." for m in cls.unused_modules)
-        return sum(p.numel() for name, p in model.named_parameters() if not name.startswith(skip))
+        return sum(p.numel() for p in cls.meta_model(config).parameters())
 
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:
@@ -240,19 +253,62 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def build(cls, spec: DecoderSpec) -> Any:
-        """The diffusers model for the spec's config, weights loaded (or seeded), in float32 on the CPU."""
+        """The diffusers model for the spec's config in float32 on the CPU: seeded random weights (the
+        whole model, built as diffusers initialises it), or the decoder loaded from the spec's weights."""
         import torch
 
+        if not spec.random_weights:
+            return cls.build_from_weights(spec, "cpu", "float32")
         model_cls = cls.model_class()
         try:
-            if spec.random_weights:
-                torch.manual_seed(int(spec.weights["random_seed"]))
+            torch.manual_seed(int(spec.weights["random_seed"]))
             model = model_cls(**spec.config)
         except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
             raise FarmError(f"decoder config for {spec.family} is invalid: {exc}") from None
-        if not spec.random_weights:
-            state = W.load_weights(Path(spec.weights["path"]), cls._full_config(spec.config))
-            W.apply_weights(model, state, where=spec.weights["path"], required=cls.required_weights)
+        cls._fix_compression_ratios(model, spec)
+        return model.eval()
+
+    @classmethod
+    def build_from_weights(cls, spec: DecoderSpec, device: str, dtype: str | None = None) -> Any:
+        """The decoder only, built on the meta device (no memory, no random initialisation) and given the
+        weights' decoder tensors read straight onto `device` in the spec's dtype (``assign=True``: the
+        read tensors become the parameters; no copy). Unused modules (the encoder) are never built."""
+        import torch
+
+        model = cls.meta_model(spec.config)
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        torch_dtype = getattr(torch, dtype or spec.dtype)
+        state = W.read_decoder_state(spec, cls, expected, device, torch_dtype)
+        for name in cls.statistics_tensors:  # not in the weights and not needed (denormalized latents):
+            if name in expected and name not in state:  # NaN, so that a use would show
+                state[name] = torch.full(expected[name], float("nan"), device=device, dtype=torch_dtype)
+        model.load_state_dict(state, strict=False, assign=True)
+        assert_materialised(model, where=spec.weights["path"])
+        cls._fix_compression_ratios(model, spec)
+        return model.eval()
+
+    @classmethod
+    def meta_model(cls, config: dict[str, Any]) -> Any:
+        """The model for `config` on the meta device, its unused modules (the encoder) dropped."""
+        import torch
+
+        try:
+            with torch.device("meta"):
+                model = cls.model_class()(**config)
+        except (TypeError, ValueError, RuntimeError, AssertionError) as exc:
+            raise FarmError(f"decoder config for {cls.family} is invalid: {exc}") from None
+        for name in cls.unused_modules:
+            setattr(model, name, torch.nn.Identity())
+        return model
+
+    @classmethod
+    def decoder_tensor_shapes(cls, config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the tensors a decode uses (what `farm.decoders.weights` checks weights
+        against), from the model built on the meta device."""
+        return {k: tuple(v.shape) for k, v in cls.meta_model(config).state_dict().items()}
+
+    @classmethod
+    def _fix_compression_ratios(cls, model: Any, spec: DecoderSpec) -> None:
         # diffusers derives LTX-2's ratios from the encoder's levels, counting each as spatial and
         # temporal (64/16 where the model scales 32/8), and its own tiling then cuts wrong-sized clips
         g = cls.geometry_for(spec.config)
@@ -260,18 +316,27 @@ class DiffusersVideoDecoder:
                             ("temporal_compression_ratio", g.temporal_scale)):  # fmt: skip
             if getattr(model, attr, None) not in (None, value):
                 setattr(model, attr, value)
-        return model.eval()
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> DiffusersVideoDecoder:
-        import torch
+        """The decoder for `spec` on `device`: random weights as :meth:`build` makes them (then cast), or
+        the weights' decoder tensors loaded straight onto the device (:meth:`build_from_weights`)."""
         from diffusers.utils import logging as diffusers_logging
 
         cls.check_spec(spec)
         diffusers_logging.set_verbosity_error()  # a cast of a model with no fp32-only modules warns anyway
-        model = cls.build(spec)
+        model = cls.build(spec) if spec.random_weights else cls.build_from_weights(spec, device)
+        return cls.from_model(spec, model, device)
+
+    @classmethod
+    def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> DiffusersVideoDecoder:
+        """The decoder around a diffusers `model` of the spec's config (moved to `device` and the spec's
+        dtype where it is not there yet); adapters add what their decode needs."""
+        import torch
+
         for name in cls.unused_modules:  # decode only: don't hold the encoder's weights on the GPU
-            setattr(model, name, torch.nn.Identity())
+            if not isinstance(getattr(model, name, None), torch.nn.Identity):
+                setattr(model, name, torch.nn.Identity())
         model.to(device=device, dtype=getattr(torch, spec.dtype))
         sliced_reflect_padding(model)  # the same padded tensors as F.pad's, in a fraction of its GPU time
         decoder = cls(spec, model, device)
@@ -288,11 +353,11 @@ class DiffusersVideoDecoder:
             self.pacer.lead = lead
 
     @classmethod
-    def check_weights(cls, spec: DecoderSpec) -> None:
+    def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:
+        """Refuse weights that do not fit the spec or changed since it recorded them (headers only; see
+        `farm.decoders.weights.check_weights`); the spec with the weights' layout and identity recorded."""
         cls.check_spec(spec)
-        if spec.random_weights:  # nothing to check, and no reason to import diffusers (seconds) for it
-            return
-        W.check_weights(spec, cls.model_class(), cls.required_weights)
+        return W.check_weights(spec, cls)
 
     def enable_compile(self, mode: str | None = None) -> None:
         import torch

@@ -120,8 +120,8 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         return terms
 
     @classmethod
-    def load(cls, spec: DecoderSpec, device: str) -> HunyuanVideoDecoder:
-        decoder = super().load(spec, device)
+    def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> HunyuanVideoDecoder:
+        decoder = super().from_model(spec, model, device)
         decoder.model.use_framewise_decoding = False  # farm tiles and chunks in time itself
         decoder.model.use_tiling = False
         assert isinstance(decoder, HunyuanVideoDecoder)

@@ -31,6 +31,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2"
     named_configs: ClassVar[dict[str, dict[str, Any]]] = {"ltx2": {}, "ltx2-tiny": LTX2_TINY}
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
+    statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # The decoder is causal in time (no lookahead). Its receptive field reaches 13 latent frames back at
     # the tiny config (errors after a seam below 0.01 levels, float32 on a CPU; 1 level at 10 frames) and
     # ~22 at the real one (the float32 noise floor of an H200, 0.1 levels, from 22 frames on).

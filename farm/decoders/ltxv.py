@@ -93,6 +93,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         "ltxv-0.9.1-tiny": LTXV_091_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLLTXVideo"
+    statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # Non-causal convolutions: a frame depends on latent frames both ways. Measured receptive fields: tiny
     # configs to errors below 0.01 levels (float32, CPU); real ones to the float32 noise floor of an H200
     # (0.2-0.3 levels, reached at 10-11 frames each way), plus one frame.
@@ -176,8 +177,8 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # ---- loading -------------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, spec: DecoderSpec, device: str) -> LTXVideoDecoder:
-        decoder = super().load(spec, device)
+    def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> LTXVideoDecoder:
+        decoder = super().from_model(spec, model, device)
         assert isinstance(decoder, LTXVideoDecoder)
         decoder._install_noise_hooks()
         return decoder

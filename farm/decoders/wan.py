@@ -56,7 +56,7 @@ WAN22 = {
 WAN_TINY = {
     "base_dim": 8,
     "z_dim": 4,
-    "num_res_blocks": 1,
+    "num_res_blocks": 2,
     "latents_mean": [0.1, -0.2, 0.3, 0.0],
     "latents_std": [1.5, 0.5, 2.0, 1.0],
 }

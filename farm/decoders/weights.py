@@ -1,28 +1,44 @@
-"""Decoder weights shared by every adapter: safetensors loading, config comparison, state-dict checks.
+"""Decoder weights shared by every adapter: check them on the driver, read the decoder's on a worker.
 
 Weights come from a local diffusers folder (``config.json`` + ``*.safetensors``, as ``save_pretrained``
-writes it) or from one ``.safetensors`` file; farm never downloads. Two entry points:
+writes it), one ``.safetensors`` file in the diffusers layout or in an original one (LTX-2's full
+checkpoint, ComfyUI's VAE-only files, LTX-Video 0.9.x), or a torch checkpoint (Wan 2.1's ``.pth``,
+HunyuanVideo's ``.pt``); farm never downloads (`farm.decoders.checkpoints` tells them apart). Two entry
+points:
 
-* :func:`load_weights` reads the tensors (on the worker that decodes) and :func:`apply_weights` loads
-  them strictly for decoding: every tensor the decoder needs present, every shape equal;
-* :func:`check_weights` refuses weights that do not fit a config before any cluster starts, reading only
-  file headers and building the model on the meta device (no tensors, no GPU).
+* :func:`check_weights` refuses weights that do not fit a spec before any cluster starts, from file
+  headers only and the decoder tensors' shapes recorded for each named config (``decoder_tensors.json``,
+  written by ``workflows/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
+  object, no record) has its shapes computed on the meta device, which imports both. It returns the spec
+  with the weights' layout and content identity recorded, so a later render notices weights that changed;
+* :func:`read_decoder_state` (on the worker that decodes) reads the decoder's tensors only, straight onto
+  the device in the decode dtype, renamed to diffusers' names by diffusers' own converters.
 
 "Tensors the decoder needs" are those whose names start with one of ``required`` (``"decoder."`` by
-default; adapters add e.g. ``"post_quant_conv."``). Encoder tensors may be missing: farm only decodes.
+default; adapters add e.g. ``"post_quant_conv."``). Other tensors (encoder, transformer, audio VAE,
+vocoder) are skipped. LTX's latent statistics (``latents_mean``/``latents_std``) are needed only to
+un-normalise latents (``"latents": "normalized"``): weights without them are refused for that.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import inspect
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from farm.decoders import checkpoints as C
 from farm.errors import FarmError
 
+if TYPE_CHECKING:
+    from farm.decoders.base import DecoderSpec
+
 DECODER_PREFIXES: tuple[str, ...] = ("decoder.",)
+TENSORS_FILE = Path(__file__).with_name("decoder_tensors.json")
 
 
 def constructor_defaults(model_cls: type) -> dict[str, Any]:
@@ -39,17 +55,7 @@ def full_config(model_cls: type, config: dict[str, Any]) -> dict[str, Any]:
     return {**constructor_defaults(model_cls), **config}
 
 
-def weight_files(path: Path) -> list[Path]:
-    """The .safetensors files of a diffusers folder (sorted), or ``[path]`` for a single file."""
-    if not path.is_dir():
-        return [path]
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FarmError(
-            f"weights folder {str(path)!r} holds no .safetensors file; expected a diffusers folder "
-            "(config.json + diffusion_pytorch_model.safetensors) as written by save_pretrained"
-        )
-    return files
+weight_files = C.weight_files
 
 
 def check_config_matches(folder_config: dict[str, Any], full_spec: dict[str, Any], where: str) -> None:
@@ -72,63 +78,73 @@ def check_config_matches(folder_config: dict[str, Any], full_spec: dict[str, Any
         )
 
 
-def _check_folder_config(path: Path, full_spec: dict[str, Any], where: str) -> None:
+def _check_folder_config(path: Path, full_spec: dict[str, Any]) -> None:
     cfg_file = path / "config.json"
     if path.is_dir() and cfg_file.exists():
-        check_config_matches(json.loads(cfg_file.read_text()), full_spec, where=where)
+        check_config_matches(json.loads(cfg_file.read_text()), full_spec, where=str(path))
 
 
-def load_weights(path: Path, full_spec: dict[str, Any]) -> dict[str, Any]:
-    """Tensors from one .safetensors file, or every .safetensors file of a diffusers folder."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    files = weight_files(path)
-    _check_folder_config(path, full_spec, where=str(path / "config.json"))
-    state: dict[str, Any] = {}
-    for f in files:
-        try:
-            state.update(load_file(str(f)))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
-    return state
+# ---- expected tensors --------------------------------------------------------------------------
 
 
-def checkpoint_shapes(path: Path, full_spec: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Tensor names and shapes of the weights at `path`, read from the file headers only."""
-    from safetensors import SafetensorError, safe_open
+@functools.cache
+def _recorded_tensors() -> dict[str, Any]:
+    try:
+        record = json.loads(TENSORS_FILE.read_text())
+        installed = importlib.metadata.version("diffusers")
+    except (OSError, ValueError, importlib.metadata.PackageNotFoundError):
+        return {}
+    return record.get("tensors", {}) if record.get("diffusers") == installed else {}
 
-    files = weight_files(path)
-    _check_folder_config(path, full_spec, where=str(path))
-    given: dict[str, tuple[int, ...]] = {}
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt") as fh:
-                for key in fh.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                    given[key] = tuple(fh.get_slice(key).get_shape())
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
-    return given
+
+def recorded_decoder_tensors(family: str, config_name: str) -> dict[str, tuple[int, ...]] | None:
+    """The decoder tensors' shapes of a named config as recorded for the installed diffusers, or None."""
+    shapes = _recorded_tensors().get(f"{family}:{config_name}")
+    return None if shapes is None else {k: tuple(v) for k, v in shapes.items()}
+
+
+def expected_tensors(spec: DecoderSpec, cls: Any) -> dict[str, tuple[int, ...]]:
+    """The decoder's tensors (diffusers names → shapes) for the spec's config: recorded for a named
+    config, else built on the meta device (imports torch and diffusers)."""
+    recorded = recorded_decoder_tensors(spec.family, spec.config_name) if spec.config_name else None
+    return recorded if recorded is not None else cls.decoder_tensor_shapes(spec.config)
+
+
+# ---- comparing ---------------------------------------------------------------------------------
+
+
+def _examples(names: Sequence[str], n: int = 3) -> str:
+    return ", ".join(names[:n]) + (f", … ({len(names)} in all)" if len(names) > n else "")
 
 
 def weight_mismatches(
     expected: dict[str, tuple[int, ...]],
-    given: dict[str, tuple[int, ...]],
+    infos: dict[str, C.TensorInfo],
+    names: dict[str, str],
+    prefix: str,
     required: Sequence[str] = DECODER_PREFIXES,
 ) -> list[str]:
-    """How a checkpoint's tensor shapes differ from the decoder's: empty when they fit."""
-    missing = [k for k in expected if k.startswith(tuple(required)) and k not in given]
-    unexpected = [k for k in given if k not in expected]
+    """How a checkpoint's tensors differ from the decoder's, each part naming the tensors (in the file's
+    names); empty when they fit. `names` maps the decoder's (diffusers) names to the file's."""
+    missing = sorted(names[k] for k in expected if k.startswith(tuple(required)) and names[k] not in infos)
+    known = set(names.values())
+    unexpected = sorted(k for k in infos if k.startswith(prefix + "decoder.") and k not in known)
     wrong_shape = [
-        f"{k} {given[k]} ≠ {expected[k]}" for k in given if k in expected and given[k] != expected[k]
+        f"{names[k]} {list(infos[names[k]].shape)} ≠ {list(shape)}"
+        for k, shape in expected.items()
+        if names[k] in infos and infos[names[k]].shape != tuple(shape)
     ]
+    not_float = [f"{names[k]} ({infos[names[k]].dtype})" for k in expected
+                 if names[k] in infos and infos[names[k]].dtype not in C.FLOAT_DTYPES]  # fmt: skip
     parts = []
     if missing:
-        parts.append(f"{len(missing)} decoder tensors missing (e.g. {missing[0]})")
+        parts.append(f"{len(missing)} decoder tensors missing: {_examples(missing)}")
     if unexpected:
-        parts.append(f"{len(unexpected)} tensors the model does not have (e.g. {unexpected[0]})")
+        parts.append(f"{len(unexpected)} decoder tensors the model does not have: {_examples(unexpected)}")
     if wrong_shape:
-        parts.append(f"{len(wrong_shape)} with other shapes (e.g. {wrong_shape[0]})")
+        parts.append(f"{len(wrong_shape)} with other shapes: {_examples(wrong_shape)}")
+    if not_float:
+        parts.append(f"{len(not_float)} not floating point: {_examples(not_float)}")
     return parts
 
 
@@ -139,27 +155,139 @@ def raise_mismatch(parts: list[str], where: str) -> None:
     )  # fmt: skip
 
 
-def apply_weights(
-    model: Any, state: dict[str, Any], where: str, required: Sequence[str] = DECODER_PREFIXES
-) -> None:
-    """Load a state dict strictly for the decoder: every required tensor present, every shape equal."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    parts = weight_mismatches(expected, {k: tuple(v.shape) for k, v in state.items()}, required)
-    if parts:
-        raise_mismatch(parts, where)
-    model.load_state_dict(state, strict=False)
+def missing_statistics(
+    spec: DecoderSpec, statistics: Sequence[str], infos: dict[str, C.TensorInfo], names: dict[str, str]
+) -> list[str]:
+    """The latent statistics the spec needs (to un-normalise latents) that the weights lack."""
+    if spec.latents != "normalized":
+        return []
+    return [names[k] for k in statistics if names.get(k) not in infos]
 
 
-def check_weights(spec: Any, model_cls: type, required: Sequence[str] = DECODER_PREFIXES) -> None:
-    """Refuse weights that do not fit the spec's config, reading only file headers (no tensors, no GPU)."""
+def refuse_missing_statistics(missing: list[str], spec: DecoderSpec, where: str) -> None:
+    if missing:
+        raise FarmError(
+            f"weights at {where} hold no latent statistics ({', '.join(missing)} missing), which "
+            f'"latents": "normalized" needs to un-normalise latents ({spec.family}); give weights that '
+            'carry them (LTX checkpoints keep them as per_channel_statistics), or store denormalized latents'
+        )
+
+
+# ---- the check (driver) ------------------------------------------------------------------------
+
+
+def inspect_weights(spec: DecoderSpec, cls: Any) -> tuple[list[Path], C.Layout, dict[str, C.TensorInfo]]:
+    """The weights' files, layout and tensors (headers only)."""
+    path = Path(spec.weights["path"])
+    files = C.weight_files(path)
+    full = cls._full_config(spec.config)
+    _check_folder_config(path, full)
+    infos = C.read_tensor_infos(files)
+    layout = C.detect_layout(infos, spec.family, str(path))
+    C.check_layout_fits(layout.name, spec.family, full, str(path))
+    return files, layout, infos
+
+
+def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
+    """Refuse weights that do not fit the spec's config, or that changed since the spec recorded them;
+    return the spec with the weights' layout and content identity recorded. Reads file headers and a
+    few sampled blocks only; imports neither torch nor diffusers for a named config."""
     if spec.random_weights:
-        return
+        return spec
+    path = str(spec.weights["path"])
+    files = C.weight_files(Path(path))
+    identity = C.content_identity(files)
+    recorded = spec.weights.get("identity")
+    if recorded is not None and recorded != identity:
+        raise FarmError(
+            f"weights at {path} changed since the job was made (content identity {recorded}, now {identity}): "
+            "restore the weights the job was made with, or make the job again with these weights"
+        )
+    files, layout, infos = inspect_weights(spec, cls)
+    full = cls._full_config(spec.config)
+    expected = expected_tensors(spec, cls)
+    names = {k: layout.prefix + C.original_name(k, layout.name, spec.family, full) for k in expected}
+    for k in cls.statistics_tensors:
+        names.setdefault(k, layout.prefix + C.original_name(k, layout.name, spec.family, full))
+    parts = weight_mismatches(expected, infos, names, layout.prefix, cls.required_weights)
+    if parts:
+        raise_mismatch(parts, path)
+    refuse_missing_statistics(missing_statistics(spec, cls.statistics_tensors, infos, names), spec, path)
+    return replace(spec, weights={**spec.weights, "layout": layout.name, "identity": identity})
+
+
+# ---- reading (worker) --------------------------------------------------------------------------
+
+
+class _Named:
+    """A tensor stand-in for diffusers' converters: its name in the file, and its shape."""
+
+    def __init__(self, name: str | None, shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.shape = shape
+
+
+def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo]) -> dict[str, str]:
+    """Diffusers names → the file's names, by diffusers' own converter for the layout, fed names and
+    shapes only (no tensor is read)."""
+    mine = {n: _Named(n, i.shape) for n, i in infos.items() if n.startswith(layout.prefix)}
+    if layout.name == "diffusers":
+        return {n[len(layout.prefix):]: n for n in mine}
+    from diffusers.loaders import single_file_utils as su
+
+    if layout.name == "ltx-original" and family == "ltx2":
+        out = su.convert_ltx2_vae_to_diffusers(mine)  # the video VAE's names only: never audio_vae.*
+    elif layout.name == "ltx-original":
+        # the converter keeps names with "vae." and tells 0.9.5 from the encoder's last convolution; the
+        # decoder's names are the same for 0.9.1 and 0.9.5, and a file without an encoder has no say
+        inner = {C.VAE_PREFIX + n[len(layout.prefix):]: v for n, v in mine.items()}
+        inner.setdefault("vae.encoder.conv_out.conv.weight", _Named(None, (0, 0)))
+        out = su.convert_ltx_vae_checkpoint_to_diffusers(inner)
+    elif layout.name == "wan-original":
+        out = su.convert_wan_vae_to_diffusers(mine)
+    else:
+        raise ValueError(layout.name)
+    return {k: v.name for k, v in out.items() if isinstance(v, _Named) and v.name is not None}
+
+
+def read_decoder_state(
+    spec: DecoderSpec, cls: Any, expected: dict[str, tuple[int, ...]], device: str, dtype: Any
+) -> dict[str, Any]:
+    """The decoder's tensors (diffusers names) from the spec's weights, read straight onto `device` in
+    `dtype`; every other tensor of the files is left unread. Raises FarmError where they do not fit."""
     import torch
 
-    path = Path(spec.weights["path"])
-    given = checkpoint_shapes(path, full_config(model_cls, spec.config))
-    with torch.device("meta"):
-        model = model_cls(**spec.config)
-    parts = weight_mismatches({k: tuple(v.shape) for k, v in model.state_dict().items()}, given, required)
+    path = str(spec.weights["path"])
+    files, layout, infos = inspect_weights(spec, cls)
+    found = converted_names(layout, spec.family, infos)
+    full = cls._full_config(spec.config)
+    names = {k: found.get(k) or layout.prefix + C.original_name(k, layout.name, spec.family, full)
+             for k in [*expected, *cls.statistics_tensors]}  # fmt: skip
+    parts = weight_mismatches(expected, infos, names, layout.prefix, cls.required_weights)
     if parts:
-        raise_mismatch(parts, str(path))
+        raise_mismatch(parts, path)
+    refuse_missing_statistics(missing_statistics(spec, cls.statistics_tensors, infos, names), spec, path)
+    wanted: dict[Path, dict[str, str]] = {}
+    for k, name in names.items():
+        if name in infos:
+            wanted.setdefault(infos[name].file, {})[name] = k
+    # on a CPU the tensors must not stay views of the mapped file: kernels take other paths (other
+    # roundings) on data not aligned as torch's allocator aligns it
+    copy = torch.device(device).type == "cpu"
+    state: dict[str, Any] = {}
+    for f, by_name in wanted.items():
+        if C.is_torch_pickle(f):  # mmap: only the tensors taken are read
+            loaded = torch.load(str(f), map_location="cpu", weights_only=True, mmap=True)
+            loaded = loaded.get("state_dict", loaded)
+            for name, k in by_name.items():
+                state[k] = loaded[name].to(device=device, dtype=dtype, copy=copy)
+            continue
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(f), framework="pt", device=str(device)) as fh:
+                for name, k in by_name.items():
+                    state[k] = fh.get_tensor(name).to(dtype=dtype, copy=copy)
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
+    return state

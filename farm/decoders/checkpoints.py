@@ -1,0 +1,321 @@
+"""Decoder checkpoints as users hold them: their files, what they hold, their layout, their identity.
+
+Everything here reads file headers only and imports neither torch nor diffusers, so the driver (synth,
+ingest, render) checks weights in milliseconds:
+
+* files: a diffusers folder (``*.safetensors``), one ``.safetensors`` file, or a torch pickle
+  (``.pt``/``.pth``: Wan 2.1's ``Wan2.1_VAE.pth``, HunyuanVideo's ``{"state_dict": ...}``); a pickle's
+  tensor names and shapes come from its ``data.pkl`` read by a restricted unpickler that builds no
+  tensor and imports nothing;
+* layouts, told apart by the names: ``diffusers`` (what ``save_pretrained`` writes), ``ltx-original``
+  (Lightricks' naming, LTX-2 and LTX-Video 0.9.x alike, as in their full checkpoints under ``vae.`` and in
+  ComfyUI's VAE-only files without it) and ``wan-original`` (Wan 2.1's own naming);
+* :func:`original_name`: a diffusers tensor name in an original layout, the inverse of diffusers'
+  converters (``diffusers.loaders.single_file_utils``) for the decoder's tensors; the workers convert
+  with diffusers' own converters and the tests check both directions agree;
+* :func:`content_identity`: sizes, safetensors headers and sampled bytes, hashed, so a render notices
+  weights that changed since its job was made (milliseconds on a 4.6 GB folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import re
+import zipfile
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from farm.errors import FarmError
+
+SAFETENSORS_SUFFIX = ".safetensors"
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+LAYOUTS = ("diffusers", "ltx-original", "wan-original")
+# A file's LTX-2 (or LTX-Video) video VAE sits under this prefix in the full checkpoints.
+VAE_PREFIX = "vae."
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
+_MAX_HEADER = 256 * 2**20  # a safetensors header longer than this is not one
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    shape: tuple[int, ...]
+    dtype: str  # safetensors' dtype names (F32, BF16, ...)
+    file: Path
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str  # one of LAYOUTS
+    prefix: str  # "" or "vae.": what precedes the VAE's names in the file
+
+
+# ---- files -------------------------------------------------------------------------------------
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The files holding the weights at `path`: a folder's .safetensors files (sorted), or the file."""
+    if not path.is_dir():
+        if not path.name.endswith((SAFETENSORS_SUFFIX, *TORCH_SUFFIXES)):
+            raise FarmError(
+                f"weights file {str(path)!r} is neither .safetensors nor a torch checkpoint "
+                f"({', '.join(TORCH_SUFFIXES)}); give a diffusers folder, a .safetensors file or a .pt/.pth"
+            )
+        return [path]
+    files = sorted(path.glob("*" + SAFETENSORS_SUFFIX))
+    if not files:
+        raise FarmError(
+            f"weights folder {str(path)!r} holds no .safetensors file; expected a diffusers folder "
+            "(config.json + diffusion_pytorch_model.safetensors) as written by save_pretrained"
+        )
+    return files
+
+
+def is_torch_pickle(path: Path) -> bool:
+    return path.name.endswith(TORCH_SUFFIXES)
+
+
+def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
+    """A .safetensors file's JSON header and its length in bytes (data starts at 8 + that length)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 0 < n <= min(_MAX_HEADER, path.stat().st_size - 8):
+                raise ValueError(f"header length {n} does not fit the file")
+            header = json.loads(f.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise FarmError(f"weights file {str(path)!r} is not a readable .safetensors file: {exc}") from None
+    return header, n
+
+
+class _Storage:
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+
+class _Tensor:
+    def __init__(self, storage: _Storage, size: Iterable[int]) -> None:
+        self.shape = tuple(int(s) for s in size)
+        self.dtype = storage.dtype
+
+
+def _rebuild_tensor(storage: _Storage, _offset: int, size: Iterable[int], *_rest: Any) -> _Tensor:
+    return _Tensor(storage, size)
+
+
+def _rebuild_parameter(data: _Tensor, *_rest: Any) -> _Tensor:
+    return data
+
+
+_STORAGE_DTYPES = {"FloatStorage": "F32", "HalfStorage": "F16", "BFloat16Storage": "BF16",
+                   "DoubleStorage": "F64"}  # fmt: skip
+
+
+class _HeaderUnpickler(pickle.Unpickler):
+    """Unpickles a torch checkpoint's structure: tensors become their shape and dtype, nothing else is
+    built and nothing is imported (anything but tensors, dicts and plain values is refused)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("collections", "OrderedDict"):
+            return OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor
+        if (module, name) == ("torch._utils", "_rebuild_parameter"):
+            return _rebuild_parameter
+        if module == "torch" and name.endswith("Storage"):
+            return _STORAGE_DTYPES.get(name, name.removesuffix("Storage"))
+        raise pickle.UnpicklingError(f"{module}.{name} is not a tensor or a plain value")
+
+    def persistent_load(self, pid: Any) -> _Storage:  # ('storage', storage type, key, location, numel)
+        return _Storage(str(pid[1]))
+
+
+def torch_pickle_tensors(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Names → (shape, dtype) of a ``torch.save`` file's state dict (``{"state_dict": {...}}`` or the
+    dict itself), from its pickle alone: no tensor data is read."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            obj = _HeaderUnpickler(z.open(pkl)).load()
+    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise FarmError(
+            f"weights file {str(path)!r} is not a torch checkpoint farm can read ({exc or type(exc).__name__}); "
+            "expected a torch.save zip file of a state dict (tensors only)"
+        ) from None
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        obj = obj["state_dict"]
+    if not isinstance(obj, dict):
+        raise FarmError(f"weights file {str(path)!r} holds a {type(obj).__name__}, not a state dict")
+    return {str(k): (v.shape, v.dtype) for k, v in obj.items() if isinstance(v, _Tensor)}
+
+
+def read_tensor_infos(files: list[Path]) -> dict[str, TensorInfo]:
+    """Every tensor's shape, dtype and file, from the headers of `files`."""
+    infos: dict[str, TensorInfo] = {}
+    for f in files:
+        if is_torch_pickle(f):
+            for name, (shape, dtype) in torch_pickle_tensors(f).items():
+                infos[name] = TensorInfo(shape, dtype, f)
+            continue
+        header, _ = safetensors_header(f)
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            if not isinstance(entry, dict) or "shape" not in entry:
+                raise FarmError(f"weights file {str(f)!r}: header entry {name!r} is not a tensor")
+            infos[name] = TensorInfo(tuple(int(s) for s in entry["shape"]), str(entry.get("dtype")), f)
+    return infos
+
+
+# ---- identity ----------------------------------------------------------------------------------
+
+_SAMPLES = 32
+_SAMPLE_BYTES = 4096
+
+
+def content_identity(files: list[Path]) -> str:
+    """A short hash of the weights' names, sizes, headers and 33 sampled 4 KiB blocks of each file.
+
+    Any change of tensor names, shapes, dtypes or file sizes changes it, and so do different weights of
+    the same architecture (a retrained or re-quantised checkpoint differs in every sampled block); an
+    edit confined to bytes between the samples would go unnoticed. Costs ~35 reads per file.
+    """
+    digest = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        digest.update(f"{f.name}\0{size}\0".encode())
+        with open(f, "rb") as fh:
+            head = 8 + safetensors_header(f)[1] if f.name.endswith(SAFETENSORS_SUFFIX) else 65536
+            digest.update(fh.read(head))
+            for i in range(_SAMPLES + 1):
+                fh.seek(max(0, min(head + (size - head) * i // _SAMPLES, size - _SAMPLE_BYTES)))
+                digest.update(fh.read(_SAMPLE_BYTES))
+    return digest.hexdigest()[:32]
+
+
+# ---- layouts -----------------------------------------------------------------------------------
+
+
+def detect_layout(names: Iterable[str], family: str, where: str) -> Layout:
+    """The layout of a checkpoint holding `names`, for a decoder of `family`."""
+    names = list(names)
+    prefix = VAE_PREFIX if any(n.startswith(VAE_PREFIX + "decoder.") for n in names) else ""
+    inner = [n[len(prefix):] for n in names if n.startswith(prefix)]
+    if not any(n.startswith("decoder.") for n in inner):
+        raise FarmError(
+            f"weights at {where} hold no decoder tensors (no name starts with 'decoder.' or "
+            f"'vae.decoder.'; e.g. {names[0] if names else 'no tensors at all'!r}); give a VAE checkpoint"
+        )
+    ltx = any(n.startswith("decoder.up_blocks.0.res_blocks.") or "per_channel_statistics." in n for n in inner)
+    wan = any(n.startswith("decoder.middle.") for n in inner)
+    if any(n.startswith("decoder.mid_block.") for n in inner) or not (ltx or wan):
+        return Layout("diffusers", prefix)  # (a partial file is compared as one: its mismatches are named)
+    if ltx and family in ("ltx2", "ltxv"):
+        return Layout("ltx-original", prefix)
+    if wan and family == "wan":
+        return Layout("wan-original", prefix)
+    raise FarmError(
+        f"weights at {where} are in {'an LTX' if ltx else 'the Wan 2.1'} original layout, not one a {family} "
+        "decoder reads: check the spec's family (LTX original files: ltx2, ltxv; Wan 2.1 files: wan)"
+    )
+
+
+def ltx_variant(family: str, full_config: dict[str, Any]) -> str:
+    """Which of Lightricks' decoder namings a config has: LTX-2 ("ltx2"), LTX-Video 0.9.0 ("0.9.0": up
+    blocks with their own conv_in) or 0.9.1 and later ("0.9.1": residual upsamplers)."""
+    if family == "ltx2":
+        return "ltx2"
+    return "0.9.1" if any(full_config.get("upsample_residual") or ()) else "0.9.0"
+
+
+def _ltx_block_table(variant: str, n_blocks: int) -> list[tuple[str, str]]:
+    """(diffusers prefix, original prefix) of the decoder's blocks, longest diffusers prefix first."""
+    if variant == "0.9.0":  # diffusers' VAE_KEYS_RENAME_DICT, inverted
+        forward = ["mid_block", "up_blocks.0", "up_blocks.1.upsamplers.0", "up_blocks.1", "up_blocks.2.conv_in",
+                   "up_blocks.2.upsamplers.0", "up_blocks.2", "up_blocks.3.conv_in", "up_blocks.3.upsamplers.0",
+                   "up_blocks.3"]  # fmt: skip
+    else:  # LTX-2 and LTX-Video 0.9.1/0.9.5: each up block's upsampler, then its resnets
+        forward = ["mid_block"] + [p for i in range(n_blocks) for p in (f"up_blocks.{i}.upsamplers.0", f"up_blocks.{i}")]
+    table = [(f"decoder.{d}.", f"decoder.up_blocks.{i}.") for i, d in enumerate(forward)]
+    return sorted(table, key=lambda t: -len(t[0]))
+
+
+_LTX_STATISTICS = {
+    "latents_mean": "per_channel_statistics.mean-of-means",
+    "latents_std": "per_channel_statistics.std-of-means",
+}
+_WAN_RESNET_PARTS = {"norm1.gamma": "residual.0.gamma", "conv1.": "residual.2.", "norm2.gamma": "residual.3.gamma",
+                     "conv2.": "residual.6.", "conv_shortcut.": "shortcut."}  # fmt: skip
+
+
+def original_name(name: str, layout: str, family: str, full_config: dict[str, Any]) -> str:
+    """The name diffusers' tensor `name` has in `layout` (without a file's prefix)."""
+    if layout == "diffusers":
+        return name
+    if layout == "ltx-original":
+        return _ltx_original(name, ltx_variant(family, full_config), full_config)
+    if layout == "wan-original":
+        return _wan_original(name)
+    raise ValueError(layout)
+
+
+def _ltx_original(name: str, variant: str, full: dict[str, Any]) -> str:
+    if name in _LTX_STATISTICS:
+        return _LTX_STATISTICS[name]
+    for diffusers_prefix, original in _ltx_block_table(variant, len(full["decoder_block_out_channels"])):
+        if name.startswith(diffusers_prefix):
+            name = original + name[len(diffusers_prefix):]
+            break
+    name = name.replace(".resnets.", ".res_blocks.")
+    if variant != "ltx2":  # LTX-Video's converter also renames these
+        name = name.replace("conv_shortcut.conv.", "conv_shortcut.").replace(".norm3.", ".norm3.norm.")
+        for top in ("time_embedder.", "scale_shift_table"):
+            if name.startswith("decoder." + top):
+                name = "decoder.last_" + name[len("decoder."):]
+    return name
+
+
+_WAN_UP_BLOCK = re.compile(r"decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsamplers\.0)\.(.*)")
+_WAN_MID = re.compile(r"decoder\.mid_block\.(resnets\.(\d+)|attentions\.0)\.(.*)")
+WAN_ORIGINAL_RESNETS = 3  # per up block: the converter's fixed numbering (num_res_blocks 2)
+
+
+def _wan_original(name: str) -> str:
+    fixed = {"decoder.conv_in.": "decoder.conv1.", "decoder.norm_out.": "decoder.head.0.",
+             "decoder.conv_out.": "decoder.head.2.", "post_quant_conv.": "conv2.", "quant_conv.": "conv1."}  # fmt: skip
+    for new, old in fixed.items():
+        if name.startswith(new):
+            return old + name[len(new):]
+    if m := _WAN_MID.fullmatch(name):
+        if m.group(2) is None:
+            return f"decoder.middle.1.{m.group(3)}"
+        return f"decoder.middle.{2 * int(m.group(2))}.{_wan_resnet_part(m.group(3))}"
+    if m := _WAN_UP_BLOCK.fullmatch(name):
+        block = int(m.group(1)) * (WAN_ORIGINAL_RESNETS + 1)
+        if m.group(3) is None:
+            return f"decoder.upsamples.{block + WAN_ORIGINAL_RESNETS}.{m.group(4)}"
+        return f"decoder.upsamples.{block + int(m.group(3))}.{_wan_resnet_part(m.group(4))}"
+    return name
+
+
+def _wan_resnet_part(rest: str) -> str:
+    for new, old in _WAN_RESNET_PARTS.items():
+        if rest.startswith(new):
+            return old + rest[len(new):]
+    return rest
+
+
+def check_layout_fits(layout: str, family: str, full_config: dict[str, Any], where: str) -> None:
+    """Refuse an original layout whose fixed numbering cannot name this config's tensors."""
+    if layout == "wan-original" and (full_config.get("num_res_blocks") != 2 or full_config.get("is_residual")):
+        raise FarmError(
+            f"weights at {where} are in Wan 2.1's original layout, which numbers 2 resnets per encoder "
+            "block (3 per decoder block) and no residual up blocks; this config has num_res_blocks="
+            f"{full_config.get('num_res_blocks')}: use a Wan 2.1 config (wan, wan-tiny) or a diffusers folder"
+        )
