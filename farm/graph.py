@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import operator
 import threading
 import time
 import uuid
@@ -42,6 +41,7 @@ from farm.tasks import (
     read_latent_ahead,
     segment_latent_frames,
     share_piece,
+    take_piece,
     write_and_mark_batch,
     write_batch,
     write_sequence,
@@ -306,7 +306,7 @@ class Driver:
         if carried:
             self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
-            cut = share_piece if (*step.unit, b) in self.shared else operator.getitem
+            cut = share_piece if (*step.unit, b) in self.shared else take_piece
             self.pieces[(*step.unit, b)] = self.client.submit(
                 cut, decode, index,
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),

@@ -103,8 +103,23 @@ def _sizeof_shared(piece: SharedPiece) -> int:
     return SHARED_PIECE_SIZEOF
 
 
-def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
-    """`piece` as a :class:`SharedPiece` when it lives on a GPU (a CPU tensor is returned as it is).
+@dataclass
+class Piece:
+    """A decoded piece passed by value: its tensor, wrapped. The scheduler tells the client the type of
+    every result the client holds a future of, and the client unpickles that type: a bare tensor would
+    make the driver import torch. farm's tensor serializers carry the wrapped tensor
+    (`farm.transport`), CUDA buffers included."""
+
+    tensor: Any
+
+
+@sizeof.register(Piece)
+def _sizeof_piece(piece: Piece) -> int:
+    return int(sizeof(piece.tensor))
+
+
+def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | Piece:
+    """`piece` as a :class:`SharedPiece` when it lives on a GPU (a CPU tensor as a :class:`Piece`).
 
     `ready`: the CUDA event recorded after the kernels that made the piece (`farm.tasks`); the IPC event
     is recorded on a side stream that waits for it only, so a blend elsewhere does not also wait for the
@@ -113,7 +128,7 @@ def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
     from torch.multiprocessing.reductions import reduce_tensor
 
     if not piece.is_cuda:
-        return piece
+        return Piece(piece)
     stream = side_stream(piece.device, "share")
     with torch.cuda.stream(stream):
         if ready is not None:
@@ -125,7 +140,10 @@ def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | torch.Tensor:
 
 
 def open_piece(piece: Any) -> Any:
-    """A blend's piece as a tensor: a :class:`SharedPiece` opened, anything else as it is."""
+    """A blend's piece as a tensor: a :class:`SharedPiece` opened, a :class:`Piece` unwrapped, anything
+    else as it is."""
+    if isinstance(piece, Piece):
+        return piece.tensor
     return piece.open() if isinstance(piece, SharedPiece) else piece
 
 

@@ -23,7 +23,7 @@ from farm import config
 from farm.cuda_streams import READY_EVENT, side_stream
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
-from farm.ipc import SharedPiece, open_piece, share
+from farm.ipc import Piece, SharedPiece, open_piece, share
 from farm.output import Output, mark_done, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
@@ -413,6 +413,11 @@ def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
 CARRIED = "carried"  # a streamed segment's result key for the decoder state its next segment starts from
 
 
+def take_piece(decoded: dict[Any, Any], batch: int) -> Piece:
+    """Batch `batch`'s piece of a decode result, passed by value (`farm.ipc.Piece`)."""
+    return Piece(decoded[batch])
+
+
 def share_piece(decoded: dict[Any, Any], batch: int) -> Any:
     """Batch `batch`'s piece of a decode result, for a blend on another GPU worker of this host: shared
     by CUDA IPC handle (`farm.ipc`), so it crosses without a copy or a device synchronisation; a CPU
@@ -576,7 +581,7 @@ def blend_batch(
 
     # a piece shared by another worker is opened on the blend stream (its producer's event waited on
     # there); one shared from this process is its own tensor, waited on as every local piece is
-    pieces = [p.tensor if isinstance(p, SharedPiece) and p.tensor is not None else p for p in pieces]
+    pieces = [p.tensor if isinstance(p, Piece | SharedPiece) and p.tensor is not None else p for p in pieces]
     local = [p for p in pieces if not isinstance(p, SharedPiece)]
     device = local[0].device if local else torch.device(worker_device())
     with _blend_stream(device, local):

@@ -43,6 +43,7 @@ import torch
 from dask.sizeof import sizeof
 
 from farm.cuda_streams import READY_EVENT, side_stream
+from farm.ipc import Piece
 
 # Per-object overhead added to a tensor's data bytes in ``sizeof``.
 SIZEOF_OVERHEAD = 128
@@ -299,6 +300,22 @@ def cuda_loads_tensor(header: dict[str, Any], frames: list[Any]) -> torch.Tensor
 # ---------------------------------------------------------------------------------------------------
 
 
+def dask_dumps_piece(piece: Piece) -> tuple[dict[str, Any], list[memoryview]]:
+    return dask_dumps_tensor(piece.tensor)
+
+
+def dask_loads_piece(header: dict[str, Any], frames: list[Any]) -> Piece:
+    return Piece(dask_loads_tensor(header, frames))
+
+
+def cuda_dumps_piece(piece: Piece) -> tuple[dict[str, Any], list[Any]]:
+    return cuda_dumps_tensor(piece.tensor)
+
+
+def cuda_loads_piece(header: dict[str, Any], frames: list[Any]) -> Piece:
+    return Piece(cuda_loads_tensor(header, frames))
+
+
 def sizeof_tensor(t: torch.Tensor) -> int:
     return tensor_nbytes(t) + SIZEOF_OVERHEAD
 
@@ -325,6 +342,10 @@ def register() -> None:
             dask_deserialize.register(typ, dask_loads_tensor)
             cuda_serialize.register(typ, cuda_dumps_tensor)
             cuda_deserialize.register(typ, cuda_loads_tensor)
+        dask_serialize.register(Piece, dask_dumps_piece)  # a decoded piece, wrapped (`farm.ipc.Piece`)
+        dask_deserialize.register(Piece, dask_loads_piece)
+        cuda_serialize.register(Piece, cuda_dumps_piece)
+        cuda_deserialize.register(Piece, cuda_loads_piece)
         sizeof.register(torch.Tensor, sizeof_tensor)
 
 

@@ -49,6 +49,26 @@ def register_when_torch_loads() -> None:
 
     for dispatch in (dask_serialize, dask_deserialize, cuda_serialize, cuda_deserialize, sizeof):
         dispatch.register_lazy("torch", _register)
+    # a decoded piece's type is farm's (`farm.ipc.Piece`), so no lazy torch hook sees it: its first
+    # (de)serialization registers everything, then goes on with the tensor serializers
+    from farm.ipc import Piece
+
+    serializers = {dask_serialize: "dask_dumps_piece", dask_deserialize: "dask_loads_piece",
+                   cuda_serialize: "cuda_dumps_piece", cuda_deserialize: "cuda_loads_piece"}  # fmt: skip
+    for dispatch, name in serializers.items():
+        dispatch.register(Piece, _registering_first(name))
+
+
+def _registering_first(name: str) -> Any:
+    """A serializer for `farm.ipc.Piece` that registers farm's serializers, then runs theirs, `name`."""
+
+    def serializer(*args: Any) -> Any:
+        from farm import transport
+
+        transport.register()
+        return getattr(transport, name)(*args)
+
+    return serializer
 
 
 def install(client: Client) -> None:

@@ -289,8 +289,9 @@ def test_weights_are_checked_from_headers_without_torch(tmp_path):
 def test_render_through_a_cluster_and_refuse_changed_weights(tmp_path, scheduler3):
     """An LTX-2 full checkpoint renders through a real cluster the frames the diffusers folder renders;
     once the file changes, the job's render is refused before any cluster work."""
-    from farm.render import render
     from safetensors.torch import save_file
+
+    from farm.render import render
 
     spec, cls, model = source_model("ltx2-tiny")
     model.save_pretrained(tmp_path / "folder")

@@ -16,8 +16,17 @@ import torch
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.ipc import SHARED_PIECE_SIZEOF, SharedPiece, can_open, gpus_seen, open_piece, share, visible_gpus
-from farm.tasks import Placement, _ready_marked, blend_batch, share_piece
+from farm.ipc import (
+    SHARED_PIECE_SIZEOF,
+    Piece,
+    SharedPiece,
+    can_open,
+    gpus_seen,
+    open_piece,
+    share,
+    visible_gpus,
+)
+from farm.tasks import Placement, _ready_marked, blend_batch, share_piece, take_piece
 from farm.tiling import Batch
 
 
@@ -35,10 +44,14 @@ def test_a_piece_opens_where_its_gpu_is_visible_on_its_host() -> None:
     assert not can_open(a, b, {})  # a worker that did not answer
 
 
-def test_a_cpu_piece_is_passed_as_it_is() -> None:
+def test_a_cpu_piece_is_passed_by_value_wrapped() -> None:
+    """A CPU piece travels as itself inside a `Piece` (a farm type, so the driver that holds its future
+    never unpickles a torch class)."""
     piece = torch.arange(24, dtype=torch.float32).reshape(3, 2, 2, 2)
-    assert share(piece) is piece
-    assert share_piece({0: piece, 1: piece * 2}, 0) is piece
+    assert isinstance(share(piece), Piece) and share(piece).tensor is piece
+    assert share_piece({0: piece, 1: piece * 2}, 0).tensor is piece
+    assert take_piece({0: piece, 1: piece * 2}, 1).tensor.equal(piece * 2)
+    assert open_piece(Piece(piece)) is piece
     assert open_piece(piece) is piece
 
 
