@@ -85,10 +85,16 @@ torch.manual_seed(0)
 model = cls.model_class()(**cls.named_configs[name])
 model.save_pretrained({str(folder)!r})
 """
-    if single_file is not None:
+    if single_file is not None:  # LTX-2's full checkpoint: the VAE under "vae.", beside a transformer
         code += f"""
-from farm.decoders.checkpoints import write_original_layout
-write_original_layout(family, model.state_dict(), {str(single_file)!r}, prefix="vae.")
+from safetensors.torch import save_file
+from farm.decoders import checkpoints
+full = cls._full_config(cls.named_configs[name])
+wanted = cls.decoder_tensor_shapes(cls.named_configs[name])
+state = {{"vae." + checkpoints.original_name(k, "ltx-original", family, full): v.contiguous()
+         for k, v in model.state_dict().items() if k in wanted}}
+state["model.diffusion_model.stand_in.weight"] = torch.zeros(2**28, dtype=torch.bfloat16)  # never read
+save_file(state, {str(single_file)!r})
 """
     result = run([sys.executable, "-c", code], log, timeout=600)
     if result["rc"] != 0:
@@ -121,6 +127,30 @@ def start_cluster(scheduler_file: Path, log: Path) -> subprocess.Popen:
     return proc
 
 
+# Each prints {"imports": s, "load": s} as JSON: the load from after the imports to the weights on the GPU.
+LOAD_DIFFUSERS = """
+import json, sys, time
+t = time.perf_counter()
+import torch, diffusers
+i = time.perf_counter()
+vae = getattr(diffusers, sys.argv[2]).from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16).to("cuda")
+torch.cuda.synchronize()
+print(json.dumps({"imports": i - t, "load": time.perf_counter() - i}))
+"""
+LOAD_FARM = """
+import json, sys, time
+t = time.perf_counter()
+import torch
+from farm.decoders import diffusers_vae, decoder_class
+from farm.store import open_job
+spec = open_job(sys.argv[1]).spec
+i = time.perf_counter()
+decoder = decoder_class(spec).load(spec, "cuda")
+torch.cuda.synchronize()
+print(json.dumps({"imports": i - t, "load": time.perf_counter() - i}))
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
@@ -133,7 +163,7 @@ def main() -> None:
     parser.add_argument("--warm-renders", type=int, default=3)
     parser.add_argument("--single-file", action="store_true", help="also the original-layout file")
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
-    parser.add_argument("--parts", default="imports,one,warm,batch,single")
+    parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     out: Path = args.out
@@ -177,6 +207,14 @@ def main() -> None:
         "--model",
         args.model,
     ]
+
+    if "load" in parts:  # the decoder ready on the GPU: diffusers' from_pretrained against farm's load
+        for rep in range(args.reps):
+            diffusers_load = [sys.executable, "-c", LOAD_DIFFUSERS, str(vae), args.model]
+            record(f"load: diffusers from_pretrained(folder).to(cuda, bf16) #{rep + 1}",
+                   run(diffusers_load, logs / f"load-d-{rep}.log", 300))
+            record(f"load: farm decoder from the folder #{rep + 1}",
+                   run([sys.executable, "-c", LOAD_FARM, str(job1)], logs / f"load-f-{rep}.log", 300))
 
     if "one" in parts:
         for rep in range(args.reps):
