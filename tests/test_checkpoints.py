@@ -124,6 +124,7 @@ def test_checkpoint_layouts_decode_as_the_diffusers_folder(tmp_path, name, form,
     file_spec = spec_from_json(raw_spec(name, {"path": str(path)}, latents="normalized"))
     recorded = cls.check_weights(file_spec)  # headers only: names, shapes, dtypes
     assert recorded.weights["layout"] == layout and len(recorded.weights["identity"]) == 32
+    assert recorded.weights["files"] == [path.name]
     reference = cls.load(folder_spec, "cpu")
     loaded = cls.load(recorded, "cpu")
     theirs = reference.model.state_dict()

@@ -4,7 +4,7 @@ A decoder spec is a JSON object:
 
     {"family": "ltx2",                      # which adapter
      "config": "ltx2-tiny" | {...},          # a named config or the model's constructor arguments
-     "weights": {"path": "/models/vae"} | {"random_seed": 0},   # + "layout", "identity" once checked
+     "weights": {"path": "/models/vae"} | {"random_seed": 0},   # + "files", "layout", "identity" once checked
      "dtype": "bfloat16",                    # compute dtype: float32, bfloat16 or float16
      "latents": "denormalized"}              # or "normalized": farm applies the VAE's mean/std first
 

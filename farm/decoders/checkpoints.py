@@ -14,7 +14,7 @@ ingest, render) checks weights in milliseconds:
   converters (``diffusers.loaders.single_file_utils``) for the decoder's tensors; the workers convert
   with diffusers' own converters and the tests check both directions agree;
 * :func:`content_identity`: sizes, safetensors headers and sampled bytes, hashed, so a render notices
-  weights that changed since its job was made (milliseconds on a 4.6 GB folder).
+  weights that changed since its job was made (a few dozen small reads per file, whatever its size).
 """
 
 from __future__ import annotations

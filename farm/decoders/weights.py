@@ -10,7 +10,8 @@ points:
   headers only and the decoder tensors' shapes recorded for each named config (``decoder_tensors.json``,
   written by ``workflows/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
   object, no record) has its shapes computed on the meta device, which imports both. It returns the spec
-  with the weights' layout and content identity recorded, so a later render notices weights that changed;
+  with the weights' files, layout and content identity recorded, so a later render notices weights that
+  changed;
 * :func:`read_decoder_state` (on the worker that decodes) reads the decoder's tensors only, straight onto
   the device in the decode dtype, renamed to diffusers' names by diffusers' own converters.
 
@@ -213,7 +214,8 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
     if parts:
         raise_mismatch(parts, path)
     refuse_missing_statistics(missing_statistics(spec, cls.statistics_tensors, infos, names), spec, path)
-    return replace(spec, weights={**spec.weights, "layout": layout.name, "identity": identity})
+    record = {"files": [f.name for f in files], "layout": layout.name, "identity": identity}
+    return replace(spec, weights={**spec.weights, **record})
 
 
 # ---- reading (worker) --------------------------------------------------------------------------
