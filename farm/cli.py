@@ -92,7 +92,7 @@ def _add_synth_command(add: AddCommand) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights")
     p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
-    p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
+    p.add_argument("--weights", help="real weights, not random: VAE folder, .safetensors or .pt/.pth")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
 
 
@@ -105,7 +105,7 @@ def _add_ingest_command(add: AddCommand) -> None:
     p.add_argument("--decoder", metavar="SPEC_OR_NAME",
                    help="named config (e.g. ltx2, with --weights), a JSON decoder spec or a .json file; "
                         "needed to create a job, checked against an existing one")  # fmt: skip
-    p.add_argument("--weights", metavar="PATH", help="decoder weights: a VAE folder or one .safetensors file")
+    p.add_argument("--weights", metavar="PATH", help="decoder weights: VAE folder, .safetensors or .pt/.pth")
     p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
     p.add_argument("--name", metavar="PATTERN",
                    help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "

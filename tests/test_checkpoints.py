@@ -55,8 +55,9 @@ def source_model(name: str, seed: int = 5):
 def original_state(spec, cls, model, layout: str) -> dict[str, torch.Tensor]:
     """The decoder's tensors of `model` under their names in `layout` (farm's inverse of diffusers')."""
     full = cls._full_config(spec.config)
+    keep = cls.decoder_tensor_shapes(spec.config)
     return {C.original_name(k, layout, spec.family, full): v.detach().clone().contiguous()
-            for k, v in model.state_dict().items() if k in cls.decoder_tensor_shapes(spec.config)}  # fmt: skip
+            for k, v in model.state_dict().items() if k in keep}  # fmt: skip
 
 
 def rand(shape, seed: int = 0) -> torch.Tensor:
@@ -123,6 +124,7 @@ def test_checkpoint_layouts_decode_as_the_diffusers_folder(tmp_path, name, form,
     file_spec = spec_from_json(raw_spec(name, {"path": str(path)}, latents="normalized"))
     recorded = cls.check_weights(file_spec)  # headers only: names, shapes, dtypes
     assert recorded.weights["layout"] == layout and len(recorded.weights["identity"]) == 32
+    assert recorded.weights["files"] == [path.name]
     reference = cls.load(folder_spec, "cpu")
     loaded = cls.load(recorded, "cpu")
     theirs = reference.model.state_dict()
@@ -141,7 +143,9 @@ def test_load_decodes_as_diffusers_from_pretrained(tmp_path, name):
     model.save_pretrained(tmp_path / "folder")
     dtypes = ["float32", "bfloat16"] if name == "ltx2-tiny" else ["float32"]
     for dtype in dtypes:
-        fspec = spec_from_json(raw_spec(name, {"path": str(tmp_path / "folder")}, latents="normalized", dtype=dtype))
+        fspec = spec_from_json(
+            raw_spec(name, {"path": str(tmp_path / "folder")}, latents="normalized", dtype=dtype)
+        )
         pretrained = cls.model_class().from_pretrained(tmp_path / "folder").to("cpu", getattr(torch, dtype))
         for t in [*pretrained.parameters(), *pretrained.buffers()]:  # views of the mapped file, whose
             t.data = t.data.clone()  # alignment sends CPU kernels down other paths: aligned copies
@@ -151,14 +155,18 @@ def test_load_decodes_as_diffusers_from_pretrained(tmp_path, name):
         assert not any(t.is_meta for t in [*loaded.model.parameters(), *loaded.model.buffers()])
         assert_materialised(loaded.model, "test")
         for key, value in loaded.model.state_dict().items():
-            assert value.dtype == getattr(torch, dtype) and torch.equal(value, reference.model.state_dict()[key])
+            assert value.dtype == getattr(torch, dtype) and torch.equal(
+                value, reference.model.state_dict()[key]
+            )
         assert torch.equal(decode(loaded), decode(reference))
 
 
 def test_a_meta_tensor_left_behind_is_refused():
     spec, cls, _ = source_model("ltx2-tiny")
     model = cls.meta_model(spec.config)
-    with pytest.raises(FarmError, match=r"28 tensors were not loaded \(latents_mean, latents_std, decoder\.conv_in"):
+    with pytest.raises(
+        FarmError, match=r"28 tensors were not loaded \(latents_mean, latents_std, decoder\.conv_in"
+    ):
         assert_materialised(model, "x")
     model.load_state_dict({k: torch.zeros(s) for k, s in cls.decoder_tensor_shapes(spec.config).items()
                            if k != "decoder.conv_out.conv.bias"}, strict=False, assign=True)  # fmt: skip
@@ -182,14 +190,16 @@ def test_inverse_names_agree_with_diffusers_converters(family, cls):
     the decoder's tensors (as recorded for the config) back to diffusers' names, one to one."""
     for name, config in cls.named_configs.items():
         expected = W.recorded_decoder_tensors(family, name)
-        assert expected == cls.decoder_tensor_shapes(config), f"{name}: rerun workflows/record_decoder_defaults.py"
+        assert expected == cls.decoder_tensor_shapes(config), (
+            f"{name}: rerun workflows/record_decoder_defaults.py"
+        )
         full = cls._full_config(config)
         for layout in ORIGINAL_LAYOUTS.get(family, ()):
             if layout == "wan-original" and full.get("is_residual"):
                 continue  # Wan 2.2's own layout is not Wan 2.1's
             for prefix in ("", "vae.") if layout == "ltx-original" else ("",):
-                infos = {prefix + C.original_name(k, layout, family, full): C.TensorInfo(tuple(s), "F32", Path("x"))
-                         for k, s in expected.items()}  # fmt: skip
+                infos = {prefix + C.original_name(k, layout, family, full):
+                         C.TensorInfo(tuple(s), "F32", Path("x")) for k, s in expected.items()}  # fmt: skip
                 assert C.detect_layout(infos, family, "x") == C.Layout(layout, prefix)
                 names = W.converted_names(C.Layout(layout, prefix), family, infos)
                 assert {k: names[k] for k in expected} == {
@@ -239,7 +249,9 @@ def test_missing_statistics_are_refused_where_needed(tmp_path):
     state = {k: v for k, v in original_state(spec, cls, model, "ltx-original").items()
              if not k.startswith("per_channel_statistics")}  # fmt: skip
     save_file(state, str(tmp_path / "vae.safetensors"))
-    normalized = spec_from_json(raw_spec("ltx2-tiny", {"path": str(tmp_path / "vae.safetensors")}, latents="normalized"))
+    normalized = spec_from_json(
+        raw_spec("ltx2-tiny", {"path": str(tmp_path / "vae.safetensors")}, latents="normalized")
+    )
     for attempt in (lambda: cls.check_weights(normalized), lambda: cls.load(normalized, "cpu")):
         with pytest.raises(FarmError, match=r"no latent statistics \(per_channel_statistics\.mean-of-means"):
             attempt()
@@ -255,8 +267,8 @@ def test_synth_refuses_a_bad_file_in_one_line_naming_the_tensors(tmp_path):
     del state["decoder.upsamples.5.residual.2.weight"]
     state["decoder.upsamples.16.residual.2.weight"] = torch.zeros(1)
     torch.save(state, tmp_path / "bad.pth")
-    result = farm("synth", str(tmp_path / "job.zarr"), "--decoder", "wan-tiny", "--frames", "5", "--height", "32",
-                  "--width", "32", "--weights", str(tmp_path / "bad.pth"))  # fmt: skip
+    result = farm("synth", str(tmp_path / "job.zarr"), "--decoder", "wan-tiny", "--frames", "5",
+                  "--height", "32", "--width", "32", "--weights", str(tmp_path / "bad.pth"))  # fmt: skip
     lines = [line for line in result.stderr.splitlines() if line.startswith("farm: error:")]
     assert result.returncode == 2 and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "1 decoder tensors missing: decoder.upsamples.5.residual.2.weight" in lines[0]
@@ -280,8 +292,9 @@ def test_weights_are_checked_from_headers_without_torch(tmp_path):
         "    print(json.dumps(decoder_class(s).check_weights(s).weights))\n"
         "print(sorted(m for m in ('torch', 'diffusers', 'safetensors') if m in sys.modules))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "Wan2.1_VAE.pth"), str(tmp_path / "folder")],
-                         capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    paths = [str(tmp_path / "Wan2.1_VAE.pth"), str(tmp_path / "folder")]
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                         check=True).stdout.splitlines()  # fmt: skip
     assert json.loads(out[0])["layout"] == "wan-original" and json.loads(out[1])["layout"] == "diffusers"
     assert out[-1] == "[]"
 
@@ -302,7 +315,9 @@ def test_render_through_a_cluster_and_refuse_changed_weights(tmp_path, scheduler
         fr.synth(job, decoder="ltx2-tiny", frames=17, height=64, width=96, seed=2, weights=str(weights))
         render(job, tmp_path / f"out-{label}", scheduler=scheduler3)
         group = zarr.open_group(store=str(tmp_path / f"out-{label}" / "frames.zarr"), mode="r")
-        frames[label] = {k: np.asarray(a[...]) for k, a in group.members(max_depth=None) if isinstance(a, zarr.Array)}
+        frames[label] = {
+            k: np.asarray(a[...]) for k, a in group.members(max_depth=None) if isinstance(a, zarr.Array)
+        }
     assert frames["file"].keys() == frames["folder"].keys() and frames["file"]
     for key, value in frames["file"].items():
         assert np.array_equal(value, frames["folder"][key]), key

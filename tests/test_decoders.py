@@ -216,7 +216,7 @@ def test_weights_of_another_model_are_refused(tmp_path):
     cases = [
         ("wan2.2-tiny", tmp_path / "wan", "were saved for a different decoder config"),
         ("hunyuanvideo-tiny", tmp_path / "wan" / "diffusion_pytorch_model.safetensors", "do not match"),
-        ("wan-tiny", tmp_path / "no-post-quant.safetensors", r"2 decoder tensors missing: post_quant_conv\.bias"),
+        ("wan-tiny", tmp_path / "no-post-quant.safetensors", r"2 decoder tensors missing: post_quant_conv\."),
     ]
     for name, path, message in cases:
         spec = spec_from_json(raw_spec(name, weights={"path": str(path)}))

@@ -395,7 +395,8 @@ def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(fami
     result = add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=25, **size)
     assert result.created and result.shots == ["sh010"]
     info = open_job(job)
-    assert info.spec.family == family and info.spec.weights == {"path": str(tmp_path / "vae")}
+    assert info.spec.family == family and info.spec.weights["path"] == str(tmp_path / "vae")
+    assert info.spec.weights["layout"] == "diffusers" and len(info.spec.weights["identity"]) == 32
     assert info.spec.latents == PIPELINES[type(pipe).__name__].latents == result.latents
     source = info.shots["sh010"].attrs["source"]
     assert source["pipeline"] == type(pipe).__name__ and source["latents"] == info.spec.latents

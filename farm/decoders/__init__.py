@@ -4,7 +4,7 @@ A decoder spec is a JSON object:
 
     {"family": "ltx2",                      # which adapter
      "config": "ltx2-tiny" | {...},          # a named config or the model's constructor arguments
-     "weights": {"path": "/models/vae"} | {"random_seed": 0},
+     "weights": {"path": "/models/vae"} | {"random_seed": 0},   # + "files", "layout", "identity" once checked
      "dtype": "bfloat16",                    # compute dtype: float32, bfloat16 or float16
      "latents": "denormalized"}              # or "normalized": farm applies the VAE's mean/std first
 
@@ -23,6 +23,7 @@ from typing import Any
 from farm import config, costmodel
 from farm.costmodel import CostModel, MemoryModel
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
+from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltxv import LTXVideoDecoder
@@ -36,7 +37,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "hunyuanvideo": HunyuanVideoDecoder,
 }
 
-_cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
+# (spec with the weights' content identity, device, compile mode)
+_cache: dict[tuple[str, str, str | None], VideoDecoder] = {}
 _cache_lock = threading.Lock()
 # What loading and compiling cost in this process (`decoder_timings`): seconds to build each decoder,
 # and each decoder's first call per latent shape (a compiled one's compilation, or inductor's cache,
@@ -75,7 +77,10 @@ def load_decoder(
     if not isinstance(spec, DecoderSpec):
         spec = parse_spec(spec, families=FAMILIES)
     mode = compile_mode(compile) if device.startswith("cuda") else None
-    key = (json.dumps(spec.to_json(), sort_keys=True), device, mode)
+    raw = spec.to_json()
+    if "path" in spec.weights and "identity" not in spec.weights:  # a spec never checked: key by the
+        raw["weights"] = {**spec.weights, "identity": weights_identity(spec)}  # files' identity all the same
+    key = (json.dumps(raw, sort_keys=True), device, mode)
     with _cache_lock:  # several task threads may ask at once: build once
         if key not in _cache:
             started = time.perf_counter()
@@ -87,6 +92,13 @@ def load_decoder(
             decoder.decode = _timing_first_calls(decoder.decode, mode or "eager")  # type: ignore[method-assign]
             _cache[key] = decoder
     return _cache[key]
+
+
+def weights_identity(spec: DecoderSpec) -> str:
+    """The content identity of the spec's weight files (`farm.decoders.checkpoints.content_identity`)."""
+    from pathlib import Path
+
+    return content_identity(weight_files(Path(spec.weights["path"])))
 
 
 def use_compile_cache() -> str | None:

@@ -28,7 +28,7 @@ class DecoderSpec:
     family: str
     config_name: str | None  # a named config ("ltx2-tiny"), or None when `config` was given in full
     config: dict[str, Any]  # the model's constructor arguments (resolved from the name when named)
-    weights: dict[str, Any]  # {"path": ...} or {"random_seed": N}
+    weights: dict[str, Any]  # {"path": ..., "files"?, "layout"?, "identity"?} or {"random_seed": N}
     dtype: str = "float32"
     latents: str = "denormalized"
     extra: dict[str, Any] = field(default_factory=dict)

@@ -270,9 +270,10 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def build_from_weights(cls, spec: DecoderSpec, device: str, dtype: str | None = None) -> Any:
-        """The decoder only, built on the meta device (no memory, no random initialisation) and given the
-        weights' decoder tensors read straight onto `device` in the spec's dtype (``assign=True``: the
-        read tensors become the parameters; no copy). Unused modules (the encoder) are never built."""
+        """The decoder only, built on the meta device (no memory, no random initialisation; the encoder
+        and other unused modules dropped) and given the weights' decoder tensors read straight onto
+        `device` in `dtype` (default: the spec's). ``assign=True``: the tensors read become the
+        parameters, with no second copy; none may be left on the meta device."""
         import torch
 
         model = cls.meta_model(spec.config)

@@ -10,7 +10,8 @@ points:
   headers only and the decoder tensors' shapes recorded for each named config (``decoder_tensors.json``,
   written by ``workflows/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
   object, no record) has its shapes computed on the meta device, which imports both. It returns the spec
-  with the weights' layout and content identity recorded, so a later render notices weights that changed;
+  with the weights' files, layout and content identity recorded, so a later render notices weights that
+  changed;
 * :func:`read_decoder_state` (on the worker that decodes) reads the decoder's tensors only, straight onto
   the device in the decode dtype, renamed to diffusers' names by diffusers' own converters.
 
@@ -169,7 +170,7 @@ def refuse_missing_statistics(missing: list[str], spec: DecoderSpec, where: str)
         raise FarmError(
             f"weights at {where} hold no latent statistics ({', '.join(missing)} missing), which "
             f'"latents": "normalized" needs to un-normalise latents ({spec.family}); give weights that '
-            'carry them (LTX checkpoints keep them as per_channel_statistics), or store denormalized latents'
+            "carry them (LTX checkpoints keep them as per_channel_statistics), or store denormalized latents"
         )
 
 
@@ -200,8 +201,8 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
     recorded = spec.weights.get("identity")
     if recorded is not None and recorded != identity:
         raise FarmError(
-            f"weights at {path} changed since the job was made (content identity {recorded}, now {identity}): "
-            "restore the weights the job was made with, or make the job again with these weights"
+            f"weights at {path} changed since the job was made (content identity {recorded}, now "
+            f"{identity}): restore the weights the job was made with, or make the job again"
         )
     files, layout, infos = inspect_weights(spec, cls)
     full = cls._full_config(spec.config)
@@ -213,7 +214,8 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
     if parts:
         raise_mismatch(parts, path)
     refuse_missing_statistics(missing_statistics(spec, cls.statistics_tensors, infos, names), spec, path)
-    return replace(spec, weights={**spec.weights, "layout": layout.name, "identity": identity})
+    record = {"files": [f.name for f in files], "layout": layout.name, "identity": identity}
+    return replace(spec, weights={**spec.weights, **record})
 
 
 # ---- reading (worker) --------------------------------------------------------------------------
@@ -232,7 +234,7 @@ def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo
     shapes only (no tensor is read)."""
     mine = {n: _Named(n, i.shape) for n, i in infos.items() if n.startswith(layout.prefix)}
     if layout.name == "diffusers":
-        return {n[len(layout.prefix):]: n for n in mine}
+        return {n[len(layout.prefix) :]: n for n in mine}
     from diffusers.loaders import single_file_utils as su
 
     if layout.name == "ltx-original" and family == "ltx2":
@@ -240,7 +242,7 @@ def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo
     elif layout.name == "ltx-original":
         # the converter keeps names with "vae." and tells 0.9.5 from the encoder's last convolution; the
         # decoder's names are the same for 0.9.1 and 0.9.5, and a file without an encoder has no say
-        inner = {C.VAE_PREFIX + n[len(layout.prefix):]: v for n, v in mine.items()}
+        inner = {C.VAE_PREFIX + n[len(layout.prefix) :]: v for n, v in mine.items()}
         inner.setdefault("vae.encoder.conv_out.conv.weight", _Named(None, (0, 0)))
         out = su.convert_ltx_vae_checkpoint_to_diffusers(inner)
     elif layout.name == "wan-original":
