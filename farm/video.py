@@ -349,8 +349,12 @@ def join_segments(
     path: str | os.PathLike[str],
     *,
     metadata: dict[str, str] | None = None,
+    sound: str | os.PathLike[str] | None = None,
 ) -> None:
     """Concatenate segments written by :func:`encode_segment`, in order, into one file, without re-encoding.
+
+    `sound`: a sound file (`farm.audio`) muxed in as the file's audio track, cut or padded to the
+    video's duration (AAC in mp4, 16-bit PCM in mov).
 
     All segments must share codec, profile, size, pixel format, frame rate, time base and extradata
     (SPS/PPS); otherwise FarmError names the first segment that differs and how. The container follows
@@ -416,6 +420,10 @@ def join_segments(
                 p.stream = stream
                 out.mux(p)
             offset += end - start
+        if sound is not None:
+            from farm.audio import mux_track
+
+            mux_track(out, container, sound, offset * ref.time_base)
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
