@@ -70,19 +70,24 @@ def _frame(levels: np.ndarray, sample_rate: int) -> av.AudioFrame:
     return frame
 
 
-def encode_into(container: Any, levels: np.ndarray, sample_rate: int, codec: str) -> None:
-    """Add a stereo stream of `levels` ``[channels, samples]`` int16 to an open output `container` and
-    encode all of it (the encoder's format and frame size through a resampler)."""
+def add_stream(container: Any, sample_rate: int, codec: str) -> Any:
+    """A stereo audio stream in an open output `container` (before anything is muxed into it)."""
     stream = container.add_stream(codec, rate=sample_rate)
     stream.codec_context.layout = "stereo"
     stream.codec_context.time_base = Fraction(1, sample_rate)
     if codec == "aac":
         stream.codec_context.bit_rate = AAC_BITRATE
+    return stream
+
+
+def encode_stream(container: Any, stream: Any, levels: np.ndarray) -> None:
+    """Encode all of int16 `levels` ``[channels, samples]`` into `stream` (the encoder's format and frame
+    size through a resampler) and flush it."""
     ctx = stream.codec_context
-    resampler = av.AudioResampler(format=ctx.format or "s16", layout="stereo", rate=sample_rate,
+    rate = ctx.sample_rate
+    resampler = av.AudioResampler(format=ctx.format or "s16", layout="stereo", rate=rate,
                                   frame_size=ctx.frame_size or None)  # fmt: skip
-    frames = list(resampler.resample(_frame(levels, sample_rate))) + list(resampler.resample(None))
-    for frame in frames:
+    for frame in [*resampler.resample(_frame(levels, rate)), *resampler.resample(None)]:
         for packet in stream.encode(frame):
             container.mux(packet)
     for packet in stream.encode(None):
@@ -94,7 +99,7 @@ def write_audio(path: str | os.PathLike[str], levels: np.ndarray, sample_rate: i
     _, muxer, codec = FORMATS[check_format(fmt)]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, av.open(tmp, mode="w", format=muxer) as out:
-        encode_into(out, levels, sample_rate, codec)
+        encode_stream(out, add_stream(out, sample_rate, codec), levels)
 
 
 @dataclass(frozen=True)
@@ -123,12 +128,16 @@ def read_audio(path: str | os.PathLike[str], stream: int = 0) -> Sound:
     return Sound(levels.astype(np.int16), int(rate))
 
 
-def mux_track(
-    container: Any, container_format: str, sound_file: str | os.PathLike[str], seconds: Fraction
-) -> None:
-    """Add the sound in `sound_file`, cut or padded to `seconds`, to an open output video `container`
-    (``mp4``: AAC, ``mov``: PCM)."""
-    sound = read_audio(sound_file)
-    samples = round(seconds * sound.sample_rate)
-    encode_into(container, fit_length(sound.levels, samples), sound.sample_rate,
-                VIDEO_AUDIO_CODECS.get(container_format, "aac"))  # fmt: skip
+class Track:
+    """A sound file on its way into a video: `Track(container, fmt, file)` adds the audio stream (before
+    any packet is muxed), `write(seconds)` encodes the sound cut or padded to that duration (``mp4``:
+    AAC, ``mov``: 16-bit PCM)."""
+
+    def __init__(self, container: Any, container_format: str, sound_file: str | os.PathLike[str]) -> None:
+        self.container, self.sound = container, read_audio(sound_file)
+        codec = VIDEO_AUDIO_CODECS.get(container_format, "aac")
+        self.stream = add_stream(container, self.sound.sample_rate, codec)
+
+    def write(self, seconds: Fraction) -> None:
+        samples = round(seconds * self.sound.sample_rate)
+        encode_stream(self.container, self.stream, fit_length(self.sound.levels, samples))

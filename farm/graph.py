@@ -526,11 +526,9 @@ class Driver:
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
         sound = self.targets.sound
+        decode_sound = [p for p, plan in enumerate(self.plans) if sound and plan.shot in sound.decode]
         for p, plan in enumerate(self.plans):
-            if sound is not None and plan.shot in sound.decode:
-                self.submit_audio(p)
-        for p, plan in enumerate(self.plans):
-            if not plan.batches:  # resumed after its last batch: only the video is left to join
+            if not plan.batches and p not in decode_sound:  # resumed after its last batch: only the video
                 self.submit_finish(p)
         self.fill_window()  # the first window's decodes start while the outputs are being made
         # then the scheduler round trips: the farm page shows the render from its start, nothing done
@@ -538,6 +536,10 @@ class Driver:
         if on_progress:
             on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         self.open_outputs()
+        for p in decode_sound:  # written into OUT: once the render owns its shots there
+            self.submit_audio(p)
+            if not self.plans[p].batches:
+                self.submit_finish(p)
         watcher = Watcher(self)
         watcher.start()
         try:

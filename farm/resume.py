@@ -309,7 +309,8 @@ def resume_points(
                     f"{first_frame}-{first_frame + last}; nothing was changed"
                 )
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
-        if not skipped - done:  # every unfinished batch is rendered now: the video can be joined
+        joined = not restarted and video and video_done(out, plan.shot)  # only its sound file was missing
+        if not skipped - done and not joined:  # every unfinished batch is rendered now: join the video
             points.finish.add(plan.shot)
         if done:
             points.notes.append(

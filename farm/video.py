@@ -401,6 +401,11 @@ def join_segments(
         stream.time_base = ref.time_base
         if ref.codec_tag:  # the template leaves the tag to the muxer: keep hvc1, ap4h, … as encoded
             stream.codec_context.codec_tag = ref.codec_tag
+        track = None
+        if sound is not None:  # every stream exists before the first packet is muxed
+            from farm.audio import Track
+
+            track = Track(out, container, sound)
         offset = 0
         last_dts: int | None = None
         for seg, (_, packets, _), delay in zip(segments, read, delays, strict=True):
@@ -420,10 +425,8 @@ def join_segments(
                 p.stream = stream
                 out.mux(p)
             offset += end - start
-        if sound is not None:
-            from farm.audio import mux_track
-
-            mux_track(out, container, sound, offset * ref.time_base)
+        if track is not None:
+            track.write(offset * ref.time_base)
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:
