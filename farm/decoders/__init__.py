@@ -25,6 +25,7 @@ from farm.costmodel import CostModel, MemoryModel
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
+from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.wan import WanDecoder
 from farm.errors import FarmError
@@ -34,6 +35,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "ltxv": LTXVideoDecoder,
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
+    "ltx2-diffusion": LTX2DiffusionDecoder,
 }
 
 _cache: dict[tuple[str, str, str | None], VideoDecoder] = {}  # (spec, device, compile mode)
