@@ -23,6 +23,7 @@ volume only. On a GPU, `enable_compile` compiles the FlexAttention call alone.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -156,7 +157,16 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
             raise FarmError(
                 "the ltx2-diffusion decoder draws its noise per pixel position: decode needs the tile origin"
             )
-        return decode_with_noise(self.model, z, self.noise, origin, self.decode_steps())
+        try:
+            return decode_with_noise(self.model, z, self.noise, origin, self.decode_steps())
+        except ValueError as exc:  # diffusers refuses grids smaller than a neighbourhood window
+            if "at least its kernel size" not in str(exc):
+                raise
+            raise FarmError(
+                f"a tile of {list(z.shape[2:])} latent frames, rows and columns is too small for the "
+                f"{self.spec.config_name or 'custom'} diffusion decoder's neighbourhood attention ({exc}); "
+                "use fewer tiles or more overlap (the real config needs 7 latent rows and columns a tile)"
+            ) from None
 
 
 def decode_with_noise(
@@ -211,17 +221,50 @@ def use_windowed_attention(model: Any) -> None:
             module.build_block_mask = lambda hidden_states: None
 
 
+@functools.lru_cache(maxsize=64)
+def neighborhood_block_mask(
+    frames: int, height: int, width: int, kernel: tuple[int, ...], device: Any
+) -> Any:
+    """diffusers' neighbourhood `BlockMask` (the window centred, shifted inward at the borders), built
+    compiled (never the dense mask) and once per grid, kernel and device: a tile shape's every call and
+    block reuse it."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    kt, kh, kw = min(kernel[0], frames), min(kernel[1], height), min(kernel[2], width)
+    hw = height * width
+
+    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        qt, qh, qw = q // hw, (q % hw) // width, q % width
+        vt, vh, vw = kv // hw, (kv % hw) // width, kv % width
+        st = torch.clamp(qt - kt // 2, 0, frames - kt)
+        sh = torch.clamp(qh - kh // 2, 0, height - kh)
+        sw = torch.clamp(qw - kw // 2, 0, width - kw)
+        return (vt >= st) & (vt < st + kt) & (vh >= sh) & (vh < sh + kh) & (vw >= sw) & (vw < sw + kw)
+
+    n = frames * hw
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device=device, _compile=True)
+
+
 def compile_flex_attention(mode: str | None = None) -> None:
     """Route diffusers' FlexAttention calls through one `torch.compile`d `flex_attention` (the fused
-    kernel; the block masks are still built once per stage and tile shape), with a recompile limit that
-    lets every stage's shape compile once."""
+    kernel), with block masks built compiled once per tile shape (`neighborhood_block_mask`) and a
+    recompile limit that lets every stage's shape compile once."""
     import torch
     import torch._dynamo
     from diffusers.models import attention_dispatch
+    from diffusers.models.autoencoders import ltx2_diffusion_decoder
     from torch.nn.attention import flex_attention as fa
 
     if getattr(attention_dispatch, "_farm_compiled_flex", False):
         return
+
+    def cached(
+        num_frames: int, height: int, width: int, kernel_size: tuple[int, int, int], device: Any
+    ) -> Any:
+        return neighborhood_block_mask(num_frames, height, width, tuple(kernel_size), device)
+
+    ltx2_diffusion_decoder._neighborhood_block_mask = cached
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     import types
 
