@@ -114,6 +114,8 @@ def _add_ingest_command(add: AddCommand) -> None:
                    help="the files' convention (default: the job's; ComfyUI's: by model)")  # fmt: skip
     p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
+    p.add_argument("--decode-steps", type=int, metavar="N",
+                   help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec")
     p.add_argument("--audio-tensor", metavar="KEY",
                    help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound)")
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
@@ -435,7 +437,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             args.job, args.sources, decoder=args.decoder, weights=args.weights, fps=args.fps, name=args.name,
             latents=args.latents, tensor=args.tensor, replace=args.replace, on_progress=progress,
             audio_tensor=args.audio_tensor, audio_decoder=args.audio_decoder,
-            audio_weights=args.audio_weights,
+            audio_weights=args.audio_weights, decode_steps=args.decode_steps,
         )  # fmt: skip
     finally:
         if bar is not None:

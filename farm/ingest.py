@@ -506,8 +506,12 @@ def ingest(
     audio_tensor: str | None = None,
     audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
     audio_weights: str | os.PathLike | None = None,
+    decode_steps: int | None = None,
 ) -> IngestResult:
     """Create or extend the job store `job` from latent files (see the module docstring).
+
+    `decode_steps`: the denoising steps of a diffusion decoder (``ltx2-diffusion``), recorded in a new
+    job's decoder spec (default: the decoder config's).
 
     `audio_tensor`: the name of each file's audio latents (``[C, T, M]``, or ``[B, C, T, M]`` beside a
     batch of video latents), stored as the shots' sound; `audio_decoder` (a named config such as
@@ -531,6 +535,8 @@ def ingest(
     convention = choose_convention(latents, target, known_conventions(found, spec.family))
     if current is None and convention != spec.latents:
         spec = spec_from_json({**spec.to_json(), "latents": convention}, where="--decoder")
+    if decode_steps is not None:
+        spec = _with_decode_steps(spec, decode_steps, exists=current is not None)
     if current is None:
         spec = decoder_class(spec).check_weights(spec)  # before anything is written; records layout, identity
 
@@ -555,6 +561,21 @@ def ingest(
                             sounds=sounds)  # fmt: skip
     warnings = family_warnings(found, spec) + [f"{p}: skipped (not a latent file)" for p in skipped]
     return IngestResult(job, [p.name for p in planned], current is None, replaced, convention, warnings)
+
+
+def _with_decode_steps(spec: DecoderSpec, steps: int, *, exists: bool) -> DecoderSpec:
+    """`spec` with a diffusion decoder's denoising steps (a new job only: its shots share one spec)."""
+    if "decode_steps" not in getattr(decoder_class(spec), "spec_fields", {}):
+        raise FarmError(
+            f"--decode-steps: the {spec.family} decoder does not denoise; it applies to ltx2-diffusion"
+        )
+    if exists and spec.extra.get("decode_steps") != steps:
+        raise FarmError(
+            "--decode-steps: the job exists and its decoder spec fixes the steps; ingest into a new job"
+        )
+    if not isinstance(steps, int) or steps < 1:
+        raise FarmError(f"--decode-steps {steps!r} is invalid; use 1 or more")
+    return spec_from_json({**spec.to_json(), "decode_steps": steps}, where="--decode-steps")
 
 
 def _audio_sample(sound: np.ndarray, sample: int, label: str) -> np.ndarray:

@@ -69,3 +69,19 @@ def test_a_tiled_render_gives_the_same_bytes_on_1_and_3_workers(tmp_path, schedu
     assert a.shape == (9, 128, 160, 3) and np.array_equal(a, b)
     videos = [(tmp_path / out / "videos/shot000.mp4").read_bytes() for out in ("one", "three")]
     assert videos[0] == videos[1]
+
+
+def test_decode_steps_go_into_a_new_jobs_spec(tmp_path):
+    from farm.ingest import ingest
+    from farm.store import open_job
+
+    np.save(tmp_path / "sh010.npy", np.zeros((8, 2, 3, 3), np.float32))
+    ingest(tmp_path / "job.zarr", [tmp_path / "sh010.npy"], decoder=SPEC, latents="denormalized",
+           decode_steps=2)
+    assert open_job(tmp_path / "job.zarr").spec.extra == {"decode_steps": 2}
+    with pytest.raises(FarmError, match="fixes the steps"):
+        ingest(tmp_path / "job.zarr", [tmp_path / "sh010.npy"], name="b", decode_steps=3)
+    ltx2 = {"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}, "latents": "denormalized"}
+    with pytest.raises(FarmError, match="does not denoise"):
+        ingest(tmp_path / "other.zarr", [tmp_path / "sh010.npy"], decoder=ltx2, latents="denormalized",
+               decode_steps=2)
