@@ -27,7 +27,7 @@ import functools
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders.base import DecoderSpec, dtype_bytes
+from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
@@ -47,18 +47,6 @@ LTX2_DIFFUSION_TINY = {
     "decoder_stage5_kernel": [3, 3, 3],
     "decoder_t_emb_dim": 16,
 }
-# diffusers 0.42.1's constructor defaults (LTX-2.5's released config), for planning without importing it.
-_DEFAULTS: dict[str, Any] = {
-    "out_channels": 3, "latent_channels": 128, "patch_size": 4, "scaling_factor": 1.0, "decoder_head_dim": 64,
-    "decoder_stage_channels": [2048, 1024, 512, 512, 256], "decoder_stage_depths": [4, 6, 4, 2, 8],
-    "decoder_stage_kernels": [[3, 7, 7], [3, 7, 7], [3, 5, 5], [3, 5, 5]],
-    "decoder_upsample_strides": [[1, 2, 2], [2, 1, 1], [2, 2, 2], [2, 2, 2]],
-    "decoder_upsample_channel_reductions": [2, 2, 1, 2], "decoder_stage5_kernel": [11, 11, 11],
-    "decoder_t_emb_dim": 384, "decoder_timestep_scale_multiplier": 1000.0, "decoder_model_output_type": "x0",
-    "decoder_num_inference_steps": 1, "spatial_compression_ratio": 32, "temporal_compression_ratio": 8,
-}  # fmt: skip
-
-
 class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2-diffusion"
     named_configs: ClassVar[dict[str, dict[str, Any]]] = {
@@ -87,10 +75,6 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     # ---- shapes --------------------------------------------------------------------------------
 
     @classmethod
-    def _full_config(cls, config: dict[str, Any]) -> dict[str, Any]:
-        return {**_DEFAULTS, **config}
-
-    @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry:
         full = cls._full_config(config)
         strides = full["decoder_upsample_strides"]
@@ -98,14 +82,6 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         temporal = math.prod(s[0] for s in strides)
         geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True, carries=False)
         return cls._with_context(geometry, config)
-
-    @classmethod
-    def weight_bytes(cls, spec: DecoderSpec) -> int:
-        full = cls._full_config(spec.config)
-        widths, depths = full["decoder_stage_channels"], full["decoder_stage_depths"]
-        # an attention block: q, k, v, out (4 d^2) and a SwiGLU of ~8/3 x 3 d^2; stage-5 blocks add AdaLN
-        blocks = sum(12 * w * w * d for w, d in zip(widths, depths, strict=True))
-        return int(blocks * dtype_bytes(spec.dtype))
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
