@@ -125,6 +125,8 @@ def test_joined_video_carries_the_sound_cut_to_its_duration(tmp_path, codec):
     from farm.audio import write_audio
 
     write_audio(tmp_path / "sound.wav", levels, RATE)  # 1 s of sound for 7 frames (0.29 s)
+    write_audio(tmp_path / "sound.flac", levels, RATE, "flac")
+    assert np.array_equal(read_audio(tmp_path / "sound.flac").levels, levels)  # lossless, as the WAV
     video = tmp_path / f"v{suffix}"
     join_segments(segments, video, sound=tmp_path / "sound.wav")
     assert probe(video).frames == 7
