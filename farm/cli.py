@@ -114,6 +114,16 @@ def _add_ingest_command(add: AddCommand) -> None:
                    help="the files' convention (default: the job's; ComfyUI's: by model)")  # fmt: skip
     p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
+    p.add_argument("--decode-steps", type=int, metavar="N",
+                   help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec")
+    p.add_argument("--audio-tensor", metavar="KEY",
+                   help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound)")
+    p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
+                   help="audio decoder of the sound: ltx2-audio (with --audio-weights) or a JSON spec; "
+                        "needed to create a job with sound")  # fmt: skip
+    p.add_argument("--audio-weights", metavar="PATH",
+                   help="audio weights: a diffusers pipeline folder (audio_vae/, vocoder/) or LTX-2's "
+                        ".safetensors checkpoint")  # fmt: skip
 
 
 def _add_render_command(add: AddCommand) -> None:
@@ -139,6 +149,10 @@ def _add_render_command(add: AddCommand) -> None:
                    help="H.264/H.265 quality, lower is better; farm.crf")  # fmt: skip
     p.add_argument("--preset", default=config.option("preset"), help="x264/x265 preset; farm.preset")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
+    p.add_argument("--no-audio", action="store_true",
+                   help="leave out the sound of shots that have it (no OUT/audio file, silent videos)")
+    p.add_argument("--audio-format", choices=["wav", "flac"], default="wav",
+                   help="the sound file's format in OUT/audio (16-bit); videos carry AAC (mp4) or PCM (mov)")
     p.add_argument(
         "--codec",
         default=config.option("codec"),
@@ -422,6 +436,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         result = ingest(
             args.job, args.sources, decoder=args.decoder, weights=args.weights, fps=args.fps, name=args.name,
             latents=args.latents, tensor=args.tensor, replace=args.replace, on_progress=progress,
+            audio_tensor=args.audio_tensor, audio_decoder=args.audio_decoder,
+            audio_weights=args.audio_weights, decode_steps=args.decode_steps,
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -446,7 +462,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         shots=args.shots.split(",") if args.shots else None,
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
                             sequence=args.sequence, first_frame=args.first_frame,
-                            frames_dtype=args.frames_dtype, exr_values=args.exr_values),
+                            frames_dtype=args.frames_dtype, exr_values=args.exr_values,
+                            audio=not args.no_audio, audio_format=args.audio_format),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
         on_progress=_progress_bar(args.started),

@@ -9,7 +9,8 @@ once its last batch is written.
 The policy (order, slots, priorities, window, releases) is a `farm.schedule.Schedule`; this module only
 runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
 shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
-``("encode-segment", …)``, ``("mark-batch", …)`` and ``("finish-shot", render, shot)``.
+``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render, shot)`` and, for a shot with
+sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its video's join then muxes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys
@@ -33,6 +35,7 @@ from farm.tasks import (
     Placement,
     VideoSettings,
     blend_batch,
+    decode_audio,
     decode_tile,
     encode_batch,
     finish_shot,
@@ -58,6 +61,7 @@ class ShotOutcome:
     batches_total: int
     batches_written: int = 0
     video: str | None = None
+    audio: str | None = None  # its sound file, once this render wrote it
     error: str | None = None
     cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
 
@@ -108,6 +112,18 @@ class RenderTargets:
     finish: set[str] | None  # shots whose video to join (None: every shot whose batches all finish)
     compile: bool | str = False
     retries: int = 1
+    sound: Sound | None = None
+
+
+@dataclass(frozen=True)
+class Sound:
+    """A render's sound: the audio decoder, the shots whose videos carry sound, and those whose sound
+    this render decodes (the others' files are in OUT already)."""
+
+    spec_json: dict
+    shots: frozenset[str]
+    decode: frozenset[str]
+    format: str = "wav"
 
 
 def run_graph(
@@ -132,6 +148,7 @@ def run_graph(
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+    sound: Sound | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -150,13 +167,16 @@ def run_graph(
     window of decodes is submitted before it is called, every blend and write after.
 
     `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
+
+    `sound`: the shots with sound; each of `sound.decode` gets a decode-audio task, which its video's join
+    waits for.
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
     targets = RenderTargets(
         job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
         metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
-        finish=finish, compile=compile, retries=retries,
+        finish=finish, compile=compile, retries=retries, sound=sound,
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
@@ -284,6 +304,7 @@ class Driver:
         self.outputs_ready = outputs_ready
         self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
         self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
+        self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -375,13 +396,32 @@ class Driver:
         self.futures.add(mark)
         self.meaning[mark.key] = ("blend", step)
 
+    def submit_audio(self, shot: int) -> None:
+        """The shot's sound, decoded whole on a decode worker (it is small beside any tile)."""
+        plan, t = self.plans[shot], self.targets
+        assert t.sound is not None
+        done = self.client.submit(
+            decode_audio, t.job_path, t.sound.spec_json, t.out_root, plan.shot, plan.pixel_shape[0],
+            t.fps[plan.shot], t.sound.format, t.video.durable,
+            key=(keys.DECODE_AUDIO, self.render_id, plan.shot),
+            workers=[self.workers[shot % len(self.workers)]], allow_other_workers=True, retries=t.retries,
+            priority=self.base + Priority.FINISH,
+        )  # fmt: skip
+        self.sounds[shot] = done
+        self.futures.add(done)
+        self.meaning[done.key] = ("audio", shot)
+
     def submit_finish(self, shot: int) -> None:
         plan, t = self.plans[shot], self.targets
         if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
+        sound = None
+        if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
+            sound = str(Output(Path(t.out_root)).audio_file(plan.shot, "." + t.sound.format))
+        waits = [self.sounds.pop(shot)] if shot in self.sounds else []
         done = self.client.submit(
             finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot], t.metadata, t.video.suffix,
-            durable=t.video.durable,
+            *waits, durable=t.video.durable, sound=sound,
             key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip
         self.futures.add(done)
@@ -470,6 +510,11 @@ class Driver:
                 self.fail_shot(what, _exception(fut))
             else:
                 self.stats.shots[self.plans[what].shot].video = result["video"]
+        elif kind == "audio":
+            if fut.status != "finished":
+                self.fail_shot(what, _exception(fut))
+            else:
+                self.stats.shots[self.plans[what].shot].audio = result["audio"]
 
     def cancel_all(self) -> None:
         for p, plan in enumerate(self.plans):
@@ -480,8 +525,10 @@ class Driver:
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
+        sound = self.targets.sound
+        decode_sound = [p for p, plan in enumerate(self.plans) if sound and plan.shot in sound.decode]
         for p, plan in enumerate(self.plans):
-            if not plan.batches:  # resumed after its last batch: only the video is left to join
+            if not plan.batches and p not in decode_sound:  # resumed after its last batch: only the video
                 self.submit_finish(p)
         self.fill_window()  # the first window's decodes start while the outputs are being made
         # then the scheduler round trips: the farm page shows the render from its start, nothing done
@@ -489,6 +536,10 @@ class Driver:
         if on_progress:
             on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
         self.open_outputs()
+        for p in decode_sound:  # written into OUT: once the render owns its shots there
+            self.submit_audio(p)
+            if not self.plans[p].batches:
+                self.submit_finish(p)
         watcher = Watcher(self)
         watcher.start()
         try:

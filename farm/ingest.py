@@ -2,6 +2,7 @@
 
     farm ingest JOB SOURCES… --decoder SPEC_OR_NAME [--weights PATH] [--fps R] [--name PATTERN]
         [--latents normalized|denormalized] [--tensor KEY] [--replace]
+        [--audio-tensor KEY --audio-decoder NAME_OR_SPEC [--audio-weights PATH]]
 
 Three steps, so that nothing in the job store changes unless every source is good:
 
@@ -21,10 +22,16 @@ handed to ``vae.decode``, or ``normalized``, before the pipeline's un-normalisat
 shares it, so a source with a known other convention is refused rather than decoded wrongly. ComfyUI's
 LTX VAEs un-normalise inside their decode, so its LTX ``.latent`` files are ``normalized``; its Wan and
 HunyuanVideo latents are the VAE's own (``denormalized``).
+
+Sound (LTX-2): a shot's audio latents ``[C, T, M]`` (a sample of the pipeline's ``[B, C, T, M]``) are
+stored beside its video latents, from the tensor ``--audio-tensor`` names in the same file, or from the
+pipeline's output (`add_pipeline_shot`'s ``audio_latents``). The job then records the audio decoder
+(`farm.decoders.ltx2_audio`) that decodes them; every shot's sound shares it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -39,6 +46,7 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
+from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, resolve_audio_spec
 from farm.errors import FarmError
 from farm.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
 from farm.store import check_shot_name
@@ -64,6 +72,7 @@ class PlannedShot:
     latent_shape: tuple[int, int, int, int]
     fps: float
     attrs: dict[str, Any] = field(default_factory=dict)
+    audio: FoundTensor | None = None  # the shot's audio latents (sample `sample` of them when batched)
 
 
 @dataclass(frozen=True)
@@ -377,16 +386,19 @@ def write_staged(
     existing: bool,
     replace: bool,
     on_progress: Callable[[int, int], None] | None = None,
+    audio_spec: AudioSpec | None = None,
+    sounds: Mapping[str, Callable[[], np.ndarray]] | None = None,
 ) -> list[str]:
     """Write `shots` (plan, data loader) into a staging store beside `job`, then rename them in.
 
+    `sounds`: per shot name, a loader of its audio latent ``[C, T, M]`` (decoded by `audio_spec`).
     Returns the shots that replaced existing ones. On any error before the commit, the staging store is
     removed and the job is as it was."""
     from farm.store import create_job, write_shot
 
     stage = _staging_dir(job)
     try:
-        create_job(stage, spec)
+        create_job(stage, spec, audio=audio_spec)
         for i, (plan, loader) in enumerate(shots):
             latent = loader()
             where = f"{plan.source.path}" + ("" if plan.sample is None else f" sample {plan.sample}")
@@ -395,7 +407,13 @@ def write_staged(
                     f"{where}: its latent is now {list(latent.shape)}, was {list(plan.latent_shape)}"
                 )
             check_finite(latent, where)
-            write_shot(stage, plan.name, latent, fps=plan.fps, attrs=plan.attrs)
+            sound = None
+            if sounds and plan.name in sounds:
+                sound = sounds[plan.name]()
+                if audio_spec is not None:
+                    check_audio_latent(tuple(sound.shape), audio_spec, f"{where} audio")
+                check_finite(sound, f"{where} audio")
+            write_shot(stage, plan.name, latent, fps=plan.fps, attrs=plan.attrs, audio=sound)
             if on_progress:
                 on_progress(i + 1, len(shots))
         return _commit(stage, job, [p.name for p, _ in shots], existing=existing, replace=replace)
@@ -485,8 +503,19 @@ def ingest(
     tensor: str | None = None,
     replace: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    audio_tensor: str | None = None,
+    audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
+    audio_weights: str | os.PathLike | None = None,
+    decode_steps: int | None = None,
 ) -> IngestResult:
     """Create or extend the job store `job` from latent files (see the module docstring).
+
+    `decode_steps`: the denoising steps of a diffusion decoder (``ltx2-diffusion``), recorded in a new
+    job's decoder spec (default: the decoder config's).
+
+    `audio_tensor`: the name of each file's audio latents (``[C, T, M]``, or ``[B, C, T, M]`` beside a
+    batch of video latents), stored as the shots' sound; `audio_decoder` (a named config such as
+    ``ltx2-audio`` with `audio_weights`, or a spec) decodes it, and is needed when the job is created.
 
     >>> ingest("job.zarr", ["renders/latents/"], decoder="ltx2", weights="/models/ltx2-vae")  # doctest: +SKIP
     """
@@ -500,9 +529,14 @@ def ingest(
     found = [latent_files.scan(p, tensor) for p in paths]
     target = target_for(spec, current[1] if current else (), exists=current is not None)
     planned = plan_shots(found, target, pattern=name, fps=fps, replace=replace)
+    audio_spec = _job_audio(job, current is not None, audio_decoder, audio_weights, audio_tensor is not None)
+    if audio_tensor is not None and audio_spec is not None:
+        planned = [with_audio(p, latent_files.scan(p.source.path, audio_tensor), audio_spec) for p in planned]
     convention = choose_convention(latents, target, known_conventions(found, spec.family))
     if current is None and convention != spec.latents:
         spec = spec_from_json({**spec.to_json(), "latents": convention}, where="--decoder")
+    if decode_steps is not None:
+        spec = _with_decode_steps(spec, decode_steps, exists=current is not None)
     if current is None:
         spec = decoder_class(spec).check_weights(spec)  # before anything is written; records layout, identity
 
@@ -517,14 +551,97 @@ def ingest(
 
         return read
 
+    def sound(plan: PlannedShot) -> Callable[[], np.ndarray]:
+        assert plan.audio is not None
+        return lambda: _sample(latent_files.load(plan.audio), plan.sample)  # type: ignore[arg-type]
+
+    sounds = {p.name: sound(p) for p in planned if p.audio is not None}
     replaced = write_staged(job, spec, [(p, cached(p)) for p in planned], existing=current is not None,
-                            replace=replace, on_progress=on_progress)  # fmt: skip
+                            replace=replace, on_progress=on_progress, audio_spec=audio_spec,
+                            sounds=sounds)  # fmt: skip
     warnings = family_warnings(found, spec) + [f"{p}: skipped (not a latent file)" for p in skipped]
     return IngestResult(job, [p.name for p in planned], current is None, replaced, convention, warnings)
 
 
+def _with_decode_steps(spec: DecoderSpec, steps: int, *, exists: bool) -> DecoderSpec:
+    """`spec` with a diffusion decoder's denoising steps (a new job only: its shots share one spec)."""
+    if "decode_steps" not in getattr(decoder_class(spec), "spec_fields", {}):
+        raise FarmError(
+            f"--decode-steps: the {spec.family} decoder does not denoise; it applies to ltx2-diffusion"
+        )
+    if exists and spec.extra.get("decode_steps") != steps:
+        raise FarmError(
+            "--decode-steps: the job exists and its decoder spec fixes the steps; ingest into a new job"
+        )
+    if not isinstance(steps, int) or steps < 1:
+        raise FarmError(f"--decode-steps {steps!r} is invalid; use 1 or more")
+    return spec_from_json({**spec.to_json(), "decode_steps": steps}, where="--decode-steps")
+
+
+def _audio_sample(sound: np.ndarray, sample: int, label: str) -> np.ndarray:
+    return float_latent(np.ascontiguousarray(sound[sample]), label)
+
+
 def _sample(data: np.ndarray, sample: int | None) -> np.ndarray:
     return data if sample is None else np.ascontiguousarray(data[sample])
+
+
+def with_audio(plan: PlannedShot, audio: FoundTensor, spec: AudioSpec) -> PlannedShot:
+    """`plan` with its sound: `audio` (``[C, T, M]``, or ``[B, C, T, M]`` matching the video's batch),
+    checked against the audio decoder."""
+    import dataclasses
+
+    where = f"{audio.path}" + (f" [{audio.key}]" if audio.key else "")
+    shape = audio.shape
+    batched = plan.sample is not None
+    if batched and (len(shape) != 4 or shape[0] <= plan.sample):  # type: ignore[operator]
+        raise FarmError(f"{where}: audio latents {list(shape)} do not hold sample {plan.sample} of the video "
+                        "batch; expected [B, C, T, M] with the video's B")  # fmt: skip
+    if not batched and len(shape) == 4 and shape[0] == 1:
+        raise FarmError(f"{where}: audio latents {list(shape)} are a batch of one beside an unbatched video "
+                        "latent; save both with the batch axis or both without")  # fmt: skip
+    check_audio_latent(tuple(shape[1:] if batched else shape), spec, where)
+    attrs = {**plan.attrs, "audio_source": {"file": str(audio.path.resolve()), "tensor": audio.key}}
+    return dataclasses.replace(plan, audio=audio, attrs=attrs)
+
+
+def _job_audio(
+    job: Path, exists: bool, decoder: str | Mapping[str, Any] | AudioSpec | None,
+    weights: str | os.PathLike | None, wanted: bool,
+) -> AudioSpec | None:  # fmt: skip
+    """The job's audio decoder: an existing job's (which `decoder`, when given, must name), or the one to
+    create it with. Sound for a job without one is refused."""
+    current = None
+    if exists:
+        from farm.store import open_job
+
+        current = open_job(job).audio
+    given = None
+    if decoder is not None:
+        raw = decoder if isinstance(decoder, AudioSpec | str) else dict(decoder)
+        given = resolve_audio_spec(raw, str(weights) if weights is not None else None,
+                                   default_weights=current.weights if current else None)  # fmt: skip
+    if exists:
+        if wanted and current is None:
+            raise FarmError(
+                f"{job}: the job store was created without an audio decoder, so it cannot hold "
+                "sound; ingest shots with sound into a new job store (with --audio-decoder)"
+            )
+        if given is not None and current is not None and given.to_json() != current.to_json():
+            raise FarmError(
+                f"{job}: the job decodes sound with {current.describe()}, but --audio-decoder "
+                f"gives {given.describe()}; omit it to add to the job, or use a new job store"
+            )
+        return current
+    if wanted and given is None:
+        raise FarmError("audio latents need an audio decoder when the job is created: --audio-decoder "
+                        "ltx2-audio --audio-weights PATH (a diffusers pipeline folder or LTX-2's "
+                        ".safetensors checkpoint)")  # fmt: skip
+    if given is not None:
+        from farm.decoders.ltx2_audio import check_audio_weights
+
+        check_audio_weights(given)
+    return given
 
 
 def _job_spec(
@@ -568,8 +685,16 @@ def add_pipeline_shot(
     decoder: str | Mapping[str, Any] | DecoderSpec | None = None,
     weights: str | os.PathLike | None = None,
     replace: bool = False,
+    audio_latents: Any = None,
+    audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
+    audio_weights: str | os.PathLike | None = None,
 ) -> IngestResult:
     """Write the latents a diffusers video pipeline returned with ``output_type="latent"`` as shots.
+
+    `audio_latents`: LTX-2's sound, the pipeline output's ``audio`` (``[B, C, T, M]``, one sample per
+    video), stored beside each shot's video latents. A new job then records the pipeline's own audio VAE
+    and vocoder (their configs, and the pipeline folder they were loaded from, or `audio_weights`), or
+    `audio_decoder`.
 
     `pipeline` is the pipeline (or its class name): it says the layout and convention of `latents` (see
     :mod:`farm.pipelines`). `num_frames`, `height` and `width` are what the pipeline was called with: they
@@ -582,6 +707,9 @@ def add_pipeline_shot(
     >>> size = dict(num_frames=121, height=704, width=1216)
     >>> video = pipe(prompt, **size, output_type="latent").frames  # doctest: +SKIP
     >>> add_pipeline_shot("job.zarr", video, pipeline=pipe, name="sh010", fps=24, **size)  # doctest: +SKIP
+    >>> out = pipe(prompt, **size, output_type="latent")  # LTX-2: sound too  # doctest: +SKIP
+    >>> add_pipeline_shot("job.zarr", out.frames, audio_latents=out.audio, pipeline=pipe, name="sh020",
+    ...                   fps=24, **size)  # doctest: +SKIP
     """
     from farm.pipelines import convention_of, pipeline_latents, pipeline_name, spec_from_pipeline
 
@@ -613,7 +741,29 @@ def add_pipeline_shot(
                          where=f"shot {plan.name!r}")  # fmt: skip
     if current is None:
         spec = decoder_class(spec).check_weights(spec)  # records the weights' layout and identity
+    sounds: dict[str, Callable[[], np.ndarray]] = {}
+    audio_spec = None
+    if audio_latents is not None:
+        from farm.pipelines import audio_spec_from_pipeline, to_numpy
+
+        if current is None and audio_decoder is None:
+            audio_decoder = audio_spec_from_pipeline(pipeline, str(audio_weights) if audio_weights else None)
+            audio_weights = None
+        audio_spec = _job_audio(job, current is not None, audio_decoder, audio_weights, True)
+        sound = to_numpy(audio_latents)
+        sound = sound[None] if sound.ndim == 3 else sound
+        if sound.ndim != 4 or sound.shape[0] != data.shape[0]:
+            raise FarmError(
+                f"{label} audio latents have shape {list(sound.shape)}; expected [B, C, T, M] with "
+                f"B = {data.shape[0]}, as many as the video latents"
+            )
+        for p in planned:
+            check_audio_latent(tuple(sound.shape[1:]), audio_spec, f"shot {p.name!r} audio")  # type: ignore[arg-type]
+            sounds[p.name] = functools.partial(_audio_sample, sound, p.sample or 0, label)
+    elif current is None and audio_decoder is not None:
+        audio_spec = _job_audio(job, False, audio_decoder, audio_weights, False)
     shots = [(p, lambda p=p: np.ascontiguousarray(data[p.sample or 0])) for p in planned]
     floats = [(p, lambda load=load: float_latent(load(), label)) for p, load in shots]
-    replaced = write_staged(job, spec, floats, existing=current is not None, replace=replace)
+    replaced = write_staged(job, spec, floats, existing=current is not None, replace=replace,
+                            audio_spec=audio_spec, sounds=sounds)  # fmt: skip
     return IngestResult(job, [p.name for p in planned], current is None, replaced, convention)

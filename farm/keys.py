@@ -20,6 +20,7 @@ ENCODE_SEGMENT = "encode-segment"
 WRITE_SEQUENCE = "write-sequence"
 MARK_BATCH = "mark-batch"
 FINISH_SHOT = "finish-shot"
+DECODE_AUDIO = "decode-audio"  # a shot's sound: audio latents to OUT/audio/<shot>.wav
 
 #: every prefix of a render's task keys, in pipeline order (the farm page's task table)
 TASK_PREFIXES = (
@@ -34,6 +35,7 @@ TASK_PREFIXES = (
     WRITE_SEQUENCE,
     MARK_BATCH,
     FINISH_SHOT,
+    DECODE_AUDIO,
 )
 
 ROOT = ("farm",)

@@ -5,12 +5,15 @@
                                       temporal batch; attrs "render" (its identity, farm.resume), "batches";
                                       dimension_names (frame, y, x, channel), colour attributes
       <shot>/frame, <shot>/channel    coordinates: frame numbers (from --first-frame), "R", "G", "B"
-    OUT/videos/<shot>.mp4|.mov        the shot's video (farm.video.CODECS: H.264, H.265, ProRes)
+    OUT/videos/<shot>.mp4|.mov        the shot's video (farm.video.CODECS: H.264, H.265, ProRes), with
+                                      the shot's sound muxed in when it has sound (AAC in mp4, PCM in mov)
+    OUT/audio/<shot>.wav|.flac        the shot's sound (16-bit stereo), as long as its video (farm.audio)
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.sequences)
     OUT/.farm/lock                    the running render's lock (farm.lock)
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
     OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place
     OUT/.farm/done/<shot>/video       marker written after the shot's video is joined
+    OUT/.farm/done/<shot>/audio       marker written after the shot's sound file is in place
 
 `Output` is the only place these paths are spelled; temporaries (``.<name>.XXXX.tmp<suffix>`` from
 `farm.files.atomic_path`, ``<marker>.tmp`` from `mark_done`) are found by `Output.stale_temporaries`.
@@ -105,6 +108,17 @@ class Output:
     def video_done_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / "video"
 
+    @property
+    def audio_dir(self) -> Path:
+        return self.root / "audio"
+
+    def audio_file(self, shot: str, suffix: str = ".wav") -> Path:
+        """The shot's sound file (".wav" or ".flac")."""
+        return child_path(self.audio_dir, shot, suffix)
+
+    def audio_done_marker(self, shot: str) -> Path:
+        return self.done_dir(shot) / "audio"
+
     def batches_done(self, shot: str) -> set[int]:
         folder = self.done_dir(shot)
         return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
@@ -112,7 +126,8 @@ class Output:
     def stale_temporaries(self) -> list[Path]:
         """Temp files a killed render left behind (never final outputs: those are renamed into place only
         when complete)."""
-        folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir)
+        folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir,
+                   self.audio_dir)  # fmt: skip
         return [tmp for folder in folders if folder.exists() for pattern in TEMP_GLOBS
                 for tmp in folder.rglob(pattern) if tmp.is_file()]  # fmt: skip
 
@@ -372,6 +387,8 @@ def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
             suffixes.add(CODECS[outputs["video"]].suffix)
     for suffix in suffixes:
         out.video(shot, suffix).unlink(missing_ok=True)
+    for suffix in (".wav", ".flac"):  # farm.audio.FORMATS
+        out.audio_file(shot, suffix).unlink(missing_ok=True)
     sequence, first = outputs.get("sequence"), outputs.get("first_frame")
     frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
     if sequence in FORMATS and isinstance(first, int) and isinstance(frames, int):
@@ -391,6 +408,10 @@ def drop_frames(out: Output, shot: str) -> None:
 
 def video_done(out: Output, shot: str) -> bool:
     return out.video_done_marker(shot).exists() and out.video(shot).exists()
+
+
+def audio_done(out: Output, shot: str, suffix: str = ".wav") -> bool:
+    return out.audio_done_marker(shot).exists() and out.audio_file(shot, suffix).exists()
 
 
 def remove_stale_temporaries(out: Output) -> None:

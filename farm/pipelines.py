@@ -5,7 +5,8 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``LTXPipeline``, ``LTXImageToVideoPipeline``: packed ``[B, S, D]`` tokens, normalized (``ltxv``);
 * ``LTXConditionPipeline``: ``[B, C, F, H, W]``, normalized (``ltxv``);
 * ``LTX2Pipeline``, ``LTX2ImageToVideoPipeline``, ``LTX2ConditionPipeline``: ``[B, C, F, H, W]`` (the
-  video; audio latents come apart), denormalized (``ltx2``);
+  video's ``frames``), denormalized (``ltx2``); their ``audio`` is the sound's latents ``[B, C, T, M]``,
+  denormalized and unpacked (ready for ``audio_vae.decode``);
 * ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
@@ -173,3 +174,39 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
     chosen = dtype or (torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32")
     return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen}
+
+
+def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:
+    """An audio decoder spec (JSON) for an LTX-2 pipeline's own audio VAE and vocoder: their configs and
+    the pipeline folder they were loaded from (``<folder>/audio_vae``, ``<folder>/vocoder``), or `weights`."""
+    from pathlib import Path
+
+    vae, vocoder = getattr(pipeline, "audio_vae", None), getattr(pipeline, "vocoder", None)
+    if vae is None or vocoder is None:
+        raise FarmError("give audio_decoder= (the pipeline has no audio_vae and vocoder to take it from)")
+    if type(vocoder).__name__ != "LTX2Vocoder":
+        raise FarmError(
+            f"farm decodes sound with LTX2Vocoder; the pipeline's vocoder is {type(vocoder).__name__}"
+        )
+    config = {name: {k: v for k, v in dict(part.config).items() if not k.startswith("_")}
+              for name, part in (("audio_vae", vae), ("vocoder", vocoder))}  # fmt: skip
+    source = weights
+    if source is None:
+        folders = {Path(str(part.config.get("_name_or_path") or "")).parent
+                   for part in (vae, vocoder)}  # fmt: skip
+        root = folders.pop() if len(folders) == 1 else None
+        if (
+            root is not None
+            and (root / "audio_vae" / "config.json").is_file()
+            and (root / "vocoder" / "config.json").is_file()
+        ):
+            source = str(root)
+    if source is None:
+        raise FarmError(
+            "the pipeline's audio VAE and vocoder were not loaded from one local pipeline folder: pass "
+            "audio_weights= (a folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint) "
+            "or audio_decoder= (a spec)"
+        )
+    torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
+    dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
+    return {"family": "ltx2-audio", "config": config, "weights": {"path": source}, "dtype": dtype}

@@ -40,6 +40,7 @@ from farm.graph import (
     ProgressCallback,
     RenderStats,
     ShotOutcome,
+    Sound,
     prepare_decoders,
     read_first_latents,
     run_graph,
@@ -73,6 +74,7 @@ from farm.resume import (
     render_identities,
     render_identity,
     resume_points,
+    sound_shots,
 )
 from farm.schedule import Priority
 from farm.store import Job, open_job
@@ -202,6 +204,7 @@ def render(
                         on_progress=thumbnails, total_batches=points.totals, compile=compile,
                         priority=priority, render_id=render_id, finish=points.finish,
                         outputs_ready=outputs.result, stream=stream, latents_ahead=first_reads.futures,
+                        sound=_sound(job, plans, points, video),
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
@@ -386,9 +389,19 @@ def _what_is_left(
     """The plans' render identities and what OUT still lacks of them (a render of something else into OUT
     is refused here, with nothing touched, unless `restart`)."""
     identities, _ = render_identities(job, plans, video, hashes)
+    sound = sound_shots(job, [p.shot for p in plans], video)
     points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
-                           first_frame=video.first_frame)  # fmt: skip
+                           first_frame=video.first_frame, sound=sound,
+                           sound_suffix="." + video.audio_format)  # fmt: skip
     return identities, points
+
+
+def _sound(job: Job, plans: Sequence[ShotPlan], points: ResumePoints, video: VideoSettings) -> Sound | None:
+    """The render's sound (`farm.graph.Sound`): the shots whose videos carry it, those it decodes."""
+    shots = sound_shots(job, [p.shot for p in plans], video)
+    if not shots or job.audio is None:
+        return None
+    return Sound(job.audio.to_json(), frozenset(shots), frozenset(points.audio), video.audio_format)
 
 
 def _start_output(

@@ -9,14 +9,14 @@ compares identities (`resume_points`) and renders only the batches not yet marke
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import Output, fast_codecs, restart_shot, video_done
+from farm.output import Output, audio_done, fast_codecs, restart_shot, video_done
 from farm.store import Job
 from farm.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 
@@ -163,8 +163,31 @@ def render_identities(
     return identities, errors
 
 
+def sound_shots(job: Job, names: Sequence[str], video: VideoSettings) -> set[str]:
+    """The named shots whose sound this render writes: they hold audio latents, the job an audio
+    decoder, and the render was not asked to leave sound out."""
+    if job.audio is None or not video.audio:
+        return set()
+    return {n for n in names if n in job.shots and job.shots[n].audio_shape is not None}
+
+
+def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
+    """What a shot's sound is decoded from and written as (its audio latent's hash, the audio decoder)."""
+    import hashlib
+
+    from farm.store import read_audio_latent
+
+    assert job.audio is not None
+    latent = read_audio_latent(job.path, shot)
+    if not np.isfinite(latent).all():
+        raise FarmError(f"shot {shot!r}: audio latent holds NaN or Inf; re-export the latents")
+    digest = hashlib.sha256(np.ascontiguousarray(latent).data).hexdigest()
+    return {"sha256": digest, "shape": list(latent.shape), "decoder": job.audio.to_json(),
+            "format": video.audio_format}  # fmt: skip
+
+
 def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dict | None = None) -> dict:
-    return {
+    identity: dict[str, Any] = {
         "latents": latents if latents is not None else latent_identity(job, plan.shot),
         "decoder": job.spec.to_json(),
         "plan": plan_identity(plan),
@@ -181,6 +204,9 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dic
             ),
         },
     }
+    if sound_shots(job, [plan.shot], video):  # only shots with sound: outputs rendered without still resume
+        identity["outputs"]["audio"] = audio_identity(job, plan.shot, video)
+    return identity
 
 
 @dataclass(frozen=True)
@@ -214,13 +240,15 @@ class ResumePoints:
     """What a render does in OUT, decided before anything in it is touched.
 
     `pending`: plans of the batches to render; `totals`: each shot's batch count; `finish`: shots whose
-    video this render joins; `restarts`: shots started over, with the identity they replace (None when
-    OUT recorded none); `notes`: what to tell the user once the render starts.
+    video this render joins; `audio`: shots whose sound this render decodes; `restarts`: shots started
+    over, with the identity they replace (None when OUT recorded none); `notes`: what to tell the user
+    once the render starts.
     """
 
     pending: list[ShotPlan] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=dict)
     finish: set[str] = field(default_factory=set)
+    audio: set[str] = field(default_factory=set)
     restarts: dict[str, dict | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -238,13 +266,16 @@ def resume_points(
     video: bool = True,
     frames: Sequence[int] | None = None,
     first_frame: int = 1,
+    sound: Collection[str] = (),
+    sound_suffix: str = ".wav",
 ) -> ResumePoints:
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
 
     Reads OUT, changes nothing: a refusal (OUT holds a render of other settings, `frames` asks for no
     frame of a shot) raises before anything is deleted; `apply_restarts` then starts shots over. With
     `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
-    are rendered; a shot's video is joined once all its batches are done.
+    are rendered; a shot's video is joined once all its batches are done. `sound`: the shots whose sound
+    is written (`sound_shots`); a shot is done only once its sound file is too.
     """
     points = ResumePoints()
     refused: dict[str, list[str]] = {}  # differences → the shots that have them
@@ -262,8 +293,12 @@ def resume_points(
             done: set[int] = set()
         else:
             done = out.batches_done(plan.shot)
-            if video_done(out, plan.shot) or (not video and len(done) == len(plan.batches)):
+            sound_done = plan.shot not in sound or audio_done(out, plan.shot, sound_suffix)
+            if sound_done and (video_done(out, plan.shot) or (not video and len(done) == len(plan.batches))):
                 continue
+        restarted = plan.shot in points.restarts
+        if plan.shot in sound and (restarted or not audio_done(out, plan.shot, sound_suffix)):
+            points.audio.add(plan.shot)
         skipped = set()
         if frames is not None:
             wanted = {n - first_frame for n in frames}
@@ -274,7 +309,8 @@ def resume_points(
                     f"{first_frame}-{first_frame + last}; nothing was changed"
                 )
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
-        if not skipped - done:  # every unfinished batch is rendered now: the video can be joined
+        joined = not restarted and video and video_done(out, plan.shot)  # only its sound file was missing
+        if not skipped - done and not joined:  # every unfinished batch is rendered now: join the video
             points.finish.add(plan.shot)
         if done:
             points.notes.append(

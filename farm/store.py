@@ -1,8 +1,11 @@
 """The job store: a render's input, one Zarr v3 group of latents and the decoder spec that decodes them.
 
-    JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...}}}
+    JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...},
+                                                       "audio_decoder": {...}}}  (audio: optional)
       <shot>/                         attrs: {"fps": 24.0, ...}
         latent                        float array [C, F, H, W], the decoder's latent space
+        audio                         optional float array [C, T, M]: the shot's sound, audio latents
+                                      of the job's audio decoder (`farm.decoders.ltx2_audio`)
 
 The render's output folder is `farm.output`'s; what an output is a render of is `farm.resume`'s.
 """
@@ -19,11 +22,13 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import DecoderSpec, spec_from_json
+from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
 from farm.errors import FarmError
 from farm.names import check_name
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
+AUDIO_DIMS = ("channel", "audio_frame", "mel")
 
 
 def check_shot_name(name: str) -> str:
@@ -38,6 +43,7 @@ class ShotInfo:
     latent_dtype: str
     fps: float
     attrs: dict[str, Any]
+    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent [C, T, M], when it has sound
 
 
 @dataclass(frozen=True)
@@ -45,22 +51,34 @@ class Job:
     path: Path
     spec: DecoderSpec
     shots: dict[str, ShotInfo]
+    audio: AudioSpec | None = None  # the audio decoder of the shots' sound (None: the job is silent)
 
 
-def create_job(path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False) -> None:
+def create_job(
+    path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False, audio: AudioSpec | None = None
+) -> None:
     import zarr
 
     path = Path(path)
     if path.exists() and not overwrite:
         raise FarmError(f"job store {str(path)!r} already exists; choose a new path or remove it first")
     root = zarr.open_group(store=str(path), mode="w", zarr_format=3)
-    root.attrs["farm"] = {"format": FORMAT, "decoder": spec.to_json()}
+    meta: dict[str, Any] = {"format": FORMAT, "decoder": spec.to_json()}
+    if audio is not None:
+        meta["audio_decoder"] = audio.to_json()
+    root.attrs["farm"] = meta
 
 
 def write_shot(
-    path: str | os.PathLike, name: str, latent: np.ndarray, *, fps: float, attrs: dict | None = None
+    path: str | os.PathLike,
+    name: str,
+    latent: np.ndarray,
+    *,
+    fps: float,
+    attrs: dict | None = None,
+    audio: np.ndarray | None = None,
 ) -> None:
-    """Add one shot's latent ``[C, F, H, W]`` to a job store."""
+    """Add one shot's latent ``[C, F, H, W]`` (and its audio latent ``[C, T, M]``) to a job store."""
     import zarr
 
     check_shot_name(name)
@@ -77,6 +95,15 @@ def write_shot(
         dimension_names=LATENT_DIMS,
     )  # fmt: skip
     arr[...] = latent
+    if audio is not None:
+        meta = root.attrs.get("farm")
+        if not isinstance(meta, dict) or "audio_decoder" not in meta:
+            raise FarmError(f"shot {name!r}: the job store has no audio decoder, so it cannot hold sound; "
+                            "create the job with one (--audio-decoder)")  # fmt: skip
+        check_audio_latent(tuple(audio.shape), parse_audio_spec(meta["audio_decoder"]), f"shot {name!r}")
+        sound = group.create_array("audio", shape=audio.shape, dtype=audio.dtype, chunks=audio.shape,
+                                   overwrite=True, dimension_names=AUDIO_DIMS)  # fmt: skip
+        sound[...] = audio
 
 
 def open_job(path: str | os.PathLike) -> Job:
@@ -100,22 +127,29 @@ def open_job(path: str | os.PathLike) -> Job:
             f'{{"format": {FORMAT}, "decoder": {{...}}}}, found {meta!r}'
         )
     spec = spec_from_json(meta["decoder"], where=f"{path}: decoder spec")
+    audio_spec = None
+    if meta.get("audio_decoder") is not None:
+        audio_spec = parse_audio_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
     shots = {}
     for name, group in sorted(root.groups()):
         check_shot_name(name)
         latent = group.get("latent")
         if not isinstance(latent, zarr.Array):
             raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
+        sound = group.get("audio")
         shots[name] = ShotInfo(
             name=name,
             latent_shape=tuple(int(x) for x in latent.shape),  # type: ignore[arg-type]
             latent_dtype=str(latent.dtype),
             fps=read_fps(group.attrs.get("fps", 24.0)),
             attrs=dict(group.attrs),
+            audio_shape=tuple(int(x) for x in sound.shape)  # type: ignore[arg-type]
+            if isinstance(sound, zarr.Array) and audio_spec is not None
+            else None,
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")
-    return Job(path=path, spec=spec, shots=shots)
+    return Job(path=path, spec=spec, shots=shots, audio=audio_spec)
 
 
 def read_fps(value: Any) -> float:
@@ -145,3 +179,12 @@ def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> 
     with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
         arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
     return np.asarray(arr[(slice(None), *region)])
+
+
+def read_audio_latent(path: str | os.PathLike, shot: str) -> np.ndarray:
+    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound)."""
+    import zarr
+
+    with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
+        arr = zarr.open_array(store=str(Path(path) / shot / "audio"), mode="r")
+    return np.asarray(arr[...])

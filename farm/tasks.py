@@ -524,6 +524,9 @@ class VideoSettings:
     # the most MiB of frames in one Zarr chunk of a new frames array (farm.frame-chunk-mib): a batch's
     # chunks compress and reach the disk side by side, so smaller chunks write one batch sooner
     frame_chunk_mib: int = field(default_factory=lambda: int(config.get("frame-chunk-mib")))
+    # shots with sound (LTX-2 audio latents in the job): OUT/audio/<shot>.<format> and a track in the video
+    audio: bool = True
+    audio_format: str = "wav"  # "wav" or "flac" (farm.audio.FORMATS)
 
     @property
     def suffix(self) -> str:
@@ -727,8 +730,11 @@ def finish_shot(
     suffix: str = ".mp4",
     *_done: Any,
     durable: bool = True,
+    sound: str | None = None,
 ) -> dict:
     """Join the shot's segments, in batch order and without re-encoding, into ``videos/<shot>.mp4``.
+
+    `sound`: the shot's sound file (OUT/audio), muxed in as the video's audio track, as long as the video.
 
     `durable`: the video and its name reach the disk (fsync) before its done marker, and only then are
     the segments (each fsync'd when written) removed, so a power cut leaves either the segments or the
@@ -741,10 +747,48 @@ def finish_shot(
     missing = [str(s) for s in segments if not s.exists()]
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
-    join_segments(segments, out.video(shot), metadata=metadata)
+    join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
     if durable:
         fsync_all([out.video(shot)], [out.video(shot).parent])
     mark_done(out.video_done_marker(shot))
     for s in segments:
         s.unlink(missing_ok=True)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}
+
+
+def decode_audio(
+    job_path: str,
+    audio_spec_json: dict,
+    out_root: str,
+    shot: str,
+    frames: int,
+    fps: float,
+    fmt: str = "wav",
+    durable: bool = True,
+) -> dict:
+    """Decode a shot's sound whole (audio VAE, then vocoder) and write ``OUT/audio/<shot>.<fmt>``: as long
+    as its `frames` video frames at `fps` (cut, or padded with silence), then its done marker."""
+    from farm.audio import audio_suffix, fit_length, to_levels, write_audio
+    from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
+    from farm.store import read_audio_latent
+
+    check_visible(job_path, "job store")
+    check_owner(out_root, shot)
+    started = time.perf_counter()
+    decoder = load_audio_decoder(audio_spec_json, worker_device())
+    waveform = decoder.decode(read_audio_latent(job_path, shot))
+    samples = samples_for_frames(frames, fps, decoder.sample_rate)
+    levels = to_levels(fit_length(waveform, samples))
+    out = Output(Path(out_root))
+    path = out.audio_file(shot, audio_suffix(fmt))
+    write_audio(path, levels, decoder.sample_rate, fmt)
+    if durable:
+        fsync_all([path], [path.parent])
+    mark_done(out.audio_done_marker(shot))
+    return {
+        "shot": shot,
+        "audio": str(path),
+        "samples": samples,
+        "decoded_samples": int(waveform.shape[1]),
+        "seconds": time.perf_counter() - started,
+    }

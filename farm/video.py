@@ -349,8 +349,12 @@ def join_segments(
     path: str | os.PathLike[str],
     *,
     metadata: dict[str, str] | None = None,
+    sound: str | os.PathLike[str] | None = None,
 ) -> None:
     """Concatenate segments written by :func:`encode_segment`, in order, into one file, without re-encoding.
+
+    `sound`: a sound file (`farm.audio`) muxed in as the file's audio track, cut or padded to the
+    video's duration (AAC in mp4, 16-bit PCM in mov).
 
     All segments must share codec, profile, size, pixel format, frame rate, time base and extradata
     (SPS/PPS); otherwise FarmError names the first segment that differs and how. The container follows
@@ -397,6 +401,11 @@ def join_segments(
         stream.time_base = ref.time_base
         if ref.codec_tag:  # the template leaves the tag to the muxer: keep hvc1, ap4h, … as encoded
             stream.codec_context.codec_tag = ref.codec_tag
+        track = None
+        if sound is not None:  # every stream exists before the first packet is muxed
+            from farm.audio import Track
+
+            track = Track(out, container, sound)
         offset = 0
         last_dts: int | None = None
         for seg, (_, packets, _), delay in zip(segments, read, delays, strict=True):
@@ -416,6 +425,8 @@ def join_segments(
                 p.stream = stream
                 out.mux(p)
             offset += end - start
+        if track is not None:
+            track.write(offset * ref.time_base)
 
 
 def probe(path: str | os.PathLike[str]) -> VideoInfo:

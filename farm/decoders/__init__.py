@@ -26,6 +26,7 @@ from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
+from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.wan import WanDecoder
 from farm.errors import FarmError
@@ -35,6 +36,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "ltxv": LTXVideoDecoder,
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
+    "ltx2-diffusion": LTX2DiffusionDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

@@ -1,0 +1,350 @@
+"""LTX-2's sound: audio latents ``[C, T, M]`` → mel spectrogram (diffusers `AutoencoderKLLTX2Audio`) →
+stereo waveform (`LTX2Vocoder`), decoded whole per shot on a worker.
+
+An audio decoder spec (JSON, kept in the job store beside the video decoder's):
+
+    {"family": "ltx2-audio",
+     "config": "ltx2-audio" | "ltx2-audio-tiny" | {"audio_vae": {...}, "vocoder": {...}},
+     "weights": {"path": "/models/LTX-2"} | {"path": "/models/ltx-2.safetensors"} | {"random_seed": 0},
+     "dtype": "float32"}
+
+Weights: a diffusers pipeline folder (``audio_vae/`` and ``vocoder/`` subfolders, as
+``pipeline.save_pretrained`` writes them; the folder of either also does), or LTX-2's single-file
+checkpoint (its ``audio_vae.`` and ``vocoder.`` tensors, renamed as diffusers' LTX-2 conversion does).
+
+Timing (pure, from the config): the audio VAE turns T latent frames into ``4T - 3`` mel frames of
+``mel_hop_length`` samples at ``sample_rate``; the vocoder multiplies time by the product of its
+upsample factors and plays at ``output_sampling_rate``. LTX-2's default: 25 latent frames per second,
+24 kHz stereo.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from farm.errors import FarmError
+
+if TYPE_CHECKING:
+    import torch
+
+FAMILY = "ltx2-audio"
+DTYPES = ("float32", "bfloat16", "float16")
+# The audio VAE's time and mel compression (diffusers' LATENT_DOWNSAMPLE_FACTOR).
+LATENT_DOWNSAMPLE = 4
+
+# Same classes as the real model, a few channels; the vocoder's upsampling (10 x 8) makes 8 kHz sound
+# from 100 mel frames per second, a rate AAC encodes.
+LTX2_AUDIO_TINY = {
+    "audio_vae": {"base_channels": 16, "ch_mult": [1, 2], "num_res_blocks": 1, "latent_channels": 4,
+                  "mel_bins": 16, "output_channels": 2},
+    "vocoder": {"in_channels": 32, "hidden_channels": 8, "upsample_kernel_sizes": [20, 16],
+                "upsample_factors": [10, 8], "resnet_kernel_sizes": [3], "resnet_dilations": [[1]],
+                "output_sampling_rate": 8000},
+}  # fmt: skip
+NAMED_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
+    "ltx2-audio": {"audio_vae": {}, "vocoder": {}},  # diffusers' defaults are LTX-2's
+    "ltx2-audio-tiny": LTX2_AUDIO_TINY,
+}
+# The constructor defaults (diffusers 0.42.1) the timing needs when a config leaves them out.
+_VAE_DEFAULTS = {"latent_channels": 8, "mel_bins": 64, "sample_rate": 16000, "mel_hop_length": 160,
+                 "output_channels": 2, "causality_axis": "height"}  # fmt: skip
+_VOCODER_DEFAULTS = {"upsample_factors": [6, 5, 2, 2, 2], "output_sampling_rate": 24000, "out_channels": 2}
+
+# LTX-2's single-file checkpoint names (diffusers' LTX-2 conversion: audio VAE statistics, HiFi-GAN names).
+_CHECKPOINT_AUDIO_VAE = {"per_channel_statistics.mean-of-means": "latents_mean",
+                         "per_channel_statistics.std-of-means": "latents_std"}  # fmt: skip
+_CHECKPOINT_VOCODER = {
+    "ups": "upsamplers",
+    "resblocks": "resnets",
+    "conv_pre": "conv_in",
+    "conv_post": "conv_out",
+}
+
+
+@dataclass(frozen=True)
+class AudioSpec:
+    config_name: str | None  # "ltx2-audio", "ltx2-audio-tiny", or None when given in full
+    config: dict[str, dict[str, Any]]  # {"audio_vae": {...}, "vocoder": {...}} constructor arguments
+    weights: dict[str, Any]
+    dtype: str = "float32"
+
+    @property
+    def random_weights(self) -> bool:
+        return "random_seed" in self.weights
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": FAMILY, "config": self.config_name or self.config, "weights": self.weights,
+                "dtype": self.dtype}  # fmt: skip
+
+    def describe(self) -> str:
+        weights = (f"RANDOM weights (seed {self.weights['random_seed']})" if self.random_weights
+                   else f"weights from {self.weights['path']}")  # fmt: skip
+        return f"{FAMILY} [{self.config_name or 'custom config'}], {self.dtype}, {weights}"
+
+    # ---- timing (pure) ------------------------------------------------------------------------
+
+    @property
+    def vae(self) -> dict[str, Any]:
+        return {**_VAE_DEFAULTS, **self.config.get("audio_vae", {})}
+
+    @property
+    def vocoder(self) -> dict[str, Any]:
+        return {**_VOCODER_DEFAULTS, **self.config.get("vocoder", {})}
+
+    @property
+    def latent_channels(self) -> int:
+        return int(self.vae["latent_channels"])
+
+    @property
+    def latent_mel_bins(self) -> int:
+        return int(self.vae["mel_bins"]) // LATENT_DOWNSAMPLE
+
+    @property
+    def sample_rate(self) -> int:
+        """Samples per second of the waveform (the vocoder's output rate)."""
+        return int(self.vocoder["output_sampling_rate"])
+
+    @property
+    def latents_per_second(self) -> float:
+        vae = self.vae
+        return vae["sample_rate"] / vae["mel_hop_length"] / LATENT_DOWNSAMPLE
+
+    def decoded_samples(self, latent_frames: int) -> int:
+        """Samples the vocoder makes from `latent_frames` audio latent frames."""
+        mel = max(LATENT_DOWNSAMPLE * latent_frames - (LATENT_DOWNSAMPLE - 1), 1)
+        return mel * math.prod(int(f) for f in self.vocoder["upsample_factors"])
+
+
+def samples_for_frames(frames: int, fps: float, sample_rate: int) -> int:
+    """Samples of sound that last as long as `frames` video frames at `fps`."""
+    return int(round(frames * sample_rate / fps))
+
+
+def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
+    """Validate an audio decoder spec; errors name the field and what would be valid."""
+    if isinstance(raw, AudioSpec):
+        return raw
+    if not isinstance(raw, dict):
+        raise FarmError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    if raw.get("family", FAMILY) != FAMILY:
+        raise FarmError(f"{where}: unknown audio decoder family {raw.get('family')!r}; known: [{FAMILY!r}]")
+    config = raw.get("config", FAMILY)
+    if isinstance(config, str):
+        if config not in NAMED_CONFIGS:
+            raise FarmError(
+                f"{where}: unknown audio config {config!r}; named configs: {sorted(NAMED_CONFIGS)} "
+                '(or {"audio_vae": {...}, "vocoder": {...}}, the models\' constructor arguments)'
+            )
+        name, resolved = config, json.loads(json.dumps(NAMED_CONFIGS[config]))
+    elif isinstance(config, dict) and set(config) <= {"audio_vae", "vocoder"}:
+        name, resolved = None, {"audio_vae": dict(config.get("audio_vae", {})),
+                                "vocoder": dict(config.get("vocoder", {}))}  # fmt: skip
+    else:
+        raise FarmError(f"{where}: 'config' must be a config name or {{\"audio_vae\": {{...}}, \"vocoder\": "
+                        f"{{...}}}}, got {config!r}")  # fmt: skip
+    weights = raw.get("weights")
+    if not isinstance(weights, dict) or not (
+        isinstance(weights.get("path"), str) or isinstance(weights.get("random_seed"), int)
+    ):
+        raise FarmError(
+            f'{where}: \'weights\' must be {{"path": "/local/pipeline/folder/or/ltx-2.safetensors"}} '
+            f'or, for tests and benchmarks only, {{"random_seed": N}}; got {weights!r}'
+        )
+    if "path" in weights and not Path(weights["path"]).exists():
+        raise FarmError(
+            f"{where}: weights path {weights['path']!r} does not exist; give a diffusers pipeline "
+            "folder (audio_vae/, vocoder/) or LTX-2's single .safetensors checkpoint"
+        )
+    dtype = raw.get("dtype", "float32")
+    if dtype not in DTYPES:
+        raise FarmError(f"{where}: dtype {dtype!r} is not supported; use one of {list(DTYPES)}")
+    return AudioSpec(name, resolved, dict(weights), dtype)
+
+
+def resolve_audio_spec(decoder: str | dict[str, Any] | AudioSpec, weights: str | None = None,
+                       where: str = "--audio-decoder",
+                       default_weights: dict[str, Any] | None = None) -> AudioSpec:  # fmt: skip
+    """An audio spec from a named config (with `weights`), a JSON object or text, or a spec."""
+    if isinstance(decoder, AudioSpec):
+        raw = decoder.to_json()
+    elif isinstance(decoder, dict):
+        raw = dict(decoder)
+    else:
+        text = decoder.strip()
+        if text.startswith("{"):
+            try:
+                raw = json.loads(text)
+            except ValueError as exc:
+                raise FarmError(f"{where}: not valid JSON ({exc})") from None
+        else:
+            raw = {"family": FAMILY, "config": text}
+    if weights is not None:
+        raw["weights"] = {"path": str(weights)}
+    elif "weights" not in raw and default_weights is not None:
+        raw["weights"] = dict(default_weights)
+    elif "weights" not in raw:
+        raise FarmError(
+            f"{where} {raw.get('config')!r} needs weights: --audio-weights PATH (a diffusers "
+            "pipeline folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint)"
+        )
+    return parse_audio_spec(raw, where=where)
+
+
+def check_audio_latent(shape: tuple[int, ...], spec: AudioSpec, where: str) -> None:
+    """Refuse an audio latent the spec's VAE cannot decode, saying what it takes."""
+    want = f"[C, T, M] with C = {spec.latent_channels} and M = {spec.latent_mel_bins}"
+    if (
+        len(shape) != 3
+        or shape[0] != spec.latent_channels
+        or shape[2] != spec.latent_mel_bins
+        or shape[1] < 1
+    ):
+        raise FarmError(f"{where}: audio latent has shape {list(shape)}; {spec.describe()} takes {want} "
+                        "(the pipeline's unpacked audio latents, one sample of [B, C, T, M])")  # fmt: skip
+
+
+# ---- weights and decoding (worker side: torch and diffusers imported here only) ---------------------
+
+
+def _checkpoint_tensors(path: Path, prefix: str, renames: dict[str, str]) -> dict[str, Any]:
+    """The tensors under `prefix` in LTX-2's single-file checkpoint, renamed to diffusers' names."""
+    from safetensors import safe_open
+
+    out = {}
+    with safe_open(str(path), framework="pt") as fh:
+        for key in fh.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+            if not key.startswith(prefix):
+                continue
+            name = key[len(prefix) :]
+            for old, new in renames.items():
+                if name == old or name.startswith(old + "."):
+                    name = new + name[len(old) :]
+            out[name] = fh.get_tensor(key)
+    if not out:
+        raise FarmError(
+            f"{path}: holds no {prefix!r} tensors; an LTX-2 checkpoint with its audio VAE and "
+            "vocoder (or a diffusers pipeline folder) is needed for sound"
+        )
+    return out
+
+
+def _load_state(model: Any, state: dict[str, Any], where: str) -> None:
+    wanted = set(model.state_dict())
+    missing = sorted(
+        k for k in wanted - set(state) if not k.startswith("encoder.")
+    )  # decode needs no encoder
+    unknown = sorted(set(state) - wanted)
+    if missing or unknown:
+        raise FarmError(f"{where}: the weights do not fit the config: missing {missing[:5]}, unexpected "
+                        f"{unknown[:5]}; check the audio config")  # fmt: skip
+    model.load_state_dict(state, strict=False)
+
+
+def _subfolder(root: Path, name: str) -> Path:
+    for folder in (root / name, root.parent / name):
+        if (folder / "config.json").is_file():
+            return folder
+    raise FarmError(f"{root}: no {name}/config.json in it or beside it; give a diffusers pipeline folder "
+                    "(pipeline.save_pretrained) or LTX-2's .safetensors checkpoint")  # fmt: skip
+
+
+def build_models(spec: AudioSpec) -> tuple[Any, Any]:
+    """The audio VAE and vocoder of `spec`, weights loaded, in eval mode, float32 on the CPU."""
+    import torch
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    path = Path(spec.weights["path"]) if "path" in spec.weights else None
+    if path is not None and path.is_dir():
+        vae = AutoencoderKLLTX2Audio.from_pretrained(_subfolder(path, "audio_vae"), local_files_only=True)
+        vocoder = LTX2Vocoder.from_pretrained(_subfolder(path, "vocoder"), local_files_only=True)
+        return vae.eval(), vocoder.eval()
+    if path is None:
+        torch.manual_seed(int(spec.weights["random_seed"]))
+    vae = AutoencoderKLLTX2Audio(**spec.config["audio_vae"])
+    vocoder = LTX2Vocoder(**spec.config["vocoder"])
+    if path is not None:
+        _load_state(vae, _checkpoint_tensors(path, "audio_vae.", _CHECKPOINT_AUDIO_VAE), f"{path} audio_vae.")
+        _load_state(vocoder, _checkpoint_tensors(path, "vocoder.", _CHECKPOINT_VOCODER), f"{path} vocoder.")
+    return vae.eval(), vocoder.eval()  # type: ignore[attr-defined]
+
+
+class AudioDecoder:
+    """An audio VAE and vocoder on one device: `decode` turns one shot's audio latent into sound."""
+
+    def __init__(self, spec: AudioSpec, vae: Any, vocoder: Any, device: str) -> None:
+        import torch
+
+        self.spec, self.device = spec, device
+        self.dtype = getattr(torch, spec.dtype)
+        self.vae = vae.to(device=device, dtype=self.dtype)
+        self.vocoder = vocoder.to(device=device, dtype=self.dtype)
+        self._lock = threading.Lock()
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.vocoder.config.output_sampling_rate)
+
+    def decode_tensor(self, latent: torch.Tensor) -> torch.Tensor:
+        """``[B, C, T, M]`` → waveform ``[B, channels, samples]`` (float32), as LTX2Pipeline decodes."""
+        import torch
+
+        with self._lock, torch.inference_mode():
+            mel = self.vae.decode(latent.to(self.device, self.dtype), return_dict=False)[0]
+            return self.vocoder(mel).float()
+
+    def decode(self, latent: np.ndarray) -> np.ndarray:
+        """One shot's audio latent ``[C, T, M]`` → waveform ``[channels, samples]`` float32 (about -1…1)."""
+        import torch
+
+        return (
+            self.decode_tensor(torch.from_numpy(np.ascontiguousarray(latent, np.float32))[None])[0]
+            .cpu()
+            .numpy()
+        )
+
+
+_cache: dict[tuple[str, str], AudioDecoder] = {}
+_cache_lock = threading.Lock()
+
+
+def load_audio_decoder(spec: AudioSpec | dict[str, Any], device: str = "cpu") -> AudioDecoder:
+    """The audio decoder of `spec` on `device`, built once per process."""
+    spec = parse_audio_spec(spec)
+    key = (json.dumps(spec.to_json(), sort_keys=True), device)
+    with _cache_lock:
+        if key not in _cache:
+            vae, vocoder = build_models(spec)
+            _cache[key] = AudioDecoder(spec, vae, vocoder, device)
+    return _cache[key]
+
+
+def check_audio_weights(spec: AudioSpec) -> None:
+    """Refuse weights that cannot load (cheap: files and tensor names only)."""
+    if "path" not in spec.weights:
+        return
+    path = Path(spec.weights["path"])
+    if path.is_dir():
+        _subfolder(path, "audio_vae")
+        _subfolder(path, "vocoder")
+        return
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as fh:
+            keys = list(fh.keys())
+    except Exception as exc:  # safetensors raises its own types for files that are not safetensors
+        raise FarmError(f"{path}: cannot read it as safetensors ({type(exc).__name__}: {exc})") from None
+    for prefix in ("audio_vae.", "vocoder."):
+        if not any(k.startswith(prefix) for k in keys):
+            raise FarmError(
+                f"{path}: holds no {prefix!r} tensors; an LTX-2 checkpoint with its audio VAE and "
+                "vocoder (or a diffusers pipeline folder) is needed for sound"
+            )

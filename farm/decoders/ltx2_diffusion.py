@@ -1,0 +1,251 @@
+"""LTX-2.5's diffusion video decoder (diffusers `LTX2VideoDiffusionDecoderModel`) for LTX-2's latents.
+
+A small diffusion model: four deterministic stages of neighbourhood attention upsample the latent into a
+context volume; stage 5 denoises patchified pixels from noise, conditioned on that context, in
+``decode_steps`` steps (the config's ``decoder_num_inference_steps``, 1 as LTX-2.5 ships, unless the spec
+says otherwise). farm decodes each tile as a whole clip (all five stages on the tile's latents) and
+blends the overlaps, as for the convolutional decoders.
+
+Noise: diffusers draws the stage-5 noise from a generator, per tile in its own tiling. Here every pixel's
+noise is a hash of ``decode_noise_seed`` (spec field, default 0) and its position in the shot (colour
+channel, pixel frame, row, column; `farm.decoders.noise`), so tiles decoded on different workers see the
+same noise where they overlap, and a render gives the same bytes whatever the grid's assignment and the
+worker count. A tile starting at latent frame ``a`` (row ``r``, column ``c``) decodes to pixel frames
+``8a + j``, rows ``32r + y`` and columns ``32c + x`` of the shot (the causal mapping: its first latent
+frame gives one frame).
+
+Attention: diffusers' FlexAttention path without ``torch.compile`` materialises every score (it runs out
+of memory on an H200 at 704x1216, shared/FINDINGS.md). On a CPU farm runs the same neighbourhood
+attention by gathering each query's window (`WindowedNeighborhoodAttention`: the window shifted inward at
+the borders, as NATTEN and the flex mask define it), which needs memory per query times the kernel's
+volume only. On a GPU, `enable_compile` compiles the FlexAttention call alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from farm.decoders.base import DecoderSpec
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.noise import hash_seed, position_noise
+from farm.errors import FarmError
+from farm.tiling import Geometry
+
+if TYPE_CHECKING:
+    import torch
+
+# Same class, a few channels and 3x3x3 windows: decodes 9x64x96 in well under a second on one CPU core.
+LTX2_DIFFUSION_TINY = {
+    "latent_channels": 8,
+    "decoder_head_dim": 8,
+    "decoder_stage_channels": [32, 16, 8, 8, 8],
+    "decoder_stage_depths": [1, 1, 1, 1, 1],
+    "decoder_stage_kernels": [[3, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3]],
+    "decoder_upsample_channel_reductions": [2, 2, 1, 1],
+    "decoder_stage5_kernel": [3, 3, 3],
+    "decoder_t_emb_dim": 16,
+}
+class LTX2DiffusionDecoder(DiffusersVideoDecoder):
+    family: ClassVar[str] = "ltx2-diffusion"
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltx2-diffusion": {},
+        "ltx2-diffusion-tiny": LTX2_DIFFUSION_TINY,
+    }
+    model_class_name: ClassVar[str] = "LTX2VideoDiffusionDecoderModel"
+    required_weights: ClassVar[tuple[str, ...]] = ("decoder.",)
+    unused_modules: ClassVar[tuple[str, ...]] = ()
+    spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {
+        "decode_steps": ((int,), "a whole number of denoising steps, 1 or more"),
+        "decode_noise_seed": ((int,), "a whole number"),
+    }
+    # Neighbourhood attention looks both ways in time: latent frames before and after a temporal tile that
+    # it decodes and discards (`workflows/measure_seams.py`-style measurement on the tiny config, random
+    # weights, float32 CPU: every kept frame within half a level of the whole decode; see docs).
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {
+        "ltx2-diffusion": (2, 2),
+        "ltx2-diffusion-tiny": (2, 2),
+    }
+    spatial_overlap: ClassVar[dict[str, int]] = {"ltx2-diffusion": 2, "ltx2-diffusion-tiny": 2}
+    # Stage 5 dominates: per output pixel-frame, its activations (stage-5 width x patch^-2, SwiGLU hidden
+    # x4, the windowed scores) at 2-byte dtypes; an estimate until measured on a GPU.
+    bytes_per_pixel_frame: ClassVar[float] = 260.0
+
+    # ---- shapes --------------------------------------------------------------------------------
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry:
+        full = cls._full_config(config)
+        strides = full["decoder_upsample_strides"]
+        spatial = full["patch_size"] * math.prod(s[1] for s in strides)
+        temporal = math.prod(s[0] for s in strides)
+        geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True, carries=False)
+        return cls._with_context(geometry, config)
+
+    @classmethod
+    def _width_ratio(cls, config: dict[str, Any]) -> float:
+        return cls._full_config(config)["decoder_stage_channels"][-1] / 256
+
+    def decode_steps(self) -> int:
+        steps = self.spec.extra.get("decode_steps") or self.model.config.decoder_num_inference_steps
+        return int(steps)
+
+    @classmethod
+    def check_spec(cls, spec: DecoderSpec) -> None:
+        super().check_spec(spec)
+        steps = spec.extra.get("decode_steps")
+        if steps is not None and steps < 1:
+            raise FarmError(f"decoder spec: 'decode_steps' must be 1 or more, got {steps!r}")
+
+    # ---- decoding ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, spec: DecoderSpec, device: str) -> DiffusersVideoDecoder:
+        decoder = super().load(spec, device)
+        if not str(device).startswith("cuda"):
+            use_windowed_attention(decoder.model)
+        return decoder
+
+    def enable_compile(self, mode: str | None = None) -> None:
+        """Compile FlexAttention alone (the whole decoder takes minutes to compile, shared/FINDINGS.md)."""
+        compile_flex_attention(mode)
+
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
+        return self.denormalize_with_buffers(z)
+
+    def noise(
+        self, pixel_shape: tuple[int, int, int, int, int], origin: tuple[int, int, int]
+    ) -> torch.Tensor:
+        """Stage 5's starting noise for a tile at latent `origin`: a function of each pixel's place."""
+        import torch
+
+        _, channels, frames, height, width = pixel_shape
+        g = self.geometry
+        f0, y0, x0 = origin[0] * g.temporal_scale, origin[1] * g.spatial_scale, origin[2] * g.spatial_scale
+        seed = hash_seed(int(self.spec.extra.get("decode_noise_seed", 0)), 0x7D1FF)
+        coords = [torch.arange(channels), torch.arange(f0, f0 + frames), torch.arange(y0, y0 + height),
+                  torch.arange(x0, x0 + width)]  # fmt: skip
+        return position_noise(seed, coords, self.device)[None].to(self.torch_dtype)
+
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        if origin is None:
+            raise FarmError(
+                "the ltx2-diffusion decoder draws its noise per pixel position: decode needs the tile origin"
+            )
+        try:
+            return decode_with_noise(self.model, z, self.noise, origin, self.decode_steps())
+        except ValueError as exc:  # diffusers refuses grids smaller than a neighbourhood window
+            if "at least its kernel size" not in str(exc):
+                raise
+            raise FarmError(
+                f"a tile of {list(z.shape[2:])} latent frames, rows and columns is too small for the "
+                f"{self.spec.config_name or 'custom'} diffusion decoder's neighbourhood attention ({exc}); "
+                "use fewer tiles or more overlap (the real config needs 7 latent rows and columns a tile)"
+            ) from None
+
+
+def decode_with_noise(
+    model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int
+) -> torch.Tensor:
+    """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's."""
+    decoder = model.decoder
+    context = decoder.forward_stage_4(decoder.forward_stages_1_to_3(z))
+    shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
+             context.shape[3] * decoder.patch_size)  # fmt: skip
+    return decoder.denoise(context, noise(shape, origin), steps)
+
+
+class WindowedNeighborhoodAttention:
+    """Neighbourhood attention by gathering each query's key window: the windows diffusers' FlexAttention
+    mask defines (centred, shifted inward at the borders), in memory per query times the kernel's volume."""
+
+    def __call__(self, attn: Any, hidden_states: torch.Tensor, block_mask: Any = None) -> torch.Tensor:
+        import torch
+
+        b, t, h, w, _ = hidden_states.shape
+        query, key, value = attn.project_qkv(hidden_states)  # [B, T, H, W, heads, d]
+        index = window_index((t, h, w), attn.kernel_size, hidden_states.device)  # [L, K]
+        q = query.reshape(b, t * h * w, attn.heads, attn.head_dim)
+        k = key.reshape(b, t * h * w, attn.heads, attn.head_dim)[:, index]  # [B, L, K, heads, d]
+        v = value.reshape(b, t * h * w, attn.heads, attn.head_dim)[:, index]
+        scores = torch.einsum("blnd,blknd->blnk", q.float(), k.float())  # query already scaled
+        out = torch.einsum("blnk,blknd->blnd", scores.softmax(dim=-1), v.float()).to(hidden_states.dtype)
+        return attn.to_out[0](out.reshape(b, t, h, w, attn.heads * attn.head_dim))
+
+
+def window_index(grid: tuple[int, int, int], kernel: tuple[int, ...], device: Any) -> torch.Tensor:
+    """For each position of a ``T x H x W`` grid (row-major), the linear indices of its window ``[L, K]``."""
+    import torch
+
+    axes = []
+    for n, k in zip(grid, kernel, strict=True):
+        k = min(k, n)
+        start = (torch.arange(n, device=device) - k // 2).clamp(0, n - k)
+        axes.append(start[:, None] + torch.arange(k, device=device))  # [n, k]
+    (t, h, w), (at, ah, aw) = grid, axes
+    linear = (at[:, None, None, :, None, None] * (h * w) + ah[None, :, None, None, :, None] * w
+              + aw[None, None, :, None, None, :])  # fmt: skip
+    return linear.reshape(t * h * w, -1)
+
+
+def use_windowed_attention(model: Any) -> None:
+    """Every neighbourhood attention of `model` through `WindowedNeighborhoodAttention`."""
+    for module in model.modules():
+        if type(module).__name__ == "LTX2VideoVaeNeighborhoodAttention":
+            module.processor = WindowedNeighborhoodAttention()
+            module.build_block_mask = lambda hidden_states: None
+
+
+@functools.lru_cache(maxsize=64)
+def neighborhood_block_mask(
+    frames: int, height: int, width: int, kernel: tuple[int, ...], device: Any
+) -> Any:
+    """diffusers' neighbourhood `BlockMask` (the window centred, shifted inward at the borders), built
+    compiled (never the dense mask) and once per grid, kernel and device: a tile shape's every call and
+    block reuse it."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    kt, kh, kw = min(kernel[0], frames), min(kernel[1], height), min(kernel[2], width)
+    hw = height * width
+
+    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+        qt, qh, qw = q // hw, (q % hw) // width, q % width
+        vt, vh, vw = kv // hw, (kv % hw) // width, kv % width
+        st = torch.clamp(qt - kt // 2, 0, frames - kt)
+        sh = torch.clamp(qh - kh // 2, 0, height - kh)
+        sw = torch.clamp(qw - kw // 2, 0, width - kw)
+        return (vt >= st) & (vt < st + kt) & (vh >= sh) & (vh < sh + kh) & (vw >= sw) & (vw < sw + kw)
+
+    n = frames * hw
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device=device, _compile=True)
+
+
+def compile_flex_attention(mode: str | None = None) -> None:
+    """Route diffusers' FlexAttention calls through one `torch.compile`d `flex_attention` (the fused
+    kernel), with block masks built compiled once per tile shape (`neighborhood_block_mask`) and a
+    recompile limit that lets every stage's shape compile once."""
+    import torch
+    import torch._dynamo
+    from diffusers.models import attention_dispatch
+    from diffusers.models.autoencoders import ltx2_diffusion_decoder
+    from torch.nn.attention import flex_attention as fa
+
+    if getattr(attention_dispatch, "_farm_compiled_flex", False):
+        return
+
+    def cached(
+        num_frames: int, height: int, width: int, kernel_size: tuple[int, int, int], device: Any
+    ) -> Any:
+        return neighborhood_block_mask(num_frames, height, width, tuple(kernel_size), device)
+
+    ltx2_diffusion_decoder._neighborhood_block_mask = cached
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    import types
+
+    compiled = torch.compile(fa.flex_attention, mode=mode, dynamic=False)
+    # its flex backend calls `flex_attention.flex_attention(...)` on the module: the same names, one compiled
+    names = {**vars(fa), "flex_attention": compiled}
+    attention_dispatch.flex_attention = types.SimpleNamespace(**names)  # type: ignore[assignment]
+    attention_dispatch._farm_compiled_flex = True  # type: ignore[attr-defined]
