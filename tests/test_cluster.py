@@ -380,8 +380,12 @@ def test_no_work_stealing_on_the_clusters_farm_starts_or_joins(dask_cuda_tripwir
         daemon_client.close()
         started.close()
         facts["_stack"].close()
-    # someone else's scheduler, with Dask's defaults: stealing runs until farm joins
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as theirs:
+    # someone else's scheduler, with Dask's default (stated here: a cluster fixture of this test process
+    # may hold farm's setting while it runs): stealing runs until farm joins
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing": True}),
+        LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as theirs,
+    ):
         with Client(theirs) as other:
             assert other.run_on_scheduler(_stealing_runs)
         with connect(scheduler=theirs.scheduler_address) as client:
