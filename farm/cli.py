@@ -185,6 +185,9 @@ def _add_plan_command(add: AddCommand) -> None:
 def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
+    p.add_argument("--verify", action="store_true",
+                   help="check every finished batch and video against its recorded checksum (exit 1 when "
+                        "any is missing or damaged: farm render renders those again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
@@ -510,14 +513,20 @@ def _plan_io_workers(model: Any, n_workers: int) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from farm.output import output_progress
 
-    rows = output_progress(args.out)
-    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video")
+    rows = output_progress(args.out, verify=args.verify)
+    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video" + ("  damaged" if args.verify else ""))
     for row in rows:
         total = "?" if row.batches_total is None else str(row.batches_total)
         video = "done" if row.video else "-"
-        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video}")
-    finished = sum(r.video for r in rows)
+        damaged = f"  {row.damaged:>7}" if args.verify else ""
+        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video:<5}{damaged}")
+    finished = sum(r.finished for r in rows)
     print(f"{finished} of {len(rows)} shots finished")
+    lost = sum(r.damaged or 0 for r in rows)
+    if lost:
+        LOGGER.error(f"{lost} finished output(s) are missing or damaged; farm render into this output "
+                     "renders them again")  # fmt: skip
+        return 1
     return 0
 
 

@@ -67,6 +67,21 @@ def check_render_options(
     return parse_frame_numbers(frames) if frames else None
 
 
+def check_distinct_paths(job: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """OUT may not be the job store, nor be inside it, nor hold it: a render writes and (restarting)
+    removes files under OUT, which must never be the job's."""
+    from pathlib import Path
+
+    job_real, out_real = Path(os.path.realpath(job)), Path(os.path.realpath(out))
+    if job_real == out_real or out_real.is_relative_to(job_real) or job_real.is_relative_to(out_real):
+        where = ("is" if job_real == out_real else "is inside" if out_real.is_relative_to(job_real)
+                 else "holds")  # fmt: skip
+        raise FarmError(
+            f"--out {os.fspath(out)!r} {where} the job store {os.fspath(job)!r}; choose an output folder "
+            "outside the job store that does not contain it"
+        )
+
+
 def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
