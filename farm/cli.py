@@ -320,6 +320,9 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
         raise FarmError("give one of --scheduler and --scheduler-file")
     args.args = script_args
     args.priority = args.priority or 0
+    from farm.validate import check_priority
+
+    check_priority(args.priority)
     return args
 
 
@@ -459,7 +462,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.budgets import host_peak_bytes, window_peak_bytes
+    from farm.budgets import check_fits, host_peak_bytes, window_peak_bytes
     from farm.jobplan import plan_job, predict_render
     from farm.plan_table import describe_plans
     from farm.store import open_job
@@ -480,6 +483,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
     print(describe_plans(plans, job.spec, args.workers))
     gpu_bytes = model.worker_memory_bytes
+    check_fits(plans, job.spec, None if model.decode_on_host else gpu_bytes)  # after the table: it shows why
     # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster starts
     prediction, window = predict_render(plans, job.spec, model, args.workers, n_io)
     print(planner.describe(prediction, model))

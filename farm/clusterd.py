@@ -77,6 +77,10 @@ def _checked_gpu_count(
         )
     if gpu_count and workers is not None:
         raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
+    if not gpu_count:
+        from farm.validate import check_local_workers
+
+        check_local_workers(workers)
     if io_workers is not None and io_workers < 0:
         raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
     return gpu_count

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from farm import keys, logs
 from farm.budgets import (
+    check_fits,
     default_window,
     host_memory_warning,
     host_peak_bytes,
@@ -487,6 +488,7 @@ def _budget_window(
     not fit the workers' GPU or host memory."""
     n_workers = len(decode_workers)
     gpu_bytes = smallest_gpu_memory(client, decode_workers)
+    check_fits(plans, job.spec, gpu_bytes)
     warning = memory_warning(plans, job.spec, gpu_bytes)
     if warning:
         log(warning)

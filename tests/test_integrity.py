@@ -401,3 +401,54 @@ def test_connecting_to_a_refused_port_or_not_a_scheduler_fails_within_seconds(cl
                 connect(scheduler=f"tcp://127.0.0.1:{port}"):  # fmt: skip
             pass
         assert time.time() - started < 10
+
+
+# --- limits before work ------------------------------------------------------------------------
+
+
+def test_a_tile_no_worker_can_hold_is_refused_before_any_decode(tmp_path, capsys, scheduler3):
+    from farm.store import create_job, write_shot
+    from farm.synthetic import synth_spec
+
+    job = tmp_path / "huge.zarr"  # 20000x20000 pixels: a few MB of latents, TBs to decode whole
+    create_job(job, synth_spec("ltx2-tiny"))
+    write_shot(job, "big", np.zeros((8, 2, 625, 625), np.float32), fps=24.0)
+    code, err = run_cli(capsys, "plan", str(job), "--tiles", "1,1,1")
+    assert code == 2 and "split it with --tiles F,H,W or bound each decode call with --chunk" in err
+    with pytest.raises(FarmError, match="more than this machine has"):
+        fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
+                  **QUIET)  # fmt: skip
+    assert not Output(tmp_path / "out").frames_zarr.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workers", "500"], "--workers 500 is beyond this machine"),
+        (["--priority", str(10**30)], "--priority 1000000000000000000000000000000 is invalid"),
+        (["--priority", "-1000000"], "use a whole number from -999999 to 999999"),
+    ],
+)
+def test_limits_are_refused_in_one_line_before_a_cluster(job, tmp_path, capsys, argv, message):
+    code, err = run_cli(capsys, "render", str(job), "--out", str(tmp_path / "out"), *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_compressed_input_larger_than_it_declares_is_refused_unread(tmp_path, capsys):
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (8, 3, 2, 2)})  # fmt: skip
+    bomb = tmp_path / "bomb.npz"  # 100 kB that unpack to 100 MB
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("latent.npy", header.getvalue() + bytes(100_000_000))
+    assert bomb.stat().st_size < 200_000
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    before = snapshot(job)
+    code, err = run_cli(capsys, "ingest", str(job), str(bomb))
+    assert code == 2 and "unpacks to 100000" in err and len(err.strip().splitlines()) == 1
+    assert snapshot(job) == before
