@@ -93,7 +93,8 @@ def _add_synth_command(add: AddCommand) -> None:
     p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
     p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing farm job store (any other file or folder is refused)")
 
 
 def _add_ingest_command(add: AddCommand) -> None:
