@@ -452,3 +452,44 @@ def test_a_compressed_input_larger_than_it_declares_is_refused_unread(tmp_path, 
     code, err = run_cli(capsys, "ingest", str(job), str(bomb))
     assert code == 2 and "unpacks to 100000" in err and len(err.strip().splitlines()) == 1
     assert snapshot(job) == before
+
+
+@pytest.mark.slow
+def test_a_lost_scheduler_is_named_within_seconds(job, tmp_path):
+    import subprocess
+    import sys
+
+    from distributed import Client
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    sched_file = tmp_path / "scheduler.json"
+    quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port",
+                                  "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
+                                  str(sched_file)], **quiet)  # fmt: skip
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker = subprocess.Popen([sys.executable, "-m", "dask", "worker", "--scheduler-file",
+                                   str(sched_file), "--host", "127.0.0.1", "--nworkers", "1",
+                                   "--nthreads", "1", "--no-dashboard"], **quiet)  # fmt: skip
+        with Client(scheduler_file=str(sched_file)) as c:
+            c.wait_for_workers(1, timeout=60)
+        killed: list[float] = []
+
+        def kill_the_scheduler(stats) -> None:
+            if not killed:
+                scheduler.kill()
+                killed.append(time.monotonic())
+
+        with pytest.raises(FarmError, match="lost the scheduler at tcp://127.0.0.1"):
+            fr.render(job, tmp_path / "out", scheduler_file=str(sched_file), options=TILES,
+                      on_progress=kill_the_scheduler, **QUIET)  # fmt: skip
+        assert killed and time.monotonic() - killed[0] < 15
+    finally:
+        for proc in (worker, scheduler):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
