@@ -123,6 +123,17 @@ class Output:
                 if is_farm_temporary(tmp.name) and tmp.is_file() and not tmp.is_symlink()]  # fmt: skip
 
 
+@contextlib.contextmanager
+def os_errors_in_one_line(what: str) -> Iterator[None]:
+    """An OSError inside the block (a full disk, a permission) as a one-line FarmError naming `what` and
+    the file, instead of a traceback through Zarr."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise FarmError(f"{what}: {exc.strerror or exc}{where}") from None
+
+
 def prepare_output(
     out: Output,
     job: Job,
@@ -136,6 +147,12 @@ def prepare_output(
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
     frame numbers from `first_frame`, and channel names."""
+    with os_errors_in_one_line(f"cannot prepare the outputs in {str(out.root)!r}"):
+        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib)
+
+
+def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]], dtype: str,
+                    first_frame: int, chunk_mib: int) -> None:  # fmt: skip
     import zarr
 
     check_writable(out)
@@ -454,6 +471,21 @@ def video_intact(out: Output, shot: str) -> bool:
     if not record:  # a marker without a checksum
         return video.exists() and video.stat().st_size > 0
     return record.get("name") == video.name and file_digest(video) == record.get("sha256")
+
+
+def clear_unfinished(out: Output, shot: str, batches: Iterable[tuple[int, int]]) -> None:
+    """Remove the chunk files of batches about to be rendered (frames [start, stop) each, not marked
+    done): what a killed or failed write left there (a 0-byte chunk from a full disk) is never read back
+    by the new write. Batches cover whole chunks, so no finished batch's chunk is touched."""
+    import zarr
+
+    array_dir = out.frames_array(shot)
+    if not (array_dir / "zarr.json").exists():
+        return
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    for start, stop in batches:
+        for chunk in chunk_files(array_dir, arr, start, stop):
+            chunk.unlink(missing_ok=True)
 
 
 def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) -> None:

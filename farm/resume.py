@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import Output, fast_codecs, forget_damaged, restart_shot, verified_batches, video_done
+from farm.output import (
+    Output,
+    clear_unfinished,
+    fast_codecs,
+    forget_damaged,
+    os_errors_in_one_line,
+    restart_shot,
+    verified_batches,
+    video_done,
+)
 from farm.store import Job
 from farm.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 
@@ -123,8 +132,9 @@ def record_identity(
     earlier render still running on a shared cluster then write nothing into it, `farm.tasks`)."""
     import zarr
 
-    group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
-    group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
+    with os_errors_in_one_line(f"cannot record shot {shot!r} in {str(out.root)!r}"):
+        group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
+        group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
 
 
 def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:
@@ -320,11 +330,15 @@ def resume_points(
 
 def apply_restarts(out: Output, points: ResumePoints) -> None:
     """Start the shots `points` restarts over: remove every output of the settings they replace; and
-    forget the damaged batches and videos it found (they render again)."""
-    for shot, recorded in points.restarts.items():
-        restart_shot(out, shot, recorded)
-    for shot, (batches, video) in points.damaged.items():
-        forget_damaged(out, shot, batches, video)
+    forget the damaged batches and videos it found, and clear the chunks of every batch to render."""
+    with os_errors_in_one_line(f"cannot start shots over in {str(out.root)!r}"):
+        for shot, recorded in points.restarts.items():
+            restart_shot(out, shot, recorded)
+        for shot, (batches, video) in points.damaged.items():
+            forget_damaged(out, shot, batches, video)
+        for plan in points.pending:
+            if plan.shot not in points.restarts:
+                clear_unfinished(out, plan.shot, [(b.start, b.stop) for b in plan.batches])
 
 
 def check_output_identity(out: Output) -> None:

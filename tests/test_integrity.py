@@ -493,3 +493,37 @@ def test_a_lost_scheduler_is_named_within_seconds(job, tmp_path):
             if proc is not None:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 160 kB file system of its own (tmpfs), grown by `grow()`; skipped where mounting is not allowed."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("cannot mount a small file system here (needs root)")
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=64m", str(mount)], check=True)
+
+    yield mount, grow
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_the_rerun_completes(job, small_disk, scheduler3, capsys):
+    disk, grow = small_disk
+    out = disk / "out"
+    try:
+        stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+        errors = [s.error or "" for s in stats.failed]
+    except FarmError as exc:
+        errors = [str(exc)]
+    assert errors and all("No space left on device" in e and "\n" not in e for e in errors), errors
+    grow()
+    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+    assert not stats.failed
+    code, printed = run_cli(capsys, "status", str(out), "--verify")
+    assert code == 0 and "2 of 2 shots finished" in printed
