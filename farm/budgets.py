@@ -3,11 +3,13 @@ default window (decoded tiles in flight) and the warnings when a plan may not fi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from farm.decoders import DecoderSpec, decoder_class
 from farm.decoders.base import VideoDecoder, human_bytes
+from farm.errors import FarmError
 from farm.tiling import ChunkSize, Geometry, ShotPlan, Tile, plan_chunks
 
 if TYPE_CHECKING:
@@ -84,6 +86,34 @@ def memory_warning(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int 
         f"90% of the smallest worker GPU ({human_bytes(gpu_bytes)}); split it with --tiles or bound each "
         "decode call with --chunk F,H,W"
     )
+
+
+def check_fits(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int | None) -> None:
+    """Refuse, before any decode, a plan whose largest tile is estimated to need more memory than any
+    worker has: the smallest worker GPU's whole memory, or on CPU workers this machine's whole RAM."""
+    if not plans:
+        return
+    cls = decoder_class(spec)
+    need, shot = max((tile_peak_bytes(cls, spec, t, p.chunk), p.shot) for p in plans for t in p.tiles)
+    capacity: int | None
+    if gpu_bytes:
+        capacity, what = gpu_bytes, "GPU memory, more than the smallest worker GPU has"
+    else:
+        capacity, what = host_memory_bytes(), "memory, more than this machine has"
+    if capacity and need > capacity:
+        raise FarmError(
+            f"shot {shot!r}: a tile is estimated to need {human_bytes(need)} of {what} "
+            f"({human_bytes(capacity)}); split it with --tiles F,H,W or bound each decode call with "
+            "--chunk F,H,W (farm plan shows the tiles)"
+        )
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's RAM (None when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def host_peak_bytes(plans: Sequence[ShotPlan], tiles_in_flight: int, video: VideoSettings) -> int:

@@ -93,7 +93,8 @@ def _add_synth_command(add: AddCommand) -> None:
     p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
     p.add_argument("--weights", help="real weights, not random: VAE folder, .safetensors or .pt/.pth")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing farm job store (any other file or folder is refused)")
 
 
 def _add_ingest_command(add: AddCommand) -> None:
@@ -199,6 +200,9 @@ def _add_plan_command(add: AddCommand) -> None:
 def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
+    p.add_argument("--verify", action="store_true",
+                   help="check every finished batch, video and sound file against its recorded checksum (exit 1 when "
+                        "any is missing or damaged: farm render renders those again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
@@ -331,6 +335,9 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
         raise FarmError("give one of --scheduler and --scheduler-file")
     args.args = script_args
     args.priority = args.priority or 0
+    from farm.validate import check_priority
+
+    check_priority(args.priority)
     return args
 
 
@@ -473,7 +480,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.budgets import host_peak_bytes, window_peak_bytes
+    from farm.budgets import check_fits, host_peak_bytes, window_peak_bytes
     from farm.jobplan import plan_job, predict_render
     from farm.plan_table import describe_plans
     from farm.store import open_job
@@ -494,6 +501,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
     print(describe_plans(plans, job.spec, args.workers))
     gpu_bytes = model.worker_memory_bytes
+    check_fits(plans, job.spec, None if model.decode_on_host else gpu_bytes)  # after the table: it shows why
     # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster starts
     prediction, window = predict_render(plans, job.spec, model, args.workers, n_io)
     print(planner.describe(prediction, model))
@@ -527,14 +535,20 @@ def _plan_io_workers(model: Any, n_workers: int) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from farm.output import output_progress
 
-    rows = output_progress(args.out)
-    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video")
+    rows = output_progress(args.out, verify=args.verify)
+    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video" + ("  damaged" if args.verify else ""))
     for row in rows:
         total = "?" if row.batches_total is None else str(row.batches_total)
         video = "done" if row.video else "-"
-        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video}")
-    finished = sum(r.video for r in rows)
+        damaged = f"  {row.damaged:>7}" if args.verify else ""
+        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video:<5}{damaged}")
+    finished = sum(r.finished for r in rows)
     print(f"{finished} of {len(rows)} shots finished")
+    lost = sum(r.damaged or 0 for r in rows)
+    if lost:
+        LOGGER.error(f"{lost} finished output(s) are missing or damaged; farm render into this output "
+                     "renders them again")  # fmt: skip
+        return 1
     return 0
 
 

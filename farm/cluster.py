@@ -444,9 +444,13 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
             )
         where = f"the scheduler in {scheduler_file}"
         kwargs: dict[str, Any] = {"scheduler_file": scheduler_file}
+        address = _scheduler_file_address(scheduler_file)
+        if address:  # else Client's own message for a file that is not a scheduler file
+            probe_scheduler(address, where)
     else:
         where = f"a scheduler at {scheduler}"
         kwargs = {"address": scheduler}
+        probe_scheduler(str(scheduler), where)
     try:
         return Client(**kwargs)
     except (OSError, TimeoutError, ValueError) as e:
@@ -454,6 +458,56 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
             f"could not connect to {where}: {e}; check that it is running and reachable "
             "(dask scheduler prints its address), or leave out --scheduler to start a local cluster"
         ) from e
+
+
+def _scheduler_file_address(path: str) -> str | None:
+    import json
+
+    try:
+        with open(path) as fh:
+            return str(json.load(fh)["address"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+PROBE_TIMEOUT_S = 5.0  # a scheduler on a reachable host answers in milliseconds
+
+
+def probe_scheduler(address: str, where: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Fail within seconds, saying which, when nothing listens at a ``tcp://`` address or what listens
+    is not a Dask server (a Dask server speaks first: its handshake, `distributed.comm.core.Listener`),
+    instead of Dask's long connect timeout or a hang. Other protocols are left to Dask."""
+    import socket
+
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        protocol, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError):
+        return  # Dask's own message for a malformed address
+    if protocol != "tcp":
+        return
+    hint = "check the address (dask scheduler and farm cluster print theirs) and that it is running"
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except TimeoutError:
+        raise FarmError(f"could not connect to {where}: no answer from {host}:{port} within {timeout:g} s "
+                        f"(a firewall, or no such host?); {hint}") from None  # fmt: skip
+    except OSError as exc:
+        raise FarmError(f"could not connect to {where}: {exc.strerror or exc} (nothing listens at "
+                        f"{host}:{port}: a stale scheduler file or address?); {hint}") from None  # fmt: skip
+    with sock:
+        sock.settimeout(timeout)
+        try:
+            greeting = sock.recv(8)
+        except OSError:
+            greeting = b""
+    if not greeting:
+        raise FarmError(
+            f"could not connect to {where}: {host}:{port} accepts connections but is not a Dask scheduler "
+            f"(no Dask handshake within {timeout:g} s: a dashboard or another service's port?); {hint}"
+        )
 
 
 def stop_work_stealing(client: Client) -> bool:

@@ -12,7 +12,10 @@ are honoured: the cluster then listens on ``tls://``.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +77,10 @@ def _checked_gpu_count(
         )
     if gpu_count and workers is not None:
         raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
+    if not gpu_count:
+        from farm.validate import check_local_workers
+
+        check_local_workers(workers)
     if io_workers is not None and io_workers < 0:
         raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
     return gpu_count
@@ -131,6 +138,7 @@ def start(
             raise FarmError("the Dask configuration requires TLS, which UCX lacks; use --protocol tcp")
         wire = "tls"
     if scheduler_file:
+        check_scheduler_file_free(Path(scheduler_file))
         Path(scheduler_file).parent.mkdir(parents=True, exist_ok=True)
     common: dict[str, Any] = {
         "host": host,
@@ -139,8 +147,7 @@ def start(
         "memory_limit": memory_limit,
         "protocol": wire,
         "security": security,
-        "scheduler_kwargs": {"scheduler_file": scheduler_file} if scheduler_file else None,
-    }
+    }  # the scheduler file is written here (`write_scheduler_file`), not by Dask, which removes it blindly
     stack = contextlib.ExitStack()
     try:
         cluster = start_local_cluster(
@@ -159,6 +166,10 @@ def start(
     n_io = start_io_workers(cluster, client, choice, io_workers, memory_limit, security=tls)
     transport_plugin.install(client)
     page = monitor.install(client)
+    identity = None
+    if scheduler_file:
+        info = {**cluster.scheduler_info, "address": cluster.scheduler_address}
+        identity = write_scheduler_file(Path(scheduler_file), info)
     facts = {
         "kind": choice.kind,
         "workers": choice.n_workers,
@@ -169,11 +180,66 @@ def start(
         "dashboard": dashboard_link(client),
         "page": page,
         "scheduler_file": scheduler_file,
+        "scheduler_id": identity,
         "warning": choice.warning,
         "exposure": exposure_warning(host, wire),
         "_stack": stack,
     }
     return cluster, client, facts
+
+
+def scheduler_listening(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts connections at a scheduler address (``tcp://host:port``)."""
+    from distributed.comm import parse_address, parse_host_port
+
+    try:
+        _, location = parse_address(address)
+        host, port = parse_host_port(location)
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_scheduler_file_free(path: Path) -> None:
+    """A scheduler file may be written only where none is, or where the one there names a scheduler that
+    no longer listens (left by a cluster that was killed); anything else is refused, untouched."""
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        address = json.loads(path.read_text())["address"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise FarmError(
+            f"--scheduler-file {str(path)!r} exists and is not a Dask scheduler file; choose another path "
+            "(nothing was changed)"
+        ) from None
+    if scheduler_listening(str(address)):
+        raise FarmError(
+            f"--scheduler-file {str(path)!r} belongs to a running scheduler ({address}); stop that cluster "
+            "or choose another --scheduler-file"
+        )
+
+
+def write_scheduler_file(path: Path, info: dict[str, Any]) -> str:
+    """Write the scheduler file (Dask's format: the scheduler's identity, its ``address`` first of all)
+    in one rename; returns the id that makes it this cluster's (`remove_own_scheduler_file`)."""
+    from farm.files import atomic_path
+
+    keep = ("type", "id", "address", "services", "started")
+    record = {k: info[k] for k in keep if k in info}
+    record.setdefault("id", f"farm-{os.getpid()}-{id(info)}")
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(record, indent=2))
+    return str(record["id"])
+
+
+def remove_own_scheduler_file(path: Path, identity: str | None) -> None:
+    """Remove the scheduler file only while it is still this cluster's (another may have replaced it)."""
+    try:
+        if json.loads(path.read_text()).get("id") == identity:
+            path.unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def serve(
@@ -221,6 +287,6 @@ def serve(
             cluster.close(timeout=30)
         facts["_stack"].close()
         if facts["scheduler_file"]:
-            Path(facts["scheduler_file"]).unlink(missing_ok=True)
+            remove_own_scheduler_file(Path(facts["scheduler_file"]), facts["scheduler_id"])
     log("farm cluster: stopped")
     return 0

@@ -2,8 +2,8 @@
 fsync of files and folders (`fsync_path`, several side by side: `fsync_all`), and the permissions the
 umask gives.
 
-Temporaries are named from `farm.names.TEMP_SUFFIX` (``.<name>.XXXX.tmp<suffix>``), a suffix no shot
-name may carry, so clean-up (`farm.output.Output.stale_temporaries`) never meets a user's file.
+Temporaries are named ``.<name>.farm-XXXXXXXX.tmp<suffix>`` (`farm.names.FARM_TEMP`, `temp_file`), a form
+no shot name takes, and clean-up (`farm.output.Output.stale_temporaries`) removes nothing else.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
-from farm.names import TEMP_SUFFIX
+from farm.names import FARM_TEMP_TAG, TEMP_SUFFIX
 
 # Threads of this process' pool for fsyncs (and the writes they follow): a disk completes many flushes
 # at once far faster than one after another (docs/benchmarks.md, durable writes).
@@ -42,11 +42,7 @@ def process_umask() -> int:
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
     final = Path(path)
-    try:
-        suffix = TEMP_SUFFIX + final.suffix
-        fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
-    except OSError as e:
-        raise FarmError(f"cannot write {os.fspath(path)!r}: {e}") from e
+    fd, tmp = temp_file(final, final.suffix)
     try:
         os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600; outputs get what open() would give
     finally:
@@ -58,6 +54,35 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def temp_file(final: Path, suffix: str = "") -> tuple[int, str]:
+    """A new temporary beside `final`, named in farm's form (`farm.names.FARM_TEMP`): (fd, path)."""
+    try:
+        return tempfile.mkstemp(prefix=f".{final.name}{FARM_TEMP_TAG}", suffix=TEMP_SUFFIX + suffix,
+                                dir=final.parent)  # fmt: skip
+    except OSError as e:
+        raise FarmError(f"cannot write {os.fspath(final)!r}: {e.strerror or e}") from None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``): True once swapped,
+    False where the kernel or file system cannot (the caller then renames in two steps)."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(a))
 
 
 def fsync_path(path: Path) -> None:

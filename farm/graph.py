@@ -551,6 +551,12 @@ class Driver:
                     on_progress(self.stats)
         finally:
             watcher.stop()
+        if watcher.lost.is_set():
+            address = getattr(self.client.scheduler, "address", None) or "its address"
+            raise FarmError(
+                f"lost the scheduler at {address}: no connection for {SCHEDULER_LOST_S:g} s (it stopped or "
+                "was killed?); finished batches are kept, rerun once a scheduler runs to resume"
+            )
         if watcher.cancelled.is_set():
             self.cancel_all()
         self.stats.seconds = time.perf_counter() - started
@@ -571,6 +577,9 @@ def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
     return cuts
 
 
+SCHEDULER_LOST_S = 3.0  # a scheduler connection down this long is a lost scheduler, named as such
+
+
 class Watcher(threading.Thread):
     """Beside a driver's loop: publishes its progress every `period` seconds and polls whether
     `farm cancel` named the render; on a cancel it empties the driver's completions so the loop ends."""
@@ -579,11 +588,21 @@ class Watcher(threading.Thread):
         super().__init__(name=f"farm-watch-{driver.render_id}", daemon=True)
         self.driver, self.period = driver, period
         self.cancelled = threading.Event()
+        self.lost = threading.Event()  # the scheduler went away and did not come back
         self.stopped = threading.Event()
 
     def run(self) -> None:
         d = self.driver
+        away_since = None
         while not self.stopped.wait(self.period):
+            if d.client.status != "running":  # the scheduler connection dropped: Dask reconnects
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since > SCHEDULER_LOST_S:
+                    self.lost.set()
+                    d.futures.clear()
+                    return
+                continue
+            away_since = None
             d.publisher.publish(d.stats)
             if cancel_requested(d.client, d.render_id):
                 self.cancelled.set()

@@ -14,8 +14,9 @@ Three steps, so that nothing in the job store changes unless every source is goo
    store beside the job (same file system).
 3. **Commit**: each staged shot folder is renamed into the job (a new job: the staged store is renamed
    to the job's path). A rename is atomic, so a render reading other shots of the job never sees a
-   half-written shot; ``replace`` moves the old shot aside first and removes it only once the new one
-   is in place.
+   half-written shot; ``replace`` swaps the new shot with the old one in one atomic exchange (where the
+   file system has none: moves the old one aside, and a later ingest puts it back if this one died
+   before the new one was in), and is refused while a render reads the job (`farm.lock`).
 
 The job's decoder spec says which latent convention its shots hold (``latents``: ``denormalized``, as
 handed to ``vae.decode``, or ``normalized``, before the pipeline's un-normalisation); every shot of a job
@@ -31,6 +32,7 @@ pipeline's output (`add_pipeline_shot`'s ``audio_latents``). The job then record
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -48,6 +50,7 @@ from farm.decoders import DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
 from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, resolve_audio_spec
 from farm.errors import FarmError
+from farm.files import exchange
 from farm.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
 from farm.store import check_shot_name
 from farm.tiling import MIN_SPATIAL_CHUNK, Geometry
@@ -430,6 +433,8 @@ def _staging_dir(job: Path) -> Path:
     for stale in job.parent.glob(f".{job.name}.ingest-{host}-*"):
         pid = stale.name.removeprefix(f".{job.name}.ingest-{host}-").split("-")[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if stale.name.endswith(".replaced"):
+                _restore_replaced(stale, job)
             shutil.rmtree(stale, ignore_errors=True)
     for k in range(1000):
         path = job.parent / f".{job.name}.ingest-{host}-{os.getpid()}-{k}"
@@ -440,6 +445,14 @@ def _staging_dir(job: Path) -> Path:
         except FileExistsError:
             continue
     raise FarmError(f"cannot create a staging folder beside {job}")
+
+
+def _restore_replaced(trash: Path, job: Path) -> None:
+    """Shots a killed replace had moved aside and not yet replaced go back into the job."""
+    for old in trash.iterdir():
+        if old.is_dir() and not (job / old.name).exists():
+            with contextlib.suppress(OSError):
+                os.rename(old, job / old.name)
 
 
 def _alive(pid: int) -> bool:
@@ -453,6 +466,8 @@ def _alive(pid: int) -> bool:
 
 
 def _commit(stage: Path, job: Path, names: list[str], *, existing: bool, replace: bool) -> list[str]:
+    from farm.lock import job_replace_lock
+
     if not existing:
         try:
             os.rename(stage, job)  # the whole new job appears at once
@@ -463,25 +478,37 @@ def _commit(stage: Path, job: Path, names: list[str], *, existing: bool, replace
     trash = stage.with_name(stage.name + ".replaced")
     replaced: list[str] = []
     done: list[str] = []
-    try:
-        for name in names:
-            if (job / name).exists():
-                if not replace:
-                    raise FarmError(
-                        f"shot {name!r} appeared in {job} while ingesting; pass --replace to overwrite it"
-                    )
-                trash.mkdir(exist_ok=True)
-                os.rename(job / name, trash / name)
-                replaced.append(name)
-            os.rename(stage / name, job / name)
-            done.append(name)
-    except BaseException:
-        for name in reversed(done):  # put the job back as it was
-            shutil.rmtree(job / name, ignore_errors=True)
-        for name in replaced:
-            if (trash / name).exists() and not (job / name).exists():
-                os.rename(trash / name, job / name)
-        raise
+    swapped: set[str] = set()  # exchanged in one step: the staged folder now holds the old shot
+    replacing = replace and any((job / name).exists() for name in names)
+    with job_replace_lock(job) if replacing else contextlib.nullcontext():
+        try:
+            for name in names:
+                if (job / name).exists():
+                    if not replace:
+                        raise FarmError(
+                            f"shot {name!r} appeared in {job} while ingesting; pass --replace to overwrite it"
+                        )
+                    replaced.append(name)
+                    if exchange(stage / name, job / name):  # the job holds the old shot or the new one
+                        swapped.add(name)
+                        done.append(name)
+                        continue
+                    # no atomic exchange here: the old shot waits in `trash`, restored by the next
+                    # ingest if this one dies before the new one is in (`_staging_dir`)
+                    trash.mkdir(exist_ok=True)
+                    os.rename(job / name, trash / name)
+                os.rename(stage / name, job / name)
+                done.append(name)
+        except BaseException:
+            for name in reversed(done):  # put the job back as it was
+                if name in swapped:
+                    exchange(stage / name, job / name)
+                else:
+                    shutil.rmtree(job / name, ignore_errors=True)
+            for name in replaced:
+                if (trash / name).exists() and not (job / name).exists():
+                    os.rename(trash / name, job / name)
+            raise
     shutil.rmtree(trash, ignore_errors=True)  # the replaced shots, once their successors are in place
     return replaced
 

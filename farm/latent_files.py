@@ -183,8 +183,8 @@ def scan(path: Path, tensor: str | None = None) -> FoundTensor:
             return FoundTensor(path, fmt, None, tuple(arr.shape), str(arr.dtype))
         with np.load(path, allow_pickle=False) as npz:
             key = pick_key(list(npz.files), tensor, str(path))
-            arr = npz[key]
-            return FoundTensor(path, fmt, key, tuple(arr.shape), str(arr.dtype))
+        shape, dtype = npz_member_header(path, key)
+        return FoundTensor(path, fmt, key, shape, str(dtype))
     except FarmError:
         raise
     except Exception as exc:  # each library raises its own types for corrupt files
@@ -246,6 +246,33 @@ def _choose(obj: Any, tensor: str | None, where: str) -> tuple[str | None, Any]:
     raise FarmError(f"{where}: holds a {type(obj).__name__}, not a tensor or a dict of tensors")
 
 
+NPY_HEADER_MAX = 1 << 16  # a .npy header past 64 KiB is not one numpy writes
+
+
+def npz_member_header(path: Path, key: str) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype of one array of a ``.npz``, read from its ``.npy`` header alone (nothing else is
+    decompressed), after checking that the member's unpacked size is what the header declares: a
+    small compressed file may not unpack into more than its array (a zip bomb)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{key}.npy")
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            else:
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            header = min(member.tell(), NPY_HEADER_MAX)  # bytes before the array's data
+    declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if dtype.hasobject or info.file_size > declared + header:
+        raise FarmError(
+            f"{path}: array {key!r} unpacks to {info.file_size} bytes but declares {tuple(shape)} "
+            f"{dtype} ({declared} bytes); the file is damaged or not what it says"
+        )
+    return tuple(int(n) for n in shape), dtype
+
+
 def load(found: FoundTensor) -> np.ndarray:
     """The tensor's data as a float numpy array (bfloat16 and float64 become float32; float16 stays)."""
     path = found.path
@@ -257,6 +284,7 @@ def load(found: FoundTensor) -> np.ndarray:
         elif found.format == "numpy":
             data = np.load(path, allow_pickle=False)
         else:
+            npz_member_header(path, str(found.key))  # refuses a member larger than its array
             with np.load(path, allow_pickle=False) as npz:
                 data = npz[found.key]
     except FarmError:

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from farm.errors import FarmError
 from farm.output import Output
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def lock_path(out_root: Path) -> Path:
@@ -50,7 +54,10 @@ def output_lock(out_root: Path) -> Iterator[None]:
     except OSError as exc:
         raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
     while True:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -77,3 +84,58 @@ def output_lock(out_root: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)  # while still holding it: see the module docstring
         os.close(fd)  # releases the flock
+
+
+@contextmanager
+def job_read_lock(job: str | os.PathLike[str]) -> Iterator[None]:
+    """A shared kernel lock on the job store's folder while a render reads it: `ingest --replace` of its
+    shots (`job_replace_lock`) is refused meanwhile, so a render reads one version of every latent. No
+    lock where the folder cannot be opened (it is refused later, by name) or locked (some network file
+    systems)."""
+    try:
+        fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a replace's renames
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+@contextmanager
+def job_replace_lock(job: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive lock on the job store's folder while shots are replaced, or refuse while a render
+    reads the job (`job_read_lock`)."""
+    try:
+        fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FarmError(f"cannot open the job store {os.fspath(job)!r}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FarmError(
+                f"job store {os.fspath(job)!r} is being read by a farm render; replacing its shots now would "
+                "mix two versions of their latents in that render. Nothing was changed: run again once the "
+                "render ends (or ingest under new shot names)"
+            ) from None
+        except OSError:
+            pass  # no flock on this file system: nothing to coordinate with
+        yield
+    finally:
+        os.close(fd)
+
+
+def reads_one_version_of_the_job(render: F) -> F:
+    """`render(job_path, ...)` holding `job_read_lock` on the job store from its first read (the latents'
+    hash, its identity) to its end, so every batch decodes the latents that identity names."""
+
+    @functools.wraps(render)
+    def locked(job_path: Any, *args: Any, **kwargs: Any) -> Any:
+        with job_read_lock(os.path.abspath(job_path)):
+            return render(job_path, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]

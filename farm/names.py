@@ -2,7 +2,7 @@
 them that provably stay inside their parent folder.
 
 A name is letters, digits, ``_``, ``-`` and ``.``, starting with a letter, digit or ``_`` (so never a
-hidden file like farm's temporaries ``.<name>.XXXX.tmp<suffix>``, never ``.``/``..``, never something
+hidden file like farm's temporaries ``.<name>.farm-XXXXXXXX.tmp<suffix>``, never ``.``/``..``, never something
 a command line reads as an option), at most 200 characters, and not ending in farm's temporary suffix
 ``.tmp`` nor holding ``.tmp.`` (what stale-temporary clean-up removes). So no name reaches farm's own
 files: ``OUT/.farm`` and temporaries are hidden, and each shot has its own folder under every output
@@ -18,7 +18,17 @@ from pathlib import Path
 from farm.errors import FarmError
 
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
-TEMP_SUFFIX = ".tmp"  # farm's temporaries end in it (mark_done) or hold ".tmp." (atomic_path)
+TEMP_SUFFIX = ".tmp"  # no name ends in it or holds ".tmp."
+# farm's temporaries: ".<final name>.farm-XXXXXXXX.tmp[<suffix>]", XXXXXXXX from tempfile (8 of
+# [a-z0-9_]); clean-up removes only names of exactly this form (`is_farm_temporary`).
+FARM_TEMP_TAG = ".farm-"
+FARM_TEMP = re.compile(r"\..+" + re.escape(FARM_TEMP_TAG) + r"[a-z0-9_]{8}" + re.escape(TEMP_SUFFIX)
+                       + r"(\.[A-Za-z0-9]+)?")  # fmt: skip
+
+
+def is_farm_temporary(name: str) -> bool:
+    """Whether a file name is one of farm's temporaries (`FARM_TEMP`), never a user's ordinary file."""
+    return FARM_TEMP.fullmatch(name) is not None
 
 
 def check_name(name: object, what: str = "shot name") -> str:

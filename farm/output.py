@@ -11,18 +11,24 @@
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.sequences)
     OUT/.farm/lock                    the running render's lock (farm.lock)
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
-    OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place
-    OUT/.farm/done/<shot>/video       marker written after the shot's video is joined
+    OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place:
+                                      the sha256 of each of its chunk files and of its segment
+    OUT/.farm/done/<shot>/video       marker written after the shot's video is joined: the video's sha256
     OUT/.farm/done/<shot>/audio       marker written after the shot's sound file is in place
 
-`Output` is the only place these paths are spelled; temporaries (``.<name>.XXXX.tmp<suffix>`` from
-`farm.files.atomic_path`, ``<marker>.tmp`` from `mark_done`) are found by `Output.stale_temporaries`.
+`Output` is the only place these paths are spelled; temporaries (``.<name>.farm-XXXXXXXX.tmp<suffix>``,
+`farm.files.temp_file`) are found by `Output.stale_temporaries`. A marker is trusted only while what it
+records is still on disk unchanged (`verified_batches`, `video_intact`): a missing, truncated or altered
+chunk, segment or video is rendered again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.files import fsync_all, fsync_path, run_side_by_side
-from farm.names import TEMP_SUFFIX, child_path
+from farm.files import fsync_all, fsync_path, run_side_by_side, temp_file
+from farm.names import child_path, is_farm_temporary
 
 if TYPE_CHECKING:
     from farm.store import Job
@@ -43,8 +49,8 @@ FORMAT = 1
 FRAME_DIMS = ("frame", "y", "x", "channel")
 CHANNELS = ("R", "G", "B")
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
-# Temporaries a killed render can leave: atomic_path's ".<name>.XXXX.tmp<suffix>", mark_done's "<name>.tmp".
-TEMP_GLOBS = (f".*{TEMP_SUFFIX}.*", f"*{TEMP_SUFFIX}")
+SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
+FRAME_ARRAYS = ("frames", "frame", "channel")  # the arrays farm writes in a shot's group
 
 
 @dataclass(frozen=True)
@@ -128,8 +134,19 @@ class Output:
         when complete)."""
         folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir,
                    self.audio_dir)  # fmt: skip
-        return [tmp for folder in folders if folder.exists() for pattern in TEMP_GLOBS
-                for tmp in folder.rglob(pattern) if tmp.is_file()]  # fmt: skip
+        return [tmp for folder in folders if folder.exists() for tmp in folder.rglob(".*")
+                if is_farm_temporary(tmp.name) and tmp.is_file() and not tmp.is_symlink()]  # fmt: skip
+
+
+@contextlib.contextmanager
+def os_errors_in_one_line(what: str) -> Iterator[None]:
+    """An OSError inside the block (a full disk, a permission) as a one-line FarmError naming `what` and
+    the file, instead of a traceback through Zarr."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise FarmError(f"{what}: {exc.strerror or exc}{where}") from None
 
 
 def prepare_output(
@@ -145,6 +162,12 @@ def prepare_output(
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
     frame numbers from `first_frame`, and channel names."""
+    with os_errors_in_one_line(f"cannot prepare the outputs in {str(out.root)!r}"):
+        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib)
+
+
+def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]], dtype: str,
+                    first_frame: int, chunk_mib: int) -> None:  # fmt: skip
     import zarr
 
     check_writable(out)
@@ -353,15 +376,155 @@ def read_frames(out: Output, shot: str) -> np.ndarray:
     return np.asarray(zarr.open_array(store=str(out.frames_array(shot)), mode="r")[...])
 
 
-def mark_done(path: Path) -> None:
-    """Create a marker file durably (fsync'd) so it only exists once what it marks is in place."""
+def mark_done(path: Path, record: dict | None = None) -> None:
+    """Create a marker file durably (fsync'd) so it only exists once what it marks is in place;
+    `record` (what it marks: checksums) is its JSON content."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + TEMP_SUFFIX)
-    with open(tmp, "wb") as fh:
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    fd, tmp = temp_file(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(json.dumps(record).encode() if record else b"")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     fsync_path(path.parent)  # the rename itself
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes; None when there is no such file."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def batch_record(out: Output, shot: str, index: int, start: int, stop: int) -> dict[str, Any]:
+    """What a batch's done marker records: the sha256 of each chunk file holding frames [start, stop)
+    (None: not stored, all fill value) and of its video segment, when there is one."""
+    import zarr
+
+    array_dir = out.frames_array(shot)
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    chunks = chunk_files(array_dir, arr, start, stop)
+    digests = run_side_by_side(file_digest, chunks)
+    record: dict[str, Any] = {
+        "chunks": {str(c.relative_to(array_dir)): d for c, d in zip(chunks, digests, strict=True)}
+    }
+    for suffix in (".mp4", ".mov"):
+        segment = Output(out.root, suffix).segment(shot, index)
+        if segment.exists():
+            record["segment"] = {"name": segment.name, "sha256": file_digest(segment)}
+    return record
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """A done marker's record: {} for a marker without one (written before markers held checksums), None
+    for no marker or one that cannot be read."""
+    try:
+        text = path.read_bytes()
+    except OSError:
+        return None
+    if not text:
+        return {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def batch_intact(out: Output, shot: str, batch: int, need_segment: bool) -> bool:
+    """Whether batch `batch` is marked done and everything its marker records is unchanged on disk: its
+    chunk files (none missing, truncated or altered) and, when `need_segment`, its video segment."""
+    record = read_marker(out.done_marker(shot, batch))
+    if record is None:
+        return False
+    array_dir = out.frames_array(shot)
+    if not record:  # a marker without checksums (an older render's): its segment at least is there
+        suffixes = (".mp4", ".mov")
+        return not need_segment or any(Output(out.root, s).segment(shot, batch).exists() for s in suffixes)
+    for name, digest in (record.get("chunks") or {}).items():
+        chunk = array_dir / name
+        if digest is None:
+            if chunk.exists() and chunk.stat().st_size == 0:
+                return False
+        elif file_digest(chunk) != digest:
+            return False
+    if need_segment:
+        segment = record.get("segment")
+        if not isinstance(segment, dict) or not SEGMENT_NAME.fullmatch(str(segment.get("name"))):
+            return False
+        if file_digest(out.segments_dir(shot) / segment["name"]) != segment.get("sha256"):
+            return False
+    return True
+
+
+def verified_batches(out: Output, shot: str, need_segment: bool) -> tuple[set[int], set[int]]:
+    """The shot's batches marked done: (intact, damaged), checked side by side (`batch_intact`)."""
+    marked = sorted(out.batches_done(shot))
+    intact = run_side_by_side(lambda k: batch_intact(out, shot, k, need_segment), marked)
+    return ({k for k, ok in zip(marked, intact, strict=True) if ok},
+            {k for k, ok in zip(marked, intact, strict=True) if not ok})  # fmt: skip
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What a done marker of one whole file records: its name, sha256 and size."""
+    return {"name": path.name, "sha256": file_digest(path), "size": path.stat().st_size}
+
+
+def file_intact(marker: Path, path: Path) -> bool:
+    """Whether `marker` exists and `path` is, byte for byte, the file it records."""
+    record = read_marker(marker)
+    if record is None:
+        return False
+    if not record:  # a marker without a checksum
+        return path.exists() and path.stat().st_size > 0
+    return record.get("name") == path.name and file_digest(path) == record.get("sha256")
+
+
+def video_record(out: Output, shot: str) -> dict[str, Any]:
+    return file_record(out.video(shot))
+
+
+def video_intact(out: Output, shot: str) -> bool:
+    """Whether the shot's video is marked done and is, byte for byte, the video the marker records."""
+    return file_intact(out.video_done_marker(shot), out.video(shot))
+
+
+def clear_unfinished(out: Output, shot: str, batches: Iterable[tuple[int, int]]) -> None:
+    """Remove the chunk files of batches about to be rendered (frames [start, stop) each, not marked
+    done): what a killed or failed write left there (a 0-byte chunk from a full disk) is never read back
+    by the new write. Batches cover whole chunks, so no finished batch's chunk is touched."""
+    import zarr
+
+    array_dir = out.frames_array(shot)
+    if not (array_dir / "zarr.json").exists():
+        return
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    for start, stop in batches:
+        for chunk in chunk_files(array_dir, arr, start, stop):
+            chunk.unlink(missing_ok=True)
+
+
+def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) -> None:
+    """Unmark damaged batches (and the video, when `video`) and remove the frames' chunk files their
+    markers name, so they render again from nothing (a 0-byte chunk would fail a partial write)."""
+    array_dir = out.frames_array(shot)
+    for batch in batches:
+        marker = out.done_marker(shot, batch)
+        record = read_marker(marker) or {}
+        marker.unlink(missing_ok=True)
+        for name in record.get("chunks") or {}:
+            chunk = array_dir / name
+            if chunk.resolve().is_relative_to(array_dir.resolve()) and re.fullmatch(r"c(/\d+)+", name):
+                chunk.unlink(missing_ok=True)
+    if video:
+        out.video_done_marker(shot).unlink(missing_ok=True)
 
 
 def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
@@ -371,12 +534,10 @@ def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
     `recorded` identity's, and the image files the recorded sequence settings named (format, first
     frame and frame count), so no file of the old settings is left beside the new ones.
     """
-    import shutil
-
     from farm.sequences import FORMATS, frame_path
 
-    for folder in (out.done_dir(shot), out.segments_dir(shot)):
-        shutil.rmtree(folder, ignore_errors=True)
+    remove_own_files(out.done_dir(shot), lambda name: name.isdigit() or name == "video")
+    remove_own_files(out.segments_dir(shot), lambda name: SEGMENT_NAME.fullmatch(name) is not None)
     drop_frames(out, shot)
     outputs = (recorded or {}).get("outputs") or {}
     suffixes = {out.video_suffix}
@@ -400,18 +561,40 @@ def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
 
 
 def drop_frames(out: Output, shot: str) -> None:
-    """Remove a shot's frames array (its shape may change when the shot starts over)."""
-    import shutil
+    """Remove a shot's frames and coordinate arrays and its group's metadata (the shape may change when
+    the shot starts over): only the files Zarr wrote for them, never another file in those folders."""
+    group = out.shot_group(shot)
+    for name in FRAME_ARRAYS:
+        array = group / name
+        remove_own_files(array / "c", lambda n: n.isdigit(), recursive=True)
+        remove_own_files(array, lambda n: n == "zarr.json")
+    remove_own_files(group, lambda n: n == "zarr.json")
 
-    shutil.rmtree(out.shot_group(shot), ignore_errors=True)
+
+def remove_own_files(folder: Path, own: Any, *, recursive: bool = False) -> None:
+    """Remove the files in `folder` whose names `own(name)` accepts (and farm's temporaries), in its
+    sub-folders too when `recursive` (only those whose names it accepts), then every folder so emptied:
+    a file farm did not write stays, and so does the folder holding it."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        if entry.is_symlink() or not (own(entry.name) or is_farm_temporary(entry.name)):
+            continue
+        if entry.is_file():
+            entry.unlink(missing_ok=True)
+        elif recursive and entry.is_dir():
+            remove_own_files(entry, own, recursive=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # only when nothing else is in it
 
 
 def video_done(out: Output, shot: str) -> bool:
-    return out.video_done_marker(shot).exists() and out.video(shot).exists()
+    return video_intact(out, shot)
 
 
 def audio_done(out: Output, shot: str, suffix: str = ".wav") -> bool:
-    return out.audio_done_marker(shot).exists() and out.audio_file(shot, suffix).exists()
+    """Whether the shot's sound file is marked done and is, byte for byte, the file the marker records."""
+    return file_intact(out.audio_done_marker(shot), out.audio_file(shot, suffix))
 
 
 def remove_stale_temporaries(out: Output) -> None:
@@ -427,6 +610,8 @@ class ShotProgress:
     batches_total: int | None
     frames: int
     video: bool
+    finished: bool = False  # every output asked for is done (the video, or every batch without one)
+    damaged: int | None = None  # with verify: finished batches (and video) found missing or altered
 
 
 def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
@@ -453,22 +638,46 @@ def removed_if_left_empty(out: Output) -> Iterator[None]:
         raise
 
 
-def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
-    """Per-shot progress read from a render output alone (no job store, no cluster)."""
+def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> list[ShotProgress]:
+    """Per-shot progress read from a render output alone (no job store, no cluster); `verify`: check
+    every finished batch and video against the checksums their markers record."""
     import zarr
 
     out = Output(Path(out_root))
     if not out.frames_zarr.exists():
         raise FarmError(f"{str(out.root)!r} is not a farm render output (no frames.zarr inside)")
-    root = zarr.open_group(store=str(out.frames_zarr), mode="r")
+    try:
+        root = zarr.open_group(store=str(out.frames_zarr), mode="r")
+        groups = sorted(root.groups())
+    except Exception as exc:  # damaged metadata: zarr raises many types
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise FarmError(
+            f"{str(out.frames_zarr)!r} cannot be read ({type(exc).__name__}: {first}): damaged metadata"
+        ) from None
     progress = []
-    for name, group in sorted(root.groups()):
+    for name, group in groups:
         total = group.attrs.get("batches")
         identity = group.attrs.get("render")
-        frames = rendered_frames(identity if isinstance(identity, dict) else {}, out.batches_done(name))
+        identity = identity if isinstance(identity, dict) else {}
+        wants_video = (identity.get("outputs") or {}).get("video") is not None
+        marked = out.batches_done(name)
+        frames = rendered_frames(identity, marked)
         video = out.video_done_marker(name).exists() and any(
             p.suffix in (".mp4", ".mov") for p in out.videos_dir.glob(f"{name}.*")
         )
         batches = total if isinstance(total, int) else None
-        progress.append(ShotProgress(name, len(out.batches_done(name)), batches, frames, video))
+        damaged = None
+        if verify:
+            suffix = next((s for s in (".mp4", ".mov") if Output(out.root, s).video(name).exists()), ".mp4")
+            shot_out = Output(out.root, suffix)
+            video_ok = video and video_intact(shot_out, name)
+            _, bad = verified_batches(shot_out, name, need_segment=False)  # frames; the video on its own
+            damaged = len(bad) + int(out.video_done_marker(name).exists() and not video_ok)
+            sound_marker = out.audio_done_marker(name)
+            sounds = [out.audio_file(name, suffix) for suffix in (".wav", ".flac")]
+            damaged += int(sound_marker.exists() and not any(file_intact(sound_marker, p) for p in sounds))
+            video = video_ok
+        finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
+        progress.append(ShotProgress(name, len(marked), batches, frames, video, bool(identity) and finished,
+                                     damaged))  # fmt: skip
     return progress

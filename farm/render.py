@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from farm import keys, logs
 from farm.budgets import (
+    check_fits,
     default_window,
     host_memory_warning,
     host_peak_bytes,
@@ -47,7 +48,7 @@ from farm.graph import (
     split_workers,
 )
 from farm.jobplan import check_tile_widths, grid_for, plan_job, plan_shots
-from farm.lock import output_lock
+from farm.lock import output_lock, reads_one_version_of_the_job
 from farm.options import (
     AUTO,
     DEFAULT_BATCH_FRAMES,
@@ -82,7 +83,7 @@ from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.tasks import VideoSettings
 from farm.thumbnails import ShotThumbnails, middle_batch
 from farm.tiling import ShotPlan, assign_round_robin
-from farm.validate import check_render_options, check_shots
+from farm.validate import check_distinct_paths, check_render_options, check_shots
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -114,6 +115,7 @@ class SetupClock:
         return setup, phases
 
 
+@reads_one_version_of_the_job
 def render(
     job_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -155,6 +157,7 @@ def render(
     # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
     job = open_job(os.path.abspath(job_path))
     out = Output(Path(os.path.abspath(out_path)), video.suffix)
+    check_distinct_paths(job.path, out.root)
     frame_numbers = check_render_options(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
@@ -498,6 +501,7 @@ def _budget_window(
     not fit the workers' GPU or host memory."""
     n_workers = len(decode_workers)
     gpu_bytes = smallest_gpu_memory(client, decode_workers)
+    check_fits(plans, job.spec, gpu_bytes)
     warning = memory_warning(plans, job.spec, gpu_bytes)
     if warning:
         log(warning)

@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.output import Output, audio_done, fast_codecs, restart_shot, video_done
+from farm.output import (
+    Output,
+    audio_done,
+    clear_unfinished,
+    fast_codecs,
+    forget_damaged,
+    os_errors_in_one_line,
+    restart_shot,
+    verified_batches,
+    video_done,
+)
 from farm.store import Job
 from farm.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 
@@ -123,8 +133,9 @@ def record_identity(
     earlier render still running on a shared cluster then write nothing into it, `farm.tasks`)."""
     import zarr
 
-    group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
-    group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
+    with os_errors_in_one_line(f"cannot record shot {shot!r} in {str(out.root)!r}"):
+        group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
+        group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
 
 
 def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:
@@ -250,6 +261,7 @@ class ResumePoints:
     finish: set[str] = field(default_factory=set)
     audio: set[str] = field(default_factory=set)
     restarts: dict[str, dict | None] = field(default_factory=dict)
+    damaged: dict[str, tuple[set[int], bool]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -279,22 +291,49 @@ def resume_points(
     """
     points = ResumePoints()
     refused: dict[str, list[str]] = {}  # differences → the shots that have them
+    check_output_identity(out)
     for plan in plans:
         recorded = recorded_identity(out, plan.shot)
         differences = identity_differences(recorded, identities[plan.shot]) if recorded is not None else []
+        if recorded is None and not restart and _has_finished_work(out, plan.shot):
+            raise FarmError(
+                f"output {str(out.root)!r}: shot {plan.shot!r} has finished batches but no readable record "
+                f"of what they are a render of ({out.shot_group(plan.shot) / 'zarr.json'} missing or "
+                "damaged), so they cannot be resumed. Nothing was changed. Use --restart to render the "
+                "shot over, or a new --out"
+            )
         if differences and not restart:
             refused.setdefault("; ".join(differences), []).append(plan.shot)
             continue
         points.totals[plan.shot] = len(plan.batches)
-        if restart and (recorded is not None or out.shot_group(plan.shot).exists()):
+        video_kept = False
+        unreadable = recorded is not None and not _frames_readable(out, plan.shot)
+        if (restart or unreadable) and (recorded is not None or out.shot_group(plan.shot).exists()):
             points.restarts[plan.shot] = recorded
             why = f" ({differences[0]})" if differences else ""
+            why = " (its frames array's metadata is unreadable)" if unreadable and not restart else why
             points.notes.append(f"farm: shot {plan.shot!r} starts over{why}")
             done: set[int] = set()
+        elif recorded is None and out.shot_group(plan.shot).exists():
+            points.restarts[plan.shot] = None  # set up by a render that stopped before recording it
+            done = set()
         else:
-            done = out.batches_done(plan.shot)
+            video_ok = video and video_done(out, plan.shot)
+            done, damaged = verified_batches(out, plan.shot, need_segment=video and not video_ok)
             sound_done = plan.shot not in sound or audio_done(out, plan.shot, sound_suffix)
-            if sound_done and (video_done(out, plan.shot) or (not video and len(done) == len(plan.batches))):
+            video_kept = video_ok and not damaged  # joined and intact: at most its sound is missing
+            if video_kept and sound_done:
+                continue
+            if video_ok and damaged:  # frames to render again, and a video to join again from segments gone
+                done, damaged = set(), done | damaged
+            video_lost = video and not video_kept and out.video_done_marker(plan.shot).exists()
+            if damaged or video_lost:
+                points.damaged[plan.shot] = (damaged, video_lost)
+                lost = [f"{len(damaged)} finished batch(es)"] if damaged else []
+                lost += ["its video"] if video_lost else []
+                points.notes.append(f"farm: shot {plan.shot!r}: {' and '.join(lost)} missing or damaged "
+                                    "in OUT; rendering them again")  # fmt: skip
+            if sound_done and not video and len(done) == len(plan.batches):
                 continue
         restarted = plan.shot in points.restarts
         if plan.shot in sound and (restarted or not audio_done(out, plan.shot, sound_suffix)):
@@ -309,8 +348,7 @@ def resume_points(
                     f"{first_frame}-{first_frame + last}; nothing was changed"
                 )
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
-        joined = not restarted and video and video_done(out, plan.shot)  # only its sound file was missing
-        if not skipped - done and not joined:  # every unfinished batch is rendered now: join the video
+        if not skipped - done and not video_kept:  # every unfinished batch is rendered now: join the video
             points.finish.add(plan.shot)
         if done:
             points.notes.append(
@@ -329,6 +367,51 @@ def resume_points(
 
 
 def apply_restarts(out: Output, points: ResumePoints) -> None:
-    """Start the shots `points` restarts over: remove every output of the settings they replace."""
-    for shot, recorded in points.restarts.items():
-        restart_shot(out, shot, recorded)
+    """Start the shots `points` restarts over: remove every output of the settings they replace; and
+    forget the damaged batches and videos it found, and clear the chunks of every batch to render."""
+    with os_errors_in_one_line(f"cannot start shots over in {str(out.root)!r}"):
+        for shot, recorded in points.restarts.items():
+            restart_shot(out, shot, recorded)
+        for shot, (batches, video) in points.damaged.items():
+            forget_damaged(out, shot, batches, video)
+        for plan in points.pending:
+            if plan.shot not in points.restarts:
+                clear_unfinished(out, plan.shot, [(b.start, b.stop) for b in plan.batches])
+
+
+def check_output_identity(out: Output) -> None:
+    """OUT's frames.zarr, when there is one, must be a farm render's (root metadata readable, attribute
+    'farm' of this format): anything else is refused, never resumed or written into."""
+    import zarr
+
+    from farm.output import FORMAT
+
+    if not out.frames_zarr.exists():
+        return
+    try:
+        meta = zarr.open_group(store=str(out.frames_zarr), mode="r").attrs.get("farm")
+    except Exception as exc:  # zarr raises many types for damaged metadata
+        meta = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise FarmError(
+            f"output {str(out.root)!r}: {str(out.frames_zarr)!r} is not a farm render's frames store (its "
+            f"metadata is {meta if isinstance(meta, str) else 'missing farm attributes'}), so what it "
+            "holds cannot be established. Nothing was changed. Use a new --out, or repair or remove it"
+        )
+
+
+def _has_finished_work(out: Output, shot: str) -> bool:
+    return bool(out.batches_done(shot)) or out.video_done_marker(shot).exists()
+
+
+def _frames_readable(out: Output, shot: str) -> bool:
+    """Whether the shot's frames array (when it exists) opens: its metadata is intact."""
+    import zarr
+
+    if not out.frames_array(shot).exists():
+        return True
+    try:
+        zarr.open_array(store=str(out.frames_array(shot)), mode="r")
+    except Exception:  # damaged metadata: many error types
+        return False
+    return True

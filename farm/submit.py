@@ -143,29 +143,38 @@ def run_foreground(
         log(f"farm: submission {submission}: running {path} against {address}" +
             (f"; farm page {page}" if page else ""))  # fmt: skip
         env = {**os.environ, ENV_SCHEDULER: address, ENV_SUBMISSION: submission, ENV_PRIORITY: str(priority)}
-        proc = subprocess.Popen([sys.executable, str(path), *args], env=env)
+        proc, heartbeat = _start_watched(path, args, env)
         previous = None
+        stopped_by = signal.SIGINT
         if threading.current_thread() is threading.main_thread():  # SIGTERM stops it like Ctrl-C
-            previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+            def on_sigterm(*_: Any) -> None:
+                nonlocal stopped_by
+                stopped_by = signal.SIGTERM
+                raise KeyboardInterrupt
+
+            previous = signal.signal(signal.SIGTERM, on_sigterm)
         try:
             code = proc.wait()
         except KeyboardInterrupt:
-            # Ctrl-C on a terminal reached the script too; send it anyway in case only we got it.
             with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGINT)
+                os.killpg(proc.pid, stopped_by)  # the script and whatever it started
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            code = EXIT_TERMINATED if stopped_by == signal.SIGTERM else EXIT_CANCELLED
             _flag_cancelled(client, submission)
             released = _cancel_tasks(client, submission)
-            _publish(client, submission, {"state": "cancelled", "finished": time.time(),
-                                          "exit_code": EXIT_CANCELLED})  # fmt: skip
-            log(f"farm: submission {submission} interrupted ({released} task(s) released); "
+            _publish(client, submission, {"state": "cancelled", "finished": time.time(), "exit_code": code})
+            how = "terminated (SIGTERM)" if code == EXIT_TERMINATED else "interrupted"
+            log(f"farm: submission {submission} {how} ({released} task(s) released); "
                 "finished batches are kept, submit again to resume")  # fmt: skip
-            return EXIT_CANCELLED
+            return code
         finally:
+            os.close(heartbeat)
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         state = "done" if code == 0 else ("cancelled" if code == EXIT_CANCELLED else "failed")
@@ -175,8 +184,39 @@ def run_foreground(
         client.close()
 
 
-def _raise_keyboard_interrupt(*_: Any) -> None:
-    raise KeyboardInterrupt
+EXIT_TERMINATED = 143  # 128 + SIGTERM, as `farm render`
+
+# The script runs in a process group of its own under this watcher: when the pipe from `farm submit`
+# reaches EOF (it exited, however: SIGKILL, SIGHUP, a crash), the whole group is terminated, so no
+# workflow goes on orphaned, its renders holding the cluster.
+WATCHER = """
+import os, runpy, signal, sys, threading
+fd, script = int(sys.argv[1]), sys.argv[2]
+def watch():
+    while os.read(fd, 1):
+        pass
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+threading.Thread(target=watch, daemon=True, name="farm-heartbeat").start()
+sys.argv = sys.argv[2:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def _start_watched(path: Path, args: Sequence[str], env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """Start ``python SCRIPT ARGS`` in its own process group, tied to this process by a pipe (`WATCHER`);
+    returns the process and the pipe's write end, to be closed when this process is done with it."""
+    read_end, write_end = os.pipe()
+    os.set_inheritable(read_end, True)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", WATCHER, str(read_end), str(path), *args], env=env,
+                                pass_fds=(read_end,), process_group=0)  # fmt: skip
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    return proc, write_end
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.errors import FarmError
+from farm.names import FARM_TEMP_TAG, TEMP_SUFFIX
 from farm.store import Job, create_job, open_job, write_shot
+from farm.validate import MAX_FPS
+
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
 
 
 def resolve_decoder(name: str) -> tuple[str, str]:
@@ -69,14 +78,72 @@ def synth(
                 f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
                 f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
             )
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")
+    if not (isinstance(fps, int | float) and math.isfinite(fps) and 0 < fps <= MAX_FPS):
+        raise FarmError(f"--fps {fps!r} is invalid; use a number in (0, {MAX_FPS:g}] (as farm render does)")
+    target = Path(job_path)
+    if target.exists() or target.is_symlink():
+        if not overwrite:
+            raise FarmError(f"job store {str(target)!r} already exists; choose a new path, or --overwrite")
+        check_replaceable_job(target)
     f = (frames - 1) // g.temporal_scale + 1 if g.causal else frames // g.temporal_scale
     h, w = height // g.spatial_scale, width // g.spatial_scale
-    create_job(job_path, spec, overwrite=overwrite)
     rng = np.random.default_rng(seed)
-    for k in range(shots):
-        write_shot(job_path, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
-                   attrs={"synthetic": True, "seed": seed})  # fmt: skip
+    with staged_job(target) as stage:
+        create_job(stage, spec, overwrite=True)  # the empty folder staged_job made
+        for k in range(shots):
+            write_shot(stage, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
+                       attrs={"synthetic": True, "seed": seed})  # fmt: skip
     return open_job(job_path)
+
+
+def is_job_store(path: Path) -> bool:
+    """Whether `path` is a folder holding a farm job store's root metadata (``zarr.json`` of a Zarr v3
+    group whose attribute 'farm' names a decoder), read without zarr (a damaged one counts as not)."""
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    farm_attr = meta.get("attributes", {}).get("farm") if isinstance(meta, dict) else None
+    return (
+        not path.is_symlink() and meta.get("node_type") == "group"
+        and isinstance(farm_attr, dict) and "decoder" in farm_attr
+    )  # fmt: skip
+
+
+def check_replaceable_job(path: Path) -> None:
+    """`--overwrite` replaces a farm job store and nothing else: any other file or folder is refused."""
+    if not is_job_store(path):
+        raise FarmError(
+            f"{str(path)!r} exists and is not a farm job store; --overwrite replaces only a job store, "
+            "so nothing was changed: choose another path or remove it yourself"
+        )
+
+
+@contextlib.contextmanager
+def staged_job(target: Path):
+    """Yield a new folder beside `target` to write a job into; on success it replaces `target` (a job
+    store, checked by the caller) in one rename, on failure it is removed and `target` is untouched."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}{FARM_TEMP_TAG}", suffix=TEMP_SUFFIX,
+                                      dir=target.parent))  # fmt: skip
+    except OSError as exc:
+        raise FarmError(f"cannot write the job store {str(target)!r}: {exc.strerror or exc}") from None
+    try:
+        yield stage
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}{FARM_TEMP_TAG}", suffix=TEMP_SUFFIX,
+                                        dir=target.parent))  # fmt: skip
+            os.replace(target, old)  # onto the empty folder mkdtemp made
+            os.replace(stage, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
 
 
 def smooth_latent(rng: np.random.Generator, shape: tuple[int, int, int, int]) -> np.ndarray:

@@ -24,7 +24,7 @@ from farm.cuda_streams import READY_EVENT, side_stream
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
 from farm.ipc import Piece, SharedPiece, open_piece, share
-from farm.output import Output, mark_done, write_frames
+from farm.output import Output, batch_record, file_record, mark_done, video_record, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 
@@ -696,7 +696,9 @@ def write_sequence(
 def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out_root, batch.shot)
-    mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
+    out = Output(Path(out_root))
+    record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
+    mark_done(out.done_marker(batch.shot, batch.index), record)
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
 
@@ -750,7 +752,7 @@ def finish_shot(
     join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
     if durable:
         fsync_all([out.video(shot)], [out.video(shot).parent])
-    mark_done(out.video_done_marker(shot))
+    mark_done(out.video_done_marker(shot), video_record(out, shot))
     for s in segments:
         s.unlink(missing_ok=True)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}
@@ -784,7 +786,7 @@ def decode_audio(
     write_audio(path, levels, decoder.sample_rate, fmt)
     if durable:
         fsync_all([path], [path.parent])
-    mark_done(out.audio_done_marker(shot))
+    mark_done(out.audio_done_marker(shot), file_record(path))
     return {
         "shot": shot,
         "audio": str(path),

@@ -30,6 +30,10 @@ X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium"
 CRF_RANGE = (0, 51)  # libx264 and libx265, 8-bit
 FRAMES_DTYPES = ("uint8", "float16")
 MAX_FPS = 1000.0
+# Priorities scale a render's Dask priorities by `farm.schedule.Priority.JOB` (10^6) and stay below a
+# detached workflow driver's (10^12), so every priority in this range orders as given.
+MAX_PRIORITY = 999_999
+WORKERS_PER_CORE = 4  # a local CPU cluster of more worker processes than this per core only thrashes
 
 
 def check_render_options(
@@ -61,10 +65,44 @@ def check_render_options(
     _whole(window, "--window", 1, allow_none=True)
     launch_lead()  # read by each GPU worker's decoder; checked here, before any cluster starts
     _whole(options.batch_frames, "--batch-frames", 1)
-    _whole(priority, "--priority", None)
+    check_priority(priority)
+    check_local_workers(workers)
     compile_mode(compile)
     check_video_settings(video)
     return parse_frame_numbers(frames) if frames else None
+
+
+def check_distinct_paths(job: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """OUT may not be the job store, nor be inside it, nor hold it: a render writes and (restarting)
+    removes files under OUT, which must never be the job's."""
+    from pathlib import Path
+
+    job_real, out_real = Path(os.path.realpath(job)), Path(os.path.realpath(out))
+    if job_real == out_real or out_real.is_relative_to(job_real) or job_real.is_relative_to(out_real):
+        where = ("is" if job_real == out_real else "is inside" if out_real.is_relative_to(job_real)
+                 else "holds")  # fmt: skip
+        raise FarmError(
+            f"--out {os.fspath(out)!r} {where} the job store {os.fspath(job)!r}; choose an output folder "
+            "outside the job store that does not contain it"
+        )
+
+
+def check_priority(priority: object) -> None:
+    _whole(priority, "--priority", None)
+    if not -MAX_PRIORITY <= priority <= MAX_PRIORITY:  # type: ignore[operator]
+        raise FarmError(f"--priority {priority} is invalid; use a whole number from {-MAX_PRIORITY} to "
+                        f"{MAX_PRIORITY} (higher runs first)")  # fmt: skip
+
+
+def check_local_workers(workers: int | None) -> None:
+    """--workers of a local cluster: at most `WORKERS_PER_CORE` processes per CPU core of this machine
+    (GPU clusters are held to their GPUs by `farm.cluster.choose_cluster`)."""
+    from farm.cluster import cpu_count
+
+    most = WORKERS_PER_CORE * max(1, cpu_count())
+    if workers is not None and workers > most:
+        raise FarmError(f"--workers {workers} is beyond this machine ({cpu_count()} CPU cores): use at most "
+                        f"{most} local workers, or join a larger cluster with --scheduler")  # fmt: skip
 
 
 def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool = False) -> None:

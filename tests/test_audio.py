@@ -23,7 +23,7 @@ from farm.decoders.ltx2_audio import (
     samples_for_frames,
 )
 from farm.errors import FarmError
-from farm.output import Output, read_frames
+from farm.output import Output, output_progress, read_frames
 from farm.pipelines import spec_from_pipeline
 from farm.store import open_job
 from farm.video import encode_segment, join_segments, probe
@@ -216,6 +216,17 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
                       "--batch-frames", "4"]) == 0  # fmt: skip
     assert np.array_equal(read_audio(o.audio_file("sh010")).levels, sound)
     assert video.stat().st_mtime_ns == before
+    # so is an altered one, which `farm status --verify` counts as damaged
+    wav_file = o.audio_file("sh010")
+    data = bytearray(wav_file.read_bytes())
+    data[-1] ^= 0xFF
+    wav_file.write_bytes(bytes(data))
+    assert [row.damaged for row in output_progress(out, verify=True)] == [1]
+    assert farm_main(["render", str(job), "--out", str(out), "--scheduler", scheduler3, "--tiles", "1,1,1",
+                      "--batch-frames", "4"]) == 0  # fmt: skip
+    assert np.array_equal(read_audio(wav_file).levels, sound)
+    assert video.stat().st_mtime_ns == before
+    assert [row.damaged for row in output_progress(out, verify=True)] == [0]
 
     # --no-audio: silent video, no sound file
     silent = tmp_path / "silent"

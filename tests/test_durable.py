@@ -3,6 +3,7 @@ done marker is created, so a power cut never leaves a batch marked done with fra
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 import zarr
 
+from farm.names import is_farm_temporary
 from farm.output import Output, chunk_files, create_frames_array, write_frames
 from farm.tasks import (
     BlendedFrames,
@@ -36,6 +38,14 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(os, "fsync", fsync)
     return calls
+
+
+def marker_temporary(marker: str, synced: list[str] | None = None) -> str:
+    """The temporary a marker was written as (farm's form, `farm.names.FARM_TEMP`), among `synced`'s."""
+    found = [p for p in synced or [] if Path(p).parent == Path(marker).parent
+             and is_farm_temporary(Path(p).name) and Path(p).name.startswith(f".{Path(marker).name}.")]
+    assert found, f"no temporary of {marker} was fsync'd"
+    return found[0]
 
 
 def out_with_shot(tmp_path: Path, frames: int = 16, batch: int = 8) -> Output:
@@ -70,7 +80,8 @@ def test_chunks_segment_and_images_are_synced_before_the_marker(tmp_path: Path, 
     # the chunk folders too (new names are durable only once their folder is synced)
     assert str(Path(chunks[0]).parent) in before
     marker = str(out.done_marker("a", 1))
-    assert marker + ".tmp" in synced[marker_at:] and Path(marker).exists()
+    assert marker_temporary(marker, synced[marker_at:]) and Path(marker).exists()
+    assert json.loads(Path(marker).read_bytes())["segment"]["name"] == out.segment("a", 1).name  # checksums
     # the other batch's chunk was never written, so nothing of it was touched
     assert not any(c.endswith("/c/0/0/0/0") for c in before)
 
@@ -87,7 +98,7 @@ def test_a_zarr_only_batch_written_and_marked_in_one_task_syncs_its_chunks_first
     marker = str(out.done_marker("a", 1))
     arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
     chunks = [str(p) for p in chunk_files(out.frames_zarr / "a" / "frames", arr, 8, 16)]
-    marker_at = synced.index(marker + ".tmp")
+    marker_at = synced.index(marker_temporary(marker, synced))
     assert chunks and set(chunks) | {str(Path(chunks[0]).parent)} <= set(synced[:marker_at])
     assert Path(marker).exists() and np.array_equal(arr[8:16], rgb)
 
@@ -259,7 +270,7 @@ def test_a_joined_video_is_synced_before_its_marker_and_the_segments_go(
     finish_shot(str(out.root), "a", 2, {}, ".mp4", durable=durable)
     calls = synced[before:]
     marker = str(out.video_done_marker("a"))
-    at = calls.index(marker + ".tmp")
+    at = calls.index(marker_temporary(marker, calls))
     assert (str(out.video("a")) in calls[:at] and str(out.videos_dir) in calls[:at]) is durable
     assert out.video_done_marker("a").exists() and out.video("a").exists()
     assert not out.segment("a", 0).exists() and not out.segment("a", 1).exists()

@@ -65,13 +65,18 @@ def test_no_shot_output_is_taken_for_a_temporary(tmp_path):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"finished")
             kept.append(path)
-    stale = out.videos_dir / ".x.tmpl.mp4.abc123.tmp.mp4"
+    stale = out.videos_dir / ".x.tmpl.mp4.farm-abc1_3xy.tmp.mp4"
     stale.write_bytes(b"half")
     mark_done(out.done_marker("tmp", 1))
-    (out.done_marker("tmp", 2).with_name("00002.tmp")).write_bytes(b"")
+    stale_marker = out.done_marker("tmp", 2).with_name(".00002.farm-k2j4m9zz.tmp")
+    stale_marker.write_bytes(b"")
+    users = [out.videos_dir / ".x.tmp.mp4", out.videos_dir / "notes.tmp", out.done_dir("tmp") / "a.tmp"]
+    for path in users:
+        path.write_bytes(b"mine")
     remove_stale_temporaries(out)
     assert all(p.read_bytes() == b"finished" for p in kept)
-    assert not stale.exists() and not out.done_marker("tmp", 2).with_name("00002.tmp").exists()
+    assert all(p.read_bytes() == b"mine" for p in users)  # a user's *.tmp files are not farm's
+    assert not stale.exists() and not stale_marker.exists()
     assert out.batches_done("tmp") == {0, 1}
 
 
