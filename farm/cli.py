@@ -514,10 +514,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video")
     for row in rows:
         total = "?" if row.batches_total is None else str(row.batches_total)
-        video = "done" if row.video else "-"
+        video = "done" if row.video else "cancelled" if row.cancelled else "-"
         print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video}")
     finished = sum(r.video for r in rows)
-    print(f"{finished} of {len(rows)} shots finished")
+    cancelled = sum(r.cancelled for r in rows)
+    print(f"{finished} of {len(rows)} shots finished" + (f", {cancelled} cancelled (a rerun resumes them)"
+                                                          if cancelled else ""))  # fmt: skip
     return 0
 
 

@@ -493,6 +493,10 @@ class Driver:
         watcher.start()
         try:
             for fut, result in self.futures:
+                # `farm cancel` releases the tasks first: their futures may end as cancelled before the
+                # watcher's next poll, and a cancelled task is the cancel, not a failure of its shot
+                if fut.status == "cancelled" and cancel_requested(self.client, self.render_id):
+                    watcher.cancelled.set()
                 if watcher.cancelled.is_set():
                     break
                 self.handle(fut, result)

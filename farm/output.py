@@ -11,6 +11,7 @@
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
     OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place
     OUT/.farm/done/<shot>/video       marker written after the shot's video is joined
+    OUT/.farm/done/<shot>/cancelled   a shot `farm cancel` stopped (removed when a render resumes it)
 
 `Output` is the only place these paths are spelled; temporaries (``.<name>.XXXX.tmp<suffix>`` from
 `farm.files.atomic_path`, ``<marker>.tmp`` from `mark_done`) are found by `Output.stale_temporaries`.
@@ -104,6 +105,9 @@ class Output:
 
     def video_done_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / "video"
+
+    def cancelled_marker(self, shot: str) -> Path:
+        return self.done_dir(shot) / "cancelled"
 
     def batches_done(self, shot: str) -> set[int]:
         folder = self.done_dir(shot)
@@ -406,6 +410,7 @@ class ShotProgress:
     batches_total: int | None
     frames: int
     video: bool
+    cancelled: bool = False  # stopped by `farm cancel` before it finished (a rerun resumes it)
 
 
 def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
@@ -449,5 +454,6 @@ def output_progress(out_root: str | os.PathLike) -> list[ShotProgress]:
             p.suffix in (".mp4", ".mov") for p in out.videos_dir.glob(f"{name}.*")
         )
         batches = total if isinstance(total, int) else None
-        progress.append(ShotProgress(name, len(out.batches_done(name)), batches, frames, video))
+        cancelled = not video and out.cancelled_marker(name).exists()
+        progress.append(ShotProgress(name, len(out.batches_done(name)), batches, frames, video, cancelled))
     return progress

@@ -192,6 +192,7 @@ def render(
             if points.pending:
                 _announce(client, len(points.pending), n_workers, render_id, log)
                 layout = batch_layout(out, plans, points.pending)
+                mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
                     stats = run_graph(
@@ -206,6 +207,7 @@ def render(
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
+                mark_cancelled(out, [s.shot for s in stats.cancelled])
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
@@ -229,6 +231,17 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     for worker, timed in steps.items():
         logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
     return steps
+
+
+def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str] = ()) -> None:
+    """Record in OUT the shots `farm cancel` stopped (`farm status` reads them), and forget the mark of
+    shots a render takes up again (`resumed`)."""
+    from farm.output import mark_done
+
+    for shot in resumed:
+        out.cancelled_marker(shot).unlink(missing_ok=True)
+    for shot in cancelled:
+        mark_done(out.cancelled_marker(shot))
 
 
 class FirstReads:

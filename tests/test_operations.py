@@ -1,0 +1,164 @@
+"""Operating farm as a studio would: `farm render` into a plain `dask scheduler` with `dask worker`s
+started from other folders, `farm cancel` of such a render, and what OUT, `farm status`, the farm page
+and the metrics then say."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from distributed import Client
+
+from farm.synthetic import synth
+from tests.helpers import farm, workers_paused
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+SCRIPTS = Path(sys.executable).parent
+
+
+class PlainCluster:
+    """A `dask scheduler` and `dask worker` processes on 127.0.0.1, each started in a folder of its own
+    (as on a studio's nodes), nothing of farm's set up: farm joins it as any client would."""
+
+    def __init__(self, tmp: Path, workers: int) -> None:
+        self.tmp, self.procs = tmp, []
+        self.scheduler_file = tmp / "scheduler.json"
+        self.start("scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+                   "--scheduler-file", str(self.scheduler_file))  # fmt: skip
+        deadline = time.time() + 60
+        while not self.scheduler_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        self.address = json.loads(self.scheduler_file.read_text())["address"]
+        self.client = Client(self.address, set_as_default=False)
+        for i in range(workers):
+            self.add_worker(f"node{i}")
+        self.client.wait_for_workers(workers, timeout=60)
+
+    def start(self, what: str, *args: str, folder: Path | None = None) -> subprocess.Popen:
+        cwd = folder or self.tmp
+        cwd.mkdir(exist_ok=True)
+        proc = subprocess.Popen([str(SCRIPTS / "dask"), what, *args], cwd=cwd, env=ENV,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def add_worker(self, name: str, *args: str) -> subprocess.Popen:
+        return self.start("worker", self.address, "--name", name, "--nthreads", "1", "--nworkers", "1",
+                          "--no-dashboard", *args, folder=self.tmp / name)  # fmt: skip
+
+    def close(self) -> None:
+        self.client.close()
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def plain_cluster(tmp_path_factory):
+    cluster = PlainCluster(tmp_path_factory.mktemp("plain"), workers=2)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def long_job(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("jobs") / "long.zarr"
+    synth(path, decoder="ltx2-tiny", shots=3, frames=129, height=64, width=64, seed=3)
+    return path
+
+
+class Render:
+    """`farm render` in a child process, its stderr read as it comes (the render id, the farm page)."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "render", *args], env=ENV, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def value_after(self, text: str, timeout: float = 60) -> str:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for line in self.lines:
+                if text in line:
+                    return line.split(text, 1)[1].split(",")[0].strip()
+            assert self.proc.poll() is None, "\n".join(self.lines)
+            time.sleep(0.05)
+        raise AssertionError(f"farm render did not print {text!r}: {self.lines}")
+
+    def wait(self) -> tuple[int, str, str]:
+        stdout, _ = self.proc.communicate(timeout=300)
+        time.sleep(0.1)
+        return self.proc.returncode, stdout, "\n".join(self.lines)
+
+
+def done_markers(out: Path) -> int:
+    return sum(1 for p in (out / ".farm" / "done").glob("*/*") if p.name.isdigit())
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_farm_cancel_leaves_shots_cancelled_not_failed_and_a_rerun_resumes(plain_cluster, long_job, tmp_path):
+    out = tmp_path / "out"
+    args = [str(long_job), "--out", str(out), "--scheduler", plain_cluster.address, "--tiles", "2,1,1",
+            "--batch-frames", "8"]  # fmt: skip
+    render = Render(*args)
+    render_id = render.value_after("render id")
+    page = render.value_after("farm page")
+    wait_until(lambda: done_markers(out) >= 2, 120, "two finished batches")
+    with workers_paused(plain_cluster.client):
+        kept = done_markers(out)
+        cancel = farm("cancel", render_id, "--scheduler", plain_cluster.address, env=ENV)
+    assert cancel.returncode == 0, cancel.stderr
+    code, stdout, stderr = render.wait()
+    assert code == 130, stderr
+    assert "Traceback" not in stderr and "RuntimeError" not in stderr and "ended as cancelled" not in stderr
+    assert "cancelled before shots" in stderr and "rerun to resume" in stderr
+    assert 2 <= kept <= done_markers(out) < 3 * 17, "the render ended before it was cancelled"
+
+    status = farm("status", str(out))
+    assert status.returncode == 0
+    assert "cancelled" in status.stdout and "3 cancelled" in status.stdout, status.stdout
+    with urllib.request.urlopen(page.replace("/farm", "/farm/api/renders.json"), timeout=10) as r:
+        record = next(x for x in json.load(r)["renders"] if x["render"] == render_id)
+    assert record["state"] == "cancelled"
+    assert record["cancelled_shots"] == 3 and record["failed_shots"] == 0, record
+    assert {s["state"] for s in record["shots"]} == {"cancelled"}
+    with urllib.request.urlopen(page.replace("/farm", "/metrics"), timeout=10) as r:
+        metrics = r.read().decode()
+
+    def metric(name: str) -> str:
+        lines = [line for line in metrics.splitlines()
+                 if line.startswith(name + "{") and f'render="{render_id}"' in line]  # fmt: skip
+        assert len(lines) == 1, (name, lines)
+        return lines[0].rsplit(" ", 1)[1]
+
+    assert metric("farm_render_cancelled_shots") == "3.0" and metric("farm_render_failed_shots") == "0.0"
+
+    before = done_markers(out)
+    rerun = farm("render", *args, "-v", env=ENV)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "resuming" in rerun.stderr
+    status = farm("status", str(out)).stdout
+    assert "3 of 3 shots finished" in status and "cancelled" not in status, status
+    assert done_markers(out) == 3 * 17 and before < 3 * 17
