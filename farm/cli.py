@@ -302,6 +302,8 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
     rest = list(args.args)
     cut = rest.index("--") if "--" in rest else len(rest)
     own, script_args = rest[:cut], rest[cut + 1 :]
+    if getattr(args, "script_args", None) is not None:  # split off by `_parse`, its "--" kept out
+        script_args = args.script_args
     parser = argparse.ArgumentParser(prog="farm submit WORKFLOW.py", add_help=False)
     _submit_options(parser)
     parsed, unknown = parser.parse_known_args(own)
@@ -598,9 +600,21 @@ def _terminate(signum: int, frame: object) -> None:
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse `argv`; for `farm submit`, everything after the first ``--`` is the workflow's, untouched
+    (argparse would drop that ``--`` before the script's options and read them as farm's own)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        head = parser.parse_args(argv[:cut]) if "submit" in argv[:cut] else None
+        if head is not None and head.command == "submit":
+            head.script_args = argv[cut + 1 :]
+            return head
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), list(sys.argv[1:] if argv is None else argv))
     args.started = started
     logs.setup(args.verbose - args.quiet)
     if threading.current_thread() is threading.main_thread():
@@ -609,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except FarmError as exc:
         print(f"farm: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except Terminated:
         print("farm: terminated (SIGTERM); finished batches are kept, rerun to resume", file=sys.stderr)
         return EXIT_TERMINATED

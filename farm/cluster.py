@@ -435,6 +435,9 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
+    from farm.clusterd import check_tls
+
+    check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
         # Client(scheduler_file=...) waits for a missing file to appear; a typo should fail now.
         if not os.path.isfile(scheduler_file):
@@ -449,7 +452,7 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         kwargs = {"address": scheduler}
     try:
         return Client(**kwargs)
-    except (OSError, TimeoutError, ValueError) as e:
+    except (OSError, TimeoutError, ValueError, RuntimeError) as e:  # RuntimeError: tcp:// under TLS
         raise FarmError(
             f"could not connect to {where}: {e}; check that it is running and reachable "
             "(dask scheduler prints its address), or leave out --scheduler to start a local cluster"

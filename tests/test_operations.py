@@ -162,3 +162,80 @@ def test_farm_cancel_leaves_shots_cancelled_not_failed_and_a_rerun_resumes(plain
     status = farm("status", str(out)).stdout
     assert "3 of 3 shots finished" in status and "cancelled" not in status, status
     assert done_markers(out) == 3 * 17 and before < 3 * 17
+
+
+def readme_block(after: str) -> str:
+    """The first ```python block of README.md after the line `after`."""
+    text = (ROOT / "README.md").read_text()
+    rest = text[text.index(after) :]
+    return rest.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_readme_python_api_example_runs_as_written(tmp_path):
+    (tmp_path / "example.py").write_text(readme_block("## Python API"))
+    run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=ENV, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    frames, videos = run.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(frames) == 2 * 17 and videos.count(".mp4") == 2
+    assert (tmp_path / "out" / "videos" / "shot000.mp4").stat().st_size > 0
+
+
+def one_line_error(run: subprocess.CompletedProcess, code: int) -> str:
+    """The one `farm: error:` line a failed command prints, with its exit code, and no traceback."""
+    assert run.returncode == code, (run.returncode, run.stderr)
+    assert "Traceback" not in run.stderr, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("farm: error:")]
+    assert len(errors) == 1, run.stderr
+    return errors[0]
+
+
+@pytest.mark.slow
+def test_farm_cluster_on_a_taken_port_says_so_in_one_line():
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        run = farm("cluster", "--gpus", "0", "--workers", "1", "--port", port, "--dashboard-port", "0")
+    line = one_line_error(run, 1)
+    assert f"--port {port}" in line and "taken" in line and "0 for any free" in line
+
+
+@pytest.mark.slow
+def test_tls_required_without_certificates_is_one_line_before_anything_starts(tmp_path):
+    tls = {"DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True"}
+    line = one_line_error(farm("cluster", "--gpus", "0", "--port", "0", "--dashboard-port", "0", env=tls), 2)
+    assert "distributed.comm.tls.ca-file is not set" in line and "scheduler.cert" in line
+    (tmp_path / "ca.pem").write_text("")
+    missing = {**tls, "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(tmp_path / "ca.pem"),
+               "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(tmp_path / "client.pem")}  # fmt: skip
+    for command in (["cancel", "r1", "--scheduler", "tls://127.0.0.1:9"],
+                    ["render", "job.zarr", "--out", "out", "--scheduler", "tls://127.0.0.1:9"]):  # fmt: skip
+        run = farm(*command, cwd=tmp_path, env=missing)
+        if command[0] == "render":  # the job is checked first: give it one
+            synth(tmp_path / "job.zarr", decoder="ltx2-tiny")
+            run = farm(*command, cwd=tmp_path, env=missing)
+        line = one_line_error(run, 2)
+        assert f"client.cert names {tmp_path / 'client.pem'}, which is not a file" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_submit_keeps_the_workflows_arguments_after_double_dash(tmp_path, plain_cluster):
+    script = tmp_path / "wf.py"
+    script.write_text("import sys\nprint('ARGS', sys.argv[1:])\n")
+    workflow_args = ["--", "--scheduler", "x", "--out", "o", "a"]
+    line = one_line_error(farm("submit", str(script), *workflow_args, env={"DASK_SCHEDULER_ADDRESS": ""}), 2)
+    assert "no cluster given" in line, line
+    scheduler_file = str(plain_cluster.scheduler_file)
+    for how in (["--scheduler", plain_cluster.address], ["--scheduler-file", scheduler_file]):
+        run = farm("submit", str(script), *how, *workflow_args)
+        assert run.returncode == 0, run.stderr
+        assert "ARGS ['--scheduler', 'x', '--out', 'o', 'a']" in run.stdout, run.stdout
+    run = farm("submit", str(script), *workflow_args, env={"DASK_SCHEDULER_ADDRESS": plain_cluster.address})
+    assert run.returncode == 0, run.stderr
+    assert "ARGS ['--scheduler', 'x', '--out', 'o', 'a']" in run.stdout, run.stdout
