@@ -28,7 +28,8 @@ class _HelpFormatter(argparse.HelpFormatter):
         if (
             "%(default)" not in text
             and action.option_strings
-            and action.default not in (None, False, argparse.SUPPRESS)
+            and action.default is not None and action.default is not False  # 0 is a default to show
+            and action.default != argparse.SUPPRESS
             and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
         ):
             text += " (default: %(default)s)"
@@ -91,8 +92,10 @@ def _add_synth_command(add: AddCommand) -> None:
                    help="pixel width, a multiple of the decoder's spatial scale (32 for LTX)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights")
     p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
-    p.add_argument("--weights", help="real weights (diffusers folder or .safetensors) instead of random ones")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="decoder compute dtype (default: float32 for the -tiny configs, else bfloat16)")
+    p.add_argument("--weights",
+                   help="real weights (diffusers folder or .safetensors) (default: random ones)")  # fmt: skip
     p.add_argument("--overwrite", action="store_true", help="replace an existing job store")
 
 
@@ -104,15 +107,19 @@ def _add_ingest_command(add: AddCommand) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="latent files, folders of them, or globs")
     p.add_argument("--decoder", metavar="SPEC_OR_NAME",
                    help="named config (e.g. ltx2, with --weights), a JSON decoder spec or a .json file; "
-                        "needed to create a job, checked against an existing one")  # fmt: skip
-    p.add_argument("--weights", metavar="PATH", help="decoder weights: a VAE folder or one .safetensors file")
+                        "needed to create a job, checked against an existing one "
+                        "(default: the job's)")  # fmt: skip
+    p.add_argument("--weights", metavar="PATH",
+                   help="decoder weights: a VAE folder or one .safetensors file (default: the spec's)")
     p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
     p.add_argument("--name", metavar="PATTERN",
                    help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "
                         "(tensor name); default {stem}, or {stem}_{index} for a batch")  # fmt: skip
     p.add_argument("--latents", choices=["normalized", "denormalized"],
                    help="the files' convention (default: the job's; ComfyUI's: by model)")  # fmt: skip
-    p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
+    p.add_argument("--tensor", metavar="KEY",
+                   help="the tensor to read in files that hold several (default: latent_tensor, latents, "
+                        "latent or samples, else the only one)")  # fmt: skip
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
 
 
@@ -124,7 +131,7 @@ def _add_render_command(add: AddCommand) -> None:
     _add_plan_options(p)
     p.add_argument(
         "--window", type=int, default=config.option("window"),
-        help="decoded tiles held at once (unset: per GPU worker as many as fit beside a decode, 2 to 8; "
+        help="decoded tiles held at once (default: per GPU worker as many as fit beside a decode, 2 to 8; "
         "2 per worker on CPU); farm.window",
     )  # fmt: skip
     p.add_argument(
@@ -148,7 +155,7 @@ def _add_render_command(add: AddCommand) -> None:
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
-        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext>",
+        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> (default: none)",
     )
     p.add_argument("--exr-values", choices=["display", "linear"], default=config.option("exr-values"),
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
@@ -167,7 +174,7 @@ def _add_render_command(add: AddCommand) -> None:
         dest="frame_range",
         metavar="LIST",
         help="render only these frames (numbered from --first-frame): 1-48, 1-100x2 (every 2nd), 1-100:2, "
-        "10-1, 1,5,10-20",
+        "10-1, 1,5,10-20 (default: every frame)",
     )
     p.add_argument("--priority", type=int, default=config.option("priority"),
                    help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
@@ -176,7 +183,9 @@ def _add_render_command(add: AddCommand) -> None:
 def _add_plan_command(add: AddCommand) -> None:
     p = add("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
-    p.add_argument("--workers", type=int, default=1, help="number of workers to plan for")
+    p.add_argument("--workers", type=int,
+                   help="number of decode workers to plan for (default: what farm render would start here: "
+                        "one per GPU, or up to 4 CPU processes)")  # fmt: skip
     p.add_argument("--no-video", action="store_true",
                    help="plan and predict a render that writes Zarr only (no video encodes)")  # fmt: skip
     _add_plan_options(p)
@@ -209,7 +218,8 @@ def _add_cluster_command(add: AddCommand) -> None:
     p.add_argument("--port", type=int, default=8786, help="scheduler port (0: any free)")
     p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (0: any free)")
     p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax, or none)")
-    p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
+    p.add_argument("--scheduler-file",
+                   help="write the scheduler's address here (farm submit, dask worker) (default: none)")
     p.add_argument(
         "--io-workers",
         type=int,
@@ -244,11 +254,13 @@ def _add_cluster_options(p: argparse.ArgumentParser, *, local: bool) -> None:
         g.add_argument(
             "--workers",
             type=int,
-            help="start a local cluster of N workers (unset: one per GPU, or up to 4 CPU processes; or "
+            help="start a local cluster of N workers (default: one per GPU, or up to 4 CPU processes; or "
             "the cluster at Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, when that is set)",
         )
-    g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
-    g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
+    unset = "a local cluster" if local else "none"
+    g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port) (default: "
+                   f"Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, else {unset})")  # fmt: skip
+    g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster (default: none)")
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -280,7 +292,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--chunk", metavar="F,H,W",
                    help="largest latent block one decode call takes inside a worker (0 = no limit), "
-                        "to bound GPU memory")  # fmt: skip
+                        "to bound GPU memory (default: no limit)")  # fmt: skip
     p.add_argument("--carry", action="store_true",
                    help="with a temporal --chunk: decode a tile's chunks in order, each starting from "
                         "the decoder's causal state where the last one stopped (no overlap or context "
@@ -464,8 +476,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from farm.store import open_job
     from farm.tasks import VideoSettings
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
+    from farm.cluster import local_decode_workers
+
+    args.workers = args.workers if args.workers is not None else local_decode_workers()
     from farm import planner
     from farm.decoders import cost_model
 

@@ -195,6 +195,14 @@ def _torch_has_cuda() -> bool:
     return match is not None and match.group(1).strip() != "None"
 
 
+def local_decode_workers() -> int:
+    """The decode workers `connect` starts on this machine when nothing is said: one per GPU, or up to
+    `MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many as `farm render` runs)."""
+    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=detect_gpus(),
+                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    return choice.n_workers
+
+
 def ucx_available() -> bool:
     """Whether distributed's UCX backend (package distributed-ucxx, module ``distributed_ucxx``) is
     installed. Looks the module up without importing it."""

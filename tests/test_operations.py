@@ -239,3 +239,53 @@ def test_submit_keeps_the_workflows_arguments_after_double_dash(tmp_path, plain_
     run = farm("submit", str(script), *workflow_args, env={"DASK_SCHEDULER_ADDRESS": plain_cluster.address})
     assert run.returncode == 0, run.stderr
     assert "ARGS ['--scheduler', 'x', '--out', 'o', 'a']" in run.stdout, run.stdout
+
+
+@pytest.mark.slow
+def test_frames_beyond_a_shot_are_refused_with_its_range(tmp_path):
+    synth(tmp_path / "job.zarr", decoder="ltx2-tiny", frames=17, height=64, width=64)
+    run = farm("render", "job.zarr", "--out", "out", "--frames", "1-500", "--tiles", "1,1,1",
+               "--workers", "1", cwd=tmp_path)  # fmt: skip
+    line = one_line_error(run, 2)
+    assert "frames 18..500 beyond shot 'shot000', whose frames are numbered 1-17" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_option_help_says_its_default():
+    import argparse
+
+    from farm.cli import _HelpFormatter, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = []
+    for name, command in [("farm", parser), *commands.items()]:
+        formatter = _HelpFormatter(name)
+        for action in command._actions:
+            flags = (argparse._HelpAction, argparse._VersionAction, argparse._CountAction,
+                     argparse._StoreTrueAction)  # fmt: skip
+            if not action.option_strings or action.required or isinstance(action, flags):
+                continue
+            text = formatter._get_help_string(action) % {"default": action.default}
+            if "default" not in text:
+                silent.append(f"farm {name} {action.option_strings[0]}: {text}")
+    assert not silent, "\n".join(silent)
+    priority = commands["render"].format_help().split("\n  --priority", 1)[1].split("\n  -", 1)[0]
+    assert "(default: 0)" in priority, priority  # a default of 0 is shown too
+
+
+@pytest.mark.slow
+def test_plan_and_render_choose_the_same_workers_and_log_lines_have_one_prefix(tmp_path):
+    import re
+
+    synth(tmp_path / "job.zarr", decoder="ltx2-tiny", frames=9, height=64, width=64)
+    plan = farm("plan", "job.zarr", "--tiles", "1,1,1", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    planned = int(re.search(r"^workers: (\d+)", plan.stdout, re.M).group(1))
+    render = farm("-v", "render", "job.zarr", "--out", "out", "--tiles", "1,1,1", cwd=tmp_path)
+    assert render.returncode == 0, render.stderr
+    assert int(re.search(r"(\d+) worker\(s\)", render.stderr).group(1)) == planned
+    lines = [line for line in render.stderr.splitlines() if line.startswith("farm")]
+    assert any(line.startswith("farm: debug: set-up") for line in lines), render.stderr
+    doubled = [line for line in lines if re.match(r"farm: (\w+: )?(debug: )?farm\b", line)]
+    assert not doubled, doubled
