@@ -91,7 +91,9 @@ def _add_synth_command(add: AddCommand) -> None:
     p.add_argument("--width", type=int, default=192,
                    help="pixel width, a multiple of the decoder's spatial scale (32 for LTX)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights")
-    p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
+    p.add_argument("--fps", default="24",
+                   help="frames per second of every shot: a number or a ratio (24000/1001; 23.976 reads as "
+                        "that too)")  # fmt: skip
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
                    help="decoder compute dtype (default: float32 for the -tiny configs, else bfloat16)")
     p.add_argument("--weights",
@@ -111,7 +113,11 @@ def _add_ingest_command(add: AddCommand) -> None:
                         "(default: the job's)")  # fmt: skip
     p.add_argument("--weights", metavar="PATH",
                    help="decoder weights: a VAE folder or one .safetensors file (default: the spec's)")
-    p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
+    p.add_argument("--fps", help="frames per second, a number or a ratio such as 24000/1001 (23.976 reads as "
+                                 "that too) (default: the ComfyUI workflow's, else 24)")  # fmt: skip
+    p.add_argument("--timecode", metavar="HH:MM:SS:FF",
+                   help="start timecode of each shot's first frame (HH:MM:SS;FF drop-frame at 29.97/59.94) "
+                        "(default: none)")  # fmt: skip
     p.add_argument("--name", metavar="PATTERN",
                    help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "
                         "(tensor name); default {stem}, or {stem}_{index} for a batch")  # fmt: skip
@@ -178,6 +184,10 @@ def _add_render_command(add: AddCommand) -> None:
     )
     p.add_argument("--priority", type=int, default=config.option("priority"),
                    help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
+    p.add_argument("--timecode", metavar="HH:MM:SS:FF",
+                   help="start timecode of every shot's first frame, for the video (tmcd), EXR headers and "
+                        "Zarr attributes; HH:MM:SS;FF is drop-frame at 29.97/59.94 (default: the job's "
+                        "shot timecode, else none)")  # fmt: skip
 
 
 def _add_plan_command(add: AddCommand) -> None:
@@ -436,6 +446,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         result = ingest(
             args.job, args.sources, decoder=args.decoder, weights=args.weights, fps=args.fps, name=args.name,
             latents=args.latents, tensor=args.tensor, replace=args.replace, on_progress=progress,
+            timecode=args.timecode,
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -460,7 +471,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         shots=args.shots.split(",") if args.shots else None,
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
                             sequence=args.sequence, first_frame=args.first_frame,
-                            frames_dtype=args.frames_dtype, exr_values=args.exr_values),
+                            frames_dtype=args.frames_dtype, exr_values=args.exr_values,
+                            timecode=args.timecode),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
         on_progress=_progress_bar(args.started),

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys
@@ -101,13 +102,14 @@ class RenderTargets:
     job_path: str
     spec_json: dict
     out_root: str
-    fps: dict[str, float]
+    fps: dict[str, Fraction | float]  # exact rates (farm.rates), a float only where a shot has none
     video: VideoSettings
     metadata: dict[str, str]
     total_batches: dict[str, int]  # per shot, all its batches (a partial plan writes only some)
     finish: set[str] | None  # shots whose video to join (None: every shot whose batches all finish)
     compile: bool | str = False
     retries: int = 1
+    timecodes: dict[str, str] = field(default_factory=dict)  # start timecode per shot, where it has one
 
 
 def run_graph(
@@ -117,7 +119,7 @@ def run_graph(
     job_path: str,
     spec_json: dict,
     out: Output,
-    fps: dict[str, float],
+    fps: dict[str, Fraction | float],
     video: VideoSettings = VideoSettings(),
     metadata: dict[str, str] | None = None,
     window: int | None = None,
@@ -132,6 +134,7 @@ def run_graph(
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+    timecodes: dict[str, str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -156,7 +159,7 @@ def run_graph(
     targets = RenderTargets(
         job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
         metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
-        finish=finish, compile=compile, retries=retries,
+        finish=finish, compile=compile, retries=retries, timecodes=dict(timecodes or {}),
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
@@ -366,6 +369,7 @@ class Driver:
         if t.video.sequence:
             extra.append(self.client.submit(
                 write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
+                timecode=t.timecodes.get(plan.shot),
                 key=(keys.WRITE_SEQUENCE, *name), **where,
             ))  # fmt: skip
         where["priority"] = self.base + Priority.MARK
@@ -380,7 +384,9 @@ class Driver:
         if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
         done = self.client.submit(
-            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot], t.metadata, t.video.suffix,
+            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot],
+            {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
+            t.video.suffix,
             durable=t.video.durable,
             key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip

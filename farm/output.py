@@ -128,8 +128,12 @@ def prepare_output(
     dtype: str = "uint8",
     first_frame: int = 1,
     chunk_mib: int = 8,
+    timecode: str | None = None,
 ) -> None:
     """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames).
+
+    Each shot's group and frames carry its exact rate (``rate``, "24000/1001"; ``fps`` as a number) and
+    its start timecode (`timecode`, the render's ``--timecode``, else the job's; `farm.rates`).
 
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
@@ -148,9 +152,12 @@ def prepare_output(
 
     def prepare_shot(name: str, shape: tuple[int, int, int], batch_frames: int) -> None:
         group = root.require_group(name)
-        fps = job.shots[name].fps
-        group.attrs.update({"fps": fps, "random_weights": job.spec.random_weights})
-        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, fps, chunk_mib)
+        clock = shot_clock(job.shots[name], timecode)
+        group.attrs.update({**clock, "random_weights": job.spec.random_weights})
+        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, job.shots[name].fps, chunk_mib)
+        frames = group["frames"]
+        if any(frames.attrs.get(k) != v for k, v in clock.items()):
+            frames.attrs.update(clock)
         write_coordinates(group, shape[0], first_frame)
         out.segments_dir(name).mkdir(parents=True, exist_ok=True)
         out.done_dir(name).mkdir(parents=True, exist_ok=True)
@@ -158,6 +165,17 @@ def prepare_output(
     shots = list(shots)
     with ThreadPoolExecutor(max_workers=min(8, max(len(shots), 1)), thread_name_prefix="farm-out") as pool:
         list(pool.map(lambda s: prepare_shot(*s), shots))  # metadata files: a few ms each, on threads
+
+
+def shot_clock(info: Any, timecode: str | None) -> dict[str, Any]:
+    """A shot's rate and start timecode as attributes: ``fps`` (a number), ``rate`` (exact, "30000/1001")
+    and, when there is one, ``timecode`` (``HH:MM:SS:FF``; ``;`` before FF for drop-frame)."""
+    from farm.rates import rate_text, start_timecode
+
+    if info.rate is None:
+        return {"fps": info.fps}
+    start = start_timecode(info.rate, info.timecode, timecode)
+    return {"fps": float(info.rate), "rate": rate_text(info.rate), **({"timecode": start} if start else {})}
 
 
 def create_frames_array(

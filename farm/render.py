@@ -157,6 +157,7 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
+    timecodes = shot_timecodes(job, video.timecode)
     early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
                             joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
@@ -198,7 +199,8 @@ def render(
                     stats = run_graph(
                         client, assigned, job_path=str(job.path),
                         spec_json=job.spec.to_json(), out=out,
-                        fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
+                        timecodes=timecodes,
                         metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
                         on_progress=thumbnails, total_batches=points.totals, compile=compile,
                         priority=priority, render_id=render_id, finish=points.finish,
@@ -231,6 +233,24 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     for worker, timed in steps.items():
         logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
     return steps
+
+
+def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
+    """Each shot's start timecode (``--timecode``, else the job's), checked against its rate before
+    anything starts; shots without one are left out."""
+    from farm.rates import start_timecode
+
+    found = {}
+    for name, info in job.shots.items():
+        try:
+            start = start_timecode(info.rate, info.timecode, override)
+        except FarmError as exc:
+            if override:
+                raise FarmError(f"shot {name!r}: {exc}") from None
+            continue  # the job's own timecode: that shot fails by name (farm.validate.check_shots)
+        if start:
+            found[name] = start
+    return found
 
 
 def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str] = ()) -> None:
@@ -461,7 +481,8 @@ def _prepare_outputs(
     video: VideoSettings, render_id: str,
 ) -> None:  # fmt: skip
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
-                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib)  # fmt: skip
+                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib,
+                   timecode=video.timecode)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
         list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
                       plans))  # fmt: skip

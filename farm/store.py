@@ -1,7 +1,8 @@
 """The job store: a render's input, one Zarr v3 group of latents and the decoder spec that decodes them.
 
     JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...}}}
-      <shot>/                         attrs: {"fps": 24.0, ...}
+      <shot>/                         attrs: {"fps": 23.976…, "rate": "24000/1001", "timecode": "01:00:00:00"
+                                      (optional), ...}: "rate" is exact, "fps" the same as a number
         latent                        float array [C, F, H, W], the decoder's latent space
 
 The render's output folder is `farm.output`'s; what an output is a render of is `farm.resume`'s.
@@ -13,6 +14,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import numpy as np
 from farm.decoders import DecoderSpec, spec_from_json
 from farm.errors import FarmError
 from farm.names import check_name
+from farm.rates import read_rate
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -38,6 +41,8 @@ class ShotInfo:
     latent_dtype: str
     fps: float
     attrs: dict[str, Any]
+    rate: Fraction | None = None  # the exact frame rate (farm.rates); None when the fps is not valid
+    timecode: str | None = None  # the start timecode of the shot's first frame, as stored
 
 
 @dataclass(frozen=True)
@@ -58,19 +63,25 @@ def create_job(path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = 
 
 
 def write_shot(
-    path: str | os.PathLike, name: str, latent: np.ndarray, *, fps: float, attrs: dict | None = None
+    path: str | os.PathLike, name: str, latent: np.ndarray, *, fps: Any, attrs: dict | None = None,
+    timecode: str | None = None,
 ) -> None:
-    """Add one shot's latent ``[C, F, H, W]`` to a job store."""
+    """Add one shot's latent ``[C, F, H, W]`` to a job store; `fps` a number or a ratio ("24000/1001",
+    `farm.rates.parse_rate`), stored exactly; `timecode` the start timecode of its first frame."""
     import zarr
+
+    from farm.rates import parse_rate, parse_timecode, rate_text
 
     check_shot_name(name)
     if latent.ndim != 4:
         raise FarmError(f"shot {name!r}: latent has {latent.ndim} dimensions; expected 4 [C, F, H, W]")
-    if not fps > 0:
-        raise FarmError(f"shot {name!r}: fps {fps} is invalid; use a positive number")
+    rate = parse_rate(fps, where=f"shot {name!r}: fps")
+    clock: dict[str, Any] = {"fps": float(rate), "rate": rate_text(rate)}
+    if timecode is not None:
+        clock["timecode"] = parse_timecode(timecode, rate, where=f"shot {name!r}: timecode")
     root = zarr.open_group(store=str(path), mode="r+", zarr_format=3)
     group = root.require_group(name)
-    group.attrs.update({"fps": float(fps), **(attrs or {})})
+    group.attrs.update({**clock, **(attrs or {})})
     c, f, h, w = latent.shape
     arr = group.create_array(
         "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
@@ -112,6 +123,8 @@ def open_job(path: str | os.PathLike) -> Job:
             latent_dtype=str(latent.dtype),
             fps=read_fps(group.attrs.get("fps", 24.0)),
             attrs=dict(group.attrs),
+            rate=read_rate({"fps": 24, **group.attrs}),
+            timecode=str(group.attrs["timecode"]) if "timecode" in group.attrs else None,
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")

@@ -516,6 +516,8 @@ class VideoSettings:
     first_frame: int = field(default_factory=lambda: int(config.get("first-frame")))
     # the Zarr master copy: uint8 levels or float16 in [0, 1]; farm.frames-dtype
     frames_dtype: str = field(default_factory=lambda: str(config.get("frames-dtype")))
+    # start timecode of every shot's first frame (HH:MM:SS:FF, ;FF drop-frame), instead of the job's
+    timecode: str | None = None
     # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
     # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
     durable: bool = True
@@ -673,7 +675,8 @@ def encode_batch(
 
 
 def write_sequence(
-    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: float | None = None
+    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
+    timecode: str | None = None,
 ) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
     from farm.sequences import write_frames as write_images
@@ -684,7 +687,7 @@ def write_sequence(
     folder = out.sequence_dir(batch.shot)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
-                           exr_values=video.exr_values)  # fmt: skip
+                           exr_values=video.exr_values, timecode=timecode)  # fmt: skip
     if video.durable:
         fsync_all([Path(path) for path in written or []], [folder])
     return time.perf_counter() - t0

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,93 @@ def test_plan_and_render_choose_the_same_workers_and_log_lines_have_one_prefix(t
     assert any(line.startswith("farm: debug: set-up") for line in lines), render.stderr
     doubled = [line for line in lines if re.match(r"farm: (\w+: )?(debug: )?farm\b", line)]
     assert not doubled, doubled
+
+
+# -- rates and timecode ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "given, exact",
+    [("24000/1001", "24000/1001"), ("30000/1001", "30000/1001"), ("23.976", "24000/1001"),
+     ("23.98", "24000/1001"), ("29.97", "30000/1001"), ("59.94", "60000/1001"), (23.976, "24000/1001"),
+     ("24", "24"), ("25", "25"), ("12.5", "25/2"), (30.0, "30")],
+)  # fmt: skip
+def test_rates_are_exact_and_ntsc_decimals_mean_ntsc(given, exact):
+    from farm.rates import parse_rate, rate_text
+
+    assert rate_text(parse_rate(given)) == exact
+
+
+@pytest.mark.parametrize("bad", ["0", "-24", "1/0", "abc", "24000/", "2000"])
+def test_bad_rates_are_refused(bad):
+    from farm.errors import FarmError
+    from farm.rates import parse_rate
+
+    with pytest.raises(FarmError, match="24000/1001"):
+        parse_rate(bad)
+
+
+def test_drop_frame_timecode_skips_labels_and_counts_back():
+    from farm.errors import FarmError
+    from farm.rates import frames_to_timecode, parse_rate, parse_timecode, timecode_at, timecode_to_frames
+
+    ntsc = parse_rate("29.97")
+    assert timecode_at("00:00:59;29", ntsc, 1) == "00:01:00;02"  # ;00 and ;01 are skipped
+    assert timecode_at("00:09:59;29", ntsc, 1) == "00:10:00;00"  # not at every tenth minute
+    assert timecode_to_frames("01:00:00;00", ntsc) == 107892  # an hour of 29.97 holds 107892 frames
+    assert all(timecode_to_frames(frames_to_timecode(n, ntsc, True), ntsc) == n for n in range(0, 40000, 13))
+    assert timecode_at("00:00:59:23", parse_rate(24), 1) == "00:01:00:00"
+    refused = [("01:00:00;00", "24", "drop-frame"), ("00:01:00;01", "29.97", "skips"),
+               ("01:00:00:24", "24", "frames 0-23"), ("1h", "24", "HH:MM:SS:FF")]  # fmt: skip
+    for text, rate, message in refused:
+        with pytest.raises(FarmError, match=message):
+            parse_timecode(text, parse_rate(rate))
+
+
+@pytest.mark.slow
+def test_ntsc_rate_and_drop_frame_timecode_reach_the_job_video_exr_and_zarr(plain_cluster, tmp_path):
+    import av
+    import numpy as np
+    import OpenEXR
+    import zarr
+
+    made = farm("synth", "job.zarr", "--fps", "23.976", "--frames", "17", "--height", "64", "--width", "64",
+                cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    synthetic = zarr.open_group(str(tmp_path / "job.zarr" / "shot000"), mode="r")
+    assert synthetic.attrs["rate"] == "24000/1001"
+    np.save(tmp_path / "sh010.npy", synthetic["latent"][...])
+    ingest = farm("ingest", "job.zarr", "sh010.npy", "--fps", "29.97", "--timecode", "00:00:59;20",
+                  cwd=tmp_path)  # fmt: skip
+    assert ingest.returncode == 0, ingest.stderr
+    shot = zarr.open_group(str(tmp_path / "job.zarr" / "sh010"), mode="r").attrs
+    assert shot["rate"] == "30000/1001" and shot["timecode"] == "00:00:59;20"
+    on_cluster = ["--scheduler", plain_cluster.address, "--shots", "sh010", "--tiles", "1,1,1"]
+    render = farm("render", "job.zarr", "--out", "out", *on_cluster, "--batch-frames", "8",
+                  "--sequence", "exr", cwd=tmp_path)  # fmt: skip
+    assert render.returncode == 0, render.stderr
+    with av.open(str(tmp_path / "out" / "videos" / "sh010.mp4")) as container:
+        stream = container.streams.video[0]
+        assert stream.average_rate == Fraction(30000, 1001) and stream.frames == 17
+        assert {s.metadata.get("timecode") for s in container.streams} == {"00:00:59;20"}
+    with OpenEXR.File(str(tmp_path / "out" / "sequences" / "sh010" / "sh010.0001.exr")) as exr:
+        header = exr.header()
+        assert header["framesPerSecond"] == Fraction(30000, 1001)
+        first = header["timeCode"]
+    assert (first.minutes, first.seconds, first.frame, first.dropFrame) == (0, 59, 20, True)
+    with OpenEXR.File(str(tmp_path / "out" / "sequences" / "sh010" / "sh010.0011.exr")) as exr:
+        tenth = exr.header()["timeCode"]  # 00:00:59;20 + 10 frames: ;00 and ;01 of minute 1 skipped
+    assert (tenth.minutes, tenth.seconds, tenth.frame) == (1, 0, 2)
+    frames = zarr.open_group(str(tmp_path / "out" / "frames.zarr" / "sh010"), mode="r")
+    for attrs in (frames.attrs, frames["frames"].attrs):
+        assert attrs["rate"] == "30000/1001" and attrs["timecode"] == "00:00:59;20"
+    again = farm("render", "job.zarr", "--out", "out2", *on_cluster, "--timecode", "01:00:00:00",
+                 "--no-video", cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert zarr.open_group(str(tmp_path / "out2" / "frames.zarr" / "sh010"), mode="r").attrs["timecode"] == (
+        "01:00:00:00")  # fmt: skip
+    bad = farm("render", "job.zarr", "--out", "out3", "--workers", "1", "--timecode", "01:00:00;00",
+               cwd=tmp_path)  # fmt: skip
+    line = one_line_error(bad, 2)  # shot000 runs at 24000/1001: no drop-frame there
+    assert "shot 'shot000'" in line and "drop-frame" in line, line
+    assert not (tmp_path / "out3").exists()
