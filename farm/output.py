@@ -5,6 +5,7 @@
                                       temporal batch; attrs "render" (its identity, farm.resume), "batches";
                                       dimension_names (frame, y, x, channel), colour attributes
       <shot>/frame, <shot>/channel    coordinates: frame numbers (from --first-frame), "R", "G", "B"
+      <shot>/valid                    bool [F]: True where the frame's batch is done (a reader's mask)
     OUT/videos/<shot>.mp4|.mov        the shot's video (farm.video.CODECS: H.264, H.265, ProRes)
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.sequences)
     OUT/.farm/lock                    the running render's lock (farm.lock)
@@ -159,6 +160,7 @@ def prepare_output(
         if any(frames.attrs.get(k) != v for k, v in clock.items()):
             frames.attrs.update(clock)
         write_coordinates(group, shape[0], first_frame)
+        create_validity(out, name, shape[0], batch_frames)
         out.segments_dir(name).mkdir(parents=True, exist_ok=True)
         out.done_dir(name).mkdir(parents=True, exist_ok=True)
 
@@ -217,6 +219,34 @@ def frame_attributes(dtype: str, fps: float | None) -> dict[str, Any]:
         "valid_range": [0, 255] if dtype == "uint8" else [0.0, 1.0],
         **({"fps": float(fps)} if fps else {}),
     }
+
+
+VALID = "valid"  # a shot's per-frame validity array, beside its frames
+
+
+def create_validity(out: Output, shot: str, frames: int, batch_frames: int) -> None:
+    """The shot's ``valid`` array: bool [F] on the ``frame`` dimension, True where the frame's batch is
+    done (its frames are in place). One chunk per batch, so each batch's mark writes only its own chunk.
+    Made from the done markers where an output lacks it, or has it in other chunks."""
+    import zarr
+
+    group = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3).require_group(shot)
+    size = max(1, min(batch_frames, frames))
+    if VALID in group and group[VALID].shape == (frames,) and group[VALID].chunks == (size,):
+        return
+    arr = group.create_array(VALID, shape=(frames,), dtype=bool, chunks=(size,), fill_value=False,
+                             dimension_names=("frame",), overwrite=True,
+                             attributes={"long_name": "frame rendered (its batch is done)"})  # fmt: skip
+    for index in sorted(out.batches_done(shot)):
+        arr[index * batch_frames : (index + 1) * batch_frames] = True
+
+
+def mark_valid(out: Output, shot: str, start: int, stop: int) -> None:
+    """Frames [start, stop) of the shot are in place: set them in its ``valid`` array (a batch's chunk)."""
+    import zarr
+
+    with contextlib.suppress(FileNotFoundError, KeyError):  # an output made before the array existed
+        zarr.open_array(store=str(out.shot_group(shot) / VALID), mode="r+")[start:stop] = True
 
 
 def write_coordinates(group: Any, frames: int, first_frame: int) -> None:

@@ -24,7 +24,7 @@ from farm.cuda_streams import READY_EVENT, side_stream
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
 from farm.ipc import Piece, SharedPiece, open_piece, share
-from farm.output import Output, mark_done, write_frames
+from farm.output import Output, mark_done, mark_valid, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 
@@ -696,7 +696,9 @@ def write_sequence(
 def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out_root, batch.shot)
-    mark_done(Output(Path(out_root)).done_marker(batch.shot, batch.index))
+    out = Output(Path(out_root))
+    mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
+    mark_done(out.done_marker(batch.shot, batch.index))
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
 

@@ -380,3 +380,37 @@ def test_ntsc_rate_and_drop_frame_timecode_reach_the_job_video_exr_and_zarr(plai
     line = one_line_error(bad, 2)  # shot000 runs at 24000/1001: no drop-frame there
     assert "shot 'shot000'" in line and "drop-frame" in line, line
     assert not (tmp_path / "out3").exists()
+
+
+# -- partial outputs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_partial_output_says_which_frames_are_valid_to_xarray_and_dask(plain_cluster, tmp_path):
+    import shutil
+
+    import dask.array as da
+    import numpy as np
+    import xarray as xr
+    import zarr
+
+    synth(tmp_path / "job.zarr", decoder="ltx2-tiny", frames=33, height=64, width=64)
+    args = ["render", "job.zarr", "--out", "out", "--scheduler", plain_cluster.address, "--tiles", "1,1,1",
+            "--batch-frames", "8", "--no-video"]  # fmt: skip
+    first = farm(*args, "--frames", "9-16,25-30", cwd=tmp_path)  # batches 1 and 3 of 5
+    assert first.returncode == 0, first.stderr
+    expected = np.zeros(33, bool)
+    expected[8:16] = expected[24:32] = True
+    # as the README shows it
+    shot = xr.open_zarr(tmp_path / "out" / "frames.zarr", group="shot000", consolidated=False)
+    rendered = shot.frames.where(shot.valid)  # frames not rendered yet are NaN, not black
+    assert np.array_equal(shot.valid.values, expected)
+    assert np.isnan(rendered.sel(frame=1).values).all() and not np.isnan(rendered.sel(frame=9).values).any()
+    valid = da.from_zarr(str(tmp_path / "out" / "frames.zarr"), component="shot000/valid")
+    assert int(valid.sum().compute()) == 16
+
+    # an output whose array is missing (written before it existed) gets it back from its done markers
+    shutil.rmtree(tmp_path / "out" / "frames.zarr" / "shot000" / "valid")
+    rest = farm(*args, cwd=tmp_path)
+    assert rest.returncode == 0, rest.stderr
+    assert zarr.open_array(str(tmp_path / "out" / "frames.zarr" / "shot000" / "valid"), mode="r")[...].all()
