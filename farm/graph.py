@@ -61,6 +61,7 @@ class ShotOutcome:
     video: str | None = None
     error: str | None = None
     cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
+    frames_written: int = 0
 
 
 @dataclass
@@ -444,7 +445,9 @@ class Driver:
         stats.frames_written += result["frames"]
         stats.write_s += result["write_s"]
         stats.encode_s += result["encode_s"]
-        stats.shots[self.plans[step.shot].shot].batches_written += 1
+        shot = stats.shots[self.plans[step.shot].shot]
+        shot.batches_written += 1
+        shot.frames_written += result["frames"]
         for tile, segment in step.pieces:
             unit = (step.shot, tile, segment)
             self.unwritten[unit] -= 1

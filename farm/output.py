@@ -232,7 +232,8 @@ def create_validity(out: Output, shot: str, frames: int, batch_frames: int) -> N
 
     group = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3).require_group(shot)
     size = max(1, min(batch_frames, frames))
-    if VALID in group and group[VALID].shape == (frames,) and group[VALID].chunks == (size,):
+    found = group.get(VALID)
+    if isinstance(found, zarr.Array) and found.shape == (frames,) and found.chunks == (size,):
         return
     arr = group.create_array(VALID, shape=(frames,), dtype=bool, chunks=(size,), fill_value=False,
                              dimension_names=("frame",), overwrite=True,

@@ -414,3 +414,51 @@ def test_partial_output_says_which_frames_are_valid_to_xarray_and_dask(plain_clu
     rest = farm(*args, cwd=tmp_path)
     assert rest.returncode == 0, rest.stderr
     assert zarr.open_array(str(tmp_path / "out" / "frames.zarr" / "shot000" / "valid"), mode="r")[...].all()
+
+
+# -- the farm page ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_farm_page_counts_match_the_disk_after_a_kill_and_show_rates_workers_and_workflows(
+    plain_cluster, long_job, tmp_path
+):
+    import re
+    import signal
+
+    script = tmp_path / "wf.py"
+    script.write_text("print('hello from a workflow')\n")
+    assert farm("submit", str(script), "--scheduler", plain_cluster.address).returncode == 0
+    out = tmp_path / "out"
+    render = Render(str(long_job), "--out", str(out), "--scheduler", plain_cluster.address, "--tiles",
+                    "2,1,1", "--batch-frames", "8", "--no-video")  # fmt: skip
+    render_id, page = render.value_after("render id"), render.value_after("farm page")
+    extra = plain_cluster.add_worker("late-node")
+    wait_until(lambda: done_markers(out) >= 3, 120, "three finished batches")
+    render.proc.send_signal(signal.SIGKILL)
+    render.proc.wait(timeout=30)
+    extra.terminate()
+    extra.wait(timeout=30)
+    time.sleep(2.0)  # tasks already running finish; the scheduler forgets the rest
+
+    with urllib.request.urlopen(page.replace("/farm", "/farm/api/renders.json"), timeout=10) as r:
+        snapshot = json.load(r)
+    record = next(x for x in snapshot["renders"] if x["render"] == render_id)
+    on_disk = {shot.name: sum(1 for p in shot.iterdir() if p.name.isdigit())
+               for shot in (out / ".farm" / "done").iterdir()}  # fmt: skip
+    assert {s["shot"]: s["batches_written"] for s in record["shots"]} == {
+        name: on_disk.get(name, 0) for name in ("shot000", "shot001", "shot002")}  # fmt: skip
+    assert sum(on_disk.values()) >= 3
+    rates = [s["frames_per_second"] for s in record["shots"]]  # of the frames the render published
+    assert any(r is not None and r > 0 for r in rates), record["shots"]
+    events = [(e["event"], e["name"]) for e in snapshot["workers"]["events"]]
+    assert ("joined", "late-node") in events and ("left", "late-node") in events, events
+
+    with urllib.request.urlopen(page, timeout=10) as r:
+        html = r.read().decode()
+    workflows, first_render = html.index("submitted workflows"), html.index("<h2 id='render-")
+    assert workflows < first_render, "the workflow table sits below the renders"
+    started = re.search(r"data-name=\"started\" data-value=\"([\d.]+)\">(\d\d:\d\d:\d\d)<", html)
+    ended = re.search(r"data-name=\"finished\" data-value=\"([\d.]+)\">(\d\d:\d\d:\d\d)<", html)
+    assert started and ended and float(started.group(1)) <= float(ended.group(1))
+    assert "late-node" in html
