@@ -338,11 +338,12 @@ def _connected(
         stack.callback(client.close)
         if stop_work_stealing(client):
             logs.LOGGER.info(
-                "farm: turned work stealing off on the scheduler at %s (it moves farm's pinned blends "
-                "onto I/O workers); start it with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False to "
-                "leave it off",
+                "farm: holding work stealing off on the scheduler at %s while farm runs there (it moves "
+                "farm's pinned blends onto I/O workers); it is turned back on when the last farm client "
+                "leaves, or start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
                 client.scheduler_info().get("address", "?"),
             )
+        stack.callback(_restore_quietly, client)  # runs before client.close (the stack unwinds)
     else:
         cluster = _start_local(choice, memory_limit, stack)
         client = Client(cluster)
@@ -364,7 +365,8 @@ def _connected(
         raise
 
 
-IO_WORKER_PREFIX = "farm-io-"
+IO_WORKER_PREFIX = "farm-io-"  # the names of farm's I/O workers; on other clusters a fallback only
+IO_RESOURCE = "farm-io"  # the Dask worker resource that marks an I/O worker (dask worker --resources)
 
 
 def workers_info(client: Client) -> dict[str, dict[str, Any]]:
@@ -431,6 +433,7 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
             "options": {
                 **({"security": security} if security is not None else {}),
                 "nthreads": IO_WORKER_THREADS,
+                "resources": {IO_RESOURCE: 1},
                 "host": "127.0.0.1",
                 "memory_limit": memory_limit,
                 # never touch a GPU: these only write and encode. UCX must then not create a CUDA
@@ -468,23 +471,54 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
 
 
 def stop_work_stealing(client: Client) -> bool:
-    """Stop the work stealing of the scheduler `client` joined, if it runs; True when it did.
+    """Hold the work stealing of the scheduler `client` joined off while this client is connected; True
+    when it was running (this client then turned it off). `restore_work_stealing` gives it back once no
+    farm client holds it off: a shared scheduler is left as farm found it.
 
     farm places every task itself (decodes round-robin, a batch's blend where its pieces are, writes
     and encodes on I/O workers), with loose restrictions so a lost worker's tasks still run elsewhere;
     Dask steals loosely restricted tasks. On a `farm cluster` of one H200 it moved 1088x1920 blends
     onto idle I/O workers, which fetched the GPU pieces and blended on the CPU: 1.9 s renders against
-    1.25 s (docs/benchmarks.md, twelfth session). The clusters farm starts have it off from the start."""
+    1.25 s (docs/benchmarks.md). The clusters farm starts have it off from the start."""
 
     # defined here so it travels by value: the scheduler need not import farm
-    async def stop(dask_scheduler: Any = None) -> bool:
-        stealing = dask_scheduler.extensions.get("stealing")
-        if stealing is None or "stealing" not in dask_scheduler.periodic_callbacks:
+    async def hold(dask_scheduler: Any = None, client_id: str = "") -> bool:
+        s = dask_scheduler
+        stealing = s.extensions.get("stealing")
+        holds = s.__dict__.setdefault("_farm_stealing_holds", set())
+        holds.add(client_id)
+        if stealing is None or "stealing" not in s.periodic_callbacks:
             return False
         await stealing.stop()
+        s._farm_stopped_stealing = True  # farm turned it off: farm turns it back on
         return True
 
-    return bool(client.run_on_scheduler(stop))
+    return bool(client.run_on_scheduler(hold, client_id=client.id))
+
+
+def restore_work_stealing(client: Client) -> bool:
+    """Release this client's hold on work stealing; turn stealing back on when farm turned it off and no
+    connected farm client still holds it (holds of clients gone, killed ones too, are dropped). True
+    when it was turned back on."""
+
+    async def release(dask_scheduler: Any = None, client_id: str = "") -> bool:
+        s = dask_scheduler
+        holds = s.__dict__.setdefault("_farm_stealing_holds", set())
+        holds.discard(client_id)
+        holds.intersection_update(s.clients)  # clients that went away hold nothing
+        stealing = s.extensions.get("stealing")
+        if holds or stealing is None or not getattr(s, "_farm_stopped_stealing", False):
+            return False
+        s._farm_stopped_stealing = False
+        await stealing.start()
+        return True
+
+    return bool(client.run_on_scheduler(release, client_id=client.id))
+
+
+def _restore_quietly(client: Client) -> None:
+    with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to restore
+        restore_work_stealing(client)
 
 
 def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> LocalCluster:

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys
-from farm.cluster import IO_WORKER_PREFIX, workers_info
+from farm.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.errors import FarmError
 from farm.ipc import can_open, gpus_seen, one_host
 from farm.output import Output
@@ -620,12 +620,20 @@ def shared_over_ipc(
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:
-    """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
+    """The cluster's decode workers and its I/O workers, each sorted by address: I/O workers are those
+    with the Dask worker resource ``farm-io`` (``dask worker --resources farm-io=1``; farm's own clusters
+    give it theirs), or, on workers started without it, named ``farm-io-*``."""
     decode: list[str] = []
     io: list[str] = []
     for address, info in sorted(workers_info(client).items()):
-        (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
+        (io if is_io_worker(info) else decode).append(address)
     return decode, io
+
+
+def is_io_worker(info: dict[str, Any]) -> bool:
+    """Whether a worker (its `scheduler_info` entry) writes and encodes instead of decoding."""
+    resources = info.get("resources") or {}
+    return bool(resources.get(IO_RESOURCE)) or str(info.get("name", "")).startswith(IO_WORKER_PREFIX)
 
 
 def placement(plan: ShotPlan, frames: tuple[int, int], tile: Tile, batch_start: int) -> Placement:

@@ -462,3 +462,38 @@ def test_farm_page_counts_match_the_disk_after_a_kill_and_show_rates_workers_and
     ended = re.search(r"data-name=\"finished\" data-value=\"([\d.]+)\">(\d\d:\d\d:\d\d)<", html)
     assert started and ended and float(started.group(1)) <= float(ended.group(1))
     assert "late-node" in html
+
+
+# -- a good citizen on a shared cluster ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_io_workers_by_resource_and_stealing_given_back_on_a_shared_scheduler(plain_cluster, tmp_path):
+    from farm.graph import split_workers
+
+    def _stealing_runs(dask_scheduler=None) -> bool:  # nested: pickled by value (workers lack this module)
+        return "stealing" in dask_scheduler.periodic_callbacks
+
+    def _marks_seen(dask_worker=None) -> int:
+        keys = [entry[0] for entry in dask_worker.state.log]
+        return len({k for k in keys if isinstance(k, tuple) and k[0] == "mark-batch"})
+
+    client = plain_cluster.client
+    assert client.run_on_scheduler(_stealing_runs), "a plain dask scheduler steals work by default"
+    storage = plain_cluster.add_worker("storage-node", "--resources", "farm-io=1")
+    try:
+        client.wait_for_workers(3, timeout=60)
+        decode, io = split_workers(client)
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        assert [info[a]["name"] for a in io] == ["storage-node"] and len(decode) == 2
+        synth(tmp_path / "job.zarr", decoder="ltx2-tiny", frames=17, height=64, width=64)
+        run = farm("render", "job.zarr", "--out", "out", "--scheduler", plain_cluster.address, "--tiles",
+                   "1,1,1", "--batch-frames", "8", "--no-video", cwd=tmp_path)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert "2 worker(s)" in run.stderr and "work stealing" in run.stderr
+        marks = client.run(_marks_seen, workers=io)[io[0]]
+        assert marks >= 1, "the I/O worker wrote none of the batches"
+        assert client.run_on_scheduler(_stealing_runs), "farm left the shared scheduler without stealing"
+    finally:
+        storage.terminate()
+        storage.wait(timeout=30)
