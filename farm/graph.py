@@ -272,6 +272,8 @@ class Driver:
             render_id=render_id,
         )
         self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
+        # the settings workers read (farm.WORKER_SETTINGS) that this process sets: they go with each task
+        self.settings = config.worker_settings()
         self.futures = completions()
         self.meaning: dict[Any, tuple[str, Any]] = {}
         self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
@@ -300,7 +302,7 @@ class Driver:
         carried = plan.chunk.carry and step.segment >= 0
         previous = self.carried.pop((step.shot, step.tile), None) if carried else None
         ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
-        decode = self.client.submit(
+        decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
@@ -311,7 +313,7 @@ class Driver:
             self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
             cut = share_piece if (*step.unit, b) in self.shared else take_piece
-            self.pieces[(*step.unit, b)] = self.client.submit(
+            self.pieces[(*step.unit, b)] = self.submit(
                 cut, decode, index,
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
                 priority=self.base + Priority.PIECE,
@@ -339,7 +341,7 @@ class Driver:
         groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
         name = (self.render_id, plan.shot, batch.index)
         blend_at = self.workers[step.slot]
-        frames = self.client.submit(
+        frames = self.submit(
             blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
             t.video.takes_yuv420, groups,
             key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
@@ -352,29 +354,29 @@ class Driver:
             "priority": self.base + Priority.OUTPUT,
         }
         if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
-            mark = self.client.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
+            mark = self.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
                                       key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
             self.futures.add(mark)
             self.meaning[mark.key] = ("blend", step)
             return
-        written = self.client.submit(
+        written = self.submit(
             write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
         )
         encoded: Any = 0.0
         if t.video.enabled:
-            encoded = self.client.submit(
+            encoded = self.submit(
                 encode_batch, t.out_root, batch, frames, t.fps[plan.shot], t.video, t.metadata,
                 key=(keys.ENCODE_SEGMENT, *name), **where,
             )  # fmt: skip
         extra = []
         if t.video.sequence:
-            extra.append(self.client.submit(
+            extra.append(self.submit(
                 write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
                 timecode=t.timecodes.get(plan.shot),
                 key=(keys.WRITE_SEQUENCE, *name), **where,
             ))  # fmt: skip
         where["priority"] = self.base + Priority.MARK
-        mark = self.client.submit(
+        mark = self.submit(
             mark_batch, t.out_root, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
         )
         self.futures.add(mark)
@@ -384,7 +386,7 @@ class Driver:
         plan, t = self.plans[shot], self.targets
         if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
-        done = self.client.submit(
+        done = self.submit(
             finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot],
             {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
             t.video.suffix,
@@ -417,6 +419,12 @@ class Driver:
             if step.shot not in self.failed:
                 self.submit_blend(step)
         self.deferred.clear()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`Client.submit`, the task run under the worker settings this process sets (`settings`)."""
+        if self.settings:
+            fn = functools.partial(config.run_with, self.settings, fn)
+        return self.client.submit(fn, *args, **kwargs)
 
     # -- reacting -----------------------------------------------------------------------------------
 

@@ -294,7 +294,8 @@ _DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 def use_fast_codecs() -> str:
     """Encode and write chunks through the `zarrs` codec pipeline (Rust, chunks in parallel, no GIL)
     when it is installed (``pip install 'farm-decode[fast]'``), unless this process' zarr config names
-    another pipeline or ``FARM_ZARRS=0``. Same array format and decoded values: readers need nothing.
+    another pipeline or ``farm.zarrs`` is false (``DASK_FARM__ZARRS=false``; ``FARM_ZARRS=0`` too).
+    Same array format and decoded values: readers need nothing.
     Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/benchmarks.md).
     For worker processes; the render's own process (perhaps a user's notebook) uses `fast_codecs`."""
     import zarr
@@ -318,6 +319,16 @@ def fast_codecs() -> Iterator[None]:
         yield
 
 
+def _zarrs_setting() -> bool:
+    """``farm.zarrs`` (dask.config), unless the older ``FARM_ZARRS`` variable says otherwise."""
+    from farm import config
+
+    alias = os.environ.get("FARM_ZARRS")
+    if alias is not None:
+        return alias != "0"
+    return str(config.get("zarrs")).lower() not in ("false", "0", "no", "off")
+
+
 def _zarrs_wanted() -> bool:
     import importlib.util
 
@@ -325,7 +336,7 @@ def _zarrs_wanted() -> bool:
 
     return (
         zarr.config.get("codec_pipeline.path") in (_DEFAULT_PIPELINE, ZARRS_PIPELINE)
-        and os.environ.get("FARM_ZARRS", "1") != "0"
+        and _zarrs_setting()
         and importlib.util.find_spec("zarrs") is not None
     )
 

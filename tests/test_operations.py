@@ -497,3 +497,35 @@ def test_io_workers_by_resource_and_stealing_given_back_on_a_shared_scheduler(pl
     finally:
         storage.terminate()
         storage.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_worker_settings_set_by_the_render_reach_workers_started_elsewhere(plain_cluster):
+    import functools
+
+    import dask
+
+    from farm import config
+
+    def on_worker(key: str) -> object:  # nested: pickled by value
+        from farm import config
+
+        return config.get(key)
+
+    client = plain_cluster.client
+    assert config.worker_settings() == {}  # nothing set here: each worker's own settings hold
+    assert client.submit(on_worker, "launch-lead", pure=False).result() == 0
+    with dask.config.set({"farm.launch-lead": 6, "farm.zarrs": False, "farm.crf": 30}):
+        settings = config.worker_settings()
+        assert settings == {"farm.launch-lead": 6, "farm.zarrs": False}  # crf goes with VideoSettings
+        task = functools.partial(config.run_with, settings, on_worker)
+        seen = client.gather([client.submit(task, k, pure=False) for k in ("launch-lead", "zarrs")])
+        assert seen == [6, False]
+    assert client.submit(on_worker, "launch-lead", pure=False).result() == 0  # for that task only
+    os.environ["FARM_ZARRS"] = "0"  # the older variable still turns zarrs off
+    try:
+        from farm.output import _zarrs_setting
+
+        assert _zarrs_setting() is False
+    finally:
+        del os.environ["FARM_ZARRS"]
