@@ -12,6 +12,7 @@ without CUDA, and the CPU path never needs it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import importlib.util
@@ -483,10 +484,27 @@ def stop_work_stealing(client: Client) -> bool:
 
     # defined here so it travels by value: the scheduler need not import farm
     async def hold(dask_scheduler: Any = None, client_id: str = "") -> bool:
+        from distributed.diagnostics.plugin import SchedulerPlugin
+
         s = dask_scheduler
         stealing = s.extensions.get("stealing")
         holds = s.__dict__.setdefault("_farm_stealing_holds", set())
         holds.add(client_id)
+        if "farm-stealing-holds" not in s.plugins:
+
+            class ReleaseOnLeave(SchedulerPlugin):  # a client that leaves, killed or not, holds nothing
+                name = "farm-stealing-holds"
+
+                def remove_client(self, scheduler: Any, client: str) -> None:
+                    held = scheduler.__dict__.setdefault("_farm_stealing_holds", set())
+                    held.discard(client)
+                    theirs = scheduler.extensions.get("stealing")
+                    stopped = getattr(scheduler, "_farm_stopped_stealing", False)
+                    if not held and theirs is not None and stopped:
+                        scheduler._farm_stopped_stealing = False
+                        asyncio.get_running_loop().create_task(theirs.start())
+
+            s.add_plugin(ReleaseOnLeave())
         if stealing is None or "stealing" not in s.periodic_callbacks:
             return False
         await stealing.stop()

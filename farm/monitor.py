@@ -296,6 +296,8 @@ def summarize(
         else:
             shot_state = "queued"
         shot_frames = shot.get("frames_written")
+        if not shot_frames and this_render and layout.get("batch_frames"):  # marked before it published
+            shot_frames = this_render * int(layout["batch_frames"])
         shots.append(
             {
                 "shot": name,

@@ -502,6 +502,7 @@ def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotP
             "total": len(plan.batches),
             "done": sorted(done),
             "skipped": sorted(every - done - todo[plan.shot]),
+            "batch_frames": plan.batches[0].frames if plan.batches else 0,  # the farm page's frames/s
         }
     return layout
 

@@ -434,11 +434,13 @@ def test_farm_page_counts_match_the_disk_after_a_kill_and_show_rates_workers_and
                     "2,1,1", "--batch-frames", "8", "--no-video")  # fmt: skip
     render_id, page = render.value_after("render id"), render.value_after("farm page")
     extra = plain_cluster.add_worker("late-node")
+    plain_cluster.client.wait_for_workers(3, timeout=60)
     wait_until(lambda: done_markers(out) >= 3, 120, "three finished batches")
     render.proc.send_signal(signal.SIGKILL)
     render.proc.wait(timeout=30)
     extra.terminate()
     extra.wait(timeout=30)
+    wait_until(lambda: len(plain_cluster.client.scheduler_info()["workers"]) == 2, 60, "the late worker gone")
     time.sleep(2.0)  # tasks already running finish; the scheduler forgets the rest
 
     with urllib.request.urlopen(page.replace("/farm", "/farm/api/renders.json"), timeout=10) as r:
