@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from farm import config, keys
+from farm import config, keys, logs
 from farm.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.errors import FarmError
 from farm.ipc import can_open, gpus_seen, one_host
@@ -290,6 +290,9 @@ class Driver:
         self.outputs_ready = outputs_ready
         self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
         self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
+        self.window = schedule.window  # grows as decode workers join (`adopt`)
+        self.moved: dict[int, int] = {}  # shot → the slot of a worker that joined mid-render, its new home
+        self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -305,7 +308,8 @@ class Driver:
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
-            workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
+            workers=[self.workers[self.moved.get(step.shot, step.slot)]], allow_other_workers=True,
+            retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
         self.decoded[step.unit] = decode
@@ -340,7 +344,7 @@ class Driver:
                   for k, seg in step.pieces]  # fmt: skip
         groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
         name = (self.render_id, plan.shot, batch.index)
-        blend_at = self.workers[step.slot]
+        blend_at = self.workers[self.moved.get(step.shot, step.slot)]
         frames = self.submit(
             blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
             t.video.takes_yuv420, groups,
@@ -398,7 +402,7 @@ class Driver:
 
     def fill_window(self) -> None:
         decodes = self.schedule.decodes
-        while self.cursor < len(decodes) and len(self.decoded) < self.schedule.window:
+        while self.cursor < len(decodes) and len(self.decoded) < self.window:
             step = decodes[self.cursor]
             self.cursor += 1
             if step.shot in self.failed:
@@ -409,6 +413,32 @@ class Driver:
                     self.submit_blend(self.schedule.blends[i])
                 else:
                     self.deferred.append(self.schedule.blends[i])
+
+    def adopt(self, joined: Sequence[str]) -> None:
+        """Decode workers that joined mid-render take work: every shot not started yet that one slot
+        decodes and blends whole moves, round-robin, to the new slots, and the window grows by a
+        worker's share, so their first decodes start at once."""
+        with self.lock:
+            old = len(self.workers)
+            self.workers.extend(joined)
+            self.window += -(-self.schedule.window // old) * len(joined)
+            started = {d.shot for d in self.schedule.decodes[: self.cursor]}
+            slots: dict[int, set[int]] = {}
+            for d in self.schedule.decodes:
+                slots.setdefault(d.shot, set()).add(d.slot)
+            for b in self.schedule.blends:
+                slots.setdefault(b.shot, set()).add(b.slot)
+            shared = {piece[0] for piece in self.shared}
+            waiting = [p for p in dict.fromkeys(d.shot for d in self.schedule.decodes[self.cursor :])
+                       if p not in started and p not in self.failed and p not in shared
+                       and p not in self.moved and len(slots[p]) == 1]  # fmt: skip
+            for i, shot in enumerate(waiting):
+                turn = (i + old) % len(self.workers)  # the new slots take the next shots first
+                if turn >= old:  # the new slots' turns; the others keep their shots
+                    self.moved[shot] = turn
+            logs.LOGGER.debug("%d decode worker(s) joined: %d shot(s) moved to them", len(joined),
+                              sum(1 for s in self.moved.values() if s >= old))  # fmt: skip
+            self.fill_window()
 
     def open_outputs(self) -> None:
         """Wait for the outputs to exist, then submit the blends held back meanwhile, in order."""
@@ -516,7 +546,8 @@ class Driver:
                     watcher.cancelled.set()
                 if watcher.cancelled.is_set():
                     break
-                self.handle(fut, result)
+                with self.lock:
+                    self.handle(fut, result)
                 if on_progress:
                     on_progress(self.stats)
         finally:
@@ -559,6 +590,19 @@ class Watcher(threading.Thread):
                 self.cancelled.set()
                 d.futures.clear()
                 return
+            joined = self.joined_decode_workers()
+            if joined:
+                d.adopt(joined)
+
+    def joined_decode_workers(self) -> list[str]:
+        """Decode workers the scheduler has that the driver does not use yet (none on any error)."""
+        d = self.driver
+        try:
+            info = workers_info(d.client)
+        except Exception:  # monitoring must never break a render
+            return []
+        known = set(d.workers) | set(d.io_workers)
+        return sorted(a for a, i in info.items() if a not in known and not is_io_worker(i))
 
     def stop(self) -> None:
         self.stopped.set()

@@ -531,3 +531,33 @@ def test_worker_settings_set_by_the_render_reach_workers_started_elsewhere(plain
         assert _zarrs_setting() is False
     finally:
         del os.environ["FARM_ZARRS"]
+
+
+@pytest.mark.slow
+def test_a_worker_that_joins_mid_render_takes_decode_work(plain_cluster, tmp_path):
+    def decodes_seen(dask_worker=None) -> int:  # nested: pickled by value
+        keys = [entry[0] for entry in dask_worker.state.log]
+        return len({k for k in keys if isinstance(k, tuple) and k[0] == "decode-tile"})
+
+    synth(tmp_path / "job.zarr", decoder="ltx2-tiny", shots=6, frames=9, height=64, width=64, seed=5)
+    out = tmp_path / "out"
+    render = Render(str(tmp_path / "job.zarr"), "--out", str(out), "--scheduler", plain_cluster.address,
+                    "--tiles", "1,1,1", "--no-video", "-v")  # fmt: skip
+    render.value_after("render id")
+    late = None
+    try:
+        with workers_paused(plain_cluster.client):  # the render's own workers: busy with something else
+            late = plain_cluster.add_worker("joined-mid-render")
+            plain_cluster.client.wait_for_workers(3, timeout=60)
+            address = next(a for a, w in plain_cluster.client.scheduler_info()["workers"].items()
+                           if w["name"] == "joined-mid-render")  # fmt: skip
+            wait_until(lambda: plain_cluster.client.run(decodes_seen, workers=[address])[address] >= 1, 120,
+                       "the joined worker's first decode")  # fmt: skip
+        code, _, stderr = render.wait()
+        assert code == 0, stderr
+        assert "joined" in stderr and "moved to them" in stderr
+        assert farm("status", str(out)).stdout.count("0/1") == 0
+    finally:
+        if late is not None:
+            late.terminate()
+            late.wait(timeout=30)
