@@ -28,7 +28,8 @@ class _HelpFormatter(argparse.HelpFormatter):
         if (
             "%(default)" not in text
             and action.option_strings
-            and action.default not in (None, False, argparse.SUPPRESS)
+            and action.default is not None and action.default is not False  # 0 is a default to show
+            and action.default != argparse.SUPPRESS
             and not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._CountAction))
         ):
             text += " (default: %(default)s)"
@@ -90,9 +91,13 @@ def _add_synth_command(add: AddCommand) -> None:
     p.add_argument("--width", type=int, default=192,
                    help="pixel width, a multiple of the decoder's spatial scale (32 for LTX)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed for latents and random weights")
-    p.add_argument("--fps", type=float, default=24.0, help="frames per second of every shot")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], help="decoder compute dtype")
-    p.add_argument("--weights", help="real weights, not random: VAE folder, .safetensors or .pt/.pth")
+    p.add_argument("--fps", default="24",
+                   help="frames per second of every shot: a number or a ratio (24000/1001; 23.976 reads as "
+                        "that too)")  # fmt: skip
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="decoder compute dtype (default: float32 for the -tiny configs, else bfloat16)")
+    p.add_argument("--weights",
+                   help="real weights: VAE folder, .safetensors or .pt/.pth (default: random ones)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing farm job store (any other file or folder is refused)")
 
@@ -105,15 +110,23 @@ def _add_ingest_command(add: AddCommand) -> None:
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="latent files, folders of them, or globs")
     p.add_argument("--decoder", metavar="SPEC_OR_NAME",
                    help="named config (e.g. ltx2, with --weights), a JSON decoder spec or a .json file; "
-                        "needed to create a job, checked against an existing one")  # fmt: skip
-    p.add_argument("--weights", metavar="PATH", help="decoder weights: VAE folder, .safetensors or .pt/.pth")
-    p.add_argument("--fps", type=float, help="frames per second (default: the ComfyUI workflow's, else 24)")
+                        "needed to create a job, checked against an existing one "
+                        "(default: the job's)")  # fmt: skip
+    p.add_argument("--weights", metavar="PATH",
+                   help="decoder weights: VAE folder, .safetensors or .pt/.pth (default: the spec's)")
+    p.add_argument("--fps", help="frames per second, a number or a ratio such as 24000/1001 (23.976 reads as "
+                                 "that too) (default: the ComfyUI workflow's, else 24)")  # fmt: skip
+    p.add_argument("--timecode", metavar="HH:MM:SS:FF",
+                   help="start timecode of each shot's first frame (HH:MM:SS;FF drop-frame at 29.97/59.94) "
+                        "(default: none)")  # fmt: skip
     p.add_argument("--name", metavar="PATTERN",
                    help="shot names from {stem}, {index} (sample in a batch), {n} (running number), {key} "
                         "(tensor name); default {stem}, or {stem}_{index} for a batch")  # fmt: skip
     p.add_argument("--latents", choices=["normalized", "denormalized"],
                    help="the files' convention (default: the job's; ComfyUI's: by model)")  # fmt: skip
-    p.add_argument("--tensor", metavar="KEY", help="the tensor to read in files that hold several")
+    p.add_argument("--tensor", metavar="KEY",
+                   help="the tensor to read in files that hold several (default: latent_tensor, latents, "
+                        "latent or samples, else the only one)")  # fmt: skip
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
     p.add_argument("--decode-steps", type=int, metavar="N",
                    help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec")
@@ -135,7 +148,7 @@ def _add_render_command(add: AddCommand) -> None:
     _add_plan_options(p)
     p.add_argument(
         "--window", type=int, default=config.option("window"),
-        help="decoded tiles held at once (unset: per GPU worker as many as fit beside a decode, 2 to 8; "
+        help="decoded tiles held at once (default: per GPU worker as many as fit beside a decode, 2 to 8; "
         "2 per worker on CPU); farm.window",
     )  # fmt: skip
     p.add_argument(
@@ -163,7 +176,7 @@ def _add_render_command(add: AddCommand) -> None:
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
-        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext>",
+        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> (default: none)",
     )
     p.add_argument("--exr-values", choices=["display", "linear"], default=config.option("exr-values"),
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
@@ -182,16 +195,22 @@ def _add_render_command(add: AddCommand) -> None:
         dest="frame_range",
         metavar="LIST",
         help="render only these frames (numbered from --first-frame): 1-48, 1-100x2 (every 2nd), 1-100:2, "
-        "10-1, 1,5,10-20",
+        "10-1, 1,5,10-20 (default: every frame)",
     )
     p.add_argument("--priority", type=int, default=config.option("priority"),
                    help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
+    p.add_argument("--timecode", metavar="HH:MM:SS:FF",
+                   help="start timecode of every shot's first frame, for the video (tmcd), EXR headers and "
+                        "Zarr attributes; HH:MM:SS;FF is drop-frame at 29.97/59.94 (default: the job's "
+                        "shot timecode, else none)")  # fmt: skip
 
 
 def _add_plan_command(add: AddCommand) -> None:
     p = add("plan", help="print the tile plan of a job without decoding anything")
     p.add_argument("job", help="job store (Zarr v3)")
-    p.add_argument("--workers", type=int, default=1, help="number of workers to plan for")
+    p.add_argument("--workers", type=int,
+                   help="number of decode workers to plan for (default: what farm render would start here: "
+                        "one per GPU, or up to 4 CPU processes)")  # fmt: skip
     p.add_argument("--no-video", action="store_true",
                    help="plan and predict a render that writes Zarr only (no video encodes)")  # fmt: skip
     _add_plan_options(p)
@@ -201,8 +220,8 @@ def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
     p.add_argument("--verify", action="store_true",
-                   help="check every finished batch, video and sound file against its recorded checksum (exit 1 when "
-                        "any is missing or damaged: farm render renders those again)")  # fmt: skip
+                   help="check every finished batch, video and sound file against its recorded checksum (exit "
+                        "1 when any is missing or damaged: farm render renders those again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
@@ -227,7 +246,8 @@ def _add_cluster_command(add: AddCommand) -> None:
     p.add_argument("--port", type=int, default=8786, help="scheduler port (0: any free)")
     p.add_argument("--dashboard-port", type=int, default=8787, help="dashboard port (0: any free)")
     p.add_argument("--memory-limit", default="auto", help="host memory per worker (Dask syntax, or none)")
-    p.add_argument("--scheduler-file", help="write the scheduler's address here (farm submit, dask worker)")
+    p.add_argument("--scheduler-file",
+                   help="write the scheduler's address here (farm submit, dask worker) (default: none)")
     p.add_argument(
         "--io-workers",
         type=int,
@@ -262,11 +282,13 @@ def _add_cluster_options(p: argparse.ArgumentParser, *, local: bool) -> None:
         g.add_argument(
             "--workers",
             type=int,
-            help="start a local cluster of N workers (unset: one per GPU, or up to 4 CPU processes; or "
+            help="start a local cluster of N workers (default: one per GPU, or up to 4 CPU processes; or "
             "the cluster at Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, when that is set)",
         )
-    g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port)")
-    g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster")
+    unset = "a local cluster" if local else "none"
+    g.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:port) (default: "
+                   f"Dask's scheduler-address, DASK_SCHEDULER_ADDRESS, else {unset})")  # fmt: skip
+    g.add_argument("--scheduler-file", help="scheduler file of a running Dask cluster (default: none)")
 
 
 def _add_plan_options(p: argparse.ArgumentParser) -> None:
@@ -298,7 +320,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--chunk", metavar="F,H,W",
                    help="largest latent block one decode call takes inside a worker (0 = no limit), "
-                        "to bound GPU memory")  # fmt: skip
+                        "to bound GPU memory (default: no limit)")  # fmt: skip
     p.add_argument("--carry", action="store_true",
                    help="with a temporal --chunk: decode a tile's chunks in order, each starting from "
                         "the decoder's causal state where the last one stopped (no overlap or context "
@@ -320,6 +342,8 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
     rest = list(args.args)
     cut = rest.index("--") if "--" in rest else len(rest)
     own, script_args = rest[:cut], rest[cut + 1 :]
+    if getattr(args, "script_args", None) is not None:  # split off by `_parse`, its "--" kept out
+        script_args = args.script_args
     parser = argparse.ArgumentParser(prog="farm submit WORKFLOW.py", add_help=False)
     _submit_options(parser)
     parsed, unknown = parser.parse_known_args(own)
@@ -444,7 +468,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             args.job, args.sources, decoder=args.decoder, weights=args.weights, fps=args.fps, name=args.name,
             latents=args.latents, tensor=args.tensor, replace=args.replace, on_progress=progress,
             audio_tensor=args.audio_tensor, audio_decoder=args.audio_decoder,
-            audio_weights=args.audio_weights, decode_steps=args.decode_steps,
+            audio_weights=args.audio_weights, decode_steps=args.decode_steps, timecode=args.timecode,
         )  # fmt: skip
     finally:
         if bar is not None:
@@ -470,7 +494,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
                             sequence=args.sequence, first_frame=args.first_frame,
                             frames_dtype=args.frames_dtype, exr_values=args.exr_values,
-                            audio=not args.no_audio, audio_format=args.audio_format),
+                            audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
         on_progress=_progress_bar(args.started),
@@ -486,8 +510,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from farm.store import open_job
     from farm.tasks import VideoSettings
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
+    from farm.cluster import local_decode_workers
+
+    args.workers = args.workers if args.workers is not None else local_decode_workers()
     from farm import planner
     from farm.decoders import cost_model
 
@@ -536,14 +563,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     from farm.output import output_progress
 
     rows = output_progress(args.out, verify=args.verify)
-    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  video" + ("  damaged" if args.verify else ""))
+    state = f"{'video':<9}  damaged" if args.verify else "video"
+    print(f"{'shot':<24} {'batches':>11} {'frames':>7}  {state}")
     for row in rows:
         total = "?" if row.batches_total is None else str(row.batches_total)
-        video = "done" if row.video else "-"
-        damaged = f"  {row.damaged:>7}" if args.verify else ""
-        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {video:<5}{damaged}")
+        video = "done" if row.video else "cancelled" if row.cancelled else "-"
+        state = f"{video:<9}  {row.damaged:>7}" if args.verify else video
+        print(f"{row.shot:<24} {f'{row.batches_done}/{total}':>11} {row.frames:>7}  {state}")
     finished = sum(r.finished for r in rows)
-    print(f"{finished} of {len(rows)} shots finished")
+    cancelled = sum(r.cancelled for r in rows)
+    print(f"{finished} of {len(rows)} shots finished" + (f", {cancelled} cancelled (a rerun resumes them)"
+                                                          if cancelled else ""))  # fmt: skip
     lost = sum(r.damaged or 0 for r in rows)
     if lost:
         LOGGER.error(f"{lost} finished output(s) are missing or damaged; farm render into this output "
@@ -627,9 +657,21 @@ def _terminate(signum: int, frame: object) -> None:
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse `argv`; for `farm submit`, everything after the first ``--`` is the workflow's, untouched
+    (argparse would drop that ``--`` before the script's options and read them as farm's own)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        head = parser.parse_args(argv[:cut]) if "submit" in argv[:cut] else None
+        if head is not None and head.command == "submit":
+            head.script_args = argv[cut + 1 :]
+            return head
+    return parser.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), list(sys.argv[1:] if argv is None else argv))
     args.started = started
     logs.setup(args.verbose - args.quiet)
     if threading.current_thread() is threading.main_thread():
@@ -638,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except FarmError as exc:
         print(f"farm: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except Terminated:
         print("farm: terminated (SIGTERM); finished batches are kept, rerun to resume", file=sys.stderr)
         return EXIT_TERMINATED

@@ -12,6 +12,7 @@ without CUDA, and the CPU path never needs it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import importlib.util
@@ -195,6 +196,14 @@ def _torch_has_cuda() -> bool:
     return match is not None and match.group(1).strip() != "None"
 
 
+def local_decode_workers() -> int:
+    """The decode workers `connect` starts on this machine when nothing is said: one per GPU, or up to
+    `MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many as `farm render` runs)."""
+    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=detect_gpus(),
+                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    return choice.n_workers
+
+
 def ucx_available() -> bool:
     """Whether distributed's UCX backend (package distributed-ucxx, module ``distributed_ucxx``) is
     installed. Looks the module up without importing it."""
@@ -330,11 +339,12 @@ def _connected(
         stack.callback(client.close)
         if stop_work_stealing(client):
             logs.LOGGER.info(
-                "farm: turned work stealing off on the scheduler at %s (it moves farm's pinned blends "
-                "onto I/O workers); start it with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False to "
-                "leave it off",
+                "farm: holding work stealing off on the scheduler at %s while farm runs there (it moves "
+                "farm's pinned blends onto I/O workers); it is turned back on when the last farm client "
+                "leaves, or start the scheduler with DASK_DISTRIBUTED__SCHEDULER__WORK_STEALING=False",
                 client.scheduler_info().get("address", "?"),
             )
+        stack.callback(_restore_quietly, client)  # runs before client.close (the stack unwinds)
     else:
         cluster = _start_local(choice, memory_limit, stack)
         client = Client(cluster)
@@ -356,7 +366,8 @@ def _connected(
         raise
 
 
-IO_WORKER_PREFIX = "farm-io-"
+IO_WORKER_PREFIX = "farm-io-"  # the names of farm's I/O workers; on other clusters a fallback only
+IO_RESOURCE = "farm-io"  # the Dask worker resource that marks an I/O worker (dask worker --resources)
 
 
 def workers_info(client: Client) -> dict[str, dict[str, Any]]:
@@ -423,6 +434,7 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
             "options": {
                 **({"security": security} if security is not None else {}),
                 "nthreads": IO_WORKER_THREADS,
+                "resources": {IO_RESOURCE: 1},
                 "host": "127.0.0.1",
                 "memory_limit": memory_limit,
                 # never touch a GPU: these only write and encode. UCX must then not create a CUDA
@@ -435,6 +447,9 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
+    from farm.clusterd import check_tls
+
+    check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
         # Client(scheduler_file=...) waits for a missing file to appear; a typo should fail now.
         if not os.path.isfile(scheduler_file):
@@ -453,7 +468,7 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         probe_scheduler(str(scheduler), where)
     try:
         return Client(**kwargs)
-    except (OSError, TimeoutError, ValueError) as e:
+    except (OSError, TimeoutError, ValueError, RuntimeError) as e:  # RuntimeError: tcp:// under TLS
         raise FarmError(
             f"could not connect to {where}: {e}; check that it is running and reachable "
             "(dask scheduler prints its address), or leave out --scheduler to start a local cluster"
@@ -511,23 +526,71 @@ def probe_scheduler(address: str, where: str, timeout: float = PROBE_TIMEOUT_S) 
 
 
 def stop_work_stealing(client: Client) -> bool:
-    """Stop the work stealing of the scheduler `client` joined, if it runs; True when it did.
+    """Hold the work stealing of the scheduler `client` joined off while this client is connected; True
+    when it was running (this client then turned it off). `restore_work_stealing` gives it back once no
+    farm client holds it off: a shared scheduler is left as farm found it.
 
     farm places every task itself (decodes round-robin, a batch's blend where its pieces are, writes
     and encodes on I/O workers), with loose restrictions so a lost worker's tasks still run elsewhere;
     Dask steals loosely restricted tasks. On a `farm cluster` of one H200 it moved 1088x1920 blends
     onto idle I/O workers, which fetched the GPU pieces and blended on the CPU: 1.9 s renders against
-    1.25 s (docs/benchmarks.md, twelfth session). The clusters farm starts have it off from the start."""
+    1.25 s (docs/benchmarks.md). The clusters farm starts have it off from the start."""
 
     # defined here so it travels by value: the scheduler need not import farm
-    async def stop(dask_scheduler: Any = None) -> bool:
-        stealing = dask_scheduler.extensions.get("stealing")
-        if stealing is None or "stealing" not in dask_scheduler.periodic_callbacks:
+    async def hold(dask_scheduler: Any = None, client_id: str = "") -> bool:
+        from distributed.diagnostics.plugin import SchedulerPlugin
+
+        s = dask_scheduler
+        stealing = s.extensions.get("stealing")
+        holds = s.__dict__.setdefault("_farm_stealing_holds", set())
+        holds.add(client_id)
+        if "farm-stealing-holds" not in s.plugins:
+
+            class ReleaseOnLeave(SchedulerPlugin):  # a client that leaves, killed or not, holds nothing
+                name = "farm-stealing-holds"
+
+                def remove_client(self, scheduler: Any, client: str) -> None:
+                    held = scheduler.__dict__.setdefault("_farm_stealing_holds", set())
+                    held.discard(client)
+                    theirs = scheduler.extensions.get("stealing")
+                    stopped = getattr(scheduler, "_farm_stopped_stealing", False)
+                    if not held and theirs is not None and stopped:
+                        scheduler._farm_stopped_stealing = False
+                        asyncio.get_running_loop().create_task(theirs.start())
+
+            s.add_plugin(ReleaseOnLeave())
+        if stealing is None or "stealing" not in s.periodic_callbacks:
             return False
         await stealing.stop()
+        s._farm_stopped_stealing = True  # farm turned it off: farm turns it back on
         return True
 
-    return bool(client.run_on_scheduler(stop))
+    return bool(client.run_on_scheduler(hold, client_id=client.id))
+
+
+def restore_work_stealing(client: Client) -> bool:
+    """Release this client's hold on work stealing; turn stealing back on when farm turned it off and no
+    connected farm client still holds it (holds of clients gone, killed ones too, are dropped). True
+    when it was turned back on."""
+
+    async def release(dask_scheduler: Any = None, client_id: str = "") -> bool:
+        s = dask_scheduler
+        holds = s.__dict__.setdefault("_farm_stealing_holds", set())
+        holds.discard(client_id)
+        holds.intersection_update(s.clients)  # clients that went away hold nothing
+        stealing = s.extensions.get("stealing")
+        if holds or stealing is None or not getattr(s, "_farm_stopped_stealing", False):
+            return False
+        s._farm_stopped_stealing = False
+        await stealing.start()
+        return True
+
+    return bool(client.run_on_scheduler(release, client_id=client.id))
+
+
+def _restore_quietly(client: Client) -> None:
+    with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to restore
+        restore_work_stealing(client)
 
 
 def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> LocalCluster:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from farm.errors import FarmError
+from farm.errors import FarmError, FarmRuntimeError
 
 
 def parse_gpus(text: str | None) -> int | None:
@@ -56,6 +56,57 @@ def exposure_warning(host: str, protocol: str) -> str | None:
         "distributed.comm.tls.{ca-file,scheduler,worker,client} in the Dask configuration of every node "
         "(README, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
     )
+
+
+def tls_problems(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> list[str]:
+    """What Dask's TLS settings lack when they require encryption (nothing when they do not): the CA
+    file and each role's certificate, and every file they name must exist."""
+    import dask
+
+    if not dask.config.get("distributed.comm.require-encryption", default=False):
+        return []
+    def setting(name: str) -> Any:  # through dask.config.get: "ca-file" and "ca_file" alike
+        return dask.config.get(f"distributed.comm.tls.{name}", default=None)
+
+    found = []
+    needed = {"ca-file": setting("ca-file")}
+    for role in roles:
+        needed[f"{role}.cert"] = setting(f"{role}.cert")
+        if setting(f"{role}.key"):
+            needed[f"{role}.key"] = setting(f"{role}.key")
+    for name, path in needed.items():
+        if not path:
+            found.append(f"distributed.comm.tls.{name} is not set")
+        elif not Path(path).is_file():
+            found.append(f"distributed.comm.tls.{name} names {path}, which is not a file")
+    return found
+
+
+def check_tls(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> None:
+    """A FarmError before anything starts when Dask requires TLS without the certificates for it."""
+    problems = tls_problems(roles)
+    if problems:
+        raise FarmError(
+            "the Dask configuration requires TLS (distributed.comm.require-encryption) but "
+            + "; ".join(problems) + "; set them (README, 'TLS on a multi-node farm') or turn TLS off"
+        )
+
+
+def check_ports_free(host: str, ports: dict[str, int]) -> None:
+    """A FarmRuntimeError naming the option when a fixed port (not 0) is already taken on `host`."""
+    import socket
+
+    for option, port in ports.items():
+        if port == 0:
+            continue
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise FarmRuntimeError(
+                    f"{option} {port}: {host}:{port} is taken ({exc.strerror}): is another cluster running "
+                    "there? choose another port, or 0 for any free one"
+                ) from None
 
 
 def _checked_gpu_count(
@@ -131,6 +182,8 @@ def start(
         protocol=protocol,
         cpu_decode_threads=cpu_decode_threads(),
     )
+    check_tls()
+    check_ports_free(host, {"--port": port, "--dashboard-port": dashboard_port})
     security = Security()  # from Dask's configuration: TLS when it requires encryption
     wire = choice.protocol
     if security.require_encryption:
@@ -153,11 +206,15 @@ def start(
         cluster = start_local_cluster(
             choice, stack, no_cuda_hint="or start CPU workers with --gpus 0", **common
         )
-    except OSError as exc:
+    except (OSError, RuntimeError, TypeError, ValueError) as exc:  # LocalCluster wraps what stopped it
         stack.close()
-        raise FarmError(
-            f"could not start the scheduler on {host}:{port} (dashboard {dashboard_port}): {exc}; "
-            "is another cluster running? choose other ports with --port and --dashboard-port (0 = any free)"
+        cause: BaseException = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise FarmRuntimeError(
+            f"could not start the scheduler on {host}:{port} (dashboard {dashboard_port}): "
+            f"{type(cause).__name__}: {cause}; is another cluster running? choose other ports with --port "
+            "and --dashboard-port (0 = any free)"
         ) from None
     client = Client(cluster, set_as_default=False)
     if choice.kind == "local-cpu":

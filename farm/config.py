@@ -51,6 +51,25 @@ def option(key: str) -> Any:
     return value
 
 
+# Settings read where the work runs (on workers), not by the command: compile-cache and launch-lead when
+# a decoder loads, zarrs when frames are written. A render takes those this process sets (a YAML file,
+# DASK_FARM__* or dask.config.set here, differing from the packaged defaults) along with its tasks; the
+# others are each worker's own (its YAML file or DASK_FARM__* variables).
+WORKER_SETTINGS = ("compile-cache", "launch-lead", "zarrs")
+
+
+def worker_settings() -> dict[str, Any]:
+    """The `WORKER_SETTINGS` this process sets to other than the packaged defaults, as dask.config keys."""
+    packaged = defaults()
+    return {f"{NAMESPACE}.{k}": get(k) for k in WORKER_SETTINGS if get(k) != packaged.get(k)}
+
+
+def run_with(settings: dict[str, Any], fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run ``fn(*args, **kwargs)`` with `settings` (dask.config keys) in force (on a worker, for one task)."""
+    with dask.config.set(settings):
+        return fn(*args, **kwargs)
+
+
 def scheduler_address() -> str | None:
     """Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``), or None when unset."""
     address = dask.config.get("scheduler-address", None)

@@ -22,11 +22,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm import config, keys
-from farm.cluster import IO_WORKER_PREFIX, workers_info
+from farm import config, keys, logs
+from farm.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.errors import FarmError
 from farm.ipc import can_open, gpus_seen, one_host
 from farm.output import Output
@@ -64,6 +65,7 @@ class ShotOutcome:
     audio: str | None = None  # its sound file, once this render wrote it
     error: str | None = None
     cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
+    frames_written: int = 0
 
 
 @dataclass
@@ -105,7 +107,7 @@ class RenderTargets:
     job_path: str
     spec_json: dict
     out_root: str
-    fps: dict[str, float]
+    fps: dict[str, Fraction | float]  # exact rates (farm.rates), a float only where a shot has none
     video: VideoSettings
     metadata: dict[str, str]
     total_batches: dict[str, int]  # per shot, all its batches (a partial plan writes only some)
@@ -113,6 +115,7 @@ class RenderTargets:
     compile: bool | str = False
     retries: int = 1
     sound: Sound | None = None
+    timecodes: dict[str, str] = field(default_factory=dict)  # start timecode per shot, where it has one
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ def run_graph(
     job_path: str,
     spec_json: dict,
     out: Output,
-    fps: dict[str, float],
+    fps: dict[str, Fraction | float],
     video: VideoSettings = VideoSettings(),
     metadata: dict[str, str] | None = None,
     window: int | None = None,
@@ -149,6 +152,7 @@ def run_graph(
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
     sound: Sound | None = None,
+    timecodes: dict[str, str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -176,7 +180,7 @@ def run_graph(
     targets = RenderTargets(
         job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
         metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
-        finish=finish, compile=compile, retries=retries, sound=sound,
+        finish=finish, compile=compile, retries=retries, sound=sound, timecodes=dict(timecodes or {}),
     )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
@@ -288,6 +292,8 @@ class Driver:
             render_id=render_id,
         )
         self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
+        # the settings workers read (farm.WORKER_SETTINGS) that this process sets: they go with each task
+        self.settings = config.worker_settings()
         self.futures = completions()
         self.meaning: dict[Any, tuple[str, Any]] = {}
         self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
@@ -305,6 +311,9 @@ class Driver:
         self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
         self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
         self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
+        self.window = schedule.window  # grows as decode workers join (`adopt`)
+        self.moved: dict[int, int] = {}  # shot → the slot of a worker that joined mid-render, its new home
+        self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     # -- submitting ---------------------------------------------------------------------------------
 
@@ -317,10 +326,11 @@ class Driver:
         carried = plan.chunk.carry and step.segment >= 0
         previous = self.carried.pop((step.shot, step.tile), None) if carried else None
         ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
-        decode = self.client.submit(
+        decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
-            workers=[self.workers[step.slot]], allow_other_workers=True, retries=t.retries,
+            workers=[self.workers[self.moved.get(step.shot, step.slot)]], allow_other_workers=True,
+            retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
         self.decoded[step.unit] = decode
@@ -328,7 +338,7 @@ class Driver:
             self._carry_on(step, decode)
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
             cut = share_piece if (*step.unit, b) in self.shared else take_piece
-            self.pieces[(*step.unit, b)] = self.client.submit(
+            self.pieces[(*step.unit, b)] = self.submit(
                 cut, decode, index,
                 key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
                 priority=self.base + Priority.PIECE,
@@ -355,8 +365,8 @@ class Driver:
                   for k, seg in step.pieces]  # fmt: skip
         groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
         name = (self.render_id, plan.shot, batch.index)
-        blend_at = self.workers[step.slot]
-        frames = self.client.submit(
+        blend_at = self.workers[self.moved.get(step.shot, step.slot)]
+        frames = self.submit(
             blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
             t.video.takes_yuv420, groups,
             key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
@@ -369,28 +379,29 @@ class Driver:
             "priority": self.base + Priority.OUTPUT,
         }
         if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
-            mark = self.client.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
+            mark = self.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
                                       key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
             self.futures.add(mark)
             self.meaning[mark.key] = ("blend", step)
             return
-        written = self.client.submit(
+        written = self.submit(
             write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
         )
         encoded: Any = 0.0
         if t.video.enabled:
-            encoded = self.client.submit(
+            encoded = self.submit(
                 encode_batch, t.out_root, batch, frames, t.fps[plan.shot], t.video, t.metadata,
                 key=(keys.ENCODE_SEGMENT, *name), **where,
             )  # fmt: skip
         extra = []
         if t.video.sequence:
-            extra.append(self.client.submit(
+            extra.append(self.submit(
                 write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
+                timecode=t.timecodes.get(plan.shot),
                 key=(keys.WRITE_SEQUENCE, *name), **where,
             ))  # fmt: skip
         where["priority"] = self.base + Priority.MARK
-        mark = self.client.submit(
+        mark = self.submit(
             mark_batch, t.out_root, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
         )
         self.futures.add(mark)
@@ -400,7 +411,7 @@ class Driver:
         """The shot's sound, decoded whole on a decode worker (it is small beside any tile)."""
         plan, t = self.plans[shot], self.targets
         assert t.sound is not None
-        done = self.client.submit(
+        done = self.submit(
             decode_audio, t.job_path, t.sound.spec_json, t.out_root, plan.shot, plan.pixel_shape[0],
             t.fps[plan.shot], t.sound.format, t.video.durable,
             key=(keys.DECODE_AUDIO, self.render_id, plan.shot),
@@ -419,9 +430,11 @@ class Driver:
         if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
             sound = str(Output(Path(t.out_root)).audio_file(plan.shot, "." + t.sound.format))
         waits = [self.sounds.pop(shot)] if shot in self.sounds else []
-        done = self.client.submit(
-            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot], t.metadata, t.video.suffix,
-            *waits, durable=t.video.durable, sound=sound,
+        done = self.submit(
+            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot],
+            {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
+            t.video.suffix, *waits,
+            durable=t.video.durable, sound=sound,
             key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip
         self.futures.add(done)
@@ -429,7 +442,7 @@ class Driver:
 
     def fill_window(self) -> None:
         decodes = self.schedule.decodes
-        while self.cursor < len(decodes) and len(self.decoded) < self.schedule.window:
+        while self.cursor < len(decodes) and len(self.decoded) < self.window:
             step = decodes[self.cursor]
             self.cursor += 1
             if step.shot in self.failed:
@@ -441,6 +454,32 @@ class Driver:
                 else:
                     self.deferred.append(self.schedule.blends[i])
 
+    def adopt(self, joined: Sequence[str]) -> None:
+        """Decode workers that joined mid-render take work: every shot not started yet that one slot
+        decodes and blends whole moves, round-robin, to the new slots, and the window grows by a
+        worker's share, so their first decodes start at once."""
+        with self.lock:
+            old = len(self.workers)
+            self.workers.extend(joined)
+            self.window += -(-self.schedule.window // old) * len(joined)
+            started = {d.shot for d in self.schedule.decodes[: self.cursor]}
+            slots: dict[int, set[int]] = {}
+            for d in self.schedule.decodes:
+                slots.setdefault(d.shot, set()).add(d.slot)
+            for b in self.schedule.blends:
+                slots.setdefault(b.shot, set()).add(b.slot)
+            shared = {piece[0] for piece in self.shared}
+            waiting = [p for p in dict.fromkeys(d.shot for d in self.schedule.decodes[self.cursor :])
+                       if p not in started and p not in self.failed and p not in shared
+                       and p not in self.moved and len(slots[p]) == 1]  # fmt: skip
+            for i, shot in enumerate(waiting):
+                turn = (i + old) % len(self.workers)  # the new slots take the next shots first
+                if turn >= old:  # the new slots' turns; the others keep their shots
+                    self.moved[shot] = turn
+            logs.LOGGER.debug("%d decode worker(s) joined: %d shot(s) moved to them", len(joined),
+                              sum(1 for s in self.moved.values() if s >= old))  # fmt: skip
+            self.fill_window()
+
     def open_outputs(self) -> None:
         """Wait for the outputs to exist, then submit the blends held back meanwhile, in order."""
         if self.outputs_ready is not None:
@@ -450,6 +489,12 @@ class Driver:
             if step.shot not in self.failed:
                 self.submit_blend(step)
         self.deferred.clear()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`Client.submit`, the task run under the worker settings this process sets (`settings`)."""
+        if self.settings:
+            fn = functools.partial(config.run_with, self.settings, fn)
+        return self.client.submit(fn, *args, **kwargs)
 
     # -- reacting -----------------------------------------------------------------------------------
 
@@ -478,7 +523,9 @@ class Driver:
         stats.frames_written += result["frames"]
         stats.write_s += result["write_s"]
         stats.encode_s += result["encode_s"]
-        stats.shots[self.plans[step.shot].shot].batches_written += 1
+        shot = stats.shots[self.plans[step.shot].shot]
+        shot.batches_written += 1
+        shot.frames_written += result["frames"]
         for tile, segment in step.pieces:
             unit = (step.shot, tile, segment)
             self.unwritten[unit] -= 1
@@ -544,9 +591,14 @@ class Driver:
         watcher.start()
         try:
             for fut, result in self.futures:
+                # `farm cancel` releases the tasks first: their futures may end as cancelled before the
+                # watcher's next poll, and a cancelled task is the cancel, not a failure of its shot
+                if fut.status == "cancelled" and cancel_requested(self.client, self.render_id):
+                    watcher.cancelled.set()
                 if watcher.cancelled.is_set():
                     break
-                self.handle(fut, result)
+                with self.lock:
+                    self.handle(fut, result)
                 if on_progress:
                     on_progress(self.stats)
         finally:
@@ -608,6 +660,19 @@ class Watcher(threading.Thread):
                 self.cancelled.set()
                 d.futures.clear()
                 return
+            joined = self.joined_decode_workers()
+            if joined:
+                d.adopt(joined)
+
+    def joined_decode_workers(self) -> list[str]:
+        """Decode workers the scheduler has that the driver does not use yet (none on any error)."""
+        d = self.driver
+        try:
+            info = workers_info(d.client)
+        except Exception:  # monitoring must never break a render
+            return []
+        known = set(d.workers) | set(d.io_workers)
+        return sorted(a for a, i in info.items() if a not in known and not is_io_worker(i))
 
     def stop(self) -> None:
         self.stopped.set()
@@ -677,12 +742,20 @@ def shared_over_ipc(
 
 
 def split_workers(client: Client) -> tuple[list[str], list[str]]:
-    """The cluster's decode workers and its I/O workers (named ``farm-io-*``), each sorted by address."""
+    """The cluster's decode workers and its I/O workers, each sorted by address: I/O workers are those
+    with the Dask worker resource ``farm-io`` (``dask worker --resources farm-io=1``; farm's own clusters
+    give it theirs), or, on workers started without it, named ``farm-io-*``."""
     decode: list[str] = []
     io: list[str] = []
     for address, info in sorted(workers_info(client).items()):
-        (io if str(info.get("name", "")).startswith(IO_WORKER_PREFIX) else decode).append(address)
+        (io if is_io_worker(info) else decode).append(address)
     return decode, io
+
+
+def is_io_worker(info: dict[str, Any]) -> bool:
+    """Whether a worker (its `scheduler_info` entry) writes and encodes instead of decoding."""
+    resources = info.get("resources") or {}
+    return bool(resources.get(IO_RESOURCE)) or str(info.get("name", "")).startswith(IO_WORKER_PREFIX)
 
 
 def placement(plan: ShotPlan, frames: tuple[int, int], tile: Tile, batch_start: int) -> Placement:

@@ -41,6 +41,7 @@ import socket
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ class PlannedShot:
     source: FoundTensor
     sample: int | None  # index along the file's batch axis (None: the file holds one [C, F, H, W])
     latent_shape: tuple[int, int, int, int]
-    fps: float
+    fps: Fraction  # exact (farm.rates)
     attrs: dict[str, Any] = field(default_factory=dict)
     audio: FoundTensor | None = None  # the shot's audio latents (sample `sample` of them when batched)
 
@@ -216,15 +217,19 @@ def plan_shots(
     target: Target,
     *,
     pattern: str | None = None,
-    fps: float | None = None,
+    fps: Any = None,
     replace: bool = False,
     attrs: Mapping[str, Any] | None = None,
+    timecode: str | None = None,
 ) -> list[PlannedShot]:
-    """Every shot this ingest would write, validated; nothing is read or written."""
+    """Every shot this ingest would write, validated; nothing is read or written. `fps` (a number or a
+    ratio, `farm.rates`) and `timecode` (each shot's start) apply to every shot."""
+    from farm.rates import parse_rate, parse_timecode
+
     if pattern is not None:
         check_name_pattern(pattern)
-    if fps is not None and not fps > 0:
-        raise FarmError(f"--fps {fps} is invalid; use a positive number")
+    if fps is not None:
+        fps = parse_rate(fps)
     planned: list[PlannedShot] = []
     origin: dict[str, str] = {}
     for item in found:
@@ -248,19 +253,22 @@ def plan_shots(
             shot_fps = (
                 fps or (comfy.fps if comfy and comfy.fps else None) or _metadata_fps(item) or DEFAULT_FPS
             )
-            planned.append(PlannedShot(name, item, sample, shape, float(shot_fps),
-                                       {**source_attrs(item, sample), **(attrs or {})}))  # fmt: skip
+            rate = parse_rate(shot_fps, where=f"{where}: fps")
+            clock = {"timecode": parse_timecode(timecode, rate)} if timecode else {}
+            planned.append(PlannedShot(name, item, sample, shape, rate,
+                                       {**source_attrs(item, sample), **(attrs or {}), **clock}))  # fmt: skip
     if not planned:
         raise FarmError("no latents to ingest")
     return planned
 
 
-def _metadata_fps(item: FoundTensor) -> float | None:
+def _metadata_fps(item: FoundTensor) -> Fraction | None:
+    from farm.rates import parse_rate
+
     try:
-        value = float(item.metadata.get("fps", ""))
-    except ValueError:
+        return parse_rate(item.metadata.get("fps", ""))  # "24000/1001" or a number
+    except FarmError:
         return None
-    return value if value > 0 else None
 
 
 def source_attrs(item: FoundTensor, sample: int | None) -> dict[str, Any]:
@@ -524,7 +532,7 @@ def ingest(
     *,
     decoder: str | Mapping[str, Any] | DecoderSpec | None = None,
     weights: str | os.PathLike | None = None,
-    fps: float | None = None,
+    fps: Any = None,
     name: str | None = None,
     latents: str | None = None,
     tensor: str | None = None,
@@ -534,6 +542,7 @@ def ingest(
     audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
     audio_weights: str | os.PathLike | None = None,
     decode_steps: int | None = None,
+    timecode: str | None = None,
 ) -> IngestResult:
     """Create or extend the job store `job` from latent files (see the module docstring).
 
@@ -555,7 +564,7 @@ def ingest(
     paths = latent_files.expand_sources(list(sources), on_skip=skipped.append)
     found = [latent_files.scan(p, tensor) for p in paths]
     target = target_for(spec, current[1] if current else (), exists=current is not None)
-    planned = plan_shots(found, target, pattern=name, fps=fps, replace=replace)
+    planned = plan_shots(found, target, pattern=name, fps=fps, replace=replace, timecode=timecode)
     audio_spec = _job_audio(job, current is not None, audio_decoder, audio_weights, audio_tensor is not None)
     if audio_tensor is not None and audio_spec is not None:
         planned = [with_audio(p, latent_files.scan(p.source.path, audio_tensor), audio_spec) for p in planned]

@@ -36,13 +36,14 @@ def message(text: str) -> None:
 
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        text = record.getMessage()
+        text = record.getMessage().removeprefix("farm: ")  # one prefix, however the message was written
         if record.levelno >= logging.ERROR:
             return f"farm: error: {text}"
         if record.levelno >= logging.WARNING:
             return f"farm: warning: {text}"
         if record.levelno <= logging.DEBUG:
-            return f"farm: debug: {record.name}: {text}"
+            where = record.name.removeprefix("farm").lstrip(".")  # farm.workflow → "workflow: "
+            return f"farm: debug: {where + ': ' if where else ''}{text}"
         return f"farm: {text}"
 
 

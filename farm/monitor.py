@@ -27,6 +27,7 @@ http://127.0.0.1:8787/farm
 from __future__ import annotations
 
 import base64
+import collections
 import contextlib
 import html
 import json
@@ -59,6 +60,7 @@ THUMBNAIL_PATH = "farm/thumbnail"
 # A "running" render whose tasks are all gone from the scheduler and whose record has not changed for
 # this long lost its driver (a killed `farm render` or foreground submit): shown as "interrupted".
 STALE_AFTER_S = 30.0
+WORKER_EVENTS = 50  # workers joining and leaving, the latest kept for the page
 FINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
 
 
@@ -99,6 +101,21 @@ def batch_states(layout: Mapping[str, Any] | None, seen: Mapping[int, str], tota
     ]
 
 
+def batches_on_disk(record: Mapping[str, Any]) -> dict[str, int] | None:
+    """Per shot of a render record, the batches its OUT marks done, where this process sees OUT."""
+    import os
+
+    out = record.get("out")
+    done = os.path.join(str(out), ".farm", "done") if out else None
+    if not done or not os.path.isdir(done):
+        return None
+    try:
+        shots = [s for s in dict(record.get("shots", {})) if os.path.isdir(os.path.join(done, s))]
+        return {s: sum(1 for f in os.listdir(os.path.join(done, s)) if f.isdigit()) for s in shots}
+    except OSError:
+        return None
+
+
 def thumbnail_url(render_id: str, shot: str) -> str:
     """A shot's thumbnail, relative to the dashboard's root (`farm.thumbnails` makes it)."""
     return f"{THUMBNAIL_PATH}/{quote(render_id, safe='')}/{quote(shot, safe='')}.png"
@@ -127,6 +144,8 @@ class FarmMonitor(SchedulerPlugin):
         self.prefix = "/" + prefix.strip("/") + ("/" if prefix.strip("/") else "")
         self.scheduler: Any = None
         self.counts: dict[str, _TaskCounts] = {}
+        self.workers: dict[str, str] = {}  # address -> name, of the workers seen join
+        self.worker_events: collections.deque[dict[str, Any]] = collections.deque(maxlen=WORKER_EVENTS)
 
     # -- plugin hooks -------------------------------------------------------------------------------
 
@@ -149,6 +168,16 @@ class FarmMonitor(SchedulerPlugin):
 
     async def close(self) -> None:
         _MONITORS.discard(self)
+
+    def add_worker(self, scheduler: Any, worker: str) -> None:
+        ws = scheduler.workers.get(worker)
+        name = str(getattr(ws, "name", worker))
+        self.workers[worker] = name
+        self.worker_events.append({"time": time.time(), "event": "joined", "worker": worker, "name": name})
+
+    def remove_worker(self, scheduler: Any, worker: str, **kwargs: Any) -> None:
+        name = self.workers.pop(worker, worker)
+        self.worker_events.append({"time": time.time(), "event": "left", "worker": worker, "name": name})
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         render = render_of(key)
@@ -186,7 +215,8 @@ class FarmMonitor(SchedulerPlugin):
         live = self.live_renders()
         pictures = dict(meta.get("thumbnails", {}))
         renders = [
-            summarize(rid, rec, self.counts.get(rid), cancelled, rid in live, now, pictures.get(rid))
+            summarize(rid, rec, self.counts.get(rid), cancelled, rid in live, now, pictures.get(rid),
+                      on_disk=None if rid in live else batches_on_disk(rec))  # fmt: skip
             for rid, rec in records.items()
             if isinstance(rec, dict)
         ]
@@ -201,7 +231,8 @@ class FarmMonitor(SchedulerPlugin):
                 entry["state"] = "cancelling"
             submissions.append(entry)
         submissions.sort(key=lambda s: -(s.get("started") or 0))
-        return {"time": now, "renders": renders, "submissions": submissions}
+        workers = {"now": len(getattr(self.scheduler, "workers", {})), "events": list(self.worker_events)}
+        return {"time": now, "renders": renders, "submissions": submissions, "workers": workers}
 
 
 def summarize(
@@ -212,9 +243,12 @@ def summarize(
     live: bool,
     now: float,
     thumbnails: Mapping[str, Any] | None = None,
+    on_disk: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """One render's numbers: the published record plus rates, ETA, failures and per-shot tile counts,
-    batch states and thumbnails (`thumbnails`: shot → the picture `farm.thumbnails` published)."""
+    batch states and thumbnails (`thumbnails`: shot → the picture `farm.thumbnails` published).
+    `on_disk`: per shot, the batches OUT marks done (`batches_on_disk`), which a render that no longer
+    runs shows instead of what it last published (tasks it left running may have finished since)."""
     counts = counts or _TaskCounts()
     state = str(record.get("state", "running"))
     if state != "done" and is_cancelled(render_id, cancelled):
@@ -234,8 +268,18 @@ def summarize(
         eta = (batches_total - batches_written) * (updated - started) / batches_written - (now - updated)
         eta = max(eta, 0.0)
     shots = []
+    seen_by_render = 0  # batches this render marked done, as published or as the scheduler saw them
     for name, shot in dict(record.get("shots", {})).items():
         written, total = int(shot.get("batches_written", 0)), int(shot.get("batches_total", 0))
+        # the scheduler saw these marks itself: a render killed before it published them still counts them
+        this_render = max(written, sum(1 for s in counts.batches.get(name, {}).values() if s == "done"))
+        seen_by_render += this_render
+        layout = dict(record.get("batches", {})).get(name) or {}
+        # as on disk: the shot's batches done by earlier renders too, out of all its batches
+        written = len(layout.get("done", ())) + this_render
+        if on_disk is not None and name in on_disk:
+            written = on_disk[name]
+        total = int(layout.get("total", 0)) or total
         errors = counts.errors.get(name, 0)
         if shot.get("cancelled"):
             shot_state = "cancelled"  # its own state: a cancel is not a failure
@@ -252,6 +296,8 @@ def summarize(
         else:
             shot_state = "queued"
         shot_frames = shot.get("frames_written")
+        if not shot_frames and this_render and layout.get("batch_frames"):  # marked before it published
+            shot_frames = this_render * int(layout["batch_frames"])
         shots.append(
             {
                 "shot": name,
@@ -272,6 +318,7 @@ def summarize(
                 "thumbnail_frame": (thumbnails or {}).get(name, {}).get("frame_index"),
             }
         )
+    batches_written = max(batches_written, seen_by_render)
     failed_shots = sum(1 for s in shots if s["state"] == "failed")
     cancelled_shots = sum(1 for s in shots if s["state"] == "cancelled")
     return {
@@ -426,8 +473,54 @@ td.pic{padding:2px 6px} img.thumb{width:96px;display:block;border-radius:2px}
 """
 
 
+def _clock(t: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(t))) if t else "–"
+
+
+def _workflows_table(subs: list[Mapping[str, Any]]) -> str:
+    """The submitted workflows, newest first, with when each started and ended (logs folded)."""
+    if not subs:
+        return ""
+    out = ["<h2>submitted workflows</h2><table class='submissions'><tr><th class='l'>id</th>"
+           "<th class='l'>script</th><th>state</th><th>started</th><th>ended</th><th>took</th><th>mode</th>"
+           "<th>priority</th><th>exit</th><th class='l'>log</th></tr>"]  # fmt: skip
+    for s in subs:
+        started, ended = s.get("started"), s.get("finished")
+        took = (float(ended) - float(started)) if started and ended else None
+        out.append("<tr>" + _cell("submission", s["submission"], cls="l"))
+        out.append(_cell("script", s.get("script", ""), cls="l"))
+        out.append(_cell("state", s.get("state", ""), cls=f"state {s.get('state', '')}"))
+        out.append(_cell("started", started or "", _clock(started)))
+        out.append(_cell("finished", ended or "", _clock(ended)))
+        out.append(_cell("took_s", "" if took is None else round(took, 1), _fmt_s(took)))
+        out.append(_cell("mode", "detached" if s.get("detached") else "foreground"))
+        out.append(_cell("priority", s.get("priority", 0)))
+        out.append(_cell("exit_code", "" if s.get("exit_code") is None else s["exit_code"]))
+        log = html.escape("\n".join(s.get("log") or []))
+        out.append(f"<td class='l'><details><summary>{len(s.get('log') or [])} line(s)</summary>"
+                   f"<pre>{log}</pre></details></td></tr>")  # fmt: skip
+    out.append("</table>")
+    return "".join(out)
+
+
+def _workers_section(workers: Mapping[str, Any]) -> str:
+    """How many workers the scheduler has, and the latest to join or leave."""
+    events = list(workers.get("events", []))[-8:]
+    rows = "".join(
+        f"<tr data-event='{html.escape(e['event'])}'>" + _cell("time", e["time"], _clock(e["time"]))
+        + _cell("event", e["event"], cls=f"state {'done' if e['event'] == 'joined' else 'failed'}")
+        + _cell("name", e["name"], cls="l") + _cell("worker", e["worker"], cls="l") + "</tr>"
+        for e in reversed(events)
+    )  # fmt: skip
+    table = (f"<table class='workers'><tr><th>time</th><th>event</th><th class='l'>name</th>"
+             f"<th class='l'>address</th></tr>{rows}</table>") if rows else ""  # fmt: skip
+    n = int(workers.get("now", 0))
+    return f"<h2>workers: <span data-name='workers' data-value='{n}'>{n}</span></h2>{table}"
+
+
 def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "/") -> str:
-    """The farm page: a section per render, a row per shot, then the submitted workflows."""
+    """The farm page: the submitted workflows and the workers' comings and goings first, then a section
+    per render, a row per shot."""
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>farm</title>"]
     if refresh.isdigit() and int(refresh) > 0:
         out.append(f"<meta http-equiv='refresh' content='{int(refresh)}'>")
@@ -443,6 +536,8 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
         + "".join(f"<span class='b {st}'></span>{st}" for st in BATCH_STATES)
         + "</span></div>"
     )
+    out.append(_workflows_table(snapshot.get("submissions", [])))
+    out.append(_workers_section(snapshot.get("workers", {})))
     if not renders:
         out.append("<p>No renders yet. Start one with <code>farm render JOB --out OUT --scheduler …</code> "
                    "or <code>farm submit WORKFLOW.py</code>.</p>")  # fmt: skip
@@ -469,24 +564,6 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
         if r["last_error"]:
             out.append(f"<div class='err'>last task error: {html.escape(r['last_error'])}</div>")
         out.append(_shots_table(r, prefix))
-    subs = snapshot.get("submissions", [])
-    if subs:
-        out.append(
-            "<h2>submitted workflows</h2><table class='submissions'><tr><th class='l'>id</th>"
-            "<th class='l'>script</th><th>state</th><th>mode</th><th>priority</th><th>exit</th></tr>"
-        )
-        for s in subs:
-            out.append("<tr>" + _cell("submission", s["submission"], cls="l"))
-            out.append(_cell("script", s.get("script", ""), cls="l"))
-            out.append(_cell("state", s.get("state", ""), cls=f"state {s.get('state', '')}"))
-            out.append(_cell("mode", "detached" if s.get("detached") else "foreground"))
-            out.append(_cell("priority", s.get("priority", 0)))
-            out.append(_cell("exit_code", "" if s.get("exit_code") is None else s["exit_code"]))
-            out.append("</tr>")
-            if s.get("log"):
-                text = html.escape("\n".join(s["log"]))
-                out.append(f"<tr><td colspan='6' class='l'><pre>{text}</pre></td></tr>")
-        out.append("</table>")
     out.append("</body></html>")
     return "".join(out)
 

@@ -5,6 +5,7 @@
                                       temporal batch; attrs "render" (its identity, farm.resume), "batches";
                                       dimension_names (frame, y, x, channel), colour attributes
       <shot>/frame, <shot>/channel    coordinates: frame numbers (from --first-frame), "R", "G", "B"
+      <shot>/valid                    bool [F]: True where the frame's batch is done (a reader's mask)
     OUT/videos/<shot>.mp4|.mov        the shot's video (farm.video.CODECS: H.264, H.265, ProRes), with
                                       the shot's sound muxed in when it has sound (AAC in mp4, PCM in mov)
     OUT/audio/<shot>.wav|.flac        the shot's sound (16-bit stereo), as long as its video (farm.audio)
@@ -14,7 +15,8 @@
     OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place:
                                       the sha256 of each of its chunk files and of its segment
     OUT/.farm/done/<shot>/video       marker written after the shot's video is joined: the video's sha256
-    OUT/.farm/done/<shot>/audio       marker written after the shot's sound file is in place
+    OUT/.farm/done/<shot>/audio       marker written after the shot's sound file is in place: its sha256
+    OUT/.farm/done/<shot>/cancelled   a shot `farm cancel` stopped (removed when a render resumes it)
 
 `Output` is the only place these paths are spelled; temporaries (``.<name>.farm-XXXXXXXX.tmp<suffix>``,
 `farm.files.temp_file`) are found by `Output.stale_temporaries`. A marker is trusted only while what it
@@ -50,7 +52,7 @@ FRAME_DIMS = ("frame", "y", "x", "channel")
 CHANNELS = ("R", "G", "B")
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
-FRAME_ARRAYS = ("frames", "frame", "channel")  # the arrays farm writes in a shot's group
+FRAME_ARRAYS = ("frames", "frame", "channel", "valid")  # the arrays farm writes in a shot's group
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,9 @@ class Output:
     def audio_done_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / "audio"
 
+    def cancelled_marker(self, shot: str) -> Path:
+        return self.done_dir(shot) / "cancelled"
+
     def batches_done(self, shot: str) -> set[int]:
         folder = self.done_dir(shot)
         return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
@@ -156,18 +161,22 @@ def prepare_output(
     dtype: str = "uint8",
     first_frame: int = 1,
     chunk_mib: int = 8,
+    timecode: str | None = None,
 ) -> None:
     """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames).
+
+    Each shot's group and frames carry its exact rate (``rate``, "24000/1001"; ``fps`` as a number) and
+    its start timecode (`timecode`, the render's ``--timecode``, else the job's; `farm.rates`).
 
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
     frame numbers from `first_frame`, and channel names."""
     with os_errors_in_one_line(f"cannot prepare the outputs in {str(out.root)!r}"):
-        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib)
+        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib, timecode)
 
 
 def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]], dtype: str,
-                    first_frame: int, chunk_mib: int) -> None:  # fmt: skip
+                    first_frame: int, chunk_mib: int, timecode: str | None) -> None:  # fmt: skip
     import zarr
 
     check_writable(out)
@@ -182,16 +191,31 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
 
     def prepare_shot(name: str, shape: tuple[int, int, int], batch_frames: int) -> None:
         group = root.require_group(name)
-        fps = job.shots[name].fps
-        group.attrs.update({"fps": fps, "random_weights": job.spec.random_weights})
-        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, fps, chunk_mib)
+        clock = shot_clock(job.shots[name], timecode)
+        group.attrs.update({**clock, "random_weights": job.spec.random_weights})
+        create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, job.shots[name].fps, chunk_mib)
+        frames = group["frames"]
+        if any(frames.attrs.get(k) != v for k, v in clock.items()):
+            frames.attrs.update(clock)
         write_coordinates(group, shape[0], first_frame)
+        create_validity(out, name, shape[0], batch_frames)
         out.segments_dir(name).mkdir(parents=True, exist_ok=True)
         out.done_dir(name).mkdir(parents=True, exist_ok=True)
 
     shots = list(shots)
     with ThreadPoolExecutor(max_workers=min(8, max(len(shots), 1)), thread_name_prefix="farm-out") as pool:
         list(pool.map(lambda s: prepare_shot(*s), shots))  # metadata files: a few ms each, on threads
+
+
+def shot_clock(info: Any, timecode: str | None) -> dict[str, Any]:
+    """A shot's rate and start timecode as attributes: ``fps`` (a number), ``rate`` (exact, "30000/1001")
+    and, when there is one, ``timecode`` (``HH:MM:SS:FF``; ``;`` before FF for drop-frame)."""
+    from farm.rates import rate_text, start_timecode
+
+    if info.rate is None:
+        return {"fps": info.fps}
+    start = start_timecode(info.rate, info.timecode, timecode)
+    return {"fps": float(info.rate), "rate": rate_text(info.rate), **({"timecode": start} if start else {})}
 
 
 def create_frames_array(
@@ -233,6 +257,35 @@ def frame_attributes(dtype: str, fps: float | None) -> dict[str, Any]:
         "valid_range": [0, 255] if dtype == "uint8" else [0.0, 1.0],
         **({"fps": float(fps)} if fps else {}),
     }
+
+
+VALID = "valid"  # a shot's per-frame validity array, beside its frames
+
+
+def create_validity(out: Output, shot: str, frames: int, batch_frames: int) -> None:
+    """The shot's ``valid`` array: bool [F] on the ``frame`` dimension, True where the frame's batch is
+    done (its frames are in place). One chunk per batch, so each batch's mark writes only its own chunk.
+    Made from the done markers where an output lacks it, or has it in other chunks."""
+    import zarr
+
+    group = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3).require_group(shot)
+    size = max(1, min(batch_frames, frames))
+    found = group.get(VALID)
+    if isinstance(found, zarr.Array) and found.shape == (frames,) and found.chunks == (size,):
+        return
+    arr = group.create_array(VALID, shape=(frames,), dtype=bool, chunks=(size,), fill_value=False,
+                             dimension_names=("frame",), overwrite=True,
+                             attributes={"long_name": "frame rendered (its batch is done)"})  # fmt: skip
+    for index in sorted(out.batches_done(shot)):
+        arr[index * batch_frames : (index + 1) * batch_frames] = True
+
+
+def mark_valid(out: Output, shot: str, start: int, stop: int) -> None:
+    """Frames [start, stop) of the shot are in place: set them in its ``valid`` array (a batch's chunk)."""
+    import zarr
+
+    with contextlib.suppress(FileNotFoundError, KeyError):  # an output made before the array existed
+        zarr.open_array(store=str(out.shot_group(shot) / VALID), mode="r+")[start:stop] = True
 
 
 def write_coordinates(group: Any, frames: int, first_frame: int) -> None:
@@ -279,7 +332,8 @@ _DEFAULT_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 def use_fast_codecs() -> str:
     """Encode and write chunks through the `zarrs` codec pipeline (Rust, chunks in parallel, no GIL)
     when it is installed (``pip install 'farm-decode[fast]'``), unless this process' zarr config names
-    another pipeline or ``FARM_ZARRS=0``. Same array format and decoded values: readers need nothing.
+    another pipeline or ``farm.zarrs`` is false (``DASK_FARM__ZARRS=false``; ``FARM_ZARRS=0`` too).
+    Same array format and decoded values: readers need nothing.
     Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/benchmarks.md).
     For worker processes; the render's own process (perhaps a user's notebook) uses `fast_codecs`."""
     import zarr
@@ -303,6 +357,16 @@ def fast_codecs() -> Iterator[None]:
         yield
 
 
+def _zarrs_setting() -> bool:
+    """``farm.zarrs`` (dask.config), unless the older ``FARM_ZARRS`` variable says otherwise."""
+    from farm import config
+
+    alias = os.environ.get("FARM_ZARRS")
+    if alias is not None:
+        return alias != "0"
+    return str(config.get("zarrs")).lower() not in ("false", "0", "no", "off")
+
+
 def _zarrs_wanted() -> bool:
     import importlib.util
 
@@ -310,7 +374,7 @@ def _zarrs_wanted() -> bool:
 
     return (
         zarr.config.get("codec_pipeline.path") in (_DEFAULT_PIPELINE, ZARRS_PIPELINE)
-        and os.environ.get("FARM_ZARRS", "1") != "0"
+        and _zarrs_setting()
         and importlib.util.find_spec("zarrs") is not None
     )
 
@@ -515,6 +579,7 @@ def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) 
     """Unmark damaged batches (and the video, when `video`) and remove the frames' chunk files their
     markers name, so they render again from nothing (a 0-byte chunk would fail a partial write)."""
     array_dir = out.frames_array(shot)
+    batches = list(batches)
     for batch in batches:
         marker = out.done_marker(shot, batch)
         record = read_marker(marker) or {}
@@ -525,6 +590,21 @@ def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) 
                 chunk.unlink(missing_ok=True)
     if video:
         out.video_done_marker(shot).unlink(missing_ok=True)
+    unmark_valid(out, shot, batches)
+
+
+def unmark_valid(out: Output, shot: str, batches: Iterable[int]) -> None:
+    """Clear the batches' frames in the shot's ``valid`` array (one chunk per batch)."""
+    import zarr
+
+    batches = list(batches)
+    if not batches:
+        return
+    with contextlib.suppress(FileNotFoundError, KeyError):  # an output made before the array existed
+        arr = zarr.open_array(store=str(out.shot_group(shot) / VALID), mode="r+")
+        size = arr.chunks[0]
+        for batch in batches:
+            arr[batch * size : (batch + 1) * size] = False
 
 
 def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
@@ -536,7 +616,8 @@ def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:
     """
     from farm.sequences import FORMATS, frame_path
 
-    remove_own_files(out.done_dir(shot), lambda name: name.isdigit() or name == "video")
+    markers = ("video", "audio", "cancelled")
+    remove_own_files(out.done_dir(shot), lambda name: name.isdigit() or name in markers)
     remove_own_files(out.segments_dir(shot), lambda name: SEGMENT_NAME.fullmatch(name) is not None)
     drop_frames(out, shot)
     outputs = (recorded or {}).get("outputs") or {}
@@ -612,6 +693,7 @@ class ShotProgress:
     video: bool
     finished: bool = False  # every output asked for is done (the video, or every batch without one)
     damaged: int | None = None  # with verify: finished batches (and video) found missing or altered
+    cancelled: bool = False  # stopped by `farm cancel` before it finished (a rerun resumes it)
 
 
 def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
@@ -678,6 +760,7 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
             damaged += int(sound_marker.exists() and not any(file_intact(sound_marker, p) for p in sounds))
             video = video_ok
         finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
+        cancelled = not finished and out.cancelled_marker(name).exists()
         progress.append(ShotProgress(name, len(marked), batches, frames, video, bool(identity) and finished,
-                                     damaged))  # fmt: skip
+                                     damaged, cancelled))  # fmt: skip
     return progress

@@ -162,6 +162,7 @@ def render(
         options=options, video=video, window=window, workers=workers, scheduler=scheduler,
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
+    timecodes = shot_timecodes(job, video.timecode)
     early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
                             joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
@@ -197,12 +198,14 @@ def render(
             if points.pending:
                 _announce(client, len(points.pending), n_workers, render_id, log)
                 layout = batch_layout(out, plans, points.pending)
+                mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
                     stats = run_graph(
                         client, assigned, job_path=str(job.path),
                         spec_json=job.spec.to_json(), out=out,
-                        fps={name: info.fps for name, info in job.shots.items()}, video=video,
+                        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
+                        timecodes=timecodes,
                         metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
                         on_progress=thumbnails, total_batches=points.totals, compile=compile,
                         priority=priority, render_id=render_id, finish=points.finish,
@@ -212,6 +215,7 @@ def render(
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
+                mark_cancelled(out, [s.shot for s in stats.cancelled])
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
@@ -235,6 +239,35 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     for worker, timed in steps.items():
         logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
     return steps
+
+
+def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
+    """Each shot's start timecode (``--timecode``, else the job's), checked against its rate before
+    anything starts; shots without one are left out."""
+    from farm.rates import start_timecode
+
+    found = {}
+    for name, info in job.shots.items():
+        try:
+            start = start_timecode(info.rate, info.timecode, override)
+        except FarmError as exc:
+            if override:
+                raise FarmError(f"shot {name!r}: {exc}") from None
+            continue  # the job's own timecode: that shot fails by name (farm.validate.check_shots)
+        if start:
+            found[name] = start
+    return found
+
+
+def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str] = ()) -> None:
+    """Record in OUT the shots `farm cancel` stopped (`farm status` reads them), and forget the mark of
+    shots a render takes up again (`resumed`)."""
+    from farm.output import mark_done
+
+    for shot in resumed:
+        out.cancelled_marker(shot).unlink(missing_ok=True)
+    for shot in cancelled:
+        mark_done(out.cancelled_marker(shot))
 
 
 class FirstReads:
@@ -464,7 +497,8 @@ def _prepare_outputs(
     video: VideoSettings, render_id: str,
 ) -> None:  # fmt: skip
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
-                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib)  # fmt: skip
+                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib,
+                   timecode=video.timecode)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
         list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
                       plans))  # fmt: skip
@@ -484,6 +518,7 @@ def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotP
             "total": len(plan.batches),
             "done": sorted(done),
             "skipped": sorted(every - done - todo[plan.shot]),
+            "batch_frames": plan.batches[0].frames if plan.batches else 0,  # the farm page's frames/s
         }
     return layout
 

@@ -293,6 +293,8 @@ def resume_points(
     refused: dict[str, list[str]] = {}  # differences → the shots that have them
     check_output_identity(out)
     for plan in plans:
+        if frames is not None:
+            check_frames_in_shot(frames, plan, first_frame)
         recorded = recorded_identity(out, plan.shot)
         differences = identity_differences(recorded, identities[plan.shot]) if recorded is not None else []
         if recorded is None and not restart and _has_finished_work(out, plan.shot):
@@ -341,12 +343,6 @@ def resume_points(
         skipped = set()
         if frames is not None:
             wanted = {n - first_frame for n in frames}
-            last = plan.pixel_shape[0] - 1
-            if not any(0 <= i <= last for i in wanted):
-                raise FarmError(
-                    f"--frames asks for no frame of shot {plan.shot!r}, whose frames are numbered "
-                    f"{first_frame}-{first_frame + last}; nothing was changed"
-                )
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
         if not skipped - done and not video_kept:  # every unfinished batch is rendered now: join the video
             points.finish.add(plan.shot)
@@ -364,6 +360,19 @@ def resume_points(
             "finished work is discarded)"
         )  # fmt: skip
     return points
+
+
+def check_frames_in_shot(frames: Sequence[int], plan: ShotPlan, first_frame: int) -> None:
+    """A FarmError naming the shot's frame numbers when `frames` asks for any frame the shot lacks."""
+    last = first_frame + plan.pixel_shape[0] - 1
+    outside = sorted(n for n in set(frames) if not first_frame <= n <= last)
+    if outside:
+        beyond = f"frame {outside[0]}" if len(outside) == 1 else f"frames {outside[0]}..{outside[-1]}"
+        raise FarmError(
+            f"--frames asks for {beyond} beyond shot {plan.shot!r}, whose frames are numbered "
+            f"{first_frame}-{last}; give frames in that range (--shots picks shots of other lengths); "
+            "nothing was changed"
+        )
 
 
 def apply_restarts(out: Output, points: ResumePoints) -> None:

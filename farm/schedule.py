@@ -159,7 +159,7 @@ def _units(plan: ShotPlan, stream: bool) -> list[tuple[int, int, tuple[int, int]
     Interleaved so that every tile's first segment is submitted before any tile's later ones: the
     driver submits a decode with its pieces and blends (a few ms of client calls each), so a shot split
     over two GPUs whose tiles went tile by tile started its second GPU 21-40 ms after the first (the
-    first tile's five segments submitted before it; docs/benchmarks.md, twelfth session). A worker
+    first tile's five segments submitted before it; docs/benchmarks.md). A worker
     holding several tiles still runs them tile by tile: decodes of lower tiles have higher priority."""
     geometry = plan_geometry(plan) if stream and plan.chunk.frames else None
     per_tile = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ import numpy as np
 
 from farm.errors import FarmError
 from farm.files import atomic_path
+from farm.rates import timecode_at
 
 __all__ = [
     "FORMATS",
@@ -160,9 +162,9 @@ def bt709_to_linear(values: np.ndarray) -> np.ndarray:
     return np.where(v < 0.081, v / 4.5, np.power(np.maximum(v + 0.099, 0.0) / 1.099, 1 / 0.45))
 
 
-def _write_exr(image: np.ndarray, path: str, compression: str, fps: float | None, values: str) -> None:
-    from fractions import Fraction
-
+def _write_exr(
+    image: np.ndarray, path: str, compression: str, fps: Any, values: str, timecode: str | None = None
+) -> None:
     import OpenEXR
 
     interop_id, description = EXR_VALUES[values]
@@ -175,9 +177,20 @@ def _write_exr(image: np.ndarray, path: str, compression: str, fps: float | None
     }
     if fps:
         header["framesPerSecond"] = Fraction(fps).limit_denominator(1001)
+    if timecode:  # the frame's own SMPTE timecode (timeCode attribute)
+        header["timeCode"] = exr_timecode(OpenEXR, timecode)
     channels = {"RGB": np.ascontiguousarray(image)}
     with OpenEXR.File(header, channels) as f:
         f.write(path)
+
+
+def exr_timecode(openexr: Any, timecode: str) -> Any:
+    """An OpenEXR ``TimeCode`` for ``HH:MM:SS:FF`` (``;FF``: the drop-frame flag set)."""
+    tc = openexr.TimeCode()
+    hours, minutes, seconds, frame = (int(x) for x in timecode.replace(";", ":").split(":"))
+    tc.hours, tc.minutes, tc.seconds, tc.frame = hours, minutes, seconds, frame
+    tc.dropFrame = ";" in timecode
+    return tc
 
 
 def write_frames(
@@ -190,14 +203,16 @@ def write_frames(
     format: str = "png8",
     padding: int = 4,
     exr_compression: str = "zip",
-    fps: float | None = None,
+    fps: Any = None,
     exr_values: str = "display",
+    timecode: str | None = None,
 ) -> list[Path]:
     """Write ``frames[k]`` as ``<directory>/<shot>.<first_frame + start + k>.<ext>``; returns the paths.
 
     ``start`` is the index of ``frames[0]`` in the shot (a temporal batch's first frame). The folder is
     created if needed. Each file is written atomically (temp file + rename). EXR only: ``fps`` goes in
-    ``framesPerSecond``; ``exr_values`` is ``"display"`` or ``"linear"`` (see the module doc).
+    ``framesPerSecond``; ``exr_values`` is ``"display"`` or ``"linear"`` (see the module doc); with
+    ``timecode`` (the shot's first frame's, `farm.rates`) each file's ``timeCode`` is its own frame's.
     """
     where = f"write_frames({shot!r}, {os.fspath(directory)!r})"
     if format not in FORMATS:
@@ -238,7 +253,8 @@ def write_frames(
         path = frame_path(out_dir, shot, first_frame + start + k, fmt.ext, padding)
         with atomic_path(path) as tmp:
             if format == "exr":
-                _write_exr(data[k], tmp, exr_compression, fps, exr_values)
+                label = timecode_at(timecode, Fraction(fps), start + k) if timecode and fps else None
+                _write_exr(data[k], tmp, exr_compression, fps, exr_values, label)
             else:
                 Path(tmp).write_bytes(encode_png(data[k]))
         paths.append(path)

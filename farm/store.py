@@ -2,7 +2,8 @@
 
     JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...},
                                                        "audio_decoder": {...}}}  (audio: optional)
-      <shot>/                         attrs: {"fps": 24.0, ...}
+      <shot>/                         attrs: {"fps": 23.976…, "rate": "24000/1001", "timecode": "01:00:00:00"
+                                      (optional), ...}: "rate" is exact, "fps" the same as a number
         latent                        float array [C, F, H, W], the decoder's latent space
         audio                         optional float array [C, T, M]: the shot's sound, audio latents
                                       of the job's audio decoder (`farm.decoders.ltx2_audio`)
@@ -16,6 +17,7 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from farm.decoders import DecoderSpec, spec_from_json
 from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
 from farm.errors import FarmError
 from farm.names import check_name
+from farm.rates import read_rate
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -44,6 +47,8 @@ class ShotInfo:
     fps: float
     attrs: dict[str, Any]
     audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent [C, T, M], when it has sound
+    rate: Fraction | None = None  # the exact frame rate (farm.rates); None when the fps is not valid
+    timecode: str | None = None  # the start timecode of the shot's first frame, as stored
 
 
 @dataclass(frozen=True)
@@ -74,21 +79,28 @@ def write_shot(
     name: str,
     latent: np.ndarray,
     *,
-    fps: float,
+    fps: Any,
     attrs: dict | None = None,
+    timecode: str | None = None,
     audio: np.ndarray | None = None,
 ) -> None:
-    """Add one shot's latent ``[C, F, H, W]`` (and its audio latent ``[C, T, M]``) to a job store."""
+    """Add one shot's latent ``[C, F, H, W]`` (and its audio latent ``[C, T, M]``) to a job store; `fps`
+    a number or a ratio ("24000/1001", `farm.rates.parse_rate`), stored exactly; `timecode` the start
+    timecode of its first frame."""
     import zarr
+
+    from farm.rates import parse_rate, parse_timecode, rate_text
 
     check_shot_name(name)
     if latent.ndim != 4:
         raise FarmError(f"shot {name!r}: latent has {latent.ndim} dimensions; expected 4 [C, F, H, W]")
-    if not fps > 0:
-        raise FarmError(f"shot {name!r}: fps {fps} is invalid; use a positive number")
+    rate = parse_rate(fps, where=f"shot {name!r}: fps")
+    clock: dict[str, Any] = {"fps": float(rate), "rate": rate_text(rate)}
+    if timecode is not None:
+        clock["timecode"] = parse_timecode(timecode, rate, where=f"shot {name!r}: timecode")
     root = zarr.open_group(store=str(path), mode="r+", zarr_format=3)
     group = root.require_group(name)
-    group.attrs.update({"fps": float(fps), **(attrs or {})})
+    group.attrs.update({**clock, **(attrs or {})})
     c, f, h, w = latent.shape
     arr = group.create_array(
         "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
@@ -146,6 +158,8 @@ def open_job(path: str | os.PathLike) -> Job:
             audio_shape=tuple(int(x) for x in sound.shape)  # type: ignore[arg-type]
             if isinstance(sound, zarr.Array) and audio_spec is not None
             else None,
+            rate=read_rate({"fps": 24, **group.attrs}),
+            timecode=str(group.attrs["timecode"]) if "timecode" in group.attrs else None,
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")
@@ -166,7 +180,7 @@ def read_fps(value: Any) -> float:
 # zarr-python's own codec pipeline. A worker that has written frames runs the `zarrs` pipeline for its
 # Zarr I/O (`farm.output.use_fast_codecs`), which is faster for whole chunks but slower for the part of a
 # chunk a carried segment reads: 13-15 ms against 6-10 ms for 4-5 latent frames of a 704x1216 shot on
-# this project's 2-core CPU machine (docs/benchmarks.md, eleventh session). A shot's first read is on
+# this project's 2-core CPU machine (docs/benchmarks.md). A shot's first read is on
 # its GPU's critical path.
 ZARR_PYTHON_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 

@@ -90,9 +90,12 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
+    from farm.clusterd import check_tls
+
+    check_tls(("client",))
     try:
         return Client(address, set_as_default=False, timeout="10s")
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, RuntimeError) as exc:  # RuntimeError: tcp:// under TLS
         raise FarmError(
             f"could not connect to the scheduler at {address}: {exc}; check that the cluster is running "
             "(farm cluster prints its address) and reachable from here"

@@ -24,7 +24,7 @@ from farm.cuda_streams import READY_EVENT, side_stream
 from farm.errors import FarmError
 from farm.files import fsync_all, fsync_path
 from farm.ipc import Piece, SharedPiece, open_piece, share
-from farm.output import Output, batch_record, file_record, mark_done, video_record, write_frames
+from farm.output import Output, batch_record, file_record, mark_done, mark_valid, video_record, write_frames
 from farm.store import read_latent
 from farm.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 
@@ -368,7 +368,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # queued. Blends read pieces on a stream of their own and wait on that event only: on the decode's
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
 # device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
-# stream; docs/benchmarks.md, third session). The event sits under `farm.cuda_streams.READY_EVENT`.
+# stream; docs/benchmarks.md). The event sits under `farm.cuda_streams.READY_EVENT`.
 
 
 def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
@@ -516,6 +516,8 @@ class VideoSettings:
     first_frame: int = field(default_factory=lambda: int(config.get("first-frame")))
     # the Zarr master copy: uint8 levels or float16 in [0, 1]; farm.frames-dtype
     frames_dtype: str = field(default_factory=lambda: str(config.get("frames-dtype")))
+    # start timecode of every shot's first frame (HH:MM:SS:FF, ;FF drop-frame), instead of the job's
+    timecode: str | None = None
     # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
     # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
     durable: bool = True
@@ -676,7 +678,8 @@ def encode_batch(
 
 
 def write_sequence(
-    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: float | None = None
+    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
+    timecode: str | None = None,
 ) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
     from farm.sequences import write_frames as write_images
@@ -687,7 +690,7 @@ def write_sequence(
     folder = out.sequence_dir(batch.shot)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
-                           exr_values=video.exr_values)  # fmt: skip
+                           exr_values=video.exr_values, timecode=timecode)  # fmt: skip
     if video.durable:
         fsync_all([Path(path) for path in written or []], [folder])
     return time.perf_counter() - t0
@@ -697,6 +700,7 @@ def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *ou
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out_root, batch.shot)
     out = Output(Path(out_root))
+    mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
     mark_done(out.done_marker(batch.shot, batch.index), record)
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,

@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -176,6 +176,19 @@ def _floating(dtype: str) -> bool:
         return False
 
 
+def _timecode_problem(info: Any) -> str | None:
+    from farm.rates import parse_timecode
+
+    raw = info.attrs.get("timecode")
+    if raw is None:
+        return None
+    try:
+        parse_timecode(raw, info.rate, where="timecode attribute")
+    except FarmError as exc:
+        return str(exc)
+    return None
+
+
 def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, FarmError]:
     """An error for each named shot whose values cannot render (fps, latent dtype and shape)."""
     errors = {}
@@ -184,9 +197,12 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
         problem = None
         raw_fps = info.attrs.get("fps", info.fps)
         shape = info.latent_shape
-        if not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
-            problem = (f"fps {raw_fps!r} is invalid; set the shot's 'fps' attribute "
-                       f"to a number in (0, {MAX_FPS:g}]")  # fmt: skip
+        if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
+            raw = info.attrs.get("rate", raw_fps)
+            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
+                       f"(0, {MAX_FPS:g}] (or 'rate' to a ratio such as \"24000/1001\")")  # fmt: skip
+        elif (timecode_problem := _timecode_problem(info)) is not None:
+            problem = timecode_problem
         elif not _floating(info.latent_dtype):
             problem = (f"latent dtype {info.latent_dtype} is not a floating-point type; store the latent "
                        "as float16 or float32")  # fmt: skip

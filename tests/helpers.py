@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from distributed import Client
+
     from farm.tiling import ShotPlan
 
 
@@ -63,3 +67,30 @@ def plans_required_window(plans: Sequence[ShotPlan]) -> int:
 
     schedule = make_schedule(plans, n_decode=1, n_io=0, stream=False)
     return required_window(schedule.decodes, schedule.blends)
+
+
+@contextlib.contextmanager
+def workers_paused(client: Client):
+    """Occupy every worker's task thread until the block ends: renders stop progressing (deterministic
+    'mid-render' moments on a machine where tiny renders take a second or two)."""
+    from distributed import Event, Queue
+
+    def hold(name: str) -> None:  # nested: pickled by value (the workers cannot import this module)
+        from distributed import Client, Event, Queue, get_worker
+
+        with Client(get_worker().scheduler.address, set_as_default=False) as own:
+            Queue(name + "-started", client=own).put(1)
+            Event(name, client=own).wait(120)
+
+    name = f"pause-{time.monotonic_ns()}"
+    workers = sorted(client.scheduler_info()["workers"])
+    event, started = Event(name, client=client), Queue(name + "-started", client=client)
+    holds = [client.submit(hold, name, key=f"{name}-{i}", workers=[w], allow_other_workers=False,
+                           priority=10**15, pure=False) for i, w in enumerate(workers)]  # fmt: skip
+    for _ in workers:
+        started.get(timeout=60)
+    try:
+        yield
+    finally:
+        event.set()
+        client.gather(holds)

@@ -392,3 +392,8 @@ def test_no_work_stealing_on_the_clusters_farm_starts_or_joins(dask_cuda_tripwir
             assert not client.run_on_scheduler(_stealing_runs)
             assert not cluster.stop_work_stealing(client)  # already stopped: nothing to do
             assert client.submit(lambda x: x + 1, 1).result() == 2
+            with connect(scheduler=theirs.scheduler_address) as second:  # a second farm client
+                assert not second.run_on_scheduler(_stealing_runs)
+            assert not client.run_on_scheduler(_stealing_runs)  # still held off by the first
+        with Client(theirs) as other:  # the last farm client left: their scheduler is as farm found it
+            assert other.run_on_scheduler(_stealing_runs)

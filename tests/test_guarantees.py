@@ -55,7 +55,7 @@ def finished(job, tmp_path_factory, scheduler3) -> Path:
 def test_refused_commands_touch_nothing(job, finished):
     before = snapshot(finished)
     refusals = [
-        ({"restart": True, "frames": "500-600"}, "asks for no frame"),
+        ({"restart": True, "frames": "500-600"}, "asks for frames 500..600 beyond shot"),
         (
             {"video": VideoSettings(codec="prores_hq", sequence="png8")},
             "video codec: OUT has h264, this render prores_hq",

@@ -4,7 +4,6 @@ worker, and the farm page / metrics of what was submitted."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from distributed import Client
 
 import farm.render as fr
 from farm.output import Output, output_progress, read_frames
+from tests.helpers import workers_paused
 
 ROOT = Path(__file__).resolve().parents[1]
 RENDER_FOLDER = str(ROOT / "workflows" / "render_folder.py")
@@ -122,33 +122,6 @@ def wait_until(predicate, timeout: float, what: str) -> None:
         if time.time() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.05)
-
-
-@contextlib.contextmanager
-def workers_paused(client: Client):
-    """Occupy every worker's task thread until the block ends: renders stop progressing (deterministic
-    'mid-render' moments on a machine where tiny renders take a second or two)."""
-    from distributed import Event, Queue
-
-    def hold(name: str) -> None:  # nested: pickled by value (the workers cannot import this module)
-        from distributed import Client, Event, Queue, get_worker
-
-        with Client(get_worker().scheduler.address, set_as_default=False) as own:
-            Queue(name + "-started", client=own).put(1)
-            Event(name, client=own).wait(120)
-
-    name = f"pause-{time.monotonic_ns()}"
-    workers = sorted(client.scheduler_info()["workers"])
-    event, started = Event(name, client=client), Queue(name + "-started", client=client)
-    holds = [client.submit(hold, name, key=f"{name}-{i}", workers=[w], allow_other_workers=False,
-                           priority=10**15, pure=False) for i, w in enumerate(workers)]  # fmt: skip
-    for _ in workers:
-        started.get(timeout=60)
-    try:
-        yield
-    finally:
-        event.set()
-        client.gather(holds)
 
 
 def farm_status(out: Path) -> str:

@@ -1,8 +1,8 @@
 """Where a carried segment's decode task spends its time, outside Dask.
 
 In a render, each carried segment's decode task took ≈ 0.16 s at 1088x1920 whatever its chunk's
-frames (0.07 s at 704x1216), while a whole-tile decode task took 0.09 s (docs/benchmarks.md, fifth
-session): tasks that only queue GPU work should return long before the GPU finishes it. This calls
+frames (0.07 s at 704x1216), while a whole-tile decode task took 0.09 s (docs/benchmarks.md):
+tasks that only queue GPU work should return long before the GPU finishes it. This calls
 `farm.tasks.decode_tile` segment after segment in one process, as a GPU worker's task threads do
 (each takes the previous segment's result), times when each call returns and when the GPU is done,
 then profiles one pass (torch.profiler, CPU side) and prints the calls that took the most time.

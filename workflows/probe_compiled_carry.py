@@ -19,7 +19,7 @@ decode bit for bit, with inductor to within 3.8e-6.
 
 On one H200 (2026-12-01, torch 2.11, the LTX-2 architecture, bf16, 16x22x38, tapered chunks of 5): the 3
 graphs compiled in 28.2, 39.0 and 32.3 s cold; then 0.380-0.415 s per shot against 0.532 s eager with
-diffusers' padding and 0.44-0.45 s with farm's padding by slices (docs/benchmarks.md, eighth session):
+diffusers' padding and 0.44-0.45 s with farm's padding by slices (docs/benchmarks.md):
 too little for 99 s of compiling per worker, so farm's carried chunks stay eager.
 """
 

@@ -1,7 +1,7 @@
 """Probe: what slows a GPU worker's decodes while the same process blends and sends batches?
 
 In farm renders a streamed (carried) shot's decode tasks took ≈ 20 % longer than the same chunks
-decoded alone in a plain process (docs/benchmarks.md, fourth session). This decodes one LTX-2 shot
+decoded alone in a plain process (docs/benchmarks.md). This decodes one LTX-2 shot
 in carried chunks in this process, alone and beside one background thread at a time that does what a
 GPU worker does beside its decodes, and prints the decode seconds of each:
 
