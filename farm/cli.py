@@ -220,8 +220,8 @@ def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
     p.add_argument("--verify", action="store_true",
-                   help="check every finished batch, video and sound file against its recorded checksum (exit "
-                        "1 when any is missing or damaged: farm render renders those again)")  # fmt: skip
+                   help="check every finished batch, video and sound file against its recorded checksum "
+                        "(exit 1 when any is missing or damaged: farm render renders those again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
