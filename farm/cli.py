@@ -221,7 +221,7 @@ def _add_status_command(add: AddCommand) -> None:
     p.add_argument("out", help="render output folder")
     p.add_argument("--verify", action="store_true",
                    help="check every finished batch, video and sound file against its recorded checksum "
-                        "(exit 1 when any is missing or damaged: farm render renders those again)")  # fmt: skip
+                        "(exit 1 when one is missing or damaged: farm render renders it again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
