@@ -15,8 +15,8 @@ import numpy as np
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.errors import FarmError
 from farm.names import FARM_TEMP_TAG, TEMP_SUFFIX
+from farm.rates import parse_rate
 from farm.store import Job, create_job, open_job, write_shot
-from farm.validate import MAX_FPS
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
 
@@ -52,7 +52,7 @@ def synth(
     height: int = 128,
     width: int = 192,
     seed: int = 0,
-    fps: float = 24.0,
+    fps: float | str = 24.0,
     dtype: str | None = None,
     weights: str | None = None,
     overwrite: bool = False,
@@ -80,8 +80,7 @@ def synth(
             )
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")
-    if not (isinstance(fps, int | float) and math.isfinite(fps) and 0 < fps <= MAX_FPS):
-        raise FarmError(f"--fps {fps!r} is invalid; use a number in (0, {MAX_FPS:g}] (as farm render does)")
+    parse_rate(fps)  # a number or a ratio ("24000/1001"), refused here before anything is written
     target = Path(job_path)
     if target.exists() or target.is_symlink():
         if not overwrite:

@@ -75,8 +75,8 @@ def test_synth_overwrite_replaces_only_a_job_store(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        (["--fps", "0"], "--fps 0.0 is invalid"),
-        (["--fps", "5000"], "--fps 5000.0 is invalid"),
+        (["--fps", "0"], "--fps '0' is invalid"),
+        (["--fps", "5000"], "--fps '5000' is invalid"),
         (["--seed", "-1"], "--seed -1 is invalid"),
         (["--seed", str(2**40)], "is invalid; use a whole number from 0"),
         (["--frames", "10"], "--frames 10 cannot be produced"),
