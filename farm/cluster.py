@@ -589,6 +589,8 @@ def restore_work_stealing(client: Client) -> bool:
 
 
 def _restore_quietly(client: Client) -> None:
+    if client.status != "running":  # reconnecting to a scheduler that went away: a call would wait it out
+        return
     with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to restore
         restore_work_stealing(client)
 

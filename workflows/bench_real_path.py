@@ -127,13 +127,15 @@ def start_cluster(scheduler_file: Path, log: Path) -> subprocess.Popen:
     return proc
 
 
-# Each prints {"imports": s, "load": s} as JSON: the load from after the imports to the weights on the GPU.
+# Each prints {"imports": s, "load": s} as JSON: the load from after the imports (the model class's
+# included) to the weights on the GPU.
 LOAD_DIFFUSERS = """
 import json, sys, time
 t = time.perf_counter()
 import torch, diffusers
+model_cls = getattr(diffusers, sys.argv[2])  # the class's own import is an import too
 i = time.perf_counter()
-vae = getattr(diffusers, sys.argv[2]).from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16).to("cuda")
+vae = model_cls.from_pretrained(sys.argv[1], torch_dtype=torch.bfloat16).to("cuda")
 torch.cuda.synchronize()
 print(json.dumps({"imports": i - t, "load": time.perf_counter() - i}))
 """
@@ -144,6 +146,7 @@ import torch
 from farm.decoders import diffusers_vae, decoder_class
 from farm.store import open_job
 spec = open_job(sys.argv[1]).spec
+decoder_class(spec).model_class()  # the class's own import is an import too
 i = time.perf_counter()
 decoder = decoder_class(spec).load(spec, "cuda")
 torch.cuda.synchronize()
@@ -176,7 +179,7 @@ def main() -> None:
     def record(name: str, result: dict, farm: bool = False) -> None:
         row = {"wall_s": round(result["wall_s"], 3), "rc": result["rc"]}
         if farm:
-            row.update(farm_figures(result["stderr"]))
+            row.update(farm_figures(result["stdout"] + result["stderr"]))
         if not farm and result["rc"] == 0 and result["stdout"].strip().startswith("{"):
             row["steps"] = json.loads(result["stdout"].strip().splitlines()[-1])
         rows[name] = row
