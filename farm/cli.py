@@ -129,15 +129,17 @@ def _add_ingest_command(add: AddCommand) -> None:
                         "latent or samples, else the only one)")  # fmt: skip
     p.add_argument("--replace", action="store_true", help="overwrite shots of the same name")
     p.add_argument("--decode-steps", type=int, metavar="N",
-                   help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec")
+                   help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec "
+                        "(default: the decoder's own)")  # fmt: skip
     p.add_argument("--audio-tensor", metavar="KEY",
-                   help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound)")
+                   help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound) "
+                        "(default: none, no sound)")  # fmt: skip
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
                    help="audio decoder of the sound: ltx2-audio (with --audio-weights) or a JSON spec; "
-                        "needed to create a job with sound")  # fmt: skip
+                        "needed to create a job with sound (default: the job's)")  # fmt: skip
     p.add_argument("--audio-weights", metavar="PATH",
                    help="audio weights: a diffusers pipeline folder (audio_vae/, vocoder/) or LTX-2's "
-                        ".safetensors checkpoint")  # fmt: skip
+                        ".safetensors checkpoint (default: the job's audio spec's)")  # fmt: skip
 
 
 def _add_render_command(add: AddCommand) -> None:
