@@ -261,6 +261,31 @@ class IgnoreInterruptPlugin(WorkerPlugin):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+class QuickExitPlugin(WorkerPlugin):
+    """Worker processes of a cluster farm started skip Python's interpreter teardown once their worker
+    has closed: freeing every module and object of torch and diffusers held a render's end (and a
+    ``farm cluster`` stop) 1.4 s on a 2-core machine, against 0.06 s without (docs/benchmarks.md). Logs
+    and output streams are flushed first; every output file was durable before its task ended."""
+
+    name = "farm-quick-exit"
+    idempotent = True
+
+    def teardown(self, worker: Any) -> None:
+        import atexit
+
+        atexit.register(_exit_now)  # registered last, so it runs first of the exit handlers
+
+
+def _exit_now() -> None:
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
 def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
     """The scheduler address `connect` joins: `scheduler`, or with neither it, `scheduler_file` nor
     ``workers`` Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
@@ -350,6 +375,7 @@ def _connected(
         client = Client(cluster)
         stack.callback(client.close)
         client.register_plugin(IgnoreInterruptPlugin())
+        client.register_plugin(QuickExitPlugin())
         if choice.kind == "local-cpu":
             client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
         start_io_workers(cluster, client, choice, io_workers, memory_limit)

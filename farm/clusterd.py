@@ -160,6 +160,7 @@ def start(
 
     from farm import monitor, transport_plugin
     from farm.cluster import (
+        QuickExitPlugin,
         TorchThreadsPlugin,
         choose_cluster,
         cpu_count,
@@ -217,6 +218,7 @@ def start(
             "and --dashboard-port (0 = any free)"
         ) from None
     client = Client(cluster, set_as_default=False)
+    client.register_plugin(QuickExitPlugin())
     if choice.kind == "local-cpu":
         client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
     tls = security if security.require_encryption else None

@@ -184,6 +184,7 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
         import torch
 
         assert set(client.run(torch.get_num_threads).values()) == {expected.torch_threads}
+        assert set(client.run(_plugin_names).values()) == {True}
 
         link = cluster.dashboard_link(client)
         assert link is None or link.startswith("http://127.0.0.1:")
@@ -191,6 +192,30 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
     assert client.status == "closed"
     assert local_cluster.status.name == "closed"
     assert not _imported("dask_cuda")
+
+
+def _plugin_names(dask_worker=None) -> bool:
+    return "farm-quick-exit" in dask_worker.plugins
+
+
+def test_quick_exit_skips_the_interpreter_teardown_and_keeps_what_was_written(tmp_path):
+    """A worker process of farm's own clusters, its worker closed (`QuickExitPlugin.teardown`), exits
+    without Python's teardown: exit handlers registered before it never run, and what it wrote to its
+    streams and log handlers still arrives."""
+    marker = tmp_path / "teardown-ran"
+    code = f"""
+import atexit, logging, pathlib, sys
+from farm.cluster import QuickExitPlugin
+atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text("ran"))
+logging.basicConfig(stream=sys.stderr)
+logging.getLogger("check").warning("logged before exit")
+sys.stdout.write("written before exit")  # no newline: left in the buffer
+QuickExitPlugin().teardown(None)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "written before exit" and "logged before exit" in done.stderr
+    assert not marker.exists()
 
 
 @pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
