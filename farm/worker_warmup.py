@@ -43,13 +43,9 @@ def start() -> threading.Thread | None:
 def warm_up() -> None:
     """Import `MODULES`, then create the CUDA context when this process has a GPU; each step timed."""
     try:
-        from farm.decoders.diffusers_imports import defer_package_inits
-
         for name in MODULES:
             started = time.perf_counter()
             try:
-                if name.startswith("diffusers"):
-                    defer_package_inits()  # before any model class is imported: only its own files load
                 importlib.import_module(name)
             except Exception:  # the decode that needs it raises the real error, with its context
                 return

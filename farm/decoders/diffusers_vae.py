@@ -17,6 +17,7 @@ output depends on where a tile sits, e.g. noise drawn per latent position; other
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
-from farm.decoders.diffusers_imports import model_class as diffusers_model_class
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
@@ -66,7 +66,7 @@ def live_constructor_defaults(class_name: str) -> dict[str, Any]:
     """The same, read from the installed class (imports diffusers), in the recording's JSON form."""
     import json
 
-    model_cls = diffusers_model_class(class_name)
+    model_cls = getattr(importlib.import_module("diffusers"), class_name)
     return json.loads(json.dumps(W.constructor_defaults(model_cls)))
 
 
@@ -124,7 +124,7 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def model_class(cls) -> type:
-        return diffusers_model_class(cls.model_class_name)
+        return getattr(importlib.import_module("diffusers"), cls.model_class_name)
 
     @classmethod
     def _full_config(cls, config: dict[str, Any]) -> dict[str, Any]:

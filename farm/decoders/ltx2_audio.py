@@ -258,11 +258,8 @@ def _subfolder(root: Path, name: str) -> Path:
 def build_models(spec: AudioSpec) -> tuple[Any, Any]:
     """The audio VAE and vocoder of `spec`, weights loaded, in eval mode, float32 on the CPU."""
     import torch
+    from diffusers import AutoencoderKLLTX2Audio
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
-
-    from farm.decoders.diffusers_imports import model_class
-
-    AutoencoderKLLTX2Audio: Any = model_class("AutoencoderKLLTX2Audio")  # noqa: N806 (a class)
 
     path = Path(spec.weights["path"]) if "path" in spec.weights else None
     if path is not None and path.is_dir():
@@ -276,7 +273,7 @@ def build_models(spec: AudioSpec) -> tuple[Any, Any]:
     if path is not None:
         _load_state(vae, _checkpoint_tensors(path, "audio_vae.", _CHECKPOINT_AUDIO_VAE), f"{path} audio_vae.")
         _load_state(vocoder, _checkpoint_tensors(path, "vocoder.", _CHECKPOINT_VOCODER), f"{path} vocoder.")
-    return vae.eval(), vocoder.eval()
+    return vae.eval(), vocoder.eval()  # type: ignore[attr-defined]
 
 
 class AudioDecoder:
