@@ -38,7 +38,7 @@ Memory: :class:`MemoryModel` is the decoder adapter's own memory terms (weights 
 per output pixel-frame of one decode call and per pixel of one frame, torch's native CPU convolution
 where it applies, or a dense attention mask's bytes per pair of latent positions where larger), read off
 it once so the planner stays pure (`farm.decoders.memory_model`); :func:`fit_memory` fits the terms to
-measured peaks (`workflows/measure_families.py --fit`). Per family:
+measured peaks (`tools/measure_families.py --fit`). Per family:
 :func:`scaled_to` scales a stored model's decode seconds to a decoder config from one measured decode
 of it (`farm.decoders.cost_model` reads that from the adapter).
 

@@ -70,7 +70,7 @@ from farm.tiling import (
 # reaches `farm.decoders.base.SEAM_TARGET_DB`, what LTX-2's shipped overlap of 4 gives the real LTX-2
 # decoder; docs/benchmarks.md, "Seams"). Seam error falls steadily with the overlap and has no knee, so
 # auto wins by choosing the grid (whole shots, fewer seams, cheaper axes), not by thinner seams.
-# Frames, measured with workflows/measure_seams.py on the real LTX-2 decoder architecture (random weights,
+# Frames, measured with benchmarks/measure_seams.py on the real LTX-2 decoder architecture (random weights,
 # CPU; before temporal tiles carried causal context): the causal decoder's error after a tile's start
 # decays about twice as slowly as the error after a spatial cut (~17 latent frames against ~8 columns to
 # fall below 5/255). 12 is the smallest temporal overlap measured whose seam is no worse than a spatial

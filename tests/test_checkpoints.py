@@ -191,7 +191,7 @@ def test_inverse_names_agree_with_diffusers_converters(family, cls):
     for name, config in cls.named_configs.items():
         expected = W.recorded_decoder_tensors(family, name)
         assert expected == cls.decoder_tensor_shapes(config), (
-            f"{name}: rerun workflows/record_decoder_defaults.py"
+            f"{name}: rerun tools/record_decoder_defaults.py"
         )
         full = cls._full_config(config)
         for layout in ORIGINAL_LAYOUTS.get(family, ()):

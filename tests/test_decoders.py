@@ -336,7 +336,7 @@ def test_every_named_config_records_its_temporal_context():
 
 def test_recorded_constructor_defaults_are_the_installed_classes():
     """Planning reads the diffusers classes' defaults from farm/decoders/constructor_defaults.json (no
-    diffusers import); they must be the installed classes' (else: workflows/record_decoder_defaults.py)."""
+    diffusers import); they must be the installed classes' (else: tools/record_decoder_defaults.py)."""
     from farm.decoders.diffusers_vae import (
         live_constructor_defaults,
         recorded_constructor_defaults,

@@ -91,7 +91,7 @@ def test_hunyuanvideo_temporal_split_is_as_close_as_a_spatial_split(tmp_path, sc
 
 # Spatial seams: the default overlap of a split (explicit tiles without --overlap, and auto) is the
 # decoder's measured one (`spatial_overlap_for`). Rendered here on the latents and weights
-# `workflows/measure_seams.py spatial` measured (seed 0, 3 latent frames, 16 units along the split axis,
+# `benchmarks/measure_seams.py spatial` measured (seed 0, 3 latent frames, 16 units along the split axis,
 # 8 across), its seam must reach the target; HunyuanVideo's reaches no target by blending (its
 # GroupNorms differ over the whole tile), so its default must come within 1 dB of a seam at overlap 6.
 SPATIAL_SHOTS = {"h": (3, 16, 8), "w": (3, 8, 16)}  # shot → latent frames, rows, columns

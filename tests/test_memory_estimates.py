@@ -1,7 +1,7 @@
 """`farm plan`'s memory per tile against a measured peak: real decodes of every family's tiny config on
 this CPU.
 
-`workflows/measure_families.py` decodes a clip in a fresh process and reports the peak memory above what
+`tools/measure_families.py` decodes a clip in a fresh process and reports the peak memory above what
 the process held before the decode, next to the adapter's estimate (what `farm plan` prints, less the
 weights). None of the clips here is one the adapters' figures were measured or fitted at, so the models
 are checked, not the recorded numbers: LTX's bytes per pixel-frame; HunyuanVideo's affine fit plus
@@ -33,7 +33,7 @@ def test_planned_memory_is_within_20_percent_of_the_measured_peak_for_every_fami
     for k, (decoders, clips) in enumerate(CLIPS.items()):
         out = tmp_path / f"families-{k}.json"
         subprocess.run(
-            [sys.executable, str(ROOT / "workflows" / "measure_families.py"), "--decoders", decoders,
+            [sys.executable, str(ROOT / "tools" / "measure_families.py"), "--decoders", decoders,
              "--clip", clips, "--reps", "0", "--out-json", str(out)],
             check=True, cwd=ROOT, capture_output=True, timeout=600,
         )  # fmt: skip

@@ -392,7 +392,7 @@ def test_cluster_stops_cleanly_on_sigterm(cluster2):
 @pytest.mark.slow
 def test_profile_setup_prints_a_row_per_job_size():
     result = subprocess.run(
-        [sys.executable, str(ROOT / "workflows" / "profile_setup.py"), "--shots", "1", "--shots", "3",
+        [sys.executable, str(ROOT / "benchmarks" / "profile_setup.py"), "--shots", "1", "--shots", "3",
          "--frames", "9", "--height", "64", "--width", "96", "--repeats", "1"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

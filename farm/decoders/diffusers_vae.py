@@ -52,7 +52,7 @@ def _recorded() -> dict[str, Any]:
 
 
 def recorded_constructor_defaults(class_name: str) -> dict[str, Any] | None:
-    """The constructor defaults of diffusers' `class_name` as `workflows/record_decoder_defaults.py`
+    """The constructor defaults of diffusers' `class_name` as `tools/record_decoder_defaults.py`
     recorded them (JSON: tuples as lists), or None when the installed diffusers is another version."""
     return _recorded().get("classes", {}).get(class_name)
 
@@ -98,7 +98,7 @@ class DiffusersVideoDecoder:
     bytes_per_pixel_frame: ClassVar[float] = 120.0
     # config → peak memory of one float32 decode call on a CPU as `farm.costmodel.MemoryModel`'s terms
     # (bytes_per_pixel, and where fitted const_bytes, bytes_per_frame_pixel, native_conv), measured and
-    # fitted by `workflows/measure_families.py --fit`; configs without an entry use the estimate above
+    # fitted by `tools/measure_families.py --fit`; configs without an entry use the estimate above
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {}
     # the terms that fit fits (`farm.costmodel.fit_memory`)
     memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel")
@@ -148,7 +148,7 @@ class DiffusersVideoDecoder:
     # Latent frames a temporal tile decodes before (context) and after (lookahead) its own, then discards,
     # so the frames it keeps match a whole-shot decode: per named config, measured with random weights as
     # the fewest frames that bring every kept frame within half a level of the whole decode
-    # (`workflows/measure_seams.py context`; the receptive field is the architecture's, not the weights').
+    # (`benchmarks/measure_seams.py context`; the receptive field is the architecture's, not the weights').
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {}
 
     @classmethod
@@ -164,7 +164,7 @@ class DiffusersVideoDecoder:
     # Spatial overlap (latent units) where a plan splits height or width and the user gave none (explicit
     # tiles and `--tiles auto` alike): per named config, the least whose seam meets
     # `farm.decoders.base.SEAM_TARGET_DB` on both axes, measured with RANDOM weights by
-    # `workflows/measure_seams.py spatial` (docs/benchmarks.md). Configs not measured use
+    # `benchmarks/measure_seams.py spatial` (docs/benchmarks.md). Configs not measured use
     # `farm.decoders.base.DEFAULT_SPATIAL_OVERLAP` (LTX-2's shipped overlap).
     spatial_overlap: ClassVar[dict[str, int]] = {}
 

@@ -36,7 +36,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # the tiny config (errors after a seam below 0.01 levels, float32 on a CPU; 1 level at 10 frames) and
     # ~22 at the real one (the float32 noise floor of an H200, 0.1 levels, from 22 frames on).
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 0), "ltx2-tiny": (13, 0)}
-    # One float32 decode on a CPU (workflows/measure_families.py, 2026-11-30): 46 B per output pixel-frame
+    # One float32 decode on a CPU (tools/measure_families.py, 2026-11-30): 46 B per output pixel-frame
     # above the weights at 17x128x192, 44 at 25x160x224, 7 times the width-scaled H200 figure.
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
     # Seam-band PSNR at spatial overlap 4 (`measure_seams.py`, RANDOM weights, float32 CPU): ltx2 27.3 dB

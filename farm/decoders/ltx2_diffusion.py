@@ -61,7 +61,7 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         "decode_noise_seed": ((int,), "a whole number"),
     }
     # Neighbourhood attention looks both ways in time: latent frames before and after a temporal tile that
-    # it decodes and discards (`workflows/measure_seams.py`-style measurement on the tiny config, random
+    # it decodes and discards (`benchmarks/measure_seams.py`-style measurement on the tiny config, random
     # weights, float32 CPU: every kept frame within half a level of the whole decode; see docs).
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {
         "ltx2-diffusion": (2, 2),

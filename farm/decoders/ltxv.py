@@ -115,7 +115,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     bytes_per_pixel_frame: ClassVar[float] = 104.0
     # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.decoders.cost_model`
     # scales a stored cost model's decode seconds by. H200 figures: the measurement above.
-    # CPU figures (workflows/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
+    # CPU figures (tools/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
     # the weights, and seconds relative to ltx2-tiny decoded back to back, on the ltx2-tiny-cpu model's scale
     # (ltxv-tiny: 76.8 / 75.7 B at 17x128x192 / 25x160x224; ltxv-0.9.1-tiny 1.5 % below ltxv-tiny)
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {

@@ -96,7 +96,7 @@ class WanDecoder(DiffusersVideoDecoder):
     # despite the frame-by-frame loop; 33x512x768 decoded in 0.74 / 0.73 s.
     bytes_per_pixel_frame: ClassVar[float] = 366.0
     # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.decoders.cost_model`
-    # CPU figures (workflows/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
+    # CPU figures (tools/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
     # slower than ltx2-tiny per pixel on a CPU
     # Memory: fitted to 6 decodes from 9x64x96 to 25x128x192 and 9x192x256 (`measure_families.py --fit`,

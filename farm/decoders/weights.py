@@ -8,7 +8,7 @@ points:
 
 * :func:`check_weights` refuses weights that do not fit a spec before any cluster starts, from file
   headers only and the decoder tensors' shapes recorded for each named config (``decoder_tensors.json``,
-  written by ``workflows/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
+  written by ``tools/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
   object, no record) has its shapes computed on the meta device, which imports both. It returns the spec
   with the weights' files, layout and content identity recorded, so a later render notices weights that
   changed;

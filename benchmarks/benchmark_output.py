@@ -14,7 +14,7 @@ Measures, on the machine it runs on:
 
 Every script that starts processes needs the ``__main__`` guard (spawn).
 
-    python workflows/benchmark_output.py --parts zarr,encode,farm --gpus 2 --shots 24 \\
+    python benchmarks/benchmark_output.py --parts zarr,encode,farm --gpus 2 --shots 24 \\
         --dirs /tmp/farm-out --out-json $OUT/out.json --out-md $OUT/out.md
 """
 

@@ -12,7 +12,7 @@ on its own with its noise drawn by pixel position, weighted by its blend ramps, 
 
 RANDOM weights (seeded): seams measured on them are worse than a trained decoder's.
 
-    python workflows/measure_diffusion_decoder.py --out-json diffusion-tiny.json
+    python benchmarks/measure_diffusion_decoder.py --out-json diffusion-tiny.json
 """
 
 from __future__ import annotations

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
-# Issue 12's rows on the 2-GPU kind (nvidia-h200-x2), as device calls that each fit the 10-minute limit.
+# The two-GPU rows of docs/benchmarks.md on nvidia-h200-x2, as device calls that each fit the 10-minute limit.
 # Run from the project root on the device, with the staged site carried (.gpu-site.tar.xz):
 #
-#   bash workflows/x2_calls.sh one      # one shot, 1 and 2 GPUs, both sizes, explicit grids and auto
-#   bash workflows/x2_calls.sh batch    # 32 shots compiled: Zarr, H.264 ultrafast and veryfast, 1 and 2 GPUs,
+#   bash benchmarks/x2_calls.sh one      # one shot, 1 and 2 GPUs, both sizes, explicit grids and auto
+#   bash benchmarks/x2_calls.sh batch    # 32 shots compiled: Zarr, H.264 ultrafast and veryfast, 1 and 2 GPUs,
 #                                       # beside the plain decode, Zarr and encode ceilings of the same call
-#   bash workflows/x2_calls.sh emulate  # the same one-shot cases on two MPS halves of GPU 0 (the stand-in)
 #
 # Each writes its logs and JSON under $OUT (the device's result folder) and gives every step a timeout, so
 # a call returns what it has. Copy the figures kept into docs/benchmarks.md.
 set -uo pipefail
-case "${1:-}" in one | batch | emulate) ;; *) echo "usage: bash workflows/x2_calls.sh one|batch|emulate" >&2; exit 2 ;; esac
+case "${1:-}" in one | batch) ;; *) echo "usage: bash benchmarks/x2_calls.sh one|batch" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/x2-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
-cd workflows || exit 1
+cd benchmarks || exit 1
 nvidia-smi --query-gpu=index,name --format=csv > "$OUT/gpus.txt"
 
 step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $OUT/NAME.log, note its exit status
@@ -43,11 +42,6 @@ batch)
     step batch 580 python benchmark_output.py --parts plain,zarr,encode,farm --shots 32 --compile \
         --gpu-counts 1,2 --batch-outputs zarr ultrafast veryfast --procs 8,16 --encode-zarr \
         --presets ultrafast veryfast --out-json "$OUT/batch.json"
-    ;;
-emulate)
-    step emulate 400 python probe_emulated_gpus.py --percent 50 --gpu-workers 1,2 --sizes 704x1216 1088x1920 \
-        --cases 1:1,1,1,5c,8 2:1,1,2,5c,8 2:auto --runs 3 --out-json "$OUT/emulate.json"
-    echo quit | CUDA_MPS_PIPE_DIRECTORY=/tmp/farm-mps/pipe nvidia-cuda-mps-control 2>/dev/null
     ;;
 esac
 grep -h "rc " "$OUT"/*.log

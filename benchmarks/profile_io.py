@@ -10,7 +10,7 @@ Each measurement encodes or writes batches of ``--batch`` frames, the unit a far
 - ``pool``: P processes encoding / writing / doing both for ``--jobs`` batches: aggregate frames/s;
 - ``gpu-yuv``: RGB→YUV 4:2:0 on the GPU plus the device→host copy, per batch.
 
-python workflows/profile_io.py --out-json $OUT/io.json --out-md $OUT/io.md
+python benchmarks/profile_io.py --out-json $OUT/io.json --out-md $OUT/io.md
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Refit a stored cost model's output figures (Zarr write seconds per pixel-frame, output streams, the
 send of a blended batch to its I/O worker)
-from farm renders measured by `workflows/benchmark_output.py`, and print every render measured beside
+from farm renders measured by `benchmarks/benchmark_output.py`, and print every render measured beside
 what the planner predicts for it, before and after.
 
-    python workflows/refit_output_costs.py a.json b.json --model ltx2-h200 [--write]
+    python tools/refit_output_costs.py a.json b.json --model ltx2-h200 [--write]
 
 The decode figures stay (they come from plain decodes, `benchmark_gpu.py`); rows of a compiled
 benchmark are predicted with the decode scaled by that run's compiled / eager plain decode. Only rows
@@ -201,7 +201,7 @@ def main() -> None:
                       else "blend from the blend tasks' own seconds")  # fmt: skip
         raw["notes"] = [n for n in raw["notes"] if not n.startswith(refitted)] + [
             ", ".join(refitted)
-            + f": refitted by workflows/refit_output_costs.py on {len(fitted)} cases of farm renders to Zarr "
+            + f": refitted by tools/refit_output_costs.py on {len(fitted)} cases of farm renders to Zarr "
             "with fsync (zarrs codecs; the median of each case's runs) on nvidia-h200, "
             f"{time.strftime('%Y-%m-%d')} (docs/benchmarks.md); {blend_note}; write_s_per_pixel is one "
             "output stream's rate, streams run side by side; disk_s_per_pixel from the median fsync'd "

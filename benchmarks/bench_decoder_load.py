@@ -2,7 +2,7 @@
 .to(device, dtype)`` beside farm's load (decoder built on the meta device, its tensors read straight onto
 the device in the decode dtype), from the diffusers folder and from an original-layout single file.
 
-    python workflows/bench_decoder_load.py --device cuda --weights /tmp/ltx2-vae \
+    python benchmarks/bench_decoder_load.py --device cuda --weights /tmp/ltx2-vae \
         [--single-file /tmp/ltx2.safetensors]
 
 The folder is written first when it does not exist: the default LTX-2 architecture

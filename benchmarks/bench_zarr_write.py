@@ -1,6 +1,6 @@
 """Zarr write throughput of uint8 frame batches: compressors x writer threads (one process).
 
-python workflows/bench_zarr_write.py --frames 32 --height 704 --width 1216 --threads 1,8 --out /tmp/zz
+python benchmarks/bench_zarr_write.py --frames 32 --height 704 --width 1216 --threads 1,8 --out /tmp/zz
 """
 
 from __future__ import annotations

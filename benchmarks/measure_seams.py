@@ -30,12 +30,12 @@ than the real decoder, so its seams are narrower).
 
 Usage (from the repository root, venv active):
 
-    python workflows/measure_seams.py overlaps --decoder ltx2-tiny --out-json seams-tiny.json
-    python workflows/measure_seams.py overlaps --decoder ltx2 --overlaps 0,2,4,6,8 --long 20 --short 4 \
+    python benchmarks/measure_seams.py overlaps --decoder ltx2-tiny --out-json seams-tiny.json
+    python benchmarks/measure_seams.py overlaps --decoder ltx2 --overlaps 0,2,4,6,8 --long 20 --short 4 \
         --frames-short 2 --out-json seams-ltx2.json
-    python workflows/measure_seams.py edges --decoder ltx2
-    python workflows/measure_seams.py plans --decoder ltx2-tiny --out-json seams-plans.json
-    python workflows/measure_seams.py spatial --threads 1 --out-md spatial.md
+    python benchmarks/measure_seams.py edges --decoder ltx2
+    python benchmarks/measure_seams.py plans --decoder ltx2-tiny --out-json seams-plans.json
+    python benchmarks/measure_seams.py spatial --threads 1 --out-md spatial.md
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Every row is a fresh process timed from outside (wall seconds), in one run on on
 farm's rows also keep what ``farm -v render`` logs: its set-up steps and each worker's seconds to its
 decoder and first decode. Writes ``real_path.json`` and ``real_path.md`` (a table) under ``--out``.
 
-    python workflows/bench_real_path.py --out /tmp/real-path            # LTX-2 architecture, 704p
-    python workflows/bench_real_path.py --out /tmp/rp --decoder ltx2-tiny --frames 17 --height 128 \\
+    python benchmarks/bench_real_path.py --out /tmp/real-path            # LTX-2 architecture, 704p
+    python benchmarks/bench_real_path.py --out /tmp/rp --decoder ltx2-tiny --frames 17 --height 128 \\
         --width 192 --batch 4                                          # a quick check on a CPU
 """
 

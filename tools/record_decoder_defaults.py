@@ -10,7 +10,7 @@ them from the recording spares the client importing diffusers (seconds) for `far
 set-up and `farm ingest`. Rerun after changing the diffusers pin; `tests/test_decoders.py` checks the
 recording against the installed classes.
 
-    python workflows/record_decoder_defaults.py
+    python tools/record_decoder_defaults.py
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@
   shapes with one torch thread (as one worker of the local CPU cluster runs), a one-worker render for
   blend/write/encode and per-shot costs, and transfers between two local worker processes over TCP.
 
-    python workflows/fit_costmodel.py h200 --out farm/costmodels/ltx2-h200.json
-    python workflows/fit_costmodel.py cpu --out farm/costmodels/ltx2-tiny-cpu.json
-    python workflows/fit_costmodel.py decode --samples samples.json --out farm/costmodels/ltx2-h200.json
+    python tools/fit_costmodel.py h200 --out farm/costmodels/ltx2-h200.json
+    python tools/fit_costmodel.py cpu --out farm/costmodels/ltx2-tiny-cpu.json
+    python tools/fit_costmodel.py decode --samples samples.json --out farm/costmodels/ltx2-h200.json
 
 * ``decode``: refit the decode part of the stored model at ``--out`` from decodes measured on its GPU
-  (``workflows/probe_reflect_pad.py --samples``: the model's sample shapes timed with farm's decoder),
+  (``benchmarks/reflect_pad.py --samples``: the model's sample shapes timed with farm's decoder),
   keeping everything else.
 """
 
@@ -42,7 +42,7 @@ DATE = "2026-11-29"
 # One NVIDIA H200, eager diffusers AutoencoderKLLTX2Video (default config), bf16, random weights:
 # ../shared/FINDINGS.md "Decode cost" (latent F,H,W -> pixel F,H,W, seconds). These are diffusers' own
 # decodes; the stored model's decode has since been refitted to farm's decoder (`decode` below), and its
-# output figures by workflows/refit_output_costs.py: `h200` rebuilds the first model, not today's.
+# output figures by tools/refit_output_costs.py: `h200` rebuilds the first model, not today's.
 H200_DECODES = [
     ((16, 22, 38), (121, 704, 1216), 0.493, "untiled 121x704x1216"),
     ((16, 11, 38), (121, 352, 1216), 0.246, "untiled 121x352x1216"),
@@ -316,7 +316,7 @@ def refit_decode(path: Path, samples_json: Path) -> CostModel:
     ratio = sum(m["F.pad"] for m in measured) / sum(m["slices"] for m in measured)
     note = (f"decode: non-negative least squares on relative error over the {len(samples)} decodes of farm's "
             f"decoder (reflect padding by slices), measured {time.strftime('%Y-%m-%d')} with "
-            f"workflows/probe_reflect_pad.py --samples (relative RMS error {rms:.1%}); diffusers' own "
+            f"benchmarks/reflect_pad.py --samples (relative RMS error {rms:.1%}); diffusers' own "
             f"decode (F.pad) took {ratio:.2f}x as long over the same samples")  # fmt: skip
     notes = (note, *(n for n in model.notes if not n.startswith("decode:")))
     return model.with_(decode=decode, samples=tuple(samples), notes=notes, date=time.strftime("%Y-%m-%d"))

@@ -8,7 +8,7 @@ synthetic job of ``--shots`` LTX-2 latents (real latent shape for ``--frames x -
   the same shots hashed one after another for comparison;
 - ``output``: ``prepare_output`` and ``record_identity`` (Zarr groups, arrays and attributes).
 
-python workflows/profile_setup.py --shots 8 --shots 64
+python benchmarks/profile_setup.py --shots 8 --shots 64
 """
 
 from __future__ import annotations

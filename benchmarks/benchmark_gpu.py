@@ -14,11 +14,11 @@ Parts (each runs even if an earlier one failed; errors are recorded per part):
 
 GPU run (the figures in docs/benchmarks.md)::
 
-    PYTHONUNBUFFERED=1 python workflows/benchmark_gpu.py --out-json $OUT/bench.json --out-md $OUT/bench.md
+    PYTHONUNBUFFERED=1 python benchmarks/benchmark_gpu.py --out-json $OUT/bench.json --out-md $OUT/bench.md
 
 CPU smoke test (tiny decoder, small sizes)::
 
-    python workflows/benchmark_gpu.py --decoder ltx2-tiny --frames 17 --height 128 --width 192 \\
+    python benchmarks/benchmark_gpu.py --decoder ltx2-tiny --frames 17 --height 128 --width 192 \\
         --shots 2 --chunk 2,3 --out-json /tmp/b.json --out-md /tmp/b.md
 """
 

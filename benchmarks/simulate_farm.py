@@ -13,8 +13,8 @@ Compared plans, per shot (latent units; LTX-2's shipped multi-GPU grids use over
 * ``whole``: one task per shot, no splitting at all (farm's old default).
 
 Usage:
-    python workflows/simulate_farm.py                                  # tables to stdout
-    python workflows/simulate_farm.py --seams seams-plans.json --out-md planner.md
+    python benchmarks/simulate_farm.py                                  # tables to stdout
+    python benchmarks/simulate_farm.py --seams seams-plans.json --out-md planner.md
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def transport_rows(farm: Farm) -> list[list[str]]:
     return rows
 
 
-# Measured on the H200 machine by workflows/benchmark_gpu.py after I/O moved off the decode path
+# Measured on the H200 machine by benchmarks/benchmark_gpu.py after I/O moved off the decode path
 # (docs/benchmarks.md, "One GPU after moving I/O off the decode path"): one worker, torch.compile'd
 # decoder (plain decode 0.304 s compiled against 0.491 s eager in that run), shots of 1216x704x121.
 H200_MEASURED = [

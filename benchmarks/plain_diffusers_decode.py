@@ -5,7 +5,7 @@ decode each latent (``.npy`` files, [C, F, H, W], as the pipeline hands them to 
 write each as an H.264 mp4 with PyAV (crf 18, veryfast: farm's default settings). Prints one JSON line
 with the seconds of each step.
 
-    python workflows/plain_diffusers_decode.py --vae /models/ltx2-vae --out /tmp/plain LATENT.npy ...
+    python benchmarks/plain_diffusers_decode.py --vae /models/ltx2-vae --out /tmp/plain LATENT.npy ...
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ memory or time is a row saying so, and the next step starts on a clean GPU):
 
 Prints a table and writes JSON:
 
-    python workflows/bench_ltx2_shipped.py --out ltx2-shipped-h200.json [--timeout 540] [--steps audio,video]
+    python benchmarks/bench_ltx2_shipped.py --out ltx2-shipped-h200.json [--timeout 540] [--steps audio,video]
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ the peak memory of that decode above what the process held before it, next to th
   64 KiB and more; one torch thread, as a CPU worker runs;
 * CUDA: ``torch.cuda.max_memory_allocated`` during the decode, minus the memory allocated before it.
 
-    python workflows/measure_families.py --out-json families-cpu.json
-    python workflows/measure_families.py --decoders hunyuanvideo-tiny --reps 0 --fit \
+    python tools/measure_families.py --out-json families-cpu.json
+    python tools/measure_families.py --decoders hunyuanvideo-tiny --reps 0 --fit \
         --clip "9,64,96;9,128,192;17,128,192;33,96,128;33,192,256;9,256,384;17,256,384"
-    python workflows/measure_families.py --device cuda --decoders ltx2,ltxv,wan,hunyuanvideo \
+    python tools/measure_families.py --device cuda --decoders ltx2,ltxv,wan,hunyuanvideo \
         --clip 33,512,768 --dtype bfloat16
 """
 
