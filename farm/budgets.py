@@ -43,7 +43,7 @@ def tile_chunk_volume(tile: Tile, chunk: ChunkSize, geometry: Geometry) -> int:
 # Decoded tiles a GPU worker may hold at once. Each held tile keeps its weighted float32 pieces until
 # every batch it feeds is written; holding more lets the GPU decode ahead while blends, transfers and
 # writes finish. Measured on one H200, 8 shots of 121x704x1216 written to Zarr: 2 tiles 170 frames/s,
-# 8 tiles 233 frames/s (peak 12.6 → 17.3 GiB) (docs/benchmarks.md).
+# 8 tiles 233 frames/s (peak 12.6 → 17.3 GiB) (docs/performance.md).
 MIN_TILES_PER_WORKER, MAX_TILES_PER_WORKER = 2, 8
 
 

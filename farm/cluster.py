@@ -79,7 +79,7 @@ def choose_cluster(
     - GPUs present: a local CUDA cluster, one worker per GPU (``workers`` uses the first N GPUs). With
       several, over UCX when distributed-ucxx is installed, else TCP with a warning; with one, over
       TCP (no tile moves between GPUs, and UCX's slower task round trips cost a carried 704×1216 shot
-      ≈ 0.1 s on an H200, docs/benchmarks.md), unless `protocol` ("ucx" or "tcp") says otherwise.
+      ≈ 0.1 s on an H200, docs/performance.md), unless `protocol` ("ucx" or "tcp") says otherwise.
     - no GPU: a local CPU cluster of ``workers`` processes (default ``min(cpu_count, 4)``) with one
       task thread each and `cpu_decode_threads` torch threads each (None: the cores split between
       them; `farm.cpu-decode-threads`, read by `cpu_decode_threads`, says why a fixed count is the
@@ -264,7 +264,7 @@ class IgnoreInterruptPlugin(WorkerPlugin):
 class QuickExitPlugin(WorkerPlugin):
     """Worker processes of a cluster farm started skip Python's interpreter teardown once their worker
     has closed: freeing every module and object of torch and diffusers held a render's end (and a
-    ``farm cluster`` stop) 1.4 s on a 2-core machine, against 0.06 s without (docs/benchmarks.md). Logs
+    ``farm cluster`` stop) 1.4 s on a 2-core machine, against 0.06 s without (docs/performance.md). Logs
     and output streams are flushed first; every output file was durable before its task ended."""
 
     name = "farm-quick-exit"
@@ -322,7 +322,7 @@ def connect(
 
     ``io_workers``: CPU worker processes (named ``farm-io-N``) added to a local cluster to write Zarr
     and encode video, so a GPU worker's process spends its GIL on decoding (one process writes Zarr at
-    ≈ 300 frames/s at most: docs/benchmarks.md). Default: about one per 3 cores beside a CUDA cluster
+    ≈ 300 frames/s at most: docs/performance.md). Default: about one per 3 cores beside a CUDA cluster
     (at most 6 per GPU), none beside a CPU cluster; ``farm.io-workers`` in dask.config sets it.
     """
     scheduler = scheduler_to_join(scheduler, scheduler_file, workers)
@@ -560,7 +560,7 @@ def stop_work_stealing(client: Client) -> bool:
     and encodes on I/O workers), with loose restrictions so a lost worker's tasks still run elsewhere;
     Dask steals loosely restricted tasks. On a `farm cluster` of one H200 it moved 1088x1920 blends
     onto idle I/O workers, which fetched the GPU pieces and blended on the CPU: 1.9 s renders against
-    1.25 s (docs/benchmarks.md). The clusters farm starts have it off from the start."""
+    1.25 s (docs/performance.md). The clusters farm starts have it off from the start."""
 
     # defined here so it travels by value: the scheduler need not import farm
     async def hold(dask_scheduler: Any = None, client_id: str = "") -> bool:

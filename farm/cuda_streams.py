@@ -19,7 +19,7 @@ READY_EVENT = "_farm_ready"
 
 # Side streams run at the device's highest priority (torch maps a number below the range to it): their
 # work is short (a blend, a copy) while the decode stream always has a chunk's kernels queued, and at
-# equal priority a blend's kernels wait behind that chunk (docs/benchmarks.md).
+# equal priority a blend's kernels wait behind that chunk (docs/performance.md).
 SIDE_STREAM_PRIORITY = -64
 
 _side_streams = threading.local()  # per thread: {(role, device index): a stream of this thread's own}

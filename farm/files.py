@@ -21,7 +21,7 @@ from farm.errors import FarmError
 from farm.names import FARM_TEMP_TAG, TEMP_SUFFIX
 
 # Threads of this process' pool for fsyncs (and the writes they follow): a disk completes many flushes
-# at once far faster than one after another (docs/benchmarks.md, durable writes).
+# at once far faster than one after another (docs/performance.md, durable writes).
 SYNC_THREADS = 16
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool)
 _pool_lock = threading.Lock()

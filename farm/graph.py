@@ -214,7 +214,7 @@ def read_first_latents(
     """Submit each decode worker's first latent read now, before the rest of the render's set-up
     (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
     of reading it on the GPU's critical path (19 ms for a 1088×1920 shot's first chunk on an H200
-    node, docs/benchmarks.md). Keyed by `ahead_key` (shot name, tile, segment: positions in `plans` may
+    node, docs/performance.md). Keyed by `ahead_key` (shot name, tile, segment: positions in `plans` may
     differ from the plans `run_graph` gets, when some shots drop out meanwhile) for `run_graph`; `plans`
     with tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io`
     I/O workers as `split_workers` gives them."""

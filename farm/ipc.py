@@ -5,7 +5,7 @@ cross. Sent by value, over UCX, each crossing costs a full device synchronisatio
 their event loops: distributed-ucxx calls ``cuda.core.Device.sync()`` before it sends or receives a CUDA
 frame. On a GPU worker whose decode thread has already queued the next temporal chunk, that blocks the
 worker's event loop (task starts, results, every other transfer) until the chunk is decoded, so one
-shot split over two GPUs gained nothing from the second (docs/benchmarks.md).
+shot split over two GPUs gained nothing from the second (docs/performance.md).
 
 Instead, the decoding worker wraps such a piece in a :class:`SharedPiece`: the tensor itself while it
 stays in that process, and what CUDA IPC needs to map the same device memory into another process of

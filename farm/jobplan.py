@@ -123,7 +123,7 @@ def predict_render(
 
 # Carried chunks auto chooses: of up to 5 latent frames, tapered. Measured on one H200 (LTX-2, bf16),
 # the fastest of 4 and 5, even and tapered, for single shots of 704x1216 and 1088x1920
-# (docs/benchmarks.md).
+# (docs/performance.md).
 AUTO_CARRY = ChunkSize(frames=5, carry=True)
 
 

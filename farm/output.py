@@ -306,7 +306,7 @@ def chunk_frames(batch_frames: int, frame_bytes: int = 0, chunk_mib: int | None 
     least one frame), so no chunk is shared by two batches (no write races) and a batch is written as
     several chunks, compressed and fsync'd side by side: the smaller they are, the sooner one batch is
     on disk. One H200 host, 8 frames of 1088x1920 fsync'd: 0.127 s in one 8-frame chunk, 0.037 s in
-    1-frame chunks; 704x1216: 0.057 s, 0.019 s in 2-frame chunks (docs/benchmarks.md)."""
+    1-frame chunks; 704x1216: 0.057 s, 0.019 s in 2-frame chunks (docs/performance.md)."""
     fits = [d for d in range(1, min(batch_frames, 8) + 1) if batch_frames % d == 0]
     if chunk_mib is not None:
         fits = [d for d in fits if d == 1 or d * frame_bytes <= chunk_mib * 2**20]
@@ -334,7 +334,7 @@ def use_fast_codecs() -> str:
     when it is installed (``pip install 'farm-decode[fast]'``), unless this process' zarr config names
     another pipeline or ``farm.zarrs`` is false (``DASK_FARM__ZARRS=false``; ``FARM_ZARRS=0`` too).
     Same array format and decoded values: readers need nothing.
-    Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/benchmarks.md).
+    Returns the pipeline in use. Measured 3x zarr-python's own on one CPU process (docs/performance.md).
     For worker processes; the render's own process (perhaps a user's notebook) uses `fast_codecs`."""
     import zarr
 
@@ -386,7 +386,7 @@ def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, dura
 
     Durable writes go chunk by chunk on a thread pool, each chunk fsync'd as soon as it is written: one
     chunk's flush overlaps the next one's compression, and the disk takes the flushes side by side
-    (one after another they cost 0.69 s a batch on an H200 host, docs/benchmarks.md)."""
+    (one after another they cost 0.69 s a batch on an H200 host, docs/performance.md)."""
     import zarr
 
     use_fast_codecs()

@@ -68,7 +68,7 @@ from farm.tiling import (
 #
 # Height and width: the decoder's measured spatial overlap (`spatial_overlap_for`: the least whose seam
 # reaches `farm.decoders.base.SEAM_TARGET_DB`, what LTX-2's shipped overlap of 4 gives the real LTX-2
-# decoder; docs/benchmarks.md, "Seams"). Seam error falls steadily with the overlap and has no knee, so
+# decoder; docs/fidelity.md, "Seams"). Seam error falls steadily with the overlap and has no knee, so
 # auto wins by choosing the grid (whole shots, fewer seams, cheaper axes), not by thinner seams.
 # Frames, measured with benchmarks/measure_seams.py on the real LTX-2 decoder architecture (random weights,
 # CPU; before temporal tiles carried causal context): the causal decoder's error after a tile's start

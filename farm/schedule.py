@@ -159,7 +159,7 @@ def _units(plan: ShotPlan, stream: bool) -> list[tuple[int, int, tuple[int, int]
     Interleaved so that every tile's first segment is submitted before any tile's later ones: the
     driver submits a decode with its pieces and blends (a few ms of client calls each), so a shot split
     over two GPUs whose tiles went tile by tile started its second GPU 21-40 ms after the first (the
-    first tile's five segments submitted before it; docs/benchmarks.md). A worker
+    first tile's five segments submitted before it; docs/performance.md). A worker
     holding several tiles still runs them tile by tile: decodes of lower tiles have higher priority."""
     geometry = plan_geometry(plan) if stream and plan.chunk.frames else None
     per_tile = []
@@ -240,10 +240,10 @@ def _tail_written_where_blended(decodes: Sequence[DecodeStep], blends: list[Blen
     is a streamed tile's segment completing at most `LOCAL_TAIL_BATCHES`, all of them; else the last.
 
     Sending a batch to an I/O worker costs a transfer (≈ 0.06 s for 8 frames of 1088×1920, 0.02 s for
-    704×1216 on an H200 node: docs/benchmarks.md) that is hidden while the decode worker has work left.
+    704×1216 on an H200 node: docs/performance.md) that is hidden while the decode worker has work left.
     Once the slot has no decode left, nothing hides it: it would be the render's tail. A segment's few
     batches are written side by side by the decode worker's idle threads (a 704×1216 shot's last two:
-    0.025 s of transfer saved, docs/benchmarks.md); a whole tile's many still go out, but the last."""
+    0.025 s of transfer saved, docs/performance.md); a whole tile's many still go out, but the last."""
     last_decode = {d.slot: i for i, d in enumerate(decodes)}
     submitted_with = {b: i for i, d in enumerate(decodes) for b in d.blends}
     at_the_end: dict[int, list[int]] = {}

@@ -289,7 +289,7 @@ def segment_latent_frames(segment: Segment) -> tuple[int, int]:
 
 # A carried segment's task reads the next segment's latent while its own kernels are queued, and hands
 # it on in its result (`NEXT_LATENT`): read by the next task, it would sit between the two segments on
-# the GPU's critical path (10-35 ms on an H200 worker, docs/benchmarks.md).
+# the GPU's critical path (10-35 ms on an H200 worker, docs/performance.md).
 NEXT_LATENT = "next-latent"
 _read_ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-read-ahead")
 
@@ -368,7 +368,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # queued. Blends read pieces on a stream of their own and wait on that event only: on the decode's
 # stream they would also wait for the next decode, which the decode thread queues at once, and their
 # device-to-host copies would hold up its kernels (blend tasks took 0.10 s there, 0.01 s on their own
-# stream; docs/benchmarks.md). The event sits under `farm.cuda_streams.READY_EVENT`.
+# stream; docs/performance.md). The event sits under `farm.cuda_streams.READY_EVENT`.
 
 
 def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:

@@ -592,7 +592,7 @@ def carried_frames(size: int, limit: int, taper: bool = True) -> list[int]:
     chunk are written while the next decodes; a halving chunk decodes in about as long as the writes its
     predecessor left, so what is left to write when the decode ends is one latent frame's pixels
     (8 frames for LTX-2) instead of a whole chunk's: at 1088x1920, 32 frames took 0.23 s to write
-    durably after the decode (docs/benchmarks.md).
+    durably after the decode (docs/performance.md).
     """
     if not taper or size <= limit:
         return [min(limit, size - s) for s in range(0, size, limit)]

@@ -4,7 +4,7 @@ Each compile runs in a new Python process (as a new Dask worker would), on this 
 inductor's C++ backend, after `farm.decoders.use_compile_cache` points inductor at the folder the farm
 setting names. The cache's key includes the input shape: the same shape is a hit in the next process,
 a new shape compiles (a miss). On the H200 the same mechanism takes a compiled
-LTX-2 decode from 20-24 s to 3.9-5.0 s in a fresh cluster (docs/benchmarks.md).
+LTX-2 decode from 20-24 s to 3.9-5.0 s in a fresh cluster (docs/performance.md).
 """
 
 from __future__ import annotations

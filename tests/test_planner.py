@@ -81,7 +81,7 @@ def test_stored_models_record_their_machine_and_refit_to_their_coefficients(name
 
 def test_h200_model_predicts_the_measured_decodes():
     assert set(costmodel.available()) >= {"ltx2-h200", "ltx2-tiny-cpu"}
-    # farm's decoder (reflect padding by slices) on one H200, eager bf16: docs/benchmarks.md, eighth session
+    # farm's decoder (reflect padding by slices) on one H200, eager bf16: docs/performance.md
     assert H200.decode_seconds((121, 704, 1216)) == pytest.approx(0.4155, rel=0.02)
     assert H200.decode_seconds((121, 416, 416)) == pytest.approx(0.0901, rel=0.02)
     assert H200.decode_seconds((121, 1088, 1920)) == pytest.approx(0.9951, rel=0.02)

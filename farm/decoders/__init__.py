@@ -114,7 +114,7 @@ def use_compile_cache() -> str | None:
 
     Inductor keys a compiled graph by the traced graph, its input shapes and dtypes, the torch version
     and the device: a new tile shape compiles once (measured on the H200: 20-24 s cold, 3.9-5.7 s
-    from the cache in a fresh cluster's workers; docs/benchmarks.md).
+    from the cache in a fresh cluster's workers; docs/performance.md).
     """
     cache = config.get("compile-cache")
     if cache:  # inductor reads the variable at each compile (torch._inductor.runtime.cache_dir_utils)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 DTYPES = ("float32", "bfloat16", "float16")
 # Spatial seams: the seam-band PSNR (uint8 frames of two tiles against the untiled decode, RANDOM weights)
 # a config's default spatial overlap must reach: what LTX-2's own tiling (overlap 4) gives the real
-# LTX-2 decoder (27.3 dB, docs/benchmarks.md "Seams"). Configs not measured use that overlap.
+# LTX-2 decoder (27.3 dB, docs/fidelity.md "Seams"). Configs not measured use that overlap.
 SEAM_TARGET_DB = 27.0
 DEFAULT_SPATIAL_OVERLAP = 4
 LATENT_CONVENTIONS = ("denormalized", "normalized")

@@ -164,7 +164,7 @@ class DiffusersVideoDecoder:
     # Spatial overlap (latent units) where a plan splits height or width and the user gave none (explicit
     # tiles and `--tiles auto` alike): per named config, the least whose seam meets
     # `farm.decoders.base.SEAM_TARGET_DB` on both axes, measured with RANDOM weights by
-    # `benchmarks/measure_seams.py spatial` (docs/benchmarks.md). Configs not measured use
+    # `benchmarks/measure_seams.py spatial` (docs/fidelity.md). Configs not measured use
     # `farm.decoders.base.DEFAULT_SPATIAL_OVERLAP` (LTX-2's shipped overlap).
     spatial_overlap: ClassVar[dict[str, int]] = {}
 
@@ -401,7 +401,7 @@ class DiffusersVideoDecoder:
         memory would wait for, so the next decode's launches could not queue behind it): through pinned
         memory (a latent read ahead comes pinned). When nothing is queued, a plain copy waits for
         nothing and spares the pinning (before a carried shot's first chunk on an H200: 18 ms pinned,
-        1 ms plain; docs/benchmarks.md)."""
+        1 ms plain; docs/performance.md)."""
         if str(self.device).startswith("cuda"):
             import torch
 

@@ -74,7 +74,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # Seam-band PSNR on the worse axis (`measure_seams.py spatial`, RANDOM weights): hunyuanvideo-tiny 23.4 dB
     # at overlap 4, 23.7 at 5, 24.6 at 6; hunyuanvideo (the real architecture, float32 CPU) 21.8 at 4 and 5,
     # 22.3 at 6. No overlap reaches the target: the GroupNorms' statistics differ over the whole tile
-    # (sharing them across tiles would: docs/benchmarks.md); each is the least within 1 dB of the best.
+    # (sharing them across tiles would: docs/fidelity.md); each is the least within 1 dB of the best.
     spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 5}
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "hunyuanvideo-tiny": ("cpu", (17, 128, 192), 2.76),

@@ -6,7 +6,7 @@ drains it. By all the signs, the worker's other threads that launch anything mea
 earlier batches, its copy to the host) wait in that queue too: on an H200 split in two by MPS, blends
 whose pieces were long complete finished only with the next chunk's decode, 0.6 s later, and the
 shot's writes bunched at its end; with the decode paced, they finished 0.04-0.09 s after they started
-(docs/benchmarks.md).
+(docs/performance.md).
 
 :class:`LaunchPacer` records an event after each convolution of the decoder and, once more than `lead`
 are outstanding, waits for the oldest; ``torch.cuda.Event.synchronize`` releases the GIL, so the wait
