@@ -12,7 +12,7 @@ Parts (each runs even if an earlier one failed; errors are recorded per part):
 4. ``chunk``     one shot rendered with intra-GPU chunking: peak memory per worker against
                  ``LTX2Decoder.peak_bytes`` of the largest chunk, and against the untiled render's peak.
 
-GPU run (the figures in docs/benchmarks.md)::
+GPU run (figures in docs/performance.md, "Memory" and "Decoded tiles in flight")::
 
     PYTHONUNBUFFERED=1 python benchmarks/benchmark_gpu.py --out-json $OUT/bench.json --out-md $OUT/bench.md
 

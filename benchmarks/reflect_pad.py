@@ -1,9 +1,9 @@
 """What LTX-2's reflect padding costs an eager decode, and what padding by slices saves.
 
 ``reflection_pad3d`` takes about a quarter of an eager LTX-2 decode's GPU time (704x1216 on an H200,
-docs/benchmarks.md). This times, on the shapes one decode pads, ``F.pad(mode="reflect")``
-against `farm.decoders.reflect_pad.reflect_pad_hw`, then the whole decode and the carried decode with
-each, alternating, and checks that the frames are the same bit for bit.
+docs/performance.md, "Reflect padding by slices"). This times, on the shapes one decode pads,
+``F.pad(mode="reflect")`` against `farm.decoders.reflect_pad.reflect_pad_hw`, then the whole decode and
+the carried decode with each, alternating, and checks that the frames are the same bit for bit.
 
     python benchmarks/reflect_pad.py --sizes 22x38 34x60
 """

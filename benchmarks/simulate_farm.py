@@ -211,8 +211,8 @@ def transport_rows(farm: Farm) -> list[list[str]]:
     return rows
 
 
-# Measured on the H200 machine by benchmarks/benchmark_gpu.py after I/O moved off the decode path
-# (docs/benchmarks.md, "One GPU after moving I/O off the decode path"): one worker, torch.compile'd
+# Measured on one H200 (nvidia-h200, 2026-11-29) by benchmarks/benchmark_gpu.py, with writes and encodes on
+# I/O task threads of the GPU worker: one worker, torch.compile'd
 # decoder (plain decode 0.304 s compiled against 0.491 s eager in that run), shots of 1216x704x121.
 H200_MEASURED = [
     ("1 shot, H.264 veryfast", 1, True, 2.37),
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     )
     out.append(
-        "### Measured against predicted: one H200 worker (docs/benchmarks.md, I/O off the decode path)\n\n"
+        "### Measured against predicted: one H200 worker (nvidia-h200, 2026-11-29)\n\n"
         + table(["render", "predicted s", "measured s", "model error"], h200_rows(farm))
     )
     if args.validate_cpu:

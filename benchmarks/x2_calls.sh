@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two-GPU rows of docs/benchmarks.md on nvidia-h200-x2, as device calls that each fit the 10-minute limit.
+# The two-GPU rows of docs/performance.md on nvidia-h200-x2, as device calls that each fit the 10-minute limit.
 # Run from the project root on the device, with the staged site carried (.gpu-site.tar.xz):
 #
 #   bash benchmarks/x2_calls.sh one      # one shot, 1 and 2 GPUs, both sizes, explicit grids and auto
@@ -7,7 +7,7 @@
 #                                       # beside the plain decode, Zarr and encode ceilings of the same call
 #
 # Each writes its logs and JSON under $OUT (the device's result folder) and gives every step a timeout, so
-# a call returns what it has. Copy the figures kept into docs/benchmarks.md.
+# a call returns what it has. Copy the figures kept into docs/performance.md ("Two GPUs and the output path").
 set -uo pipefail
 case "${1:-}" in one | batch) ;; *) echo "usage: bash benchmarks/x2_calls.sh one|batch" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/x2-out}

@@ -1,7 +1,8 @@
 """Write farm's stored cost models (farm/costmodels/*.json): fit the decode part, record the rest.
 
 * ``h200``: `ltx2` (the real LTX-2 VAE architecture, bf16) on one NVIDIA H200, from the measured figures
-  in ../shared/FINDINGS.md and docs/benchmarks.md (not re-measured here: this machine has no GPU).
+  in ../shared/FINDINGS.md and docs/performance.md ("Figures the recorded constants come from"; not
+  re-measured here: this machine has no GPU).
 * ``cpu``: `ltx2-tiny` (float32) on this machine, measured now: in-process decodes of a few latent
   shapes with one torch thread (as one worker of the local CPU cluster runs), a one-worker render for
   blend/write/encode and per-shot costs, and transfers between two local worker processes over TCP.
@@ -60,7 +61,7 @@ H200_DECODES = [
 def h200_model() -> CostModel:
     samples = [Sample(px, s, lat, what) for lat, px, s, what in H200_DECODES]
     decode = fit_decode_cost(samples)
-    pixels_8 = 8 * 121 * 704 * 1216  # docs/benchmarks.md part 2: 8 shots, one worker, UCX
+    pixels_8 = 8 * 121 * 704 * 1216  # benchmark_gpu.py on one H200, 2026-11-29: 8 shots, one worker, UCX
     return CostModel(
         name="ltx2-h200",
         decoder="ltx2",
@@ -68,7 +69,7 @@ def h200_model() -> CostModel:
         machine=(
             "one NVIDIA H200 (143771 MiB), driver 580, CUDA 13.0, 16 CPU cores; torch 2.11.0+cu130, "
             "diffusers 0.42.1 (eager), dask 2026.7.1, distributed-ucxx 0.52 (shared/FINDINGS.md, "
-            "docs/benchmarks.md)"
+            "docs/performance.md)"
         ),
         date=DATE,
         decode=decode,
@@ -102,7 +103,8 @@ def h200_model() -> CostModel:
             "blend, write, encode and shot figures were measured before blends, writes and encodes became "
             "separate tasks on I/O threads (commit bf4e5c6); their per-pixel costs are assumed unchanged",
             "output_streams_per_worker 2: calibrated on the H200 renders after I/O moved off the decode path "
-            "(docs/benchmarks.md, 1 worker, compiled decode: 1 shot 2.37 s, 8 shots 13.06 s); 2 predicts "
+            "(benchmark_gpu.py on one H200, 2026-11-29, 1 worker, compiled decode: 1 shot 2.37 s, "
+            "8 shots 13.06 s); 2 predicts "
             "2.96 s and 15.77 s (+25 %, +21 %), 3 predicts 2.34 s and 10.88 s: the conservative one is kept. "
             "One worker's writes and encodes are bound inside its process (one process's Zarr writes stop "
             "near 300 frames/s whatever the threads)",

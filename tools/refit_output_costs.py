@@ -203,7 +203,7 @@ def main() -> None:
             ", ".join(refitted)
             + f": refitted by tools/refit_output_costs.py on {len(fitted)} cases of farm renders to Zarr "
             "with fsync (zarrs codecs; the median of each case's runs) on nvidia-h200, "
-            f"{time.strftime('%Y-%m-%d')} (docs/benchmarks.md); {blend_note}; write_s_per_pixel is one "
+            f"{time.strftime('%Y-%m-%d')} (docs/performance.md); {blend_note}; write_s_per_pixel is one "
             "output stream's rate, streams run side by side; disk_s_per_pixel from the median fsync'd "
             "Zarr ceiling of the runs (0: none measured); send_s_per_pixel: a batch's frames to its I/O "
             "worker, one at a time per sender"
