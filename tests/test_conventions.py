@@ -1,4 +1,4 @@
-"""farm as the Python and Dask ecosystems expect it: version, logging streams, help and README defaults,
+"""farm as the Python and Dask ecosystems expect it: version, logging streams, help and documented defaults,
 dask.config settings (YAML, DASK_FARM__ variables, DASK_SCHEDULER_ADDRESS), the dashboard."""
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from farm import cli, config
 from farm.output import Output
 from tests.helpers import farm
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CLI_DOC = ROOT / "docs" / "cli.md"  # every command and option
+CONFIG_DOC = ROOT / "docs" / "configuration.md"  # the farm.* settings table
 WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 
 
@@ -58,15 +61,15 @@ def test_help_shows_defaults_and_every_decoder_family():
         assert config_name in synth
 
 
-def readme_config_table() -> dict[str, tuple[str, str]]:
-    """README's configuration table: key → (option, default)."""
+def documented_config_table() -> dict[str, tuple[str, str]]:
+    """docs/configuration.md's settings table: key → (option, default)."""
     row = r"^\| `farm\.([a-z-]+)` \| (`--[a-z-]+`|–) \| `?([^`|]+?)`? \|"
-    rows = re.findall(row, README.read_text(), re.M)
+    rows = re.findall(row, CONFIG_DOC.read_text(), re.M)
     return {key: (option.strip("`"), default) for key, option, default in rows}
 
 
-def test_readme_configuration_table_matches_the_defaults_and_the_parser():
-    documented = readme_config_table()
+def test_documented_configuration_table_matches_the_defaults_and_the_parser():
+    documented = documented_config_table()
     packaged = config.defaults()
     assert set(documented) == set(packaged)  # every key documented, no stale ones
     render = options_of(subcommand("render"))
@@ -77,16 +80,32 @@ def test_readme_configuration_table_matches_the_defaults_and_the_parser():
             assert render[option].default == value, option  # the parser's default is the setting
 
 
-def test_readme_command_rows_name_the_parser_options():
-    text = README.read_text()
+def test_documented_command_rows_name_the_parser_options():
+    text = CLI_DOC.read_text()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `farm (\w+) .*$", text, re.M)}  # whole rows
     outputs = re.search(r"^\| render outputs \|.*$", text, re.M).group(0)
     for name in ("synth", "ingest", "render", "plan", "status", "demo", "cluster", "submit", "cancel"):
         documented = set(re.findall(r"--[a-z][a-z-]*", rows[name] + (outputs if name == "render" else "")))
         parsed = set(options_of(subcommand(name))) - {"--help", "--verbose", "--quiet"}
-        assert parsed <= documented, f"farm {name}: README lacks {sorted(parsed - documented)}"
-        assert documented <= parsed, f"farm {name}: README names {sorted(documented - parsed)}"
+        assert parsed <= documented, f"farm {name}: docs/cli.md lacks {sorted(parsed - documented)}"
+        assert documented <= parsed, f"farm {name}: docs/cli.md names {sorted(documented - parsed)}"
     assert "default `auto`" in text[text.index("- `--tiles F,H,W`") :][:200]
+    readme = README.read_text()  # the README's command list names every command and links the page
+    for name in rows:
+        assert re.search(rf"^\| `farm {name}` \| .+ \|$", readme, re.M), f"README's commands lack farm {name}"
+    assert "(docs/cli.md)" in readme
+
+
+def test_readme_two_commands_are_the_demo_and_what_ci_runs():
+    blocks = re.findall(r"^```bash\n(.*?)\n```", README.read_text(), re.M | re.S)
+    demo, tests = blocks[0], blocks[1]
+    assert demo.startswith("python3 -m venv .venv && ") and demo.endswith("farm demo --out demo-out"), demo
+    assert tests == (
+        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e '.[test]' "
+        "&& ruff check . && mypy && python -m pytest"
+    )
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci.replace("pip install -q ", "pip install ") == tests  # CI runs the README's command verbatim
 
 
 @pytest.mark.slow

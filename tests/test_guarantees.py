@@ -1,4 +1,4 @@
-"""What is guaranteed on failure (README): each case issue 14 found, reproduced on a real cluster.
+"""What is guaranteed on failure (docs/guarantees.md), each case reproduced on a real cluster.
 
 No command deletes or overwrites anything before its inputs and options are validated and the work is
 known possible; --restart removes exactly the outputs of the settings it replaces; bad per-shot values

@@ -165,16 +165,18 @@ def test_farm_cancel_leaves_shots_cancelled_not_failed_and_a_rerun_resumes(plain
     assert done_markers(out) == 3 * 17 and before < 3 * 17
 
 
-def readme_block(after: str) -> str:
-    """The first ```python block of README.md after the line `after`."""
-    text = (ROOT / "README.md").read_text()
+def python_block(page: str, after: str) -> str:
+    """The first ```python block of `page` (README.md, docs/…) after the line `after`."""
+    text = (ROOT / page).read_text()
     rest = text[text.index(after) :]
     return rest.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.mark.slow
-def test_readme_python_api_example_runs_as_written(tmp_path):
-    (tmp_path / "example.py").write_text(readme_block("## Python API"))
+def test_python_api_example_runs_as_written(tmp_path):
+    example = python_block("docs/workflows.md", "## Python API")
+    assert python_block("README.md", "## Render a job") == example  # the README shows the same example
+    (tmp_path / "example.py").write_text(example)
     run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=ENV, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -401,7 +403,7 @@ def test_partial_output_says_which_frames_are_valid_to_xarray_and_dask(plain_clu
     assert first.returncode == 0, first.stderr
     expected = np.zeros(33, bool)
     expected[8:16] = expected[24:32] = True
-    # as the README shows it
+    # as docs/outputs.md shows it
     shot = xr.open_zarr(tmp_path / "out" / "frames.zarr", group="shot000", consolidated=False)
     rendered = shot.frames.where(shot.valid)  # frames not rendered yet are NaN, not black
     assert np.array_equal(shot.valid.values, expected)

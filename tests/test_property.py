@@ -105,7 +105,7 @@ def cancel_mid_render(job: Path, out: Output, client: object, batch_frames: int)
 def wait_until_idle(client: object, render_id: str | None) -> None:
     deadline = time.monotonic() + 60
     while render_id and render_tasks_left(client, render_id) and time.monotonic() < deadline:
-        time.sleep(0.2)  # a running task finishes after its render stopped (README, known limit)
+        time.sleep(0.2)  # a running task finishes after its render stopped (docs/guarantees.md, stale tasks)
 
 
 def render_tasks_left(client: object, render_id: str) -> int:

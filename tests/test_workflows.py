@@ -328,7 +328,7 @@ def test_stopping_a_foreground_submit_releases_its_tasks(cluster2, jobs, tmp_pat
         else:  # `kill PID` reaches the submitter only: it stops the script (its own process group) itself
             proc.send_signal(signal.SIGTERM)
         text, _ = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if how == "ctrl-c" else 143), text  # 128 + the signal, as the README says
+    assert proc.returncode == (130 if how == "ctrl-c" else 143), text   # 128 + the signal (docs/guarantees)
     sid = text.split("farm: submission ", 1)[1].split(":", 1)[0]
     wait_until(lambda: not cluster2.tasks_of(sid), 30, "the scheduler to release the tasks")
     assert cluster2.submission(sid)["state"] == "cancelled"
