@@ -54,7 +54,7 @@ def exposure_warning(host: str, protocol: str) -> str | None:
         f"listening on {host} without TLS: anyone who can reach the scheduler's port can run code on the "
         "workers as this user. Require TLS: set distributed.comm.require-encryption: true and "
         "distributed.comm.tls.{ca-file,scheduler,worker,client} in the Dask configuration of every node "
-        "(README, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
+        "(docs/clusters.md, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
     )
 
 
@@ -88,7 +88,7 @@ def check_tls(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> Non
     if problems:
         raise FarmError(
             "the Dask configuration requires TLS (distributed.comm.require-encryption) but "
-            + "; ".join(problems) + "; set them (README, 'TLS on a multi-node farm') or turn TLS off"
+            + "; ".join(problems) + "; set them (docs/clusters.md, 'TLS on a multi-node farm') or turn TLS off"
         )
 
 

@@ -242,8 +242,8 @@ def _tail_written_where_blended(decodes: Sequence[DecodeStep], blends: list[Blen
     Sending a batch to an I/O worker costs a transfer (≈ 0.06 s for 8 frames of 1088×1920, 0.02 s for
     704×1216 on an H200 node: docs/performance.md) that is hidden while the decode worker has work left.
     Once the slot has no decode left, nothing hides it: it would be the render's tail. A segment's few
-    batches are written side by side by the decode worker's idle threads (a 704×1216 shot's last two:
-    0.025 s of transfer saved, docs/performance.md); a whole tile's many still go out, but the last."""
+    batches are written side by side by the decode worker's idle threads (docs/performance.md); a whole
+    tile's many still go out, but the last."""
     last_decode = {d.slot: i for i, d in enumerate(decodes)}
     submitted_with = {b: i for i, d in enumerate(decodes) for b in d.blends}
     at_the_end: dict[int, list[int]] = {}

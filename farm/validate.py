@@ -1,6 +1,6 @@
 """Everything a render is given, checked before it touches OUT or starts a cluster.
 
-The rule (README, "Resuming and failures"): no command deletes or overwrites anything until every input
+The rule (docs/guarantees.md): no command deletes or overwrites anything until every input
 and option is validated and the work is known to be possible. `check_render_options` checks the
 options (and encodes two tiny frames with the chosen codec, so an encoder setting it refuses fails
 here, not in a worker); `check_shots` checks each shot's values and returns an error per bad shot, so
