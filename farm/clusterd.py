@@ -88,7 +88,8 @@ def check_tls(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> Non
     if problems:
         raise FarmError(
             "the Dask configuration requires TLS (distributed.comm.require-encryption) but "
-            + "; ".join(problems) + "; set them (docs/clusters.md, 'TLS on a multi-node farm') or turn TLS off"
+            + "; ".join(problems) + "; set them (docs/clusters.md, 'TLS on a multi-node farm') or turn "
+            "TLS off"
         )
 
 
