@@ -473,7 +473,7 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
-    from farm.clusterd import check_tls
+    from farm.tls import check_tls
 
     check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError, FarmRuntimeError
+from farm.tls import check_tls
 
 
 def parse_gpus(text: str | None) -> int | None:
@@ -56,41 +57,6 @@ def exposure_warning(host: str, protocol: str) -> str | None:
         "distributed.comm.tls.{ca-file,scheduler,worker,client} in the Dask configuration of every node "
         "(docs/clusters.md, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
     )
-
-
-def tls_problems(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> list[str]:
-    """What Dask's TLS settings lack when they require encryption (nothing when they do not): the CA
-    file and each role's certificate, and every file they name must exist."""
-    import dask
-
-    if not dask.config.get("distributed.comm.require-encryption", default=False):
-        return []
-    def setting(name: str) -> Any:  # through dask.config.get: "ca-file" and "ca_file" alike
-        return dask.config.get(f"distributed.comm.tls.{name}", default=None)
-
-    found = []
-    needed = {"ca-file": setting("ca-file")}
-    for role in roles:
-        needed[f"{role}.cert"] = setting(f"{role}.cert")
-        if setting(f"{role}.key"):
-            needed[f"{role}.key"] = setting(f"{role}.key")
-    for name, path in needed.items():
-        if not path:
-            found.append(f"distributed.comm.tls.{name} is not set")
-        elif not Path(path).is_file():
-            found.append(f"distributed.comm.tls.{name} names {path}, which is not a file")
-    return found
-
-
-def check_tls(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> None:
-    """A FarmError before anything starts when Dask requires TLS without the certificates for it."""
-    problems = tls_problems(roles)
-    if problems:
-        raise FarmError(
-            "the Dask configuration requires TLS (distributed.comm.require-encryption) but "
-            + "; ".join(problems) + "; set them (docs/clusters.md, 'TLS on a multi-node farm') or turn "
-            "TLS off"
-        )
 
 
 def check_ports_free(host: str, ports: dict[str, int]) -> None:

@@ -90,7 +90,7 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
-    from farm.clusterd import check_tls
+    from farm.tls import check_tls
 
     check_tls(("client",))
     try:
