@@ -132,33 +132,24 @@ class Sound:
 def run_graph(
     client: Client,
     plans: Sequence[ShotPlan],
+    targets: RenderTargets,
     *,
-    job_path: str,
-    spec_json: dict,
-    out: Output,
-    fps: dict[str, Fraction | float],
-    video: VideoSettings = VideoSettings(),
-    metadata: dict[str, str] | None = None,
     window: int | None = None,
     on_progress: ProgressCallback | None = None,
-    retries: int = 1,
-    total_batches: dict[str, int] | None = None,
-    compile: bool | str = False,
     priority: int = 0,
     render_id: str | None = None,
     describe: dict[str, Any] | None = None,
-    finish: set[str] | None = None,
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
-    sound: Sound | None = None,
-    timecodes: dict[str, str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
     The run policy is `farm.schedule.make_schedule`'s; this runs it. `plans` may be partial
     (`tiling.pending_plan`): only their batches are written; a shot's video is joined from all
-    `total_batches[shot]` segments once its last pending batch is done.
+    `targets.total_batches[shot]` segments once its last pending batch is done. `targets`: what the
+    tasks read and write (`RenderTargets`; `targets.sound` the shots with sound: each of
+    `sound.decode` gets a decode-audio task, which its video's join waits for).
 
     `priority`: a job with a higher priority has all its tasks run before a lower one's
     (`farm.schedule.Priority`). Progress is published on the scheduler under the metadata key
@@ -171,17 +162,9 @@ def run_graph(
     window of decodes is submitted before it is called, every blend and write after.
 
     `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
-
-    `sound`: the shots with sound; each of `sound.decode` gets a decode-audio task, which its video's join
-    waits for.
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
-    targets = RenderTargets(
-        job_path=job_path, spec_json=spec_json, out_root=str(out.root), fps=fps, video=video,
-        metadata=dict(metadata or {}), total_batches=total_batches or {p.shot: len(p.batches) for p in plans},
-        finish=finish, compile=compile, retries=retries, sound=sound, timecodes=dict(timecodes or {}),
-    )  # fmt: skip
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
     gpus = functools.partial(gpus_seen, client, workers)

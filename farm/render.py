@@ -40,6 +40,7 @@ from farm.errors import FarmError
 from farm.graph import (
     ProgressCallback,
     RenderStats,
+    RenderTargets,
     ShotOutcome,
     Sound,
     prepare_decoders,
@@ -201,16 +202,17 @@ def render(
                 mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
-                    stats = run_graph(
-                        client, assigned, job_path=str(job.path),
-                        spec_json=job.spec.to_json(), out=out,
+                    targets = RenderTargets(
+                        job_path=str(job.path), spec_json=job.spec.to_json(), out_root=str(out.root),
                         fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
-                        timecodes=timecodes,
-                        metadata={"comment": "farm render: " + job.spec.describe()}, window=window,
-                        on_progress=thumbnails, total_batches=points.totals, compile=compile,
-                        priority=priority, render_id=render_id, finish=points.finish,
-                        outputs_ready=outputs.result, stream=stream, latents_ahead=first_reads.futures,
-                        sound=_sound(job, plans, points, video),
+                        metadata={"comment": "farm render: " + job.spec.describe()},
+                        total_batches=points.totals, finish=points.finish, compile=compile,
+                        sound=_sound(job, plans, points, video), timecodes=dict(timecodes),
+                    )  # fmt: skip
+                    stats = run_graph(
+                        client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
+                        render_id=render_id, outputs_ready=outputs.result, stream=stream,
+                        latents_ahead=first_reads.futures,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
