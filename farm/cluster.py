@@ -272,7 +272,10 @@ class QuickExitPlugin(WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         import atexit
+        import multiprocessing
 
+        if multiprocessing.parent_process() is None:  # a worker inside the user's own process: its exit
+            return  # (and exit code) are not the worker's to cut short
         atexit.register(_exit_now)  # registered last, so it runs first of the exit handlers
 
 

@@ -198,24 +198,40 @@ def _plugin_names(dask_worker=None) -> bool:
     return "farm-quick-exit" in dask_worker.plugins
 
 
+def _close_like_a_worker_process(marker: str, log: str) -> None:
+    """A worker process's end, as `QuickExitPlugin` meets it: an exit handler registered earlier, a line
+    logged and text left in a buffered stream, then the plugin's teardown."""
+    import atexit
+    import logging
+    import pathlib
+
+    atexit.register(lambda: pathlib.Path(marker).write_text("ran"))
+    stream = open(log, "w", buffering=1 << 16)  # noqa: SIM115 (left open: the exit must flush it)
+    logging.basicConfig(stream=stream, force=True)
+    logging.getLogger("check").warning("logged before exit")
+    cluster.QuickExitPlugin().teardown(None)
+    sys.exit(3)  # what a closing worker process does next: exit, here through the handlers
+
+
 def test_quick_exit_skips_the_interpreter_teardown_and_keeps_what_was_written(tmp_path):
     """A worker process of farm's own clusters, its worker closed (`QuickExitPlugin.teardown`), exits
-    without Python's teardown: exit handlers registered before it never run, and what it wrote to its
-    streams and log handlers still arrives."""
-    marker = tmp_path / "teardown-ran"
-    code = f"""
-import atexit, logging, pathlib, sys
-from farm.cluster import QuickExitPlugin
-atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text("ran"))
-logging.basicConfig(stream=sys.stderr)
-logging.getLogger("check").warning("logged before exit")
-sys.stdout.write("written before exit")  # no newline: left in the buffer
-QuickExitPlugin().teardown(None)
-"""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "written before exit" and "logged before exit" in done.stderr
-    assert not marker.exists()
+    without Python's teardown: exit handlers registered before it never run, and what it logged still
+    arrives. In the process that started the cluster (a worker in the user's own process) it does
+    nothing: that process' exit handlers and exit code stay its own."""
+    import multiprocessing
+
+    marker, log = tmp_path / "teardown-ran", tmp_path / "worker.log"
+    child = multiprocessing.get_context("spawn").Process(target=_close_like_a_worker_process,
+                                                         args=(str(marker), str(log)))  # fmt: skip
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0 and not marker.exists()
+    assert "logged before exit" in log.read_text()
+    code = ("import sys; from tests.test_cluster import _close_like_a_worker_process as close; "
+            "close(sys.argv[1], sys.argv[2])")
+    done = subprocess.run([sys.executable, "-c", code, str(marker), str(log)], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[1])  # fmt: skip
+    assert done.returncode == 3 and marker.read_text() == "ran", done.stderr
 
 
 @pytest.mark.skipif(cluster.detect_gpus() > 0, reason="a machine with GPUs starts a CUDA cluster")
