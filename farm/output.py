@@ -412,7 +412,7 @@ def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, dura
 
 
 def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
-    """The files of the chunks holding frames ``[start, stop)`` of a ``[F, H, W, 3]`` array (every
+    """The files of the chunks holding frames ``[start, stop)`` of an array whose first axis is frames (every
     spatial chunk), as its chunk-key encoding names them."""
     import itertools
     import math
@@ -563,16 +563,18 @@ def video_intact(out: Output, shot: str) -> bool:
 def clear_unfinished(out: Output, shot: str, batches: Iterable[tuple[int, int]]) -> None:
     """Remove the chunk files of batches about to be rendered (frames [start, stop) each, not marked
     done): what a killed or failed write left there (a 0-byte chunk from a full disk) is never read back
-    by the new write. Batches cover whole chunks, so no finished batch's chunk is touched."""
+    by the new write. Batches cover whole chunks, so no finished batch's chunk is touched. The same for
+    the shot's ``valid`` array (one chunk per batch), which each batch's mark writes."""
     import zarr
 
-    array_dir = out.frames_array(shot)
-    if not (array_dir / "zarr.json").exists():
-        return
-    arr = zarr.open_array(store=str(array_dir), mode="r")
-    for start, stop in batches:
-        for chunk in chunk_files(array_dir, arr, start, stop):
-            chunk.unlink(missing_ok=True)
+    batches = list(batches)
+    for array_dir in (out.frames_array(shot), out.shot_group(shot) / VALID):
+        if not (array_dir / "zarr.json").exists():
+            continue
+        arr = zarr.open_array(store=str(array_dir), mode="r")
+        for start, stop in batches:
+            for chunk in chunk_files(array_dir, arr, start, stop):
+                chunk.unlink(missing_ok=True)
 
 
 def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) -> None:

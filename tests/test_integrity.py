@@ -513,6 +513,26 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def test_a_rerun_writes_over_the_empty_chunks_a_failed_batch_left(job, tmp_path, scheduler3):
+    """A batch whose write failed (a full disk) leaves 0-byte chunk files, in its frames and in the
+    shot's valid array, and no done marker: the rerun renders it again without reading them back."""
+    from farm.output import VALID, chunk_files
+
+    out = tmp_path / "out"
+    assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
+    o = Output(out)
+    for array_dir in (o.frames_array("shot000"), o.shot_group("shot000") / VALID):
+        arr = zarr.open_array(store=str(array_dir), mode="r")
+        for chunk in chunk_files(array_dir, arr, 16, 17):  # batch 2: frame 16, the last chunk, in part
+            chunk.write_bytes(b"")
+    o.done_marker("shot000", 2).unlink()
+    o.video_done_marker("shot000").unlink()  # a shot with a failed batch has no video joined
+    o.video("shot000").unlink()
+    assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
+    assert [(row.batches_done, row.damaged) for row in output_progress(out, verify=True)] == [(3, 0), (3, 0)]
+    assert zarr.open_array(store=str(o.shot_group("shot000") / VALID), mode="r")[...].all()
+
+
 def test_a_full_disk_is_one_line_and_the_rerun_completes(job, small_disk, scheduler3, capsys):
     disk, grow = small_disk
     out = disk / "out"
