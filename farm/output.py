@@ -565,21 +565,30 @@ def clear_unfinished(out: Output, shot: str, batches: Iterable[tuple[int, int]])
     done): what a killed or failed write left there (a 0-byte chunk from a full disk) is never read back
     by the new write. Batches cover whole chunks, so no finished batch's chunk is touched. The same for
     the shot's ``valid`` array (one chunk per batch), which each batch's mark writes."""
-    import zarr
-
     batches = list(batches)
     for array_dir in (out.frames_array(shot), out.shot_group(shot) / VALID):
-        if not (array_dir / "zarr.json").exists():
-            continue
-        arr = zarr.open_array(store=str(array_dir), mode="r")
-        for start, stop in batches:
-            for chunk in chunk_files(array_dir, arr, start, stop):
-                chunk.unlink(missing_ok=True)
+        remove_chunks(array_dir, batches)
+
+
+def remove_chunks(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> None:
+    """Remove the chunk files of the array in `array_dir` that hold the given frame ranges (none when
+    the array does not exist); chunks read back as the array's fill value."""
+    import zarr
+
+    if not (array_dir / "zarr.json").exists():
+        return
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    for start, stop in frame_ranges:
+        for chunk in chunk_files(array_dir, arr, start, stop):
+            chunk.unlink(missing_ok=True)
 
 
 def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) -> None:
     """Unmark damaged batches (and the video, when `video`) and remove the frames' chunk files their
-    markers name, so they render again from nothing (a 0-byte chunk would fail a partial write)."""
+    markers name, and their chunks of the ``valid`` array (one per batch: it reads False again), so they
+    render again from nothing (a 0-byte chunk would fail a partial write)."""
+    import zarr
+
     array_dir = out.frames_array(shot)
     batches = list(batches)
     for batch in batches:
@@ -592,21 +601,10 @@ def forget_damaged(out: Output, shot: str, batches: Iterable[int], video: bool) 
                 chunk.unlink(missing_ok=True)
     if video:
         out.video_done_marker(shot).unlink(missing_ok=True)
-    unmark_valid(out, shot, batches)
-
-
-def unmark_valid(out: Output, shot: str, batches: Iterable[int]) -> None:
-    """Clear the batches' frames in the shot's ``valid`` array (one chunk per batch)."""
-    import zarr
-
-    batches = list(batches)
-    if not batches:
-        return
-    with contextlib.suppress(FileNotFoundError, KeyError):  # an output made before the array existed
-        arr = zarr.open_array(store=str(out.shot_group(shot) / VALID), mode="r+")
-        size = arr.chunks[0]
-        for batch in batches:
-            arr[batch * size : (batch + 1) * size] = False
+    valid_dir = out.shot_group(shot) / VALID
+    if (valid_dir / "zarr.json").exists():
+        size = zarr.open_array(store=str(valid_dir), mode="r").chunks[0]
+        remove_chunks(valid_dir, [(batch * size, batch * size + 1) for batch in batches])
 
 
 def restart_shot(out: Output, shot: str, recorded: dict | None = None) -> None:

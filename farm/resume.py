@@ -309,6 +309,7 @@ def resume_points(
             continue
         points.totals[plan.shot] = len(plan.batches)
         video_kept = False
+        sound_done = plan.shot not in sound  # a shot started over decodes its sound again
         unreadable = recorded is not None and not _frames_readable(out, plan.shot)
         if (restart or unreadable) and (recorded is not None or out.shot_group(plan.shot).exists()):
             points.restarts[plan.shot] = recorded
@@ -322,7 +323,7 @@ def resume_points(
         else:
             video_ok = video and video_done(out, plan.shot)
             done, damaged = verified_batches(out, plan.shot, need_segment=video and not video_ok)
-            sound_done = plan.shot not in sound or audio_done(out, plan.shot, sound_suffix)
+            sound_done = sound_done or audio_done(out, plan.shot, sound_suffix)
             video_kept = video_ok and not damaged  # joined and intact: at most its sound is missing
             if video_kept and sound_done:
                 continue
@@ -337,8 +338,7 @@ def resume_points(
                                     "in OUT; rendering them again")  # fmt: skip
             if sound_done and not video and len(done) == len(plan.batches):
                 continue
-        restarted = plan.shot in points.restarts
-        if plan.shot in sound and (restarted or not audio_done(out, plan.shot, sound_suffix)):
+        if not sound_done:
             points.audio.add(plan.shot)
         skipped = set()
         if frames is not None:
