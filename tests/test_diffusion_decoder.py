@@ -1,5 +1,5 @@
-"""The LTX-2.5 diffusion decoder (`ltx2-diffusion`): its windowed neighbourhood attention against diffusers'
-FlexAttention, noise that is a function of each pixel's place, and renders that give the same bytes on 1
+"""The LTX-2.5 diffusion decoder (`ltx2-diffusion`): its blocked neighbourhood attention against the windowed
+definition and diffusers' FlexAttention, noise that is a function of each pixel's place, and renders that give the same bytes on 1
 and 3 workers."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import torch
 
 import farm.render as fr
 from farm.decoders import load_decoder
-from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise, window_index
+from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
+from farm.decoders.neighborhood_attention import axis_blocks, block_shape, neighborhood_attention
 from farm.errors import FarmError
 from farm.output import Output, read_frames
 from farm.synthetic import synth
@@ -19,10 +20,51 @@ pytestmark = pytest.mark.model
 SPEC = {"family": "ltx2-diffusion", "config": "ltx2-diffusion-tiny", "weights": {"random_seed": 0}}
 
 
+def windowed_reference(q, k, v, kernel):
+    """Dense attention with each query's window as the mask, straight from the definition."""
+    _, t, h, w, heads, d = q.shape
+    starts = []
+    for n, kk in zip((t, h, w), kernel, strict=True):
+        kk = min(kk, n)
+        s = (torch.arange(n) - kk // 2).clamp(0, n - kk)
+        starts.append((s, kk))
+    pos = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w), indexing="ij"), -1)
+    pos = pos.reshape(-1, 3)
+    allowed = torch.ones(len(pos), len(pos), dtype=torch.bool)
+    for axis, (s, kk) in enumerate(starts):
+        lo = s[pos[:, axis]][:, None]
+        allowed &= (pos[None, :, axis] >= lo) & (pos[None, :, axis] < lo + kk)
+    flat = [x.reshape(x.shape[0], -1, heads, d).transpose(1, 2) for x in (q, k, v)]
+    out = torch.nn.functional.scaled_dot_product_attention(*flat, attn_mask=allowed)
+    return out.transpose(1, 2).reshape(q.shape)
+
+
 def test_windows_shift_inward_at_the_borders():
-    index = window_index((1, 1, 5), (1, 1, 3), "cpu")
-    assert index.tolist() == [[0, 1, 2], [0, 1, 2], [1, 2, 3], [2, 3, 4], [2, 3, 4]]
-    assert window_index((4, 3, 5), (3, 3, 3), "cpu").shape == (60, 27)
+    axis = axis_blocks(5, 3, 2, "cpu")  # blocks [0, 1], [2, 3], [4 + a padded query]; halos of 4 keys
+    assert (axis.count, axis.halo) == (3, 4)
+    assert axis.halo_index.tolist() == [[0, 1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 4]]
+    seen = [[[i for i, m in enumerate(row) if m] for row in block] for block in axis.mask.tolist()]
+    # query 0 sees keys 0-2 (shifted inward), 1: 0-2, 2: 1-3, 3: 2-4, 4: 2-4
+    assert seen == [[[0, 1, 2], [0, 1, 2]], [[0, 1, 2], [1, 2, 3]], [[1, 2, 3], [1, 2, 3]]]
+
+
+@pytest.mark.parametrize(
+    ("grid", "kernel", "block", "chunk"),
+    [((3, 5, 7), (3, 3, 3), None, 1 << 27), ((4, 6, 9), (3, 5, 5), (2, 4, 4), 1 << 27),
+     ((5, 7, 6), (3, 7, 3), (2, 2, 4), 3000), ((2, 9, 11), (3, 3, 5), (1, 4, 8), 500),
+     ((7, 3, 4), (5, 3, 3), (4, 2, 2), 1)],
+)  # fmt: skip
+def test_blocked_attention_equals_the_windowed_definition(grid, kernel, block, chunk):
+    gen = torch.Generator().manual_seed(sum(grid))
+    q, k, v = (torch.randn(2, *grid, 2, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    got = neighborhood_attention(q, k, v, kernel, block=block, chunk_elements=chunk)
+    assert torch.allclose(got, windowed_reference(q, k, v, kernel), atol=1e-12)
+
+
+def test_blocks_are_sized_around_the_kernels_query_tile():
+    assert block_shape((121, 176, 304), (11, 11, 11), 64) == (4, 4, 4)
+    assert block_shape((18, 22, 38), (3, 7, 7), 64) == (2, 4, 8)
+    assert block_shape((3, 4, 5), (3, 3, 3), 64) == (3, 4, 5)  # a grid smaller than a tile: one block
 
 
 def test_decode_equals_diffusers_flex_attention_with_the_same_noise():

@@ -15,20 +15,20 @@ worker count. A tile starting at latent frame ``a`` (row ``r``, column ``c``) de
 frame gives one frame).
 
 Attention: diffusers' FlexAttention path without ``torch.compile`` materialises every score (it runs out
-of memory on an H200 at 704x1216, shared/FINDINGS.md). On a CPU farm runs the same neighbourhood
-attention by gathering each query's window (`WindowedNeighborhoodAttention`: the window shifted inward at
-the borders, as NATTEN and the flex mask define it), which needs memory per query times the kernel's
-volume only. On a GPU, `enable_compile` compiles the FlexAttention call alone.
+of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
+takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
+inward at the borders, as NATTEN and the flex mask define it) as blocks of queries against their keys'
+halo through fused SDPA kernels (`farm.decoders.neighborhood_attention`), on every device.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.neighborhood_attention import use_blocked_attention
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 from farm.tiling import Geometry
@@ -103,13 +103,12 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> DiffusersVideoDecoder:
         decoder = super().load(spec, device)
-        if not str(device).startswith("cuda"):
-            use_windowed_attention(decoder.model)
+        use_blocked_attention(decoder.model)
         return decoder
 
     def enable_compile(self, mode: str | None = None) -> None:
-        """Compile FlexAttention alone (the whole decoder takes minutes to compile, shared/FINDINGS.md)."""
-        compile_flex_attention(mode)
+        """Left uncompiled: its attention already runs fused SDPA kernels, and compiling the whole decoder
+        takes minutes (docs/performance.md)."""
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         return self.denormalize_with_buffers(z)
@@ -154,98 +153,3 @@ def decode_with_noise(
     shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
              context.shape[3] * decoder.patch_size)  # fmt: skip
     return decoder.denoise(context, noise(shape, origin), steps)
-
-
-class WindowedNeighborhoodAttention:
-    """Neighbourhood attention by gathering each query's key window: the windows diffusers' FlexAttention
-    mask defines (centred, shifted inward at the borders), in memory per query times the kernel's volume."""
-
-    def __call__(self, attn: Any, hidden_states: torch.Tensor, block_mask: Any = None) -> torch.Tensor:
-        import torch
-
-        b, t, h, w, _ = hidden_states.shape
-        query, key, value = attn.project_qkv(hidden_states)  # [B, T, H, W, heads, d]
-        index = window_index((t, h, w), attn.kernel_size, hidden_states.device)  # [L, K]
-        q = query.reshape(b, t * h * w, attn.heads, attn.head_dim)
-        k = key.reshape(b, t * h * w, attn.heads, attn.head_dim)[:, index]  # [B, L, K, heads, d]
-        v = value.reshape(b, t * h * w, attn.heads, attn.head_dim)[:, index]
-        scores = torch.einsum("blnd,blknd->blnk", q.float(), k.float())  # query already scaled
-        out = torch.einsum("blnk,blknd->blnd", scores.softmax(dim=-1), v.float()).to(hidden_states.dtype)
-        return attn.to_out[0](out.reshape(b, t, h, w, attn.heads * attn.head_dim))
-
-
-def window_index(grid: tuple[int, int, int], kernel: tuple[int, ...], device: Any) -> torch.Tensor:
-    """For each position of a ``T x H x W`` grid (row-major), the linear indices of its window ``[L, K]``."""
-    import torch
-
-    axes = []
-    for n, k in zip(grid, kernel, strict=True):
-        k = min(k, n)
-        start = (torch.arange(n, device=device) - k // 2).clamp(0, n - k)
-        axes.append(start[:, None] + torch.arange(k, device=device))  # [n, k]
-    (t, h, w), (at, ah, aw) = grid, axes
-    linear = (at[:, None, None, :, None, None] * (h * w) + ah[None, :, None, None, :, None] * w
-              + aw[None, None, :, None, None, :])  # fmt: skip
-    return linear.reshape(t * h * w, -1)
-
-
-def use_windowed_attention(model: Any) -> None:
-    """Every neighbourhood attention of `model` through `WindowedNeighborhoodAttention`."""
-    for module in model.modules():
-        if type(module).__name__ == "LTX2VideoVaeNeighborhoodAttention":
-            module.processor = WindowedNeighborhoodAttention()
-            module.build_block_mask = lambda hidden_states: None
-
-
-@functools.lru_cache(maxsize=64)
-def neighborhood_block_mask(
-    frames: int, height: int, width: int, kernel: tuple[int, ...], device: Any
-) -> Any:
-    """diffusers' neighbourhood `BlockMask` (the window centred, shifted inward at the borders), built
-    compiled (never the dense mask) and once per grid, kernel and device: a tile shape's every call and
-    block reuse it."""
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    kt, kh, kw = min(kernel[0], frames), min(kernel[1], height), min(kernel[2], width)
-    hw = height * width
-
-    def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
-        qt, qh, qw = q // hw, (q % hw) // width, q % width
-        vt, vh, vw = kv // hw, (kv % hw) // width, kv % width
-        st = torch.clamp(qt - kt // 2, 0, frames - kt)
-        sh = torch.clamp(qh - kh // 2, 0, height - kh)
-        sw = torch.clamp(qw - kw // 2, 0, width - kw)
-        return (vt >= st) & (vt < st + kt) & (vh >= sh) & (vh < sh + kh) & (vw >= sw) & (vw < sw + kw)
-
-    n = frames * hw
-    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device=device, _compile=True)
-
-
-def compile_flex_attention(mode: str | None = None) -> None:
-    """Route diffusers' FlexAttention calls through one `torch.compile`d `flex_attention` (the fused
-    kernel), with block masks built compiled once per tile shape (`neighborhood_block_mask`) and a
-    recompile limit that lets every stage's shape compile once."""
-    import torch
-    import torch._dynamo
-    from diffusers.models import attention_dispatch
-    from diffusers.models.autoencoders import ltx2_diffusion_decoder
-    from torch.nn.attention import flex_attention as fa
-
-    if getattr(attention_dispatch, "_farm_compiled_flex", False):
-        return
-
-    def cached(
-        num_frames: int, height: int, width: int, kernel_size: tuple[int, int, int], device: Any
-    ) -> Any:
-        return neighborhood_block_mask(num_frames, height, width, tuple(kernel_size), device)
-
-    ltx2_diffusion_decoder._neighborhood_block_mask = cached
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-    import types
-
-    compiled = torch.compile(fa.flex_attention, mode=mode, dynamic=False)
-    # its flex backend calls `flex_attention.flex_attention(...)` on the module: the same names, one compiled
-    names = {**vars(fa), "flex_attention": compiled}
-    attention_dispatch.flex_attention = types.SimpleNamespace(**names)  # type: ignore[assignment]
-    attention_dispatch._farm_compiled_flex = True  # type: ignore[attr-defined]

@@ -1,0 +1,161 @@
+"""3-D neighbourhood attention as blocks of queries against their keys' halo, through fused SDPA kernels.
+
+Each query of a ``T x H x W`` grid attends to the ``kt x kh x kw`` window of keys centred on it, shifted
+inward at the borders (NATTEN's and diffusers' definition: along an axis of ``n`` positions a query at
+``i`` sees ``[s, s + k)`` with ``s = clamp(i - k // 2, 0, n - k)``).
+
+diffusers states the window as a FlexAttention block mask over the raster order of the grid: without
+``torch.compile`` it materialises every score, and a compiled mask over millions of tokens takes longer to
+build than the decode. Here the grid is cut into 3-D blocks of queries (``block``); every query of a block
+looks inside one halo of at most ``b + k - 1`` positions an axis, so a block is one dense attention call of
+``prod(b)`` queries against ``prod(b + k - 1)`` keys, with a boolean mask that keeps each query's own
+window. All blocks of a chunk go to `torch.nn.functional.scaled_dot_product_attention` as one batch (a
+fused kernel on a GPU), so memory grows with the chunk, never with the grid squared. The result equals
+the windowed definition up to float summation order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# Halo keys (x heads x head dim) gathered for one SDPA call: bounds a call's K and V copies and its mask.
+DEFAULT_CHUNK_ELEMENTS = 1 << 27
+# Queries a fused attention kernel computes together (its query tile): blocks are sized around it.
+KERNEL_QUERY_TILE = 64
+
+
+@dataclass(frozen=True)
+class AxisBlocks:
+    """One axis of the grid cut into blocks: ``count`` blocks of ``size`` queries (the last padded), each
+    reading the keys ``halo_start[j] + arange(halo)``; ``mask[j, i, l]``: query ``i`` of block ``j`` sees
+    halo key ``l``."""
+
+    size: int
+    count: int
+    halo: int
+    halo_index: torch.Tensor  # [count, halo] key positions
+    mask: torch.Tensor  # [count, size, halo] bool
+
+
+def axis_blocks(n: int, kernel: int, size: int, device: Any) -> AxisBlocks:
+    import torch
+
+    k, b = min(kernel, n), min(size, n)
+    count = -(-n // b)
+    halo = min(b + k - 1, n)
+    queries = torch.arange(count * b, device=device).clamp(max=n - 1).view(count, b)  # padded queries repeat
+    window_start = (queries - k // 2).clamp(0, n - k)  # [count, b]
+    halo_start = window_start[:, :1].clamp(max=n - halo)  # [count, 1]
+    halo_index = halo_start + torch.arange(halo, device=device)  # [count, halo]
+    offset = halo_index[:, None, :] - window_start[:, :, None]  # [count, b, halo]
+    return AxisBlocks(b, count, halo, halo_index, (offset >= 0) & (offset < k))
+
+
+def block_shape(grid: tuple[int, ...], kernel: tuple[int, ...], tile: int) -> tuple[int, ...]:
+    """The block whose queries cost least: a kernel computes whole tiles of `tile` queries, so a query's
+    cost is its block's halo times the tiles' rows over the block's real queries (ties: fewer calls)."""
+    best: tuple[tuple[float, int], tuple[int, ...]] | None = None
+    sizes = [sorted({min(s, n) for s in (1, 2, 4, 8, 16, 32)}) for n in grid]
+    for block in itertools.product(*sizes):
+        held = math.prod(block)
+        if held > 2 * tile:
+            continue
+        halo = math.prod(min(b + min(k, n) - 1, n) for b, n, k in zip(block, grid, kernel, strict=True))
+        score = (-(-held // tile) * tile * halo / held, -held)
+        if best is None or score < best[0]:
+            best = (score, block)
+    assert best is not None
+    return best[1]
+
+
+def neighborhood_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kernel: tuple[int, int, int],
+    *,
+    block: tuple[int, int, int] | None = None,
+    scale: float | None = None,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> torch.Tensor:
+    """Attention of every query to its window: ``[B, T, H, W, heads, d]`` in and out."""
+    import torch
+    import torch.nn.functional as F
+
+    batch, t, h, w, heads, dim = query.shape
+    grid = (t, h, w)
+    block = block or block_shape(grid, kernel, KERNEL_QUERY_TILE)
+    at, ah, aw = (axis_blocks(n, k, b, query.device) for n, k, b in zip(grid, kernel, block, strict=True))
+    queries_per_block = at.size * ah.size * aw.size
+    keys_per_block = at.halo * ah.halo * aw.halo
+
+    padded = F.pad(query, (0, 0, 0, 0, 0, aw.count * aw.size - w, 0, ah.count * ah.size - h,
+                           0, at.count * at.size - t))  # fmt: skip
+    blocks = padded.reshape(batch, at.count, at.size, ah.count, ah.size, aw.count, aw.size, heads, dim)
+    blocks = blocks.permute(0, 1, 3, 5, 7, 2, 4, 6, 8)  # [B, nt, nh, nw, heads, bt, bh, bw, d]
+    out = torch.empty_like(blocks)
+
+    # chunks of whole block rows along t, or of block rows along h within one t row
+    row_elements = ah.count * aw.count * keys_per_block * heads * dim * batch
+    rows_t = max(1, chunk_elements // row_elements)
+    rows_h = ah.count if rows_t > 1 else max(1, chunk_elements // max(1, row_elements // ah.count))
+    for t0 in range(0, at.count, rows_t):
+        t1 = min(t0 + rows_t, at.count)
+        for h0 in range(0, ah.count, rows_h):
+            h1 = min(h0 + rows_h, ah.count)
+            ti, hi, wi = at.halo_index[t0:t1], ah.halo_index[h0:h1], aw.halo_index
+            gather = (slice(None), ti[:, None, None, :, None, None], hi[None, :, None, None, :, None],
+                      wi[None, None, :, None, None, :])  # fmt: skip
+            n_blocks = (t1 - t0) * (h1 - h0) * aw.count
+
+            def halo_of(x: torch.Tensor, gather: tuple = gather, n_blocks: int = n_blocks) -> torch.Tensor:
+                # [B, ct, ch, nw, Lt, Lh, Lw, heads, d] -> [B * blocks, heads, keys, d]
+                x = x[gather].permute(0, 1, 2, 3, 7, 4, 5, 6, 8)
+                return x.reshape(batch * n_blocks, heads, keys_per_block, dim)
+
+            mt, mh, mw = at.mask[t0:t1], ah.mask[h0:h1], aw.mask
+            mask = (mt[:, None, None, :, None, None, :, None, None]
+                    & mh[None, :, None, None, :, None, None, :, None]
+                    & mw[None, None, :, None, None, :, None, None, :])  # fmt: skip
+            mask = mask.reshape(1, n_blocks, 1, queries_per_block, keys_per_block)
+            mask = mask.expand(batch, -1, -1, -1, -1).reshape(batch * n_blocks, 1, queries_per_block, -1)
+            q = blocks[:, t0:t1, h0:h1].reshape(batch * n_blocks, heads, queries_per_block, dim)
+            attended = F.scaled_dot_product_attention(
+                q, halo_of(key), halo_of(value), attn_mask=mask, scale=scale
+            )
+            out[:, t0:t1, h0:h1] = attended.reshape(batch, t1 - t0, h1 - h0, aw.count, heads, at.size,
+                                                    ah.size, aw.size, dim)  # fmt: skip
+    out = out.permute(0, 1, 5, 2, 6, 3, 7, 4, 8).reshape(
+        batch, at.count * at.size, ah.count * ah.size, aw.count * aw.size, heads, dim
+    )
+    return out[:, :t, :h, :w]
+
+
+class BlockedNeighborhoodAttention:
+    """A processor for diffusers' `LTX2VideoVaeNeighborhoodAttention` that runs `neighborhood_attention`."""
+
+    def __init__(self, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> None:
+        self.chunk_elements = chunk_elements
+
+    def __call__(self, attn: Any, hidden_states: torch.Tensor, block_mask: Any = None) -> torch.Tensor:
+        b, t, h, w, _ = hidden_states.shape
+        query, key, value = attn.project_qkv(hidden_states)  # [B, T, H, W, heads, d], query pre-scaled
+        out = neighborhood_attention(
+            query, key, value, tuple(attn.kernel_size), scale=1.0, chunk_elements=self.chunk_elements
+        )
+        return attn.to_out[0](out.reshape(b, t, h, w, attn.heads * attn.head_dim))
+
+
+def use_blocked_attention(model: Any, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> None:
+    """Every neighbourhood attention of `model` through `BlockedNeighborhoodAttention`; no block masks."""
+    processor = BlockedNeighborhoodAttention(chunk_elements)
+    for module in model.modules():
+        if type(module).__name__ == "LTX2VideoVaeNeighborhoodAttention":
+            module.processor = processor
+            module.build_block_mask = lambda hidden_states: None
