@@ -206,7 +206,7 @@ def candidates(
             if o is None:
                 continue
             lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal, geometry=geometry)
-            if lens is not None:
+            if lens is not None and min(lens) >= geometry.min_block[axis]:  # too small for the decoder
                 options[count] = (o, lens)
         per_axis.append(options)
     for tf, (of, lf) in per_axis[0].items():

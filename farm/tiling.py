@@ -52,6 +52,9 @@ class Geometry:
 
     `carries`: the decoder can decode a tile's temporal chunks one after another with its causal state
     carried from each to the next (`ChunkSize.carry`), instead of re-decoding context for each.
+
+    `min_block`: the fewest latent frames, rows and columns one decode call takes (a neighbourhood
+    attention's window must fit inside what it decodes); a plan never cuts smaller tiles or chunks.
     """
 
     spatial_scale: int
@@ -60,6 +63,7 @@ class Geometry:
     context: int = 0
     lookahead: int = 0
     carries: bool = False
+    min_block: tuple[int, int, int] = (1, 1, 1)
 
     def pixel_frames(self, latent_frames: int) -> int:
         if self.causal:
@@ -400,6 +404,17 @@ def axis_spans(
 # --------------------------------------------------------------------------------------------------
 
 
+def check_min_block(decoded: Sequence[Sequence[int]], geometry: Geometry, what: str, remedy: str) -> None:
+    """Every decode call's latent size per axis (`decoded[axis]`) must reach the decoder's `min_block`."""
+    for axis, (sizes, least) in enumerate(zip(decoded, geometry.min_block, strict=True)):
+        if sizes and min(sizes) < least:
+            remedy = remedy.format(axis=AXES[axis], least=least)
+            raise FarmError(
+                f"{what} would decode {min(sizes)} latent units of {AXES[axis]}, but this decoder needs at "
+                f"least {least} at a time (its attention window): {remedy}"
+            )
+
+
 def temporal_context(intervals: Sequence[Interval], frames: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(context, lookahead) latent frames per temporal interval: the decoder's, clipped to the shot."""
     return [(min(geometry.context, iv.start), min(geometry.lookahead, frames - iv.end)) for iv in intervals]
@@ -470,6 +485,8 @@ def plan_shot(
         per_axis.append((intervals, spans, complementary))
     warm = temporal_context(per_axis[0][0], f, geometry)
     decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
+    check_min_block([decoded, *([iv.size for iv in p[0]] for p in per_axis[1:])], geometry,
+                    f"shot {shot!r}: a tile", "use fewer tiles along {axis}")  # fmt: skip
     validate_chunking(grid, chunk, per_axis[0][0], decoded)
     if chunk.carry and not geometry.carries:
         raise FarmError(
@@ -493,6 +510,9 @@ def plan_shot(
                         lookahead=warm[i_f][1],
                     )
                 )
+    if any(limit is not None for limit in chunk.limits()):  # a chunking that cannot be decoded: now
+        for fhw in sorted({t.decoded_fhw for t in tiles}):
+            plan_chunks(fhw, geometry, chunk)
     batches = plan_batches(shot, pixel_shape[0], batch_frames, tiles)
     return ShotPlan(
         shot=shot,
@@ -565,6 +585,9 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
         per_axis.append((intervals, spans))
     # carried chunks see their past through the state, not through decoded context
     warm = [(0, 0)] * len(per_axis[0][0]) if chunk.carry else temporal_context(per_axis[0][0], f, geometry)
+    decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
+    check_min_block([decoded, *([iv.size for iv in p[0]] for p in per_axis[1:])], geometry, "a chunk",
+                    "use --chunk of at least {least} along {axis}, or none")  # fmt: skip
     chunks: list[Tile] = []
     for i_f in range(len(per_axis[0][0])):
         for i_h in range(len(per_axis[1][0])):

@@ -1,6 +1,7 @@
-"""The LTX-2.5 diffusion decoder (`ltx2-diffusion`): its blocked neighbourhood attention against the windowed
-definition and diffusers' FlexAttention, noise that is a function of each pixel's place, and renders that give the same bytes on 1
-and 3 workers."""
+"""The LTX-2.5 diffusion decoder (`ltx2-diffusion`): its blocked neighbourhood attention against the
+windowed definition and diffusers' FlexAttention, plans that never cut blocks smaller than its windows,
+noise that is a function of each pixel's place, and renders that give the same bytes on 1 and 3
+workers."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import pytest
 import torch
 
 import farm.render as fr
+from farm import costmodel, planner
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import axis_blocks, block_shape, neighborhood_attention
 from farm.errors import FarmError
 from farm.output import Output, read_frames
 from farm.synthetic import synth
+from farm.tiling import ChunkSize, TileGrid, plan_shot
 
 pytestmark = pytest.mark.model
 SPEC = {"family": "ltx2-diffusion", "config": "ltx2-diffusion-tiny", "weights": {"random_seed": 0}}
@@ -65,6 +68,34 @@ def test_blocks_are_sized_around_the_kernels_query_tile():
     assert block_shape((121, 176, 304), (11, 11, 11), 64) == (4, 4, 4)
     assert block_shape((18, 22, 38), (3, 7, 7), 64) == (2, 4, 8)
     assert block_shape((3, 4, 5), (3, 3, 3), 64) == (3, 4, 5)  # a grid smaller than a tile: one block
+
+
+def test_the_smallest_block_is_where_every_stages_window_fits():
+    full, tiny = (LTX2DiffusionDecoder.geometry_for(c) for c in LTX2DiffusionDecoder.named_configs.values())
+    # stage 1's 3x7x7 window in latent rows and columns; stage 5's 11 pixel frames need 1 + 8 * 2
+    assert full.min_block == (3, 7, 7)
+    assert tiny.min_block == (2, 3, 3)
+    decoder = load_decoder(SPEC)
+    decoder.decode(torch.zeros(8, 2, 3, 3), (0, 0, 0))  # the smallest block decodes
+    with pytest.raises(FarmError, match="too small"):
+        decoder.decode(torch.zeros(8, 2, 3, 2), (0, 0, 0))
+
+
+def test_plans_never_cut_blocks_smaller_than_the_attention_window():
+    geometry = LTX2DiffusionDecoder.geometry_for({})
+    shot = (128, 16, 22, 38)
+    plan_shot("s", shot, geometry, TileGrid((1, 2, 2), (0, 2, 2)))  # 12 rows, 20 columns a tile
+    with pytest.raises(FarmError, match="shot 's': a tile would decode 6 latent units of height, but this "
+                                        "decoder needs at least 7 at a time"):  # fmt: skip
+        plan_shot("s", shot, geometry, TileGrid((1, 4, 1), (0, 1, 0)))
+    with pytest.raises(FarmError, match="a chunk would decode 4 latent units of width.*--chunk of at least"):
+        plan_shot("s", shot, geometry, chunk=ChunkSize(width=5, overlap=(0, 0, 0)))
+    model = costmodel.load("ltx2-h200")
+    for candidate in planner.candidates(shot, geometry, model, None, None):
+        tiles = plan_shot("s", shot, geometry, candidate.grid).tiles
+        assert min(t.latent[1].size for t in tiles) >= 7 and min(t.latent[2].size for t in tiles) >= 7
+    rows = {c.grid.tiles[1]: c.grid.overlap[1] for c in planner.candidates(shot, geometry, model, None, None)}
+    assert rows[4] >= 2  # 22 rows in 4 tiles: only with overlap enough for 7 rows a tile
 
 
 def test_decode_equals_diffusers_flex_attention_with_the_same_noise():

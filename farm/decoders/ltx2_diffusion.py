@@ -80,7 +80,8 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         strides = full["decoder_upsample_strides"]
         spatial = full["patch_size"] * math.prod(s[1] for s in strides)
         temporal = math.prod(s[0] for s in strides)
-        geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True, carries=False)
+        geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=True, carries=False,
+                            min_block=min_latent_block(full))  # fmt: skip
         return cls._with_context(geometry, config)
 
     @classmethod
@@ -142,6 +143,29 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
                 f"{self.spec.config_name or 'custom'} diffusion decoder's neighbourhood attention ({exc}); "
                 "use fewer tiles or more overlap (the real config needs 7 latent rows and columns a tile)"
             ) from None
+
+
+def min_latent_block(full: dict[str, Any]) -> tuple[int, int, int]:
+    """The fewest latent frames, rows and columns the decoder takes: every stage's grid must hold its
+    neighbourhood window (diffusers refuses a smaller one). Stages 1-4 see the latent, trailing frames
+    padded, upsampled by the strides before them; stage 5 sees patchified pixels."""
+    kernels = [*full["decoder_stage_kernels"], full["decoder_stage5_kernel"]]
+    strides = full["decoder_upsample_strides"]
+    pad = (kernels[0][0] // 2) * 2
+    patch = full["patch_size"]
+    temporal = math.prod(s[0] for s in strides)
+    spatial = patch * math.prod(s[1] for s in strides)
+
+    def fits(axis: int, n: int) -> bool:
+        size = n + pad if axis == 0 else n
+        for stage in range(len(strides)):
+            if size < kernels[stage][axis]:
+                return False
+            size *= strides[stage][axis]
+        last = 1 + (n - 1) * temporal if axis == 0 else n * spatial // patch
+        return last >= kernels[-1][axis]
+
+    return tuple(next(n for n in range(1, 1024) if fits(axis, n)) for axis in range(3))  # type: ignore[return-value]
 
 
 def decode_with_noise(
