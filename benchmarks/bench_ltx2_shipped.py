@@ -46,8 +46,8 @@ AUDIO_LATENT = (8, 126, 16)
 # --tiny: the same steps on tiny configs and a small shot (a check of the script itself, e.g. on a CPU)
 TINY = {"shot": (17, 128, 192), "latent": (8, 3, 4, 6), "audio_latent": (4, 18, 4)}
 # diffusers' ladder: latent frames, rows, columns (the shot's channels), smallest first
-# (stage 5's 11-frame window needs 3 latent frames; diffusers' scores grow with the square of its tokens)
-LADDER = ((3, 4, 6), (3, 6, 8), (3, 6, 10), (3, 8, 12), (4, 8, 12), (3, 11, 19))
+# (its windows need 3x7x7 latent units; diffusers' scores grow with the square of its tokens)
+LADDER = ((3, 7, 7), (3, 7, 10), (3, 8, 12), (3, 10, 14))
 TINY_LADDER = ((2, 3, 3), (2, 3, 4))
 BATCH = 32
 DEVICE, SUFFIX = "cuda", ""
