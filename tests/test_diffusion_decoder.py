@@ -5,6 +5,8 @@ workers."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -13,7 +15,13 @@ import farm.render as fr
 from farm import costmodel, planner
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
-from farm.decoders.neighborhood_attention import axis_blocks, block_shape, neighborhood_attention
+from farm.decoders.neighborhood_attention import (
+    axis_blocks,
+    block_shape,
+    chunk_boxes,
+    interior,
+    neighborhood_attention,
+)
 from farm.errors import FarmError
 from farm.output import Output, read_frames
 from farm.synthetic import synth
@@ -55,13 +63,28 @@ def test_windows_shift_inward_at_the_borders():
     ("grid", "kernel", "block", "chunk"),
     [((3, 5, 7), (3, 3, 3), None, 1 << 27), ((4, 6, 9), (3, 5, 5), (2, 4, 4), 1 << 27),
      ((5, 7, 6), (3, 7, 3), (2, 2, 4), 3000), ((2, 9, 11), (3, 3, 5), (1, 4, 8), 500),
-     ((7, 3, 4), (5, 3, 3), (4, 2, 2), 1)],
+     ((7, 3, 4), (5, 3, 3), (4, 2, 2), 1), ((9, 12, 14), (3, 5, 3), (2, 2, 2), 1 << 27),
+     ((9, 12, 14), (5, 3, 3), (2, 4, 2), 2000)],
 )  # fmt: skip
 def test_blocked_attention_equals_the_windowed_definition(grid, kernel, block, chunk):
     gen = torch.Generator().manual_seed(sum(grid))
     q, k, v = (torch.randn(2, *grid, 2, 8, generator=gen, dtype=torch.float64) for _ in range(3))
     got = neighborhood_attention(q, k, v, kernel, block=block, chunk_elements=chunk)
     assert torch.allclose(got, windowed_reference(q, k, v, kernel), atol=1e-12)
+
+
+def test_interior_blocks_share_one_mask():
+    axis = axis_blocks(14, 3, 2, "cpu")  # 7 blocks: the first and last see their windows shifted
+    assert interior(axis) == (1, 6)
+    assert all(torch.equal(axis.mask[j], axis.mask[1]) for j in range(1, 6))
+    assert not torch.equal(axis.mask[0], axis.mask[1]) and not torch.equal(axis.mask[6], axis.mask[1])
+    boxes = chunk_boxes((axis, axis, axis), 10, 1 << 20)
+    assert len(boxes) == 27 and [box[:3] for box in boxes if box[3]] == [((1, 6), (1, 6), (1, 6))]
+    small = chunk_boxes((axis, axis, axis), 10, 10 * 7)  # a call gathers at most one row of 7 blocks
+    for boxes_ in (boxes, small):  # every block in exactly one box
+        seen = sorted((t, h, w) for (t0, t1), (h0, h1), (w0, w1), _ in boxes_ for t in range(t0, t1)
+                      for h in range(h0, h1) for w in range(w0, w1))  # fmt: skip
+        assert seen == sorted(itertools.product(range(7), repeat=3))
 
 
 def test_blocks_are_sized_around_the_kernels_query_tile():

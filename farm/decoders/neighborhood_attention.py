@@ -74,6 +74,39 @@ def block_shape(grid: tuple[int, ...], kernel: tuple[int, ...], tile: int) -> tu
     return best[1]
 
 
+def interior(axis: AxisBlocks) -> tuple[int, int]:
+    """The blocks ``[lo, hi)`` whose windows are not shifted by a border: they all see their halo alike."""
+    middle = axis.count // 2
+    same = (axis.mask == axis.mask[middle]).flatten(1).all(dim=1).tolist()
+    lo = hi = middle
+    while lo > 0 and same[lo - 1]:
+        lo -= 1
+    while hi < axis.count and same[hi]:
+        hi += 1
+    return lo, hi
+
+
+def chunk_boxes(
+    axes: tuple[AxisBlocks, AxisBlocks, AxisBlocks], block_elements: int, chunk_elements: int
+) -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int], bool]]:
+    """Boxes of blocks, one SDPA call each: the interior box (``True``: one shared mask) and the border
+    boxes around it, each cut along t, then h, so a call gathers about `chunk_elements` halo elements."""
+    segments = []
+    for axis in axes:
+        lo, hi = interior(axis)
+        parts = ((0, lo), (lo, hi), (hi, axis.count))
+        segments.append([(a, b, (a, b) == (lo, hi)) for a, b in parts if b > a])
+    boxes = []
+    for (t0, t1, it), (h0, h1, ih), (w0, w1, iw) in itertools.product(*segments):
+        row = (h1 - h0) * (w1 - w0) * block_elements  # one block row along t
+        rows_t = max(1, chunk_elements // row)
+        rows_h = (h1 - h0) if rows_t > 1 else max(1, chunk_elements // ((w1 - w0) * block_elements))
+        for a in range(t0, t1, rows_t):
+            for b in range(h0, h1, rows_h):
+                boxes.append(((a, min(a + rows_t, t1)), (b, min(b + rows_h, h1)), (w0, w1), it and ih and iw))
+    return boxes
+
+
 def neighborhood_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -101,36 +134,34 @@ def neighborhood_attention(
     blocks = blocks.permute(0, 1, 3, 5, 7, 2, 4, 6, 8)  # [B, nt, nh, nw, heads, bt, bh, bw, d]
     out = torch.empty_like(blocks)
 
-    # chunks of whole block rows along t, or of block rows along h within one t row
-    row_elements = ah.count * aw.count * keys_per_block * heads * dim * batch
-    rows_t = max(1, chunk_elements // row_elements)
-    rows_h = ah.count if rows_t > 1 else max(1, chunk_elements // max(1, row_elements // ah.count))
-    for t0 in range(0, at.count, rows_t):
-        t1 = min(t0 + rows_t, at.count)
-        for h0 in range(0, ah.count, rows_h):
-            h1 = min(h0 + rows_h, ah.count)
-            ti, hi, wi = at.halo_index[t0:t1], ah.halo_index[h0:h1], aw.halo_index
-            gather = (slice(None), ti[:, None, None, :, None, None], hi[None, :, None, None, :, None],
-                      wi[None, None, :, None, None, :])  # fmt: skip
-            n_blocks = (t1 - t0) * (h1 - h0) * aw.count
+    block_elements = keys_per_block * heads * dim * batch
+    for (t0, t1), (h0, h1), (w0, w1), shared in chunk_boxes((at, ah, aw), block_elements, chunk_elements):
+        ti, hi, wi = at.halo_index[t0:t1], ah.halo_index[h0:h1], aw.halo_index[w0:w1]
+        gather = (slice(None), ti[:, None, None, :, None, None], hi[None, :, None, None, :, None],
+                  wi[None, None, :, None, None, :])  # fmt: skip
+        n_blocks = (t1 - t0) * (h1 - h0) * (w1 - w0)
 
-            def halo_of(x: torch.Tensor, gather: tuple = gather, n_blocks: int = n_blocks) -> torch.Tensor:
-                # [B, ct, ch, nw, Lt, Lh, Lw, heads, d] -> [B * blocks, heads, keys, d]
-                x = x[gather].permute(0, 1, 2, 3, 7, 4, 5, 6, 8)
-                return x.reshape(batch * n_blocks, heads, keys_per_block, dim)
+        def halo_of(x: torch.Tensor, gather: tuple = gather, n_blocks: int = n_blocks) -> torch.Tensor:
+            # [B, ct, ch, cw, Lt, Lh, Lw, heads, d] -> [B * blocks, heads, keys, d]
+            x = x[gather].permute(0, 1, 2, 3, 7, 4, 5, 6, 8)
+            return x.reshape(batch * n_blocks, heads, keys_per_block, dim)
 
-            mt, mh, mw = at.mask[t0:t1], ah.mask[h0:h1], aw.mask
-            mask = (mt[:, None, None, :, None, None, :, None, None]
-                    & mh[None, :, None, None, :, None, None, :, None]
-                    & mw[None, None, :, None, None, :, None, None, :])  # fmt: skip
+        # blocks inside every axis' interior share one window pattern: one mask, broadcast
+        mt, mh, mw = (m[i0 : (i0 + 1 if shared else i1)] for m, i0, i1 in
+                      ((at.mask, t0, t1), (ah.mask, h0, h1), (aw.mask, w0, w1)))  # fmt: skip
+        mask = (mt[:, None, None, :, None, None, :, None, None]
+                & mh[None, :, None, None, :, None, None, :, None]
+                & mw[None, None, :, None, None, :, None, None, :])  # fmt: skip
+        if shared:
+            mask = mask.reshape(1, 1, queries_per_block, keys_per_block)
+        else:
             mask = mask.reshape(1, n_blocks, 1, queries_per_block, keys_per_block)
             mask = mask.expand(batch, -1, -1, -1, -1).reshape(batch * n_blocks, 1, queries_per_block, -1)
-            q = blocks[:, t0:t1, h0:h1].reshape(batch * n_blocks, heads, queries_per_block, dim)
-            attended = F.scaled_dot_product_attention(
-                q, halo_of(key), halo_of(value), attn_mask=mask, scale=scale
-            )
-            out[:, t0:t1, h0:h1] = attended.reshape(batch, t1 - t0, h1 - h0, aw.count, heads, at.size,
-                                                    ah.size, aw.size, dim)  # fmt: skip
+        q = blocks[:, t0:t1, h0:h1, w0:w1].reshape(batch * n_blocks, heads, queries_per_block, dim)
+        k, v = halo_of(key), halo_of(value)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        out[:, t0:t1, h0:h1, w0:w1] = attended.reshape(batch, t1 - t0, h1 - h0, w1 - w0, heads, at.size,
+                                                       ah.size, aw.size, dim)  # fmt: skip
     out = out.permute(0, 1, 5, 2, 6, 3, 7, 4, 8).reshape(
         batch, at.count * at.size, ah.count * ah.size, aw.count * aw.size, heads, dim
     )
