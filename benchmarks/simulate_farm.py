@@ -162,7 +162,9 @@ def issue_rows(farm: Farm, seams: dict) -> tuple[list[list[str]], list[str]]:
         for lbl, _, pred in compared[1:]:
             if pred.redundancy < p_auto.redundancy - 1e-9 or pred.makespan_s < p_auto.makespan_s - 1e-9:
                 failures.append(f"{count} shots: {lbl} beats auto")
-        if any(g.tiles != (1, 1, 1) for g in auto.values()):
+        # with several shots a worker, whole shots keep every GPU busy with no redundant work; with one
+        # shot a worker, splitting it lets its first part's writes run under the rest's decode
+        if count > 8 and any(g.tiles != (1, 1, 1) for g in auto.values()):
             failures.append(f"{count} shots: auto did not decode whole shots")
     return rows, failures
 
@@ -370,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n\n".join(out)
     print(text)
     print()
-    print("target (auto no worse than shipped in redundant work and makespan; whole shots for batches): "
+    print("target (auto no worse than shipped in redundant work and makespan; whole shots for batches of "
+          "more shots than workers): "
           + ("met in every row" if not failures else "NOT met: " + "; ".join(failures)))  # fmt: skip
     if args.out_md:
         Path(args.out_md).write_text(text + "\n")
