@@ -87,10 +87,10 @@ def test_interior_blocks_share_one_mask():
         assert seen == sorted(itertools.product(range(7), repeat=3))
 
 
-def test_blocks_are_sized_around_the_kernels_query_tile():
-    assert block_shape((121, 176, 304), (11, 11, 11), 64) == (4, 4, 4)
-    assert block_shape((18, 22, 38), (3, 7, 7), 64) == (2, 4, 8)
-    assert block_shape((3, 4, 5), (3, 3, 3), 64) == (3, 4, 5)  # a grid smaller than a tile: one block
+def test_blocks_hold_the_most_queries_with_the_smallest_halo():
+    assert block_shape((121, 176, 304), (11, 11, 11), 512) == (8, 8, 8)  # 18^3 keys; (4, 8, 16): 14x18x26
+    assert block_shape((18, 22, 38), (3, 7, 7), 512) == (4, 8, 16)
+    assert block_shape((3, 4, 5), (3, 3, 3), 512) == (3, 4, 5)  # a grid smaller than a block: one block
 
 
 def test_the_smallest_block_is_where_every_stages_window_fits():

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 
 # Halo keys (x heads x head dim) gathered for one SDPA call: bounds a call's K and V copies and its mask.
 DEFAULT_CHUNK_ELEMENTS = 1 << 27
-# Queries a fused attention kernel computes together (its query tile): blocks are sized around it.
-KERNEL_QUERY_TILE = 64
+# Queries a block holds at most: one SDPA call's rows per block (measured best at LTX-2.5's stage 5 on an
+# H200 among 64, 128 and 512, docs/performance.md).
+BLOCK_QUERIES = 512
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,18 @@ def axis_blocks(n: int, kernel: int, size: int, device: Any) -> AxisBlocks:
     return AxisBlocks(b, count, halo, halo_index, (offset >= 0) & (offset < k))
 
 
-def block_shape(grid: tuple[int, ...], kernel: tuple[int, ...], tile: int) -> tuple[int, ...]:
-    """The block whose queries cost least: a kernel computes whole tiles of `tile` queries, so a query's
-    cost is its block's halo times the tiles' rows over the block's real queries (ties: fewer calls)."""
-    best: tuple[tuple[float, int], tuple[int, ...]] | None = None
-    sizes = [sorted({min(s, n) for s in (1, 2, 4, 8, 16, 32)}) for n in grid]
+def block_shape(grid: tuple[int, ...], kernel: tuple[int, ...], queries: int) -> tuple[int, ...]:
+    """The block of the most queries up to `queries` (powers of two an axis, cut to the grid) whose halo
+    holds the fewest keys. Large blocks pay: each key is gathered once per block that reads it, and the
+    gathers cost more than the attention's extra scores (docs/performance.md)."""
+    best: tuple[tuple[int, int], tuple[int, ...]] | None = None
+    sizes = [sorted({min(s, n) for s in (1, 2, 4, 8, 16, 32, 64)}) for n in grid]
     for block in itertools.product(*sizes):
         held = math.prod(block)
-        if held > 2 * tile:
+        if held > queries:
             continue
         halo = math.prod(min(b + min(k, n) - 1, n) for b, n, k in zip(block, grid, kernel, strict=True))
-        score = (-(-held // tile) * tile * halo / held, -held)
+        score = (-held, halo)
         if best is None or score < best[0]:
             best = (score, block)
     assert best is not None
@@ -123,7 +125,7 @@ def neighborhood_attention(
 
     batch, t, h, w, heads, dim = query.shape
     grid = (t, h, w)
-    block = block or block_shape(grid, kernel, KERNEL_QUERY_TILE)
+    block = block or block_shape(grid, kernel, BLOCK_QUERIES)
     at, ah, aw = (axis_blocks(n, k, b, query.device) for n, k, b in zip(grid, kernel, block, strict=True))
     queries_per_block = at.size * ah.size * aw.size
     keys_per_block = at.halo * ah.halo * aw.halo
@@ -157,15 +159,35 @@ def neighborhood_attention(
         else:
             mask = mask.reshape(1, n_blocks, 1, queries_per_block, keys_per_block)
             mask = mask.expand(batch, -1, -1, -1, -1).reshape(batch * n_blocks, 1, queries_per_block, -1)
+        # an additive bias: the kernels read it as it is, where a boolean mask is converted per call
+        bias = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, -math.inf)
         q = blocks[:, t0:t1, h0:h1, w0:w1].reshape(batch * n_blocks, heads, queries_per_block, dim)
         k, v = halo_of(key), halo_of(value)
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+        with attention_backends(query.device):
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
         out[:, t0:t1, h0:h1, w0:w1] = attended.reshape(batch, t1 - t0, h1 - h0, w1 - w0, heads, at.size,
                                                        ah.size, aw.size, dim)  # fmt: skip
     out = out.permute(0, 1, 5, 2, 6, 3, 7, 4, 8).reshape(
         batch, at.count * at.size, ah.count * ah.size, aw.count * aw.size, heads, dim
     )
     return out[:, :t, :h, :w]
+
+
+def attention_backends(device: Any) -> Any:
+    """On a GPU, cuDNN's fused attention first (the fastest with a bias on an H200, docs/performance.md),
+    then the memory-efficient kernel; elsewhere PyTorch's own choice."""
+    import contextlib
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    try:
+        return sdpa_kernel(order, set_priority=True)
+    except TypeError:  # torch before 2.6: no priorities, the kernels allowed in torch's own order
+        return sdpa_kernel(order)
 
 
 class BlockedNeighborhoodAttention:
