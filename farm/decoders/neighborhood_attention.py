@@ -125,8 +125,8 @@ def neighborhood_attention(
 
     batch, t, h, w, heads, dim = query.shape
     grid = (t, h, w)
-    block = block or block_shape(grid, kernel, BLOCK_QUERIES)
-    at, ah, aw = (axis_blocks(n, k, b, query.device) for n, k, b in zip(grid, kernel, block, strict=True))
+    sizes = block or block_shape(grid, kernel, BLOCK_QUERIES)
+    at, ah, aw = (axis_blocks(n, k, b, query.device) for n, k, b in zip(grid, kernel, sizes, strict=True))
     queries_per_block = at.size * ah.size * aw.size
     keys_per_block = at.halo * ah.halo * aw.halo
 
