@@ -68,9 +68,12 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         "ltx2-diffusion-tiny": (2, 2),
     }
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2-diffusion": 2, "ltx2-diffusion-tiny": 2}
-    # Stage 5 dominates: per output pixel-frame, its activations (stage-5 width x patch^-2, SwiGLU hidden
-    # x4, the windowed scores) at 2-byte dtypes; an estimate until measured on a GPU.
-    bytes_per_pixel_frame: ClassVar[float] = 260.0
+    # Peak above the weights per output pixel-frame at 2-byte dtypes, and one whole-shot decode: measured
+    # on an H200 (`benchmarks/bench_ltx2_shipped.py`, docs/performance.md). Stage 5's activations dominate.
+    bytes_per_pixel_frame: ClassVar[float] = 360.0
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
+        "ltx2-diffusion": ("h200", (121, 704, 1216), 6.09),
+    }
 
     # ---- shapes --------------------------------------------------------------------------------
 
