@@ -151,6 +151,9 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     from farm.schedule import make_schedule
     from farm.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
     from farm.tiling import assign_round_robin, plan_geometry, tile_segments
+    from farm.transport import register
+
+    register()  # this client receives the workers' tensors, as every process that does must
 
     job_path = tmp_path / "job.zarr"
     synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=128, seed=5)
