@@ -8,10 +8,11 @@ diffusers states the window as a FlexAttention block mask over the raster order 
 ``torch.compile`` it materialises every score, and a compiled mask over millions of tokens takes longer to
 build than the decode. Here the grid is cut into 3-D blocks of queries (``block``); every query of a block
 looks inside one halo of at most ``b + k - 1`` positions an axis, so a block is one dense attention call of
-``prod(b)`` queries against ``prod(b + k - 1)`` keys, with a boolean mask that keeps each query's own
-window. All blocks of a chunk go to `torch.nn.functional.scaled_dot_product_attention` as one batch (a
-fused kernel on a GPU), so memory grows with the chunk, never with the grid squared. The result equals
-the windowed definition up to float summation order.
+``prod(b)`` queries against ``prod(b + k - 1)`` keys, with an additive bias that keeps each query's own
+window (one bias shared by the blocks no border shifts). All blocks of a chunk go to
+`torch.nn.functional.scaled_dot_product_attention` as one batch (a fused kernel on a GPU), so memory grows
+with the chunk, never with the grid squared. The result equals the windowed definition up to float
+summation order.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 # Halo keys (x heads x head dim) gathered for one SDPA call: bounds a call's K and V copies and its mask.
 DEFAULT_CHUNK_ELEMENTS = 1 << 27
-# Queries a block holds at most: one SDPA call's rows per block (measured best at LTX-2.5's stage 5 on an
-# H200 among 64, 128 and 512, docs/performance.md).
+# Queries a block holds at most (512 ran LTX-2.5's stage 5 on an H200 in under half the time of 64,
+# docs/performance.md).
 BLOCK_QUERIES = 512
 
 
