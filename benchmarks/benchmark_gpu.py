@@ -781,7 +781,7 @@ def main() -> None:
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
     global COMPILE, VIDEO, VARIANTS, TILES, WINDOW
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     COMPILE = args.compile
     VIDEO = VideoSettings(preset=args.preset, enabled=not args.no_video)

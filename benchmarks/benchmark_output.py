@@ -265,7 +265,7 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
 
     from farm.cluster import connect
     from farm.render import synth
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     job = work / "job.zarr"
     if args.shots:
@@ -347,7 +347,7 @@ def warm_up(client: Any, sources: list[Path], work: Path, args: argparse.Namespa
     the workers paid: build seconds and compiled first calls (`farm.decoders.decoder_timings`)."""
     from farm.decoders import decoder_timings
     from farm.render import render
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     t0 = time.perf_counter()
     for src in sources:
@@ -407,7 +407,7 @@ def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> b
 
 
 def _zarr_only() -> Any:
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     return VideoSettings(enabled=False)
 
@@ -539,8 +539,8 @@ def predicted_seconds(
     plain decode of this call when the renders are compiled, as `refit_output_costs.py` does), through
     the `window` the render held (its memory budget sets it; the default otherwise)."""
     from farm import planner
-    from farm.costmodel import DecodeCost
-    from farm.decoders import cost_model, memory_model
+    from farm.costmodel import DecodeCost, cost_model
+    from farm.decoders import memory_model
     from farm.jobplan import plan_job
     from farm.store import open_job
 

@@ -35,8 +35,8 @@ def profile(work: Path, shots: int, frames: int, height: int, width: int, repeat
     from farm.options import PlanOptions
     from farm.output import Output, prepare_output
     from farm.resume import record_identity, render_identities, render_identity
+    from farm.settings import VideoSettings
     from farm.synthetic import synth
-    from farm.tasks import VideoSettings
 
     job = synth(work / f"job-{shots}.zarr", decoder="ltx2", shots=shots, frames=frames, height=height,
                 width=width, overwrite=True)  # fmt: skip

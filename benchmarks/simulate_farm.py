@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from farm import costmodel, planner  # noqa: E402
 from farm.decoders import memory_model  # noqa: E402
+from farm.decoders.memory import MemoryModel  # noqa: E402
 from farm.render import synth_spec  # noqa: E402
 from farm.tiling import Geometry, TileGrid, assign_round_robin, plan_shot  # noqa: E402
 
@@ -43,7 +44,7 @@ SHIPPED_FOR = {2: ("ltx2 2x2", LTX2_2X2), 4: ("ltx2 2x2", LTX2_2X2), 8: ("ltx2 2
 
 
 class Farm:
-    def __init__(self, model: costmodel.CostModel, memory: costmodel.MemoryModel) -> None:
+    def __init__(self, model: costmodel.CostModel, memory: MemoryModel) -> None:
         self.model = model
         self.memory = memory
         self.plan_cache: dict = {}

@@ -13,9 +13,7 @@ from farm.errors import FarmError
 from farm.tiling import ChunkSize, Geometry, ShotPlan, Tile, plan_chunks
 
 if TYPE_CHECKING:
-    from distributed import Client
-
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
 
 def tile_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, tile: Tile, chunk: ChunkSize) -> int:
@@ -140,25 +138,3 @@ def host_memory_warning(need: int, limit: int | None) -> str | None:
         f"over 60% of its memory limit ({human_bytes(limit)}), where Dask starts spilling to disk; lower "
         "--window or --batch-frames, or give workers more memory"
     )
-
-
-def smallest_gpu_memory(client: Client, workers: Sequence[str]) -> int | None:
-    """Total memory of the smallest GPU among `workers` (None on a CPU cluster)."""
-    sizes = [v for v in client.run(_gpu_memory_total, workers=list(workers)).values() if v]
-    return min(sizes) if sizes else None
-
-
-def _gpu_memory_total() -> int | None:
-    import torch
-
-    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
-
-
-def smallest_memory_limit(client: Client, workers: Sequence[str]) -> int | None:
-    """The smallest host-memory limit among `workers` (None when none has one)."""
-    from farm.cluster import workers_info
-
-    info = workers_info(client)
-    limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
-    limits = [v for v in limits if v > 0]
-    return min(limits) if limits else None

@@ -487,7 +487,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from farm.render import render
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     stats = render(
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
@@ -509,8 +509,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from farm.budgets import check_fits, host_peak_bytes, window_peak_bytes
     from farm.jobplan import plan_job, predict_render
     from farm.plan_table import describe_plans
+    from farm.settings import VideoSettings
     from farm.store import open_job
-    from farm.tasks import VideoSettings
 
     if args.workers is not None and args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
@@ -518,7 +518,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     args.workers = args.workers if args.workers is not None else local_decode_workers()
     from farm import planner
-    from farm.decoders import cost_model
+    from farm.costmodel import cost_model
 
     job = open_job(args.job)
     options = _plan_options(args)

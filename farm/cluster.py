@@ -21,7 +21,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -670,10 +670,21 @@ def start_local_cluster(
     return LocalCUDACluster(**common)
 
 
-def dashboard_link(client: Client) -> str | None:
-    """The scheduler's dashboard URL, or None when it has none (bokeh missing, dashboard disabled)."""
-    try:
-        link = client.dashboard_link
-    except Exception:
-        return None
-    return link or None
+def smallest_gpu_memory(client: Client, workers: Sequence[str]) -> int | None:
+    """Total memory of the smallest GPU among `workers` (None on a CPU cluster)."""
+    sizes = [v for v in client.run(_gpu_memory_total, workers=list(workers)).values() if v]
+    return min(sizes) if sizes else None
+
+
+def _gpu_memory_total() -> int | None:
+    import torch
+
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+
+
+def smallest_memory_limit(client: Client, workers: Sequence[str]) -> int | None:
+    """The smallest host-memory limit among `workers` (None when none has one)."""
+    info = workers_info(client)
+    limits = [int(info[w].get("memory_limit") or 0) for w in workers if w in info]
+    limits = [v for v in limits if v > 0]
+    return min(limits) if limits else None

@@ -34,13 +34,13 @@ Everything else a render does is charged per task or per pixel:
 * transfers of decoded pieces (float32 RGB: ``piece_bytes_per_pixel`` = 12) between workers:
   ``latency_s + bytes / bandwidth`` with separate bandwidths within a node and between nodes.
 
-Memory: :class:`MemoryModel` is the decoder adapter's own memory terms (weights + a fixed part + bytes
+Memory: `farm.decoders.memory.MemoryModel` is the decoder adapter's own memory terms (weights + a fixed part + bytes
 per output pixel-frame of one decode call and per pixel of one frame, torch's native CPU convolution
 where it applies, or a dense attention mask's bytes per pair of latent positions where larger), read off
 it once so the planner stays pure (`farm.decoders.memory_model`); :func:`fit_memory` fits the terms to
 measured peaks (`tools/measure_families.py --fit`). Per family:
 :func:`scaled_to` scales a stored model's decode seconds to a decoder config from one measured decode
-of it (`farm.decoders.cost_model` reads that from the adapter).
+of it (`farm.costmodel.cost_model` reads that from the adapter).
 
 Example:
     >>> m = load("ltx2-h200")
@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
 
 FEATURES = ("const", "pixel_volume", "halo")
@@ -184,63 +185,6 @@ class Link:
             return 0.0
         bw = self.intra_node_bytes_per_s if same_node else self.inter_node_bytes_per_s
         return self.latency_s + nbytes / bw
-
-
-# torch's CPU 3-D convolution takes its native path (an unfolded copy of its input: input channels x 27
-# floats per output position) instead of oneDNN when batch x channels x frames x rows of its padded input
-# is at most this (aten/src/ATen/native/Convolution.cpp, `use_mkldnn`): small inputs of narrow layers.
-CPU_NATIVE_CONV_LIMIT = 20480
-
-
-@dataclass(frozen=True)
-class MemoryModel:
-    """Peak device memory of one decode call of ``(frames, height, width)`` output pixels: weights, a
-    fixed part, bytes per output pixel-frame and per pixel of one frame (decoders that decode frame by
-    frame hold a frame's activations, whatever the clip's length), or, where a decoder attends over all
-    latent positions of a call with a dense mask, ``pair_bytes`` per pair of positions
-    (``pixels_per_position`` output pixel-frames each) when that is larger.
-
-    ``native_conv``: (input channels, bytes per output pixel-frame) of full-resolution 3x3x3 convolutions
-    (padded by one pixel and two frames), added while torch runs them through its CPU native path
-    (:data:`CPU_NATIVE_CONV_LIMIT`; the largest that applies, as they run one after another). Only
-    models measured on a CPU have them."""
-
-    weight_bytes: int
-    bytes_per_pixel: float
-    pair_bytes: float = 0.0
-    pixels_per_position: float = 1.0
-    const_bytes: float = 0.0
-    bytes_per_frame_pixel: float = 0.0
-    native_conv: tuple[tuple[int, float], ...] = ()
-
-    def peak_bytes(self, pixels: Sequence[int] | int) -> int:
-        """Peak bytes of a decode call of ``(frames, height, width)`` pixels (or a pixel volume, for
-        models whose terms do not depend on the shape)."""
-        if isinstance(pixels, int | float):
-            if self.bytes_per_frame_pixel or self.native_conv:
-                raise ValueError("this memory model depends on the decode call's shape: give (f, h, w)")
-            f, h, w = float(pixels), 1.0, 1.0
-        else:
-            f, h, w = (float(x) for x in pixels)
-        volume = f * h * w
-        native = (b for c, b in self.native_conv if c * (f + 2) * (h + 2) <= CPU_NATIVE_CONV_LIMIT)
-        per_pixel = self.bytes_per_pixel + max(native, default=0.0)
-        linear = self.const_bytes + per_pixel * volume + self.bytes_per_frame_pixel * h * w
-        positions = volume / self.pixels_per_position
-        return int(self.weight_bytes + max(linear, self.pair_bytes * positions * positions))
-
-    @classmethod
-    def from_terms(cls, terms: Mapping[str, Any]) -> MemoryModel:
-        """The model from a decoder adapter's ``memory_terms`` (`farm.decoders.memory_model`)."""
-        return cls(
-            weight_bytes=int(terms["weight_bytes"]),
-            bytes_per_pixel=float(terms["bytes_per_pixel"]),
-            pair_bytes=float(terms.get("pair_bytes", 0.0)),
-            pixels_per_position=float(terms.get("pixels_per_position", 1.0)),
-            const_bytes=float(terms.get("const_bytes", 0.0)),
-            bytes_per_frame_pixel=float(terms.get("bytes_per_frame_pixel", 0.0)),
-            native_conv=tuple((int(c), float(b)) for c, b in terms.get("native_conv", ())),
-        )
 
 
 def fit_memory(samples: Iterable[tuple[Sequence[int], float]], names: Sequence[str]) -> dict[str, float]:
@@ -416,7 +360,7 @@ def scaled_to(
     """`model` with its decode seconds scaled to the decoder config `config`, from one measured decode of
     it, ``(machine kind "h200" or "cpu", pixel frames/height/width, seconds)``, when that was measured on
     the model's kind of machine (else `model` as it is): a HunyuanVideo tile costs ~20 times an LTX-2 tile
-    of the same pixels on an H200, and plans must weigh it so (`farm.decoders.cost_model`)."""
+    of the same pixels on an H200, and plans must weigh it so (`cost_model`)."""
     if config is None or measured is None or model.decoder == config:
         return model
     kind, pixels, seconds = measured
@@ -428,6 +372,15 @@ def scaled_to(
             f"({seconds:.3g} s measured for {'x'.join(map(str, pixels))} pixels)")  # fmt: skip
     return model.with_(name=f"{model.name}, scaled to {config}", decoder=config, decode=decode,
                        notes=(*model.notes, note))  # fmt: skip
+
+
+def cost_model(spec: DecoderSpec, name: str | None = None) -> CostModel:
+    """The cost model to plan `spec`'s decodes with: the stored model `name` (default: `default_name`),
+    its decode seconds scaled to the spec's config where the adapter records a decode of it on that kind
+    of machine (``decode_seconds_measured``)."""
+    model = load(name or default_name(spec))
+    measured = getattr(decoder_class(spec), "decode_seconds_measured", {}).get(spec.config_name or "")
+    return scaled_to(model, spec.config_name, measured)
 
 
 def time_decodes(
@@ -466,9 +419,9 @@ __all__ = [
     "DecodeCost",
     "FEATURES",
     "Link",
-    "MemoryModel",
     "Sample",
     "available",
+    "cost_model",
     "default_name",
     "features",
     "scaled_to",

@@ -3,12 +3,16 @@ the decoder, with the tiles assigned to worker slots. Pure planning: no cluster,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
 from farm.options import AUTO, DEFAULT_OVERLAP, PlanOptions
+from farm.rates import parse_timecode
 from farm.store import Job
 from farm.tiling import (
     AXES,
@@ -20,7 +24,6 @@ from farm.tiling import (
     assign_round_robin,
     plan_shot,
 )
-from farm.validate import check_shots
 
 if TYPE_CHECKING:
     from farm.costmodel import CostModel
@@ -151,7 +154,7 @@ def auto_chunks(
     8-frame batches 20 %.)"""
     from farm import planner
     from farm.budgets import tile_peak_bytes
-    from farm.decoders import cost_model
+    from farm.costmodel import cost_model
 
     model = cost_model(job.spec, options.cost_model)
     if not free or not geometry.carries or model.decode_on_host:
@@ -209,7 +212,7 @@ def _auto_grids(
     fixed: Mapping[str, TileGrid] | None,
 ) -> dict[str, TileGrid]:
     from farm import planner
-    from farm.decoders import cost_model
+    from farm.costmodel import cost_model
 
     model = cost_model(job.spec, options.cost_model)
     memory = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
@@ -257,3 +260,55 @@ def plan_shots(
     if not plans and errors:
         raise next(iter(errors.values()))
     return assign_round_robin(plans, n_workers), errors
+
+
+# the highest frame rate a shot may declare
+MAX_FPS = 1000.0
+
+
+def _floating(dtype: str) -> bool:
+    try:
+        return bool(np.issubdtype(np.dtype(dtype), np.floating))
+    except TypeError:  # a Zarr data type numpy does not know (strings, structs)
+        return False
+
+
+def _timecode_problem(info: Any) -> str | None:
+    raw = info.attrs.get("timecode")
+    if raw is None:
+        return None
+    try:
+        parse_timecode(raw, info.rate, where="timecode attribute")
+    except FarmError as exc:
+        return str(exc)
+    return None
+
+
+def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, FarmError]:
+    """An error for each named shot whose values cannot render (fps, latent dtype and shape)."""
+    errors = {}
+    for name in names:
+        info = job.shots[name]
+        problem = None
+        raw_fps = info.attrs.get("fps", info.fps)
+        shape = info.latent_shape
+        if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
+            raw = info.attrs.get("rate", raw_fps)
+            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
+                       f"(0, {MAX_FPS:g}] (or 'rate' to a ratio such as \"24000/1001\")")  # fmt: skip
+        elif (timecode_problem := _timecode_problem(info)) is not None:
+            problem = timecode_problem
+        elif not _floating(info.latent_dtype):
+            problem = (f"latent dtype {info.latent_dtype} is not a floating-point type; store the latent "
+                       "as float16 or float32")  # fmt: skip
+        elif len(shape) != 4:
+            problem = f"latent has shape {tuple(shape)}; expected 4 dimensions [C, F, H, W]"
+        elif shape[0] != channels:
+            problem = (f"latent has {shape[0]} channels but the decoder ({job.spec.describe()}) takes "
+                       f"{channels}; the latent and the decoder spec do not match")  # fmt: skip
+        elif shape[1] < 1 or min(shape[2:]) < MIN_SPATIAL_CHUNK:
+            problem = (f"latent has shape {tuple(shape)}: it needs at least 1 latent frame and "
+                       f"{MIN_SPATIAL_CHUNK} latent rows and columns (decoders pad each side)")  # fmt: skip
+        if problem:
+            errors[name] = FarmError(f"shot {name!r}: {problem}")
+    return errors

@@ -654,11 +654,18 @@ def install(client: Client) -> str | None:
         client.register_plugin(FarmMonitor(), name=PLUGIN_NAME)
     except Exception:
         return None
-    from farm.cluster import dashboard_link
-
     return page_link(dashboard_link(client))
 
 
 def dask_setup(scheduler: Any) -> None:
     """``dask scheduler --preload farm.monitor``: the farm page and metrics on a hand-started scheduler."""
     scheduler.add_plugin(FarmMonitor(), name=PLUGIN_NAME, idempotent=True)  # started with the scheduler
+
+
+def dashboard_link(client: Client) -> str | None:
+    """The scheduler's dashboard URL, or None when it has none (bokeh missing, dashboard disabled)."""
+    try:
+        link = client.dashboard_link
+    except Exception:
+        return None
+    return link or None

@@ -31,7 +31,7 @@ Example:
     >>> g = Geometry(32, 8, True)
     >>> m = costmodel.load("ltx2-h200")
     >>> grids = choose_plans({"a": (128, 16, 22, 38)}, g, 1, m, None,
-    ...                      memory=costmodel.MemoryModel(10**9, 118))
+    ...                      memory=MemoryModel(10**9, 118))
     >>> grids["a"].tiles
     (1, 1, 1)
 """
@@ -45,9 +45,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from farm.costmodel import CostModel, MemoryModel
+from farm.costmodel import CostModel
 from farm.decoders import decoder_class, memory_model
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP
+from farm.decoders.memory import MemoryModel
 from farm.errors import FarmError
 from farm.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
 from farm.tiling import (

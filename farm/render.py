@@ -29,11 +29,16 @@ from farm.budgets import (
     host_memory_warning,
     host_peak_bytes,
     memory_warning,
-    smallest_gpu_memory,
-    smallest_memory_limit,
     tile_chunk_volume,
     tile_peak_bytes,
     window_peak_bytes,
+)
+from farm.cluster import (
+    check_worker_paths,
+    connect,
+    joins_running_cluster,
+    smallest_gpu_memory,
+    smallest_memory_limit,
 )
 from farm.decoders import decoder_class, spec_from_json
 from farm.errors import FarmError
@@ -48,8 +53,10 @@ from farm.graph import (
     run_graph,
     split_workers,
 )
-from farm.jobplan import check_tile_widths, grid_for, plan_job, plan_shots
+from farm.jobplan import check_shots, check_tile_widths, grid_for, plan_job, plan_shots
 from farm.lock import output_lock, reads_one_version_of_the_job
+from farm.monitor import dashboard_link
+from farm.monitor import install as install_monitor
 from farm.options import (
     AUTO,
     DEFAULT_BATCH_FRAMES,
@@ -79,12 +86,12 @@ from farm.resume import (
     sound_shots,
 )
 from farm.schedule import Priority
+from farm.settings import VideoSettings
 from farm.store import Job, open_job
 from farm.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
-from farm.tasks import VideoSettings
 from farm.thumbnails import ShotThumbnails, middle_batch
 from farm.tiling import ShotPlan, assign_round_robin
-from farm.validate import check_distinct_paths, check_render_options, check_shots
+from farm.validate import check_distinct_paths, check_render_options
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -152,8 +159,6 @@ def render(
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
     """
-    from farm.cluster import check_worker_paths, connect, joins_running_cluster
-
     clock = SetupClock()
     # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
     job = open_job(os.path.abspath(job_path))
@@ -255,7 +260,7 @@ def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
         except FarmError as exc:
             if override:
                 raise FarmError(f"shot {name!r}: {exc}") from None
-            continue  # the job's own timecode: that shot fails by name (farm.validate.check_shots)
+            continue  # the job's own timecode: that shot fails by name (farm.jobplan.check_shots)
         if start:
             found[name] = start
     return found
@@ -556,9 +561,6 @@ def _announce(
     client: Client, n_shots: int, n_workers: int, render_id: str, log: Callable[[str], None]
 ) -> None:
     """Install the farm page and say where to watch the render."""
-    from farm.cluster import dashboard_link
-    from farm.monitor import install as install_monitor
-
     link = dashboard_link(client)
     page = install_monitor(client)
     log(

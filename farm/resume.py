@@ -31,7 +31,7 @@ from farm.store import Job
 from farm.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 
 if TYPE_CHECKING:
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
 
 def latent_identity(job: Job, shot: str) -> dict[str, Any]:

@@ -168,7 +168,7 @@ def open_job(path: str | os.PathLike) -> Job:
 
 def read_fps(value: Any) -> float:
     """A shot's fps attribute as a number; NaN when it is not one (that shot then fails by name,
-    `farm.validate.check_shots`, instead of the whole job)."""
+    `farm.jobplan.check_shots`, instead of the whole job)."""
     if isinstance(value, bool):
         return math.nan
     try:

@@ -3,33 +3,28 @@
 The rule (docs/guarantees.md): no command deletes or overwrites anything until every input
 and option is validated and the work is known to be possible. `check_render_options` checks the
 options (and encodes two tiny frames with the chosen codec, so an encoder setting it refuses fails
-here, not in a worker); `check_shots` checks each shot's values and returns an error per bad shot, so
-that shot fails by name and the others render.
+here, not in a worker). Each shot's own values are checked where shots are planned
+(`farm.jobplan.check_shots`), so a bad shot fails by name and the others render.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from farm.errors import FarmError
-from farm.tiling import MIN_SPATIAL_CHUNK
 
 if TYPE_CHECKING:
     from farm.options import PlanOptions
-    from farm.store import Job
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
 X26X_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
                 "veryslow", "placebo")  # fmt: skip
 CRF_RANGE = (0, 51)  # libx264 and libx265, 8-bit
 FRAMES_DTYPES = ("uint8", "float16")
-MAX_FPS = 1000.0
 # Priorities scale a render's Dask priorities by `farm.schedule.Priority.JOB` (10^6) and stay below a
 # detached workflow driver's (10^12), so every priority in this range orders as given.
 MAX_PRIORITY = 999_999
@@ -167,53 +162,3 @@ def _trial_encode(video: VideoSettings) -> None:
                 f"the encoder refuses --codec {video.codec} --crf {video.crf} --preset {video.preset!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
-
-
-def _floating(dtype: str) -> bool:
-    try:
-        return bool(np.issubdtype(np.dtype(dtype), np.floating))
-    except TypeError:  # a Zarr data type numpy does not know (strings, structs)
-        return False
-
-
-def _timecode_problem(info: Any) -> str | None:
-    from farm.rates import parse_timecode
-
-    raw = info.attrs.get("timecode")
-    if raw is None:
-        return None
-    try:
-        parse_timecode(raw, info.rate, where="timecode attribute")
-    except FarmError as exc:
-        return str(exc)
-    return None
-
-
-def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, FarmError]:
-    """An error for each named shot whose values cannot render (fps, latent dtype and shape)."""
-    errors = {}
-    for name in names:
-        info = job.shots[name]
-        problem = None
-        raw_fps = info.attrs.get("fps", info.fps)
-        shape = info.latent_shape
-        if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
-            raw = info.attrs.get("rate", raw_fps)
-            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
-                       f"(0, {MAX_FPS:g}] (or 'rate' to a ratio such as \"24000/1001\")")  # fmt: skip
-        elif (timecode_problem := _timecode_problem(info)) is not None:
-            problem = timecode_problem
-        elif not _floating(info.latent_dtype):
-            problem = (f"latent dtype {info.latent_dtype} is not a floating-point type; store the latent "
-                       "as float16 or float32")  # fmt: skip
-        elif len(shape) != 4:
-            problem = f"latent has shape {tuple(shape)}; expected 4 dimensions [C, F, H, W]"
-        elif shape[0] != channels:
-            problem = (f"latent has {shape[0]} channels but the decoder ({job.spec.describe()}) takes "
-                       f"{channels}; the latent and the decoder spec do not match")  # fmt: skip
-        elif shape[1] < 1 or min(shape[2:]) < MIN_SPATIAL_CHUNK:
-            problem = (f"latent has shape {tuple(shape)}: it needs at least 1 latent frame and "
-                       f"{MIN_SPATIAL_CHUNK} latent rows and columns (decoders pad each side)")  # fmt: skip
-        if problem:
-            errors[name] = FarmError(f"shot {name!r}: {problem}")
-    return errors

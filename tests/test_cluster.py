@@ -14,7 +14,7 @@ import pytest
 from distributed import Client
 
 import farm
-from farm import cluster, transport
+from farm import cluster, monitor, transport
 from farm.cluster import ClusterChoice, choose_cluster, connect
 from farm.errors import FarmError
 
@@ -186,7 +186,7 @@ def test_connect_local_cpu_cluster(dask_cuda_tripwire):
         assert set(client.run(torch.get_num_threads).values()) == {expected.torch_threads}
         assert set(client.run(_plugin_names).values()) == {True}
 
-        link = cluster.dashboard_link(client)
+        link = monitor.dashboard_link(client)
         assert link is None or link.startswith("http://127.0.0.1:")
         assert client.submit(lambda x: x + 1, 41).result() == 42
     assert client.status == "closed"
@@ -347,7 +347,7 @@ def test_connect_to_existing_cluster_by_address(running_cluster):
     address = json.loads(running_cluster.read_text())["address"]
     with connect(scheduler=address) as client:
         assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
-        link = cluster.dashboard_link(client)
+        link = monitor.dashboard_link(client)
         assert link is None or link.startswith("http://127.0.0.1:")
     with Client(address) as other:
         assert len(other.scheduler_info(n_workers=-1)["workers"]) == 2

@@ -128,7 +128,7 @@ def test_yaml_and_environment_set_farms_defaults(tmp_path):
     assert run.stdout.split() == ["23", "16", "h264"]
     # the API's defaults too: PlanOptions and VideoSettings
     api = (
-        "from farm.options import PlanOptions; from farm.tasks import VideoSettings; "
+        "from farm.options import PlanOptions; from farm.settings import VideoSettings; "
         "p, v = PlanOptions(), VideoSettings(); print(p.batch_frames, p.tiles, v.crf, v.preset, v.codec)"
     )
     env = {**os.environ, **env, "DASK_FARM__TILES": "1,1,2"}

@@ -20,8 +20,8 @@ import farm.render as fr
 from farm import planner
 from farm.decoders import decoder_class
 from farm.output import Output, read_frames
+from farm.settings import VideoSettings
 from farm.store import create_job, open_job, write_shot
-from farm.tasks import VideoSettings
 
 FRAMES_ONLY = VideoSettings(enabled=False)
 # decoder → latent frames, rows, columns of the test shot (long enough that a later tile's context does

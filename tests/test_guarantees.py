@@ -20,7 +20,7 @@ import zarr
 import farm.render as fr
 from farm.errors import FarmError
 from farm.output import Output, output_progress
-from farm.tasks import VideoSettings
+from farm.settings import VideoSettings
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)

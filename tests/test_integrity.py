@@ -21,7 +21,7 @@ import farm.render as fr
 from farm import cli
 from farm.errors import FarmError
 from farm.output import Output, output_progress, read_frames
-from farm.tasks import VideoSettings
+from farm.settings import VideoSettings
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)

@@ -101,7 +101,7 @@ def test_launch_lead_reads_the_setting(value, lead):
 @pytest.mark.parametrize("value", [-1, 2.5, "six", True])
 def test_an_invalid_launch_lead_is_refused_before_any_cluster_starts(value):
     from farm.options import PlanOptions
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
     from farm.validate import check_render_options
 
     with dask.config.set({"farm.launch-lead": value}), pytest.raises(FarmError, match="farm.launch-lead"):

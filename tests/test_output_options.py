@@ -9,7 +9,7 @@ import farm.render as fr
 from farm import sequences, video
 from farm.errors import FarmError
 from farm.output import Output, read_frames
-from farm.tasks import VideoSettings
+from farm.settings import VideoSettings
 from tests.helpers import assert_same_video
 
 QUIET = {"log": lambda _: None}

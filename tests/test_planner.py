@@ -10,7 +10,8 @@ import pytest
 
 import farm.render as fr
 from farm import costmodel, planner
-from farm.costmodel import CostModel, DecodeCost, Link, MemoryModel, Sample
+from farm.costmodel import CostModel, DecodeCost, Link, Sample
+from farm.decoders.memory import MemoryModel
 from farm.errors import FarmError
 from farm.tiling import ChunkSize, Geometry, TileGrid, assign_round_robin, plan_shot
 
@@ -129,7 +130,7 @@ def test_memory_model_terms_that_need_the_shape():
 
 def test_cost_model_per_family():
     """A family's decode seconds come from its own measured decodes, scaled onto the stored machine model."""
-    from farm.decoders import cost_model
+    from farm.costmodel import cost_model
 
     ltx2, hunyuan = fr.synth_spec("ltx2"), fr.synth_spec("hunyuanvideo")
     assert cost_model(ltx2) == H200  # the model was fitted for LTX-2

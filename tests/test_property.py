@@ -26,7 +26,7 @@ from farm import video as farm_video
 from farm.errors import FarmError
 from farm.lock import output_lock
 from farm.output import Output, read_frames
-from farm.tasks import VideoSettings
+from farm.settings import VideoSettings
 
 SHOTS = ("shot000", "shot001")
 FRAMES = 17

@@ -11,8 +11,8 @@ import farm.render as fr
 from farm import video
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.output import Output, read_frames
+from farm.settings import VideoSettings
 from farm.store import open_job
-from farm.tasks import VideoSettings
 from tests.helpers import assert_same_video, save_weights
 
 

@@ -138,7 +138,7 @@ def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
 def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp_path, cluster3):
     """Carried chunks: a killed worker takes the decoder states of its tiles' chunks with it; the chunks
     before are decoded again for them (Dask lineage), and the frames are the uninterrupted render's."""
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
     from farm.tiling import ChunkSize
 
     carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8,
@@ -169,7 +169,7 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_jo
     for a changed plan."""
     from farm.options import AUTO
     from farm.resume import recorded_layout
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
     from farm.tiling import ChunkSize
 
     chunk = ChunkSize(frames=2, carry=True)

@@ -138,7 +138,7 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
           gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None):  # fmt: skip
     """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
     from farm.graph import Driver, RenderTargets
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     workers = [f"tcp://10.0.0.{0 if one_host else i}:{1 + i}" for i in range(n_workers)]
     io_workers = [f"tcp://10.0.1.{i}:1" for i in range(n_io)]
@@ -500,7 +500,8 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
     """Without video or images, each batch's write and mark are one task (no round trip between them),
     keyed as its mark and placed where the write would go."""
     from farm.graph import Driver, RenderTargets
-    from farm.tasks import VideoSettings, write_and_mark_batch
+    from farm.settings import VideoSettings
+    from farm.tasks import write_and_mark_batch
 
     plans = job([TileGrid()] * 2, 1, frames=9, batch_frames=8)
     workers, io_workers = ["tcp://10.0.0.1:1"], ["tcp://10.0.1.1:1", "tcp://10.0.1.2:1"]

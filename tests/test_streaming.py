@@ -8,9 +8,9 @@ import numpy as np
 
 import farm.render as fr
 from farm.output import Output, read_frames
+from farm.settings import VideoSettings
 from farm.store import open_job
 from farm.synthetic import synth
-from farm.tasks import VideoSettings
 from farm.tiling import ChunkSize
 
 # 33 frames (5 latent frames of ltx2-tiny), 8-frame batches: 3 temporal chunks of 2 latent frames,

@@ -324,7 +324,7 @@ def test_encoder_threads_come_from_the_setting_not_the_machine(tmp_path: Path) -
     x264 (1.5 per core); a negative count is refused before a render starts."""
     import dask
 
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
     from farm.validate import check_video_settings
 
     frames = pattern(8, h=128, w=192)

@@ -11,7 +11,7 @@ import zarr
 
 import farm.render as fr
 from farm.output import Output, read_frames
-from farm.tasks import VideoSettings
+from farm.settings import VideoSettings
 
 xr = pytest.importorskip("xarray")
 QUIET = {"log": lambda _: None}

@@ -3,7 +3,7 @@
 For each named config: one decode of a reference clip (median of a few timed calls after a warm-up) and
 the peak memory of that decode above what the process held before it, next to the adapter's estimate
 (``peak_bytes``, what `farm plan` prints per tile) and the seconds the cost model farm would plan with
-(`farm.decoders.cost_model`). Every decode runs in a fresh process, so peaks do not mix:
+(`farm.costmodel.cost_model`). Every decode runs in a fresh process, so peaks do not mix:
 
 * CPU: the process' resident-set high-water mark (``ru_maxrss``) after the decode, minus the resident
   set before it (the model loaded and warmed up on a small clip), with glibc unmapping freed blocks of
@@ -99,13 +99,14 @@ def fit(name: str, rows: list[dict]) -> dict:
 
     The adapter names the terms to fit (``memory_fit_terms``: a fixed part, bytes per pixel-frame, per
     pixel of one frame) and the input channels of its full-resolution 3-D convolutions: decodes where
-    torch runs one of those through its CPU native path (`farm.costmodel.CPU_NATIVE_CONV_LIMIT`) are left
+    torch runs one of those through its CPU native path (`farm.decoders.memory.CPU_NATIVE_CONV_LIMIT`) are left
     out of the affine fit, and each channel count's extra bytes per pixel-frame is the median of what the
     affine part leaves of the decodes where it is the largest native convolution."""
     import statistics
 
-    from farm.costmodel import CPU_NATIVE_CONV_LIMIT, MemoryModel, fit_memory
+    from farm.costmodel import fit_memory
     from farm.decoders import decoder_class
+    from farm.decoders.memory import CPU_NATIVE_CONV_LIMIT, MemoryModel
     from farm.render import synth_spec
 
     spec = synth_spec(name, seed=0)
@@ -150,7 +151,7 @@ def measure(name: str, clip, device: str, dtype: str, reps: int) -> dict:
 
 
 def planned_seconds(row: dict, device: str) -> float:
-    from farm.decoders import cost_model
+    from farm.costmodel import cost_model
     from farm.render import synth_spec
 
     spec = synth_spec(row["decoder"], seed=0, dtype=row["dtype"])

@@ -201,7 +201,7 @@ def render_one(
     name: str, job: Path, out_root: Path, opts: dict[str, Any], base: argparse.Namespace
 ) -> JobResult:
     from farm.names import child_path
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     out = child_path(out_root, name, what="job name")
     result = JobResult(name, out)

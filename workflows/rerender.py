@@ -24,8 +24,8 @@ from farm.errors import FarmError
 
 def main(argv: Sequence[str]) -> int:
     import farm.render as fr
+    from farm.settings import VideoSettings
     from farm.store import open_job
-    from farm.tasks import VideoSettings
 
     p = argparse.ArgumentParser(prog="rerender.py", description="Re-render some shots of a job.")
     p.add_argument("job", help="job store")

@@ -149,7 +149,7 @@ def ingest_one(args: argparse.Namespace, job: Path, path: Path) -> list[str]:
 
 def render_shots(args: argparse.Namespace, job: Path, shots: list[str], cluster: dict[str, Any]) -> None:
     import farm.render as fr
-    from farm.tasks import VideoSettings
+    from farm.settings import VideoSettings
 
     options: dict = {}
     if args.tiles:

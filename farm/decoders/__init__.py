@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from farm import config, costmodel
-from farm.costmodel import CostModel, MemoryModel
+from farm import config
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
+from farm.decoders.memory import MemoryModel
 from farm.decoders.wan import WanDecoder
 from farm.errors import FarmError
 
@@ -52,15 +52,6 @@ def memory_model(spec: DecoderSpec) -> MemoryModel:
     """The planner's model of a decode call's peak memory for `spec`: its adapter's memory terms (what
     its ``peak_bytes`` computes, HunyuanVideo's attention mask included)."""
     return MemoryModel.from_terms(decoder_class(spec).memory_terms(spec))
-
-
-def cost_model(spec: DecoderSpec, name: str | None = None) -> CostModel:
-    """The cost model to plan `spec`'s decodes with: the stored model `name` (default:
-    `farm.costmodel.default_name`), its decode seconds scaled to the spec's config where the adapter
-    records a decode of it on that kind of machine (``decode_seconds_measured``)."""
-    model = costmodel.load(name or costmodel.default_name(spec))
-    measured = getattr(decoder_class(spec), "decode_seconds_measured", {}).get(spec.config_name or "")
-    return costmodel.scaled_to(model, spec.config_name, measured)
 
 
 def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:

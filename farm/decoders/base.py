@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from farm.decoders.geometry import Geometry
 from farm.errors import FarmError
-from farm.tiling import Geometry
 
 if TYPE_CHECKING:
     import torch
@@ -122,7 +122,7 @@ class VideoDecoder(Protocol):
 
     @classmethod
     def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
-        """`peak_bytes` as `farm.costmodel.MemoryModel`'s terms (weights, bytes per pixel-frame, …)."""
+        """`peak_bytes` as `farm.decoders.memory.MemoryModel`'s terms (weights, bytes per pixel-frame, …)."""
         ...
 
 

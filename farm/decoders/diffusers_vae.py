@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
+from farm.decoders.geometry import Geometry
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
+from farm.decoders.memory import MemoryModel
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
-from farm.tiling import Geometry
 
 if TYPE_CHECKING:
     import torch
@@ -96,14 +97,14 @@ class DiffusersVideoDecoder:
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
     # Peak device memory above the weights per output pixel-frame of one decode call, at 2-byte dtypes.
     bytes_per_pixel_frame: ClassVar[float] = 120.0
-    # config → peak memory of one float32 decode call on a CPU as `farm.costmodel.MemoryModel`'s terms
+    # config → peak memory of one float32 decode call on a CPU as `farm.decoders.memory.MemoryModel`'s terms
     # (bytes_per_pixel, and where fitted const_bytes, bytes_per_frame_pixel, native_conv), measured and
     # fitted by `tools/measure_families.py --fit`; configs without an entry use the estimate above
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {}
     # the terms that fit fits (`farm.costmodel.fit_memory`)
     memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel")
     # config → (machine kind "h200" or "cpu", pixel frames/height/width, seconds of one decode call): what
-    # `farm.decoders.cost_model` scales a stored cost model's decode seconds by, per family and config
+    # `farm.costmodel.cost_model` scales a stored cost model's decode seconds by, per family and config
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
     # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}
@@ -199,7 +200,7 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
-        """Peak memory of one decode call as `farm.costmodel.MemoryModel`'s terms: weights and bytes per
+        """Peak memory of one decode call as `farm.decoders.memory.MemoryModel`'s terms: weights and bytes per
         output pixel-frame (adapters add a dense attention mask's bytes per pair of latent positions)."""
         per_pixel = cls.bytes_per_pixel_frame * cls._width_ratio(spec.config) * dtype_bytes(spec.dtype) / 2
         terms = {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": per_pixel}
@@ -208,7 +209,7 @@ class DiffusersVideoDecoder:
     @classmethod
     def cpu_native_conv_channels(cls, config: dict[str, Any]) -> tuple[int, ...]:
         """Input channels of the 3x3x3 convolutions at full output resolution, over the whole clip at once
-        (`farm.costmodel.MemoryModel.native_conv`); none by default."""
+        (`farm.decoders.memory.MemoryModel.native_conv`); none by default."""
         return ()
 
     @classmethod
@@ -230,8 +231,6 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def peak_bytes(cls, spec: DecoderSpec, pixels: Sequence[int] | int) -> int:
-        from farm.costmodel import MemoryModel
-
         return MemoryModel.from_terms(cls.memory_terms(spec)).peak_bytes(pixels)
 
     @classmethod

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
-from farm.tiling import Geometry
+from farm.decoders.geometry import Geometry
 
 if TYPE_CHECKING:
     import torch

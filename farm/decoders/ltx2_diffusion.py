@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.geometry import Geometry
 from farm.decoders.neighborhood_attention import use_blocked_attention
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
-from farm.tiling import Geometry
 
 if TYPE_CHECKING:
     import torch
