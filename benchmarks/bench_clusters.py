@@ -58,7 +58,7 @@ def cluster(
     kind: str, work: Path, gpus: int, io_workers: int | None = None
 ) -> contextlib.AbstractContextManager:
     """A client of a `kind` cluster (`KINDS`) of `gpus` GPU workers."""
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     if kind == "inproc":
         return connect(workers=gpus, io_workers=io_workers)

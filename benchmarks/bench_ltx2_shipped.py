@@ -99,7 +99,7 @@ def _latent() -> Any:
     import numpy as np
     import torch
 
-    from farm.synthetic import smooth_latent
+    from farm.inputs.synthetic import smooth_latent
 
     return torch.from_numpy(smooth_latent(np.random.default_rng(0), LATENT))
 
@@ -265,8 +265,8 @@ def step_farm_batch(repeats: int) -> dict:
 def step_diffusion_tiles(repeats: int) -> dict:
     import torch
 
-    from farm.tasks import decode_block, drop_context
-    from farm.tiling import TileGrid, plan_shot
+    from farm.planning.tiling import TileGrid, plan_shot
+    from farm.worker.tasks import decode_block, drop_context
 
     decoder = _diffusion_decoder()
     z = _latent()

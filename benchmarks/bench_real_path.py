@@ -78,7 +78,7 @@ def save_weights(decoder: str, folder: Path, single_file: Path | None, log: Path
     code = f"""
 import torch
 from farm.decoders import FAMILIES
-from farm.synthetic import resolve_decoder
+from farm.inputs.synthetic import resolve_decoder
 family, name = resolve_decoder({decoder!r})
 cls = FAMILIES[family]
 torch.manual_seed(0)
@@ -144,7 +144,7 @@ import json, sys, time
 t = time.perf_counter()
 import torch
 from farm.decoders import diffusers_vae, decoder_class
-from farm.store import open_job
+from farm.store.job import open_job
 spec = open_job(sys.argv[1]).spec
 decoder_class(spec).model_class()  # the class's own import is an import too
 i = time.perf_counter()
@@ -188,7 +188,7 @@ def main() -> None:
     if "imports" in parts:
         for name, code in (("import torch", "import torch"),
                            ("import torch + diffusers.models", "import torch, diffusers.models"),
-                           ("import farm.render", "import farm.render"),
+                           ("import farm.run.render", "import farm.run.render"),
                            ("import farm.cli", "import farm.cli")):  # fmt: skip
             record(name, run([sys.executable, "-c", code], logs / f"{name}.log", 120))
         record("farm --version", run(farm_cmd("--version"), logs / "version.log", 60))

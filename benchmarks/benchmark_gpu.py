@@ -4,11 +4,11 @@ Parts (each runs even if an earlier one failed; errors are recorded per part):
 
 1. ``plain``     in-process eager diffusers ``AutoencoderKLLTX2Video`` (farm's weights: same spec, same
                  seed), one untiled decode of a whole shot, timed after a warm-up: frames/s, peak memory.
-2. ``farm``      ``farm.render.render`` on an embedded one-worker cluster (LocalCUDACluster, UCX when
+2. ``farm``      ``farm.run.render.render`` on an embedded one-worker cluster (LocalCUDACluster, UCX when
                  installed), started before timing; a warm-up render of one shot loads the model, then
                  renders of 1 and N shots are timed from ``render()`` call to frames in Zarr + mp4 written.
 3. ``two``       two workers sharing the one GPU render one shot split into tiles (1,2,1), so decoded
-                 pieces travel between workers; ``farm.transport.transport_stats`` per worker.
+                 pieces travel between workers; ``farm.worker.transport.transport_stats`` per worker.
 4. ``chunk``     one shot rendered with intra-GPU chunking: peak memory per worker against
                  ``LTX2Decoder.peak_bytes`` of the largest chunk, and against the untiled render's peak.
 
@@ -69,7 +69,7 @@ def worker_peak() -> dict[str, Any]:
 
 
 def worker_reset_transport() -> None:
-    from farm.transport import reset_transport_stats
+    from farm.worker.transport import reset_transport_stats
 
     reset_transport_stats()
 
@@ -154,7 +154,7 @@ def stats_dict(stats: Any) -> dict[str, Any]:
 
 
 COMPILE = False  # set from --compile: farm's workers torch.compile the decoder
-VIDEO: Any = None  # farm.tasks.VideoSettings from --preset / --no-video
+VIDEO: Any = None  # farm.worker.tasks.VideoSettings from --preset / --no-video
 VARIANTS: list[tuple[str, Any]] = []  # (label, VideoSettings) of each farm render, from --videos
 TILES: Any = (1, 1, 1)  # --tiles: the farm renders' tile grid, or "auto"
 WINDOW: int | None = None  # --window: decoded tiles in flight (farm's default when None)
@@ -167,7 +167,7 @@ def timed_render(
     import zarr
     from distributed import get_task_stream
 
-    from farm.render import render
+    from farm.run.render import render
 
     if out.exists():
         shutil.rmtree(out)
@@ -236,7 +236,7 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
     import torch
 
     from farm.decoders import decoder_class
-    from farm.render import synth_spec
+    from farm.run.render import synth_spec
 
     spec = synth_spec(args.decoder)
     cls = decoder_class(spec)
@@ -318,11 +318,11 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
 
 
 def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> None:
-    from farm.cluster import connect
     from farm.decoders import decoder_class
-    from farm.render import PlanOptions, plan_job, render, synth, tile_chunk_volume
-    from farm.store import open_job
-    from farm.tiling import ChunkSize
+    from farm.planning.tiling import ChunkSize
+    from farm.run.cluster import connect
+    from farm.run.render import PlanOptions, plan_job, render, synth, tile_chunk_volume
+    from farm.store.job import open_job
 
     sizes = {"frames": args.frames, "height": args.height, "width": args.width}
     jobs: dict[int, Path] = {}
@@ -398,7 +398,7 @@ def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> 
                 cls.peak_bytes(job.spec, tile_chunk_volume(t, plan_plain.chunk, geometry))
                 for t in plan_plain.tiles
             )
-            from farm.tiling import plan_chunks
+            from farm.planning.tiling import plan_chunks
 
             chunks = plan_chunks([iv.size for iv in plan.tiles[0].latent], geometry, chunk)
             per_worker(client, worker_reset_peak)
@@ -512,9 +512,9 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
     import torch
     from distributed import Client
 
-    from farm import transport
-    from farm.cluster import connect, ucx_available
-    from farm.render import PlanOptions, synth
+    from farm.run.cluster import connect, ucx_available
+    from farm.run.render import PlanOptions, synth
+    from farm.worker import transport
 
     gpu = torch.cuda.is_available()
     protocol = "ucx" if (gpu and ucx_available()) else "tcp"
@@ -592,7 +592,7 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
     if client is None and args.two_mode == "cpu":
         cm = connect(workers=2)
         client = cm.__enter__()
-        part["attempts"].append({"how": "farm.cluster.connect(workers=2) (CPU, tcp)", "ok": True})
+        part["attempts"].append({"how": "farm.run.cluster.connect(workers=2) (CPU, tcp)", "ok": True})
     if client is None:
         raise RuntimeError(f"no two-worker cluster could be started: {part['attempts']}")
     part["cluster_start_s"] = time.perf_counter() - t0
@@ -781,7 +781,7 @@ def main() -> None:
     p.add_argument("--out-md", required=True)
     args = p.parse_args()
     global COMPILE, VIDEO, VARIANTS, TILES, WINDOW
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
 
     COMPILE = args.compile
     VIDEO = VideoSettings(preset=args.preset, enabled=not args.no_video)

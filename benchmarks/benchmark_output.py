@@ -52,11 +52,11 @@ def noise_frames(frames: int, height: int, width: int, seed: int = 0) -> np.ndar
 
 def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
     """A durable batch written whole, then its chunk files and folders fsync'd one after another (farm's
-    write until 2026-12-01), to measure against `farm.output.write_frames`."""
+    write until 2026-12-01), to measure against `farm.store.output.write_frames`."""
     import zarr
 
-    from farm.files import fsync_path
-    from farm.output import chunk_files, chunk_folders
+    from farm.media.files import fsync_path
+    from farm.store.output import chunk_files, chunk_folders
 
     path = out.frames_array(shot)
     arr = zarr.open_array(store=str(path), mode="r+")
@@ -71,7 +71,7 @@ def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
 def _zarr_writer(args: tuple) -> tuple[float, float]:
     """One writer process: write `batches` of farm's batches into its own shot of the output."""
     root, shot, batches, height, width, durable, pipeline = args
-    from farm.output import Output, write_frames
+    from farm.store.output import Output, write_frames
 
     if pipeline == "zarrs":
         import zarr
@@ -91,7 +91,7 @@ def _zarr_writer(args: tuple) -> tuple[float, float]:
 def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int,
                  durable: bool | str, pipeline: str) -> dict[str, Any]:  # fmt: skip
     """Aggregate frames/s of `procs` processes writing `frames_total` frames of farm batches."""
-    from farm.output import create_frames_array
+    from farm.store.output import create_frames_array
 
     shutil.rmtree(folder, ignore_errors=True)
     batches = max(1, frames_total // (BATCH * procs))
@@ -119,10 +119,10 @@ def _encoder(args: tuple) -> tuple[float, float]:
     folder, i, segments, height, width, preset, threads, zarr = args
     import torch
 
-    from farm.files import fsync_path
-    from farm.output import Output, write_frames
-    from farm.video import encode_segment
-    from farm.yuv import rgb_to_yuv420
+    from farm.media.files import fsync_path
+    from farm.media.video import encode_segment
+    from farm.media.yuv import rgb_to_yuv420
+    from farm.store.output import Output, write_frames
 
     rgb = noise_frames(BATCH, height, width, seed=i)
     planes = rgb_to_yuv420(torch.from_numpy(rgb).permute(3, 0, 1, 2).float().div(255)).numpy()
@@ -146,7 +146,7 @@ def encode_ceiling(
     """Aggregate frames/s of `procs` processes encoding farm's segments, `threads` each (0: x264's);
     with `zarr`, each process also writes every batch to Zarr first, durable (the ceiling of a render
     that writes both, on one host's cores)."""
-    from farm.output import create_frames_array
+    from farm.store.output import create_frames_array
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -176,7 +176,7 @@ def carried_decode(decoder: Any, latent: Any, n: str, reps: int) -> dict[str, An
     decode."""
     import torch
 
-    from farm.tiling import carried_frames
+    from farm.planning.tiling import carried_frames
 
     sizes = carried_frames(latent.shape[1], int(n.rstrip("e")), taper=not n.endswith("e"))
 
@@ -229,7 +229,7 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
 
     from farm.decoders import load_decoder
     from farm.decoders.reflect_pad import sliced_reflect_padding
-    from farm.render import synth_spec
+    from farm.run.render import synth_spec
 
     spec = synth_spec(args.decoder).to_json()
     out: dict[str, Any] = {}
@@ -263,9 +263,9 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
     import dask
     from bench_clusters import cluster
 
-    from farm.cluster import connect
-    from farm.render import synth
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
+    from farm.run.cluster import connect
+    from farm.run.render import synth
 
     job = work / "job.zarr"
     if args.shots:
@@ -346,8 +346,8 @@ def warm_up(client: Any, sources: list[Path], work: Path, args: argparse.Namespa
     """Render each source once (models built, compiled on a first call per tile shape) and return what
     the workers paid: build seconds and compiled first calls (`farm.decoders.decoder_timings`)."""
     from farm.decoders import decoder_timings
-    from farm.render import render
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
+    from farm.run.render import render
 
     t0 = time.perf_counter()
     for src in sources:
@@ -393,7 +393,7 @@ def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> b
     import numpy as np
     import zarr
 
-    from farm.render import render
+    from farm.run.render import render
 
     other = dest.with_name(dest.name + "-whole")
     shutil.rmtree(other, ignore_errors=True)
@@ -407,7 +407,7 @@ def same_bytes_unstreamed(client: Any, job: Path, dest: Path, options: Any) -> b
 
 
 def _zarr_only() -> Any:
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
 
     return VideoSettings(enabled=False)
 
@@ -420,9 +420,9 @@ def parse_case(case: str) -> tuple[tuple[int, int, int], str, int, str]:
 
 
 def plan_options(tiles: tuple, chunk: str | int, batch_frames: int) -> Any:
-    from farm.options import AUTO
-    from farm.render import PlanOptions
-    from farm.tiling import ChunkSize
+    from farm.planning.options import AUTO
+    from farm.planning.tiling import ChunkSize
+    from farm.run.render import PlanOptions
 
     frames = int(str(chunk).rstrip("ce"))
     carry, taper = str(chunk).endswith(("c", "e")), not str(chunk).endswith("e")
@@ -436,8 +436,8 @@ def levels_from_unchunked(client: Any, job: Path, dest: Path, options: Any) -> d
 
     import zarr
 
-    from farm.render import render
-    from farm.tiling import ChunkSize
+    from farm.planning.tiling import ChunkSize
+    from farm.run.render import render
 
     other = dest.with_name(dest.name + "-unchunked")
     shutil.rmtree(other, ignore_errors=True)
@@ -456,8 +456,8 @@ def timed_farm(
     from benchmark_gpu import task_summary
     from distributed import get_task_stream
 
-    from farm.graph import split_workers
-    from farm.render import render
+    from farm.run.graph import split_workers
+    from farm.run.render import render
 
     shutil.rmtree(dest, ignore_errors=True)
     t0, epoch = time.perf_counter(), time.time()
@@ -510,9 +510,9 @@ def first_decode_story(client: Any, stream: list[dict], epoch: float) -> list[tu
 def recorded_grid_names(dest: Path, job: Path) -> list[str]:
     """The tile grids the render used (as recorded in OUT), one per shot, e.g. ``1x1x2``, or
     ``1x1x1 5c`` with carried chunks of up to 5 latent frames (auto may choose them)."""
-    from farm.output import Output
-    from farm.resume import RecordedLayout, recorded_layout
-    from farm.store import open_job
+    from farm.run.resume import RecordedLayout, recorded_layout
+    from farm.store.job import open_job
+    from farm.store.output import Output
 
     shots = list(open_job(str(job)).shots)
     recorded = recorded_layout(Output(dest), shots, False) if dest.exists() else RecordedLayout()
@@ -538,11 +538,11 @@ def predicted_seconds(
     (no encodes when the render writes Zarr only; decodes scaled by `decode_scale`, the compiled / eager
     plain decode of this call when the renders are compiled, as `refit_output_costs.py` does), through
     the `window` the render held (its memory budget sets it; the default otherwise)."""
-    from farm import planner
-    from farm.costmodel import DecodeCost, cost_model
     from farm.decoders import memory_model
-    from farm.jobplan import plan_job
-    from farm.store import open_job
+    from farm.planning import planner
+    from farm.planning.costmodel import DecodeCost, cost_model
+    from farm.planning.jobplan import plan_job
+    from farm.store.job import open_job
 
     opened = open_job(str(job))
     n = max(1, n_workers)

@@ -1,6 +1,6 @@
 """Seam quality as a number: a tiled decode against the untiled decode of the same latent.
 
-Every tiled decode here runs in this process the way a farm worker does it (`farm.tasks.decode_block`
+Every tiled decode here runs in this process the way a farm worker does it (`farm.worker.tasks.decode_block`
 per tile, multiplied by the tile's separable blend weights, summed in tile order), so what is measured is
 the plan, not the cluster. Untiled is one `decode_block` of the whole latent.
 
@@ -8,7 +8,7 @@ Three measurements:
 
 * ``overlaps``: for each axis, the latent split into two tiles along that axis only, with overlaps
   0, 1, 2, ... latent units. This is what the planner's minimum overlap per axis
-  (`farm.planner.min_overlap_for`) was read from.
+  (`farm.planning.planner.min_overlap_for`) was read from.
 * ``edges``: how far from a tile's edge its decode differs from the untiled one (after a temporal
   tile's causal start, and after a spatial cut), per latent unit.
 * ``spatial``: every family, two tiles along height and then width, spatial overlap swept; the least
@@ -55,8 +55,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from farm.decoders.base import SEAM_TARGET_DB  # noqa: E402
-from farm.render import smooth_latent, synth_spec  # noqa: E402
-from farm.tiling import AXES, ChunkSize, Geometry, ShotPlan, TileGrid, plan_shot  # noqa: E402
+from farm.planning.tiling import AXES, ChunkSize, Geometry, ShotPlan, TileGrid, plan_shot  # noqa: E402
+from farm.run.render import smooth_latent, synth_spec  # noqa: E402
 
 # Shipped LTX-2 multi-GPU grids (latent units): 2x2 and 2x4 (height x width) with overlap 4, and the
 # documentation's "8 height tiles, overlap 4".
@@ -84,7 +84,7 @@ def decode_plan(decoder, latent, plan: ShotPlan):
     """The render's frames for `plan` as float32 [3, F, H, W] (before clamping), decoded in this process."""
     import torch
 
-    from farm.tasks import decode_block, drop_context
+    from farm.worker.tasks import decode_block, drop_context
 
     full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
     for tile in plan.tiles:
@@ -656,7 +656,7 @@ def decode_plan_shared(decoder, latent, plan: ShotPlan, stats):
     """`decode_plan` with every tile normalised by `stats` (the same for every tile, in call order)."""
     import torch
 
-    from farm.tasks import drop_context
+    from farm.worker.tasks import drop_context
 
     full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
     for tile in plan.tiles:
@@ -687,7 +687,7 @@ def decode_plan_lockstep(decoder, latent, plan: ShotPlan):
 
     import torch
 
-    from farm.tasks import drop_context
+    from farm.worker.tasks import drop_context
 
     tiles = plan.tiles
     barrier, local = threading.Barrier(len(tiles)), threading.local()
@@ -818,8 +818,8 @@ def groupnorm_markdown(result: dict) -> str:
 
 def compared_plans(latent_fhw, cost_model_name: str) -> dict[str, TileGrid]:
     """The shipped LTX-2 grids and the auto planner's grid for one shot on 2, 4 and 8 workers."""
-    from farm import costmodel, planner
     from farm.decoders import memory_model
+    from farm.planning import costmodel, planner
 
     model = costmodel.load(cost_model_name)
     spec = synth_spec("ltx2", dtype="bfloat16")

@@ -4,7 +4,7 @@ Frames come from the real LTX-2 decoder architecture with random weights (what t
 colour noise, the hardest case for x264) and from a smooth synthetic clip (closer to natural video).
 Each measurement encodes or writes batches of ``--batch`` frames, the unit a farm I/O task handles:
 
-- ``swscale``: rgb24 → yuv420p (BT.709, tv range) per frame, one thread, as ``farm.video.encode_segment``;
+- ``swscale``: rgb24 → yuv420p (BT.709, tv range) per frame, one thread, as ``farm.media.video.encode_segment``;
 - ``encode``: ``encode_segment`` of one batch in one process (x264 picks its own thread count);
 - ``encode-yuv``: the same, fed yuv420p planes made beforehand (what a GPU colour conversion would give);
 - ``pool``: P processes encoding / writing / doing both for ``--jobs`` batches: aggregate frames/s;
@@ -32,7 +32,7 @@ def ltx2_frames(n: int, h: int, w: int) -> np.ndarray:
     import torch
 
     from farm.decoders import load_decoder
-    from farm.render import synth_spec
+    from farm.run.render import synth_spec
 
     spec = synth_spec("ltx2")
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -59,10 +59,10 @@ def smooth_frames(n: int, h: int, w: int) -> np.ndarray:
 
 
 def yuv_planes(frames: np.ndarray, device: str = "cpu") -> Any:
-    """uint8 RGB ``[F, H, W, 3]`` → yuv420p planes ``[F, H*3/2, W]`` by farm's own conversion (farm.yuv)."""
+    """uint8 RGB ``[F, H, W, 3]`` → yuv420p planes ``[F, H*3/2, W]`` by farm's own conversion (farm.media.yuv)."""
     import torch
 
-    from farm.yuv import rgb_to_yuv420
+    from farm.media.yuv import rgb_to_yuv420
 
     pixels = torch.from_numpy(np.ascontiguousarray(frames)).to(device).permute(3, 0, 1, 2).float() / 255.0
     return rgb_to_yuv420(pixels)
@@ -76,7 +76,7 @@ def _load(path: str) -> np.ndarray:
 
 
 def job_encode(frames_path: str, start: int, n: int, preset: str, out_dir: str, tag: str) -> float:
-    from farm.video import encode_segment
+    from farm.media.video import encode_segment
 
     frames = np.ascontiguousarray(_load(frames_path)[start : start + n])
     t0 = time.perf_counter()
@@ -85,7 +85,7 @@ def job_encode(frames_path: str, start: int, n: int, preset: str, out_dir: str, 
 
 
 def job_encode_yuv(planes_path: str, start: int, n: int, preset: str, out_dir: str, tag: str) -> float:
-    from farm.video import encode_segment
+    from farm.media.video import encode_segment
 
     planes = np.ascontiguousarray(_load(planes_path)[start : start + n])
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def _warm(_: int) -> int:
     import av  # noqa: F401
     import zarr  # noqa: F401
 
-    import farm.video  # noqa: F401
+    import farm.media.video  # noqa: F401
 
     time.sleep(0.2)
     return os.getpid()
@@ -194,7 +194,7 @@ def main() -> None:
         row(kind, "swscale rgb24→yuv420p", "-", 1, b / (time.perf_counter() - t0))
         t0 = time.perf_counter()
         yuv_planes(frames[:b])
-        row(kind, "farm.yuv rgb→yuv420p on the CPU (torch)", "-", 1, b / (time.perf_counter() - t0))
+        row(kind, "farm.media.yuv rgb→yuv420p on the CPU (torch)", "-", 1, b / (time.perf_counter() - t0))
         for preset in presets:
             dt = job_encode(fpath, 0, b, preset, str(work), "one")
             row(kind, "encode rgb24 (one segment)", preset, 1, b / dt)
@@ -232,10 +232,10 @@ def main() -> None:
 
 
 def gpu_yuv(frames: np.ndarray, b: int, row: Any) -> None:
-    """farm.yuv on the GPU from a float batch (as a blend holds it), plus the pinned device→host copy."""
+    """farm.media.yuv on the GPU from a float batch (as a blend holds it), plus the pinned device→host copy."""
     import torch
 
-    from farm.yuv import rgb_to_yuv420
+    from farm.media.yuv import rgb_to_yuv420
 
     if not torch.cuda.is_available():
         return

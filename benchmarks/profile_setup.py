@@ -1,6 +1,6 @@
 """What a render pays before its first decode starts: planning, latent hashes and output arrays.
 
-Runs the set-up steps of ``farm.render.render`` one by one, with no cluster and no decode, on a
+Runs the set-up steps of ``farm.run.render.render`` one by one, with no cluster and no decode, on a
 synthetic job of ``--shots`` LTX-2 latents (real latent shape for ``--frames x --height x --width``):
 
 - ``plan``: ``plan_shots`` (every shot planned for one worker, to validate the job before a cluster);
@@ -31,12 +31,12 @@ def seconds(fn, repeats: int) -> float:
 
 
 def profile(work: Path, shots: int, frames: int, height: int, width: int, repeats: int) -> dict[str, float]:
-    from farm.jobplan import plan_shots
-    from farm.options import PlanOptions
-    from farm.output import Output, prepare_output
-    from farm.resume import record_identity, render_identities, render_identity
-    from farm.settings import VideoSettings
-    from farm.synthetic import synth
+    from farm.inputs.synthetic import synth
+    from farm.media.settings import VideoSettings
+    from farm.planning.jobplan import plan_shots
+    from farm.planning.options import PlanOptions
+    from farm.run.resume import record_identity, render_identities, render_identity
+    from farm.store.output import Output, prepare_output
 
     job = synth(work / f"job-{shots}.zarr", decoder="ltx2", shots=shots, frames=frames, height=height,
                 width=width, overwrite=True)  # fmt: skip

@@ -121,7 +121,7 @@ def measure(decoder: Any, size: str, frames: int, chunk: int, reps: int) -> None
     """One latent size: the padding alone on its shapes, then the whole and the carried decode."""
     import torch
 
-    from farm.tiling import carried_frames
+    from farm.planning.tiling import carried_frames
 
     h, w = (int(x) for x in size.split("x"))
     torch.manual_seed(0)
@@ -165,7 +165,7 @@ def cost_samples(decoder: Any, reps: int) -> list[dict]:
     """The decode samples of the stored `ltx2-h200` cost model, timed again with each padding."""
     import torch
 
-    from farm import costmodel
+    from farm.planning import costmodel
 
     out = []
     for sample in costmodel.load("ltx2-h200").samples:

@@ -1,13 +1,13 @@
 """Farm-scale figures on paper: the auto planner against LTX-2's shipped grids, predicted by a cost model.
 
-Every figure here is a prediction of `farm.planner.predict` (a discrete-event simulation of farm's task
+Every figure here is a prediction of `farm.planning.planner.predict` (a discrete-event simulation of farm's task
 graph: pinned round-robin decodes, piece transfers, blends with output writing, shot finishing, the
 bounded window) driven by a stored cost model (default `ltx2-h200`, fitted to measured H200 decodes;
-see farm/costmodels/ltx2-h200.json for every figure and assumption). Nothing is decoded.
+see farm/planning/costmodels/ltx2-h200.json for every figure and assumption). Nothing is decoded.
 
 Compared plans, per shot (latent units; LTX-2's shipped multi-GPU grids use overlap 4):
 
-* ``auto``: `farm.planner.choose_plans` for the job's shots and workers;
+* ``auto``: `farm.planning.planner.choose_plans` for the job's shots and workers;
 * ``ltx2 2x2`` (4 GPUs; on 2 workers its 4 tiles take turns), ``ltx2 2x4`` (8 GPUs) and
   ``ltx2 8 strips`` (the documentation's "8 height tiles, overlap 4");
 * ``whole``: one task per shot, no splitting at all (farm's old default).
@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from farm import costmodel, planner  # noqa: E402
 from farm.decoders import memory_model  # noqa: E402
 from farm.decoders.memory import MemoryModel  # noqa: E402
-from farm.render import synth_spec  # noqa: E402
-from farm.tiling import Geometry, TileGrid, assign_round_robin, plan_shot  # noqa: E402
+from farm.planning import costmodel, planner  # noqa: E402
+from farm.planning.tiling import Geometry, TileGrid, assign_round_robin, plan_shot  # noqa: E402
+from farm.run.render import synth_spec  # noqa: E402
 
 G = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
 SHAPES = {"1216x704x121": (128, 16, 22, 38), "1920x1088x121": (128, 16, 34, 60)}
@@ -247,8 +247,8 @@ def cpu_validation(reps: int = 3) -> list[list[str]]:
     import statistics
     import tempfile
 
-    import farm.render as fr
-    from farm.cluster import connect
+    import farm.run.render as fr
+    from farm.run.cluster import connect
 
     model = costmodel.load("ltx2-tiny-cpu")
     rows = []

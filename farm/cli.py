@@ -1,4 +1,4 @@
-"""The `farm` command: parses arguments and calls the API in `farm.render`; nothing else lives here."""
+"""The `farm` command: parses arguments and calls the API in `farm.run.render`; nothing else lives here."""
 
 from __future__ import annotations
 
@@ -361,15 +361,15 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
         raise FarmError("give one of --scheduler and --scheduler-file")
     args.args = script_args
     args.priority = args.priority or 0
-    from farm.validate import check_priority
+    from farm.run.validate import check_priority
 
     check_priority(args.priority)
     return args
 
 
 def _plan_options(args: argparse.Namespace):
-    from farm.options import PlanOptions, parse_tiles, parse_triple
-    from farm.tiling import ChunkSize
+    from farm.planning.options import PlanOptions, parse_tiles, parse_triple
+    from farm.planning.tiling import ChunkSize
 
     chunk = ChunkSize()
     if args.chunk:
@@ -414,7 +414,7 @@ def _progress_bar(started: float | None = None):
 
 def _report(stats, out: Path) -> int:
     """The outputs on stdout (what a script reads); failures as errors on stderr."""
-    from farm.output import Output
+    from farm.store.output import Output
 
     print(
         f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
@@ -439,7 +439,7 @@ def _report(stats, out: Path) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from farm.synthetic import synth
+    from farm.inputs.synthetic import synth
 
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
@@ -453,7 +453,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from farm.ingest import ingest
+    from farm.inputs.ingest import ingest
 
     bar = None
 
@@ -486,8 +486,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from farm.render import render
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
+    from farm.run.render import render
 
     stats = render(
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
@@ -506,19 +506,19 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.budgets import check_fits, host_peak_bytes, window_peak_bytes
-    from farm.jobplan import plan_job, predict_render
-    from farm.plan_table import describe_plans
-    from farm.settings import VideoSettings
-    from farm.store import open_job
+    from farm.media.settings import VideoSettings
+    from farm.planning.budgets import check_fits, host_peak_bytes, window_peak_bytes
+    from farm.planning.jobplan import plan_job, predict_render
+    from farm.planning.plan_table import describe_plans
+    from farm.store.job import open_job
 
     if args.workers is not None and args.workers < 1:
         raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
-    from farm.cluster import local_decode_workers
+    from farm.run.cluster import local_decode_workers
 
     args.workers = args.workers if args.workers is not None else local_decode_workers()
-    from farm import planner
-    from farm.costmodel import cost_model
+    from farm.planning import planner
+    from farm.planning.costmodel import cost_model
 
     job = open_job(args.job)
     options = _plan_options(args)
@@ -553,7 +553,7 @@ def _plan_io_workers(model: Any, n_workers: int) -> int:
     """The I/O workers `farm plan` predicts with: none for a CPU cost model, else farm.io-workers or
     what a local CUDA cluster of `n_workers` GPUs on this machine would start."""
     from farm import config
-    from farm.cluster import cpu_count, io_workers_beside_gpus
+    from farm.run.cluster import cpu_count, io_workers_beside_gpus
 
     if model.decode_on_host:
         return 0
@@ -562,7 +562,7 @@ def _plan_io_workers(model: Any, n_workers: int) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from farm.output import output_progress
+    from farm.store.output import output_progress
 
     rows = output_progress(args.out, verify=args.verify)
     state = f"{'video':<9}  damaged" if args.verify else "video"
@@ -585,7 +585,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from farm.render import PlanOptions, render, synth
+    from farm.run.render import PlanOptions, render, synth
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"
@@ -599,7 +599,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from farm.clusterd import parse_gpus, serve
+    from farm.run.clusterd import parse_gpus, serve
 
     return serve(
         gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,

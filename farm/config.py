@@ -7,7 +7,7 @@ environment (``DASK_FARM__BATCH_FRAMES=16``, read when dask is imported) or ``da
 Command-line options and explicit API arguments win over all of them.
 
 Dask's own ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) is honoured too: with it set and no
-``--scheduler``/``--scheduler-file``/``--workers``, farm joins that cluster (`farm.cluster.connect`).
+``--scheduler``/``--scheduler-file``/``--workers``, farm joins that cluster (`farm.run.cluster.connect`).
 
 >>> get("batch-frames")
 32

@@ -2,7 +2,7 @@
 
 A render's task keys are ``(prefix, render_id, shot, …)`` (`farm.keys`); a submitted workflow ``s1`` names
 its renders ``s1.<n>-<job>``, so cancelling ``s1`` cancels them all. Pure: used by the driver
-(`farm.graph`), the farm page (`farm.monitor`), workflows and `farm cancel` (`farm.submit`).
+(`farm.run.graph`), the farm page (`farm.dashboard.monitor`), workflows and `farm cancel` (`farm.submit`).
 """
 
 from __future__ import annotations

@@ -33,10 +33,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.cluster import workers_info
+from farm.dashboard.monitor import FINAL_STATES
 from farm.errors import FarmError
-from farm.monitor import FINAL_STATES
 from farm.render_ids import render_matches, render_of
+from farm.run.cluster import workers_info
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -90,7 +90,7 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
-    from farm.tls import check_tls
+    from farm.run.tls import check_tls
 
     check_tls(("client",))
     try:
@@ -132,7 +132,7 @@ def run_foreground(
     log: Callable[[str], None] = print,
 ) -> int:
     """Run `script` here against the cluster at `address`; returns its exit code (130 if interrupted)."""
-    from farm.monitor import install
+    from farm.dashboard.monitor import install
 
     path = _check_script(script)
     submission = submission or new_submission_id()
@@ -251,7 +251,7 @@ def run_driver(source: str, filename: str, args: list[str], submission: str, pri
     """The detached workflow, run as a task on a worker: secede, then run the script to its end.
 
     It talks to the scheduler through a client of its own rather than `get_client()`: while a render
-    runs in this process, `farm.cluster.connect`'s client is the process' default client, which
+    runs in this process, `farm.run.cluster.connect`'s client is the process' default client, which
     `get_client()` prefers and caches on the worker, and that client closes when the render ends.
     """
     from distributed import Client, get_worker, secede
@@ -315,7 +315,7 @@ def submit_detached(
     """Start `script` on the cluster at `address` as a detached driver; returns the submission id."""
     from distributed import fire_and_forget
 
-    from farm.monitor import install
+    from farm.dashboard.monitor import install
 
     path = _check_script(script)
     source = path.read_text()

@@ -16,7 +16,7 @@ cluster; see `farm.submit`).
 >>> if __name__ == "__main__":                                         # doctest: +SKIP
 ...     sys.exit(workflow.run(main))
 
-`render` is `farm.render.render` with the submission's cluster and priority, a render id under the
+`render` is `farm.run.render.render` with the submission's cluster and priority, a render id under the
 submission (``<submission>.<n>-<job>``, so ``farm cancel <submission>`` reaches every render it started)
 and a check that stops the workflow with :class:`Cancelled` once the render or its submission is
 cancelled.
@@ -124,7 +124,7 @@ def argv() -> list[str]:
 
 
 def cluster() -> dict[str, str]:
-    """Keyword arguments for `farm.render.render` that join the submission's cluster (``{}`` if none)."""
+    """Keyword arguments for `farm.run.render.render` that join the submission's cluster (``{}`` if none)."""
     ctx = context()
     return {"scheduler": ctx.scheduler} if ctx.scheduler else {}
 
@@ -172,10 +172,10 @@ def render(
     check_every: float = 0.5,
     **kwargs: Any,
 ):
-    """`farm.render.render` for a workflow: joins the submission's cluster unless `kwargs` name one,
+    """`farm.run.render.render` for a workflow: joins the submission's cluster unless `kwargs` name one,
     uses its priority unless given, names the render under the submission, logs through `log`, and
     raises :class:`Cancelled` when the render or the submission is cancelled (finished batches stay)."""
-    import farm.render as fr
+    import farm.run.render as fr
 
     ctx = context()
     if not any(kwargs.get(k) is not None for k in ("scheduler", "scheduler_file", "workers")):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from farm.synthetic import smooth_latent, synth
+from farm.inputs.synthetic import smooth_latent, synth
 
 # Fixtures that start (or hold) a Dask cluster, here and in test files ("client": test_transport's); a
 # test using one, directly or through another fixture, is a cluster test.
@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def cluster3():
     """A real local cluster: 3 worker processes on loopback, farm's serializers installed."""
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     with connect(workers=3) as client:
         yield client
@@ -59,7 +59,7 @@ def tiny_job(tmp_path):
     path = tmp_path / "job.zarr"
     synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=128, width=192, seed=1)
     rng = np.random.default_rng(7)
-    from farm.store import write_shot
+    from farm.store.job import write_shot
 
     write_shot(path, "b-shot.2", smooth_latent(rng, (8, 4, 3, 4)), fps=30.0)
     return path

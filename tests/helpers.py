@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from distributed import Client
 
-    from farm.tiling import ShotPlan
+    from farm.planning.tiling import ShotPlan
 
 
 def pattern(n: int, start: int = 0, h: int = 64, w: int = 96) -> np.ndarray:
@@ -44,7 +44,7 @@ def save_weights(model, tmp_path: Path, form: str) -> Path:
 
 def assert_same_video(a: Path, b: Path) -> None:
     """Two videos of the same frames (encoded twice: small encoder-level differences allowed)."""
-    from farm import video
+    from farm.media import video
 
     assert video.probe(a).frames == video.probe(b).frames
     va, vb = (video.read_frames(p).astype(np.int16) for p in (a, b))
@@ -62,8 +62,8 @@ def farm(
 
 
 def plans_required_window(plans: Sequence[ShotPlan]) -> int:
-    """`farm.schedule.required_window` of `plans` decoded whole (one decode step per tile)."""
-    from farm.schedule import make_schedule, required_window
+    """`farm.planning.schedule.required_window` of `plans` decoded whole (one decode step per tile)."""
+    from farm.planning.schedule import make_schedule, required_window
 
     schedule = make_schedule(plans, n_decode=1, n_io=0, stream=False)
     return required_window(schedule.decodes, schedule.blends)

@@ -14,7 +14,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from farm.audio import fit_length, read_audio, to_levels
 from farm.cli import main as farm_main
 from farm.decoders.ltx2_audio import (
     LTX2_AUDIO_TINY,
@@ -23,10 +22,11 @@ from farm.decoders.ltx2_audio import (
     samples_for_frames,
 )
 from farm.errors import FarmError
-from farm.output import Output, output_progress, read_frames
-from farm.pipelines import spec_from_pipeline
-from farm.store import open_job
-from farm.video import encode_segment, join_segments, probe
+from farm.inputs.pipelines import spec_from_pipeline
+from farm.media.audio import fit_length, read_audio, to_levels
+from farm.media.video import encode_segment, join_segments, probe
+from farm.store.job import open_job
+from farm.store.output import Output, output_progress, read_frames
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ingest import tiny_pipeline  # noqa: E402  (the tiny LTX-2 pipeline the ingest tests build)
@@ -122,7 +122,7 @@ def test_joined_video_carries_the_sound_cut_to_its_duration(tmp_path, codec):
     encode_segment(frames[4:], segments[1], 24, codec=codec)
     t = np.arange(RATE) / RATE
     levels = to_levels(np.stack([np.sin(2 * np.pi * 440 * t), np.sin(2 * np.pi * 660 * t)]) * 0.5)
-    from farm.audio import write_audio
+    from farm.media.audio import write_audio
 
     write_audio(tmp_path / "sound.wav", levels, RATE)  # 1 s of sound for 7 frames (0.29 s)
     write_audio(tmp_path / "sound.flac", levels, RATE, "flac")
@@ -196,7 +196,7 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
     assert np.corrcoef(track.levels[0, :n], sound[0, :n])[0, 1] > 0.9
 
     # the pipeline's helper: the job records the pipeline's own audio VAE and vocoder
-    from farm.ingest import add_pipeline_shot
+    from farm.inputs.ingest import add_pipeline_shot
 
     size = {k: call[k] for k in ("num_frames", "height", "width")}
     job2 = tmp_path / "job2.zarr"
@@ -238,7 +238,7 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
 
 
 def test_sound_needs_an_audio_decoder_and_fitting_latents(tmp_path):
-    from farm.ingest import ingest
+    from farm.inputs.ingest import ingest
 
     latent = np.zeros((8, 2, 3, 4), np.float32)
     save_file({"video": torch.from_numpy(latent), "audio": torch.zeros(4, 9, 4)}, tmp_path / "a.safetensors")

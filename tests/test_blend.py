@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from farm.tasks import Placement, _blend_stream, _ready_marked, blend_batch
-from farm.tiling import Batch
+from farm.planning.tiling import Batch
+from farm.worker.tasks import Placement, _blend_stream, _ready_marked, blend_batch
 
 
 def pieces_of(device: str) -> dict[int, torch.Tensor]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 import zarr
 
-import farm.synthetic as fr
+import farm.inputs.synthetic as fr
 from farm.decoders import FAMILIES, decoder_class, spec_from_json
 from farm.decoders import checkpoints as C
 from farm.decoders import weights as W
@@ -304,7 +304,7 @@ def test_render_through_a_cluster_and_refuse_changed_weights(tmp_path, scheduler
     once the file changes, the job's render is refused before any cluster work."""
     from safetensors.torch import save_file
 
-    from farm.render import render
+    from farm.run.render import render
 
     spec, cls, model = source_model("ltx2-tiny")
     model.save_pretrained(tmp_path / "folder")

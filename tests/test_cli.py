@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from farm import video
-from farm.cluster import cpu_count, io_workers_beside_gpus
-from farm.output import Output, read_frames
+from farm.media import video
+from farm.run.cluster import cpu_count, io_workers_beside_gpus
+from farm.store.output import Output, read_frames
 from tests.helpers import farm
 
 
@@ -116,8 +116,8 @@ def test_render_refuses_weights_for_another_model(job, tmp_path):
     json.dumps(spec)
     import numpy as np
 
-    from farm.render import smooth_latent
-    from farm.store import write_shot
+    from farm.run.render import smooth_latent
+    from farm.store.job import write_shot
 
     write_shot(copy, "a", smooth_latent(np.random.default_rng(0), (8, 2, 2, 2)), fps=24)
     result = farm("render", str(copy), "--out", str(tmp_path / "out"))

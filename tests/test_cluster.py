@@ -1,4 +1,4 @@
-"""farm.cluster: the pure choice, a real local CPU cluster, and joining a running cluster."""
+"""farm.run.cluster: the pure choice, a real local CPU cluster, and joining a running cluster."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import pytest
 from distributed import Client
 
 import farm
-from farm import cluster, monitor, transport
-from farm.cluster import ClusterChoice, choose_cluster, connect
+from farm.dashboard import monitor
 from farm.errors import FarmError
+from farm.run import cluster
+from farm.run.cluster import ClusterChoice, choose_cluster, connect
+from farm.worker import transport
 
 
 def choose(**kw):
@@ -389,7 +391,7 @@ def test_an_interrupt_leaves_the_processs_ctrl_c_as_it_was():
     stop on Ctrl-C (children inherit an ignored SIGINT)."""
     import signal
 
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt), connect(workers=1):
@@ -409,7 +411,7 @@ def test_no_work_stealing_on_the_clusters_farm_starts_or_joins(dask_cuda_tripwir
     cluster`) run without it; a scheduler farm joins has it stopped, once, and says so."""
     from distributed import LocalCluster
 
-    from farm import clusterd
+    from farm.run import clusterd
 
     with connect(workers=2) as client:
         assert "stealing" not in client.cluster.scheduler.extensions

@@ -10,8 +10,8 @@ import av
 import numpy as np
 import pytest
 
-from farm import sequences, yuv
-from farm.video import encode_segment
+from farm.media import sequences, yuv
+from farm.media.video import encode_segment
 from tests.helpers import pattern
 
 H, W = 32, 48
@@ -144,7 +144,7 @@ def h264_chroma_location(avcc: bytes) -> int | None:
 
 
 def test_rgb_to_yuv420_sites_chroma_at_the_centre() -> None:
-    """farm.yuv's chroma is the mean of each 2x2 block: centre-sited (H.264 chroma_sample_loc_type 1)."""
+    """farm.media.yuv's chroma is the mean of each 2x2 block: centre-sited (H.264 chroma_sample_loc_type 1)."""
     import torch
 
     rgb = torch.zeros(3, 1, 4, 4)
@@ -171,4 +171,4 @@ def test_h264_says_chroma_is_centre_sited(tmp_path: Path, source: str) -> None:
         encode_segment(None, out, 24, yuv420=yuv.rgb_to_yuv420(pixels).numpy())
     with av.open(str(out)) as container:
         extradata = bytes(container.streams.video[0].codec_context.extradata)
-    assert h264_chroma_location(extradata) == 1  # centre, as farm.yuv computes it
+    assert h264_chroma_location(extradata) == 1  # centre, as farm.media.yuv computes it

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import zarr
 
-import farm.render as fr
+import farm.run.render as fr
 from farm import cli, config
-from farm.output import Output
+from farm.store.output import Output
 from tests.helpers import farm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_yaml_and_environment_set_farms_defaults(tmp_path):
     assert run.stdout.split() == ["23", "16", "h264"]
     # the API's defaults too: PlanOptions and VideoSettings
     api = (
-        "from farm.options import PlanOptions; from farm.settings import VideoSettings; "
+        "from farm.planning.options import PlanOptions; from farm.media.settings import VideoSettings; "
         "p, v = PlanOptions(), VideoSettings(); print(p.batch_frames, p.tiles, v.crf, v.preset, v.codec)"
     )
     env = {**os.environ, **env, "DASK_FARM__TILES": "1,1,2"}
@@ -218,7 +218,7 @@ def test_progress_bar_shows_totals_and_time_since_the_command_started(monkeypatc
     import warnings
 
     from farm import logs
-    from farm.graph import RenderStats
+    from farm.run.graph import RenderStats
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

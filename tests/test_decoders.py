@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-import farm.render as fr
+import farm.run.render as fr
 from farm.decoders import FAMILIES, decoder_class, load_decoder, spec_from_json
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.noise import position_noise
 from farm.errors import FarmError
-from farm.store import create_job, write_shot
-from farm.tasks import Placement, blend_batch, decode_tile
-from farm.tiling import ChunkSize, TileGrid, plan_shot
+from farm.planning.tiling import ChunkSize, TileGrid, plan_shot
+from farm.store.job import create_job, write_shot
+from farm.worker.tasks import Placement, blend_batch, decode_tile
 from tests.helpers import save_weights
 
 pytestmark = pytest.mark.model  # real diffusers models, decoded in this process
@@ -292,7 +292,7 @@ def test_decodes_run_on_one_thread_one_at_a_time():
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from farm.tasks import on_decode_thread
+    from farm.worker.tasks import on_decode_thread
 
     seen, running, most = set(), [0], [0]
     lock = threading.Lock()
@@ -391,8 +391,8 @@ def test_only_causal_noiseless_ltx2_carries_state():
 def test_carried_chunks_budget_two_decoder_states():
     """A tile decoded in carried chunks needs its largest chunk's call, the buffer the chunks land in,
     and two decoder states (the one a chunk starts from and the one it hands on) per spatial chunk."""
-    from farm.budgets import tile_peak_bytes
-    from farm.tiling import carried_frames, plan_chunks
+    from farm.planning.budgets import tile_peak_bytes
+    from farm.planning.tiling import carried_frames, plan_chunks
 
     spec = spec_from_json(raw_spec("ltx2-tiny"))
     cls = decoder_class(spec)

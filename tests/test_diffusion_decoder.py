@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import farm.render as fr
-from farm import costmodel, planner
+import farm.run.render as fr
+from farm.planning import costmodel, planner
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import (
@@ -23,9 +23,9 @@ from farm.decoders.neighborhood_attention import (
     neighborhood_attention,
 )
 from farm.errors import FarmError
-from farm.output import Output, read_frames
-from farm.synthetic import synth
-from farm.tiling import ChunkSize, TileGrid, plan_shot
+from farm.store.output import Output, read_frames
+from farm.inputs.synthetic import synth
+from farm.planning.tiling import ChunkSize, TileGrid, plan_shot
 
 pytestmark = pytest.mark.model
 SPEC = {"family": "ltx2-diffusion", "config": "ltx2-diffusion-tiny", "weights": {"random_seed": 0}}
@@ -168,8 +168,8 @@ def test_a_tiled_render_gives_the_same_bytes_on_1_and_3_workers(tmp_path, schedu
 
 
 def test_decode_steps_go_into_a_new_jobs_spec(tmp_path):
-    from farm.ingest import ingest
-    from farm.store import open_job
+    from farm.inputs.ingest import ingest
+    from farm.store.job import open_job
 
     np.save(tmp_path / "sh010.npy", np.zeros((8, 2, 3, 3), np.float32))
     ingest(tmp_path / "job.zarr", [tmp_path / "sh010.npy"], decoder=SPEC, latents="denormalized",

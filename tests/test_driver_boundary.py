@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.synthetic import synth
+from farm.inputs.synthetic import synth
 
 pytestmark = pytest.mark.slow
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import zarr
 
-from farm.names import is_farm_temporary
-from farm.output import Output, chunk_files, create_frames_array, write_frames
-from farm.tasks import (
+from farm.media.names import is_farm_temporary
+from farm.planning.tiling import Batch
+from farm.store.output import Output, chunk_files, create_frames_array, write_frames
+from farm.worker.tasks import (
     BlendedFrames,
     VideoSettings,
     encode_batch,
@@ -23,7 +24,6 @@ from farm.tasks import (
     write_batch,
     write_sequence,
 )
-from farm.tiling import Batch
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def marker_temporary(marker: str, synced: list[str] | None = None) -> str:
-    """The temporary a marker was written as (farm's form, `farm.names.FARM_TEMP`), among `synced`'s."""
+    """The temporary a marker was written as (farm's form, `farm.media.names.FARM_TEMP`), among `synced`'s."""
     found = [p for p in synced or [] if Path(p).parent == Path(marker).parent
              and is_farm_temporary(Path(p).name) and Path(p).name.startswith(f".{Path(marker).name}.")]
     assert found, f"no temporary of {marker} was fsync'd"
@@ -181,7 +181,7 @@ def test_fast_codecs_write_what_zarr_python_reads(tmp_path: Path, pipeline: str)
     script = textwrap.dedent(f"""
         import numpy as np, zarr
         from pathlib import Path
-        from farm.output import Output, write_frames, use_fast_codecs
+        from farm.store.output import Output, write_frames, use_fast_codecs
         rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
         write_frames(Output(Path({str(out.root)!r})), "a", 0, rgb)
         print(zarr.config.get("codec_pipeline.path"))
@@ -201,9 +201,9 @@ def test_latents_are_read_through_zarr_pythons_pipeline_on_a_worker_that_writes_
     chunk a carried segment reads; its latent reads still go through zarr-python's own pipeline, with
     the same values, and leave the process' choice as it was."""
     pytest.importorskip("zarrs")
-    from farm.output import ZARRS_PIPELINE
-    from farm.store import ZARR_PYTHON_PIPELINE, read_latent
-    from farm.synthetic import synth
+    from farm.inputs.synthetic import synth
+    from farm.store.job import ZARR_PYTHON_PIPELINE, read_latent
+    from farm.store.output import ZARRS_PIPELINE
 
     job = tmp_path / "job.zarr"
     synth(job, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=96, seed=2)
@@ -231,8 +231,8 @@ def test_frame_chunks_hold_at_most_frame_chunk_mib_and_whole_batches(tmp_path: P
     """`farm.frame-chunk-mib` bounds a chunk's bytes (never below one frame, never across batches), so
     one batch of large frames is several chunks written side by side; the frames read back the same."""
     from farm.errors import FarmError
-    from farm.output import chunk_frames
-    from farm.validate import check_video_settings
+    from farm.run.validate import check_video_settings
+    from farm.store.output import chunk_frames
 
     hd = 1088 * 1920 * 3
     assert [chunk_frames(8, hd, mib) for mib in (64, 16, 8, 4)] == [8, 2, 1, 1]
@@ -257,7 +257,7 @@ def test_a_joined_video_is_synced_before_its_marker_and_the_segments_go(
 ) -> None:
     """The shot's video replaces its segments (each fsync'd): it and its folder reach the disk before
     the video's done marker, and the segments are removed only after that marker."""
-    from farm.tasks import finish_shot
+    from farm.worker.tasks import finish_shot
 
     out = out_with_shot(tmp_path)
     out.videos_dir.mkdir()  # prepare_output makes it

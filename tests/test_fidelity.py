@@ -16,12 +16,12 @@ import math
 import numpy as np
 import pytest
 
-import farm.render as fr
-from farm import planner
+import farm.run.render as fr
 from farm.decoders import decoder_class
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
-from farm.store import create_job, open_job, write_shot
+from farm.media.settings import VideoSettings
+from farm.planning import planner
+from farm.store.job import create_job, open_job, write_shot
+from farm.store.output import Output, read_frames
 
 FRAMES_ONLY = VideoSettings(enabled=False)
 # decoder → latent frames, rows, columns of the test shot (long enough that a later tile's context does

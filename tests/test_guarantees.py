@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.render as fr
+import farm.run.render as fr
 from farm.errors import FarmError
-from farm.output import Output, output_progress
-from farm.settings import VideoSettings
+from farm.media.settings import VideoSettings
+from farm.store.output import Output, output_progress
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
@@ -183,7 +183,7 @@ def test_relative_paths_reach_workers_started_elsewhere(job, tmp_path, scheduler
 def test_a_worker_that_cannot_see_a_path_is_named(cluster3, tmp_path):
     import socket
 
-    from farm.cluster import check_worker_paths
+    from farm.run.cluster import check_worker_paths
 
     missing = str(tmp_path / "not-on-this-host.zarr")
     with pytest.raises(FarmError) as refused:
@@ -194,7 +194,7 @@ def test_a_worker_that_cannot_see_a_path_is_named(cluster3, tmp_path):
 
 
 def test_farm_cluster_beyond_loopback_without_tls_warns():
-    from farm.clusterd import exposure_warning
+    from farm.run.clusterd import exposure_warning
 
     warning = exposure_warning("0.0.0.0", "tcp")
     assert "without TLS" in warning and "require-encryption" in warning and "127.0.0.1" in warning
@@ -204,8 +204,8 @@ def test_farm_cluster_beyond_loopback_without_tls_warns():
 
 
 def test_a_stale_task_writes_nothing_into_a_shot_a_newer_render_owns(job, finished, cluster3):
-    from farm.store import open_job
-    from farm.tasks import mark_batch
+    from farm.store.job import open_job
+    from farm.worker.tasks import mark_batch
 
     out = Output(finished)
     batch = fr.plan_job(open_job(job), TILES, 1, ["shot000"])[0].batches[1]

@@ -1,4 +1,4 @@
-"""`farm ingest` and farm.ingest: latent files written by the libraries that write them, ingested, rendered
+"""`farm ingest` and farm.inputs.ingest: latent files written by the libraries that write them, ingested, rendered
 on a real local cluster and compared with diffusers' own decode of the same tensors; refusals that leave
 the job store as it was."""
 
@@ -15,13 +15,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import farm.render as fr
+import farm.run.render as fr
 from farm.cli import main as farm_main
 from farm.errors import FarmError
-from farm.ingest import ingest
-from farm.output import Output, read_frames
-from farm.pipelines import PIPELINES
-from farm.store import open_job
+from farm.inputs.ingest import ingest
+from farm.inputs.pipelines import PIPELINES
+from farm.store.job import open_job
+from farm.store.output import Output, read_frames
 
 C = 8  # ltx2-tiny latent channels
 SHAPE = (C, 2, 3, 4)  # [C, F, H, W]: 9 frames of 96x128
@@ -251,7 +251,7 @@ def test_a_pt_file_with_a_pickled_object_is_refused_without_running_it(vae_folde
 
 
 def test_format_detection_by_extension_and_first_bytes(tmp_path):
-    from farm.latent_files import detect_format, read_head
+    from farm.inputs.latent_files import detect_format, read_head
 
     np.save(tmp_path / "a.npy", np.zeros(3, np.float32))
     torch.save(torch.zeros(3), tmp_path / "a.pt")
@@ -266,7 +266,7 @@ def test_format_detection_by_extension_and_first_bytes(tmp_path):
 
 
 def test_comfyui_metadata_gives_version_family_hint_and_frame_rate():
-    from farm.latent_files import comfyui_info
+    from farm.inputs.latent_files import comfyui_info
 
     prompt = {"1": {"class_type": "EmptyHunyuanLatentVideo", "inputs": {"length": 33}},  # Wan uses it too
               "2": {"class_type": "VAELoader", "inputs": {"vae_name": "wan_2.1_vae.safetensors"}},
@@ -281,7 +281,7 @@ def test_comfyui_metadata_gives_version_family_hint_and_frame_rate():
 
 
 def test_legacy_comfyui_files_are_scaled_as_comfyui_loads_them(tmp_path):
-    from farm.latent_files import load, scan
+    from farm.inputs.latent_files import load, scan
 
     t = smooth(1, batch=1)
     save_file({"latent_tensor": t}, str(tmp_path / "old.latent"))
@@ -289,8 +289,8 @@ def test_legacy_comfyui_files_are_scaled_as_comfyui_loads_them(tmp_path):
 
 
 def test_names_are_sanitised_to_the_store_rules():
-    from farm.ingest import sanitize_name
-    from farm.store import check_shot_name
+    from farm.inputs.ingest import sanitize_name
+    from farm.store.job import check_shot_name
 
     for raw, want in [("sh 010", "sh_010"), ("../up", "up"), ("ComfyUI_00001_", "ComfyUI_00001"),
                       ("..", "shot"), ("é/ü", "shot"), ("a.b-c", "a.b-c")]:  # fmt: skip
@@ -385,7 +385,7 @@ def tiny_pipeline(family: str, vae_dir: Path):
 
 @pytest.mark.parametrize("family", ["ltx2", "ltxv", "wan", "hunyuanvideo"])
 def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(family, tmp_path, scheduler3):
-    from farm.ingest import add_pipeline_shot
+    from farm.inputs.ingest import add_pipeline_shot
 
     pipe, call = tiny_pipeline(family, tmp_path / "vae")
     latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(1)).frames
@@ -438,7 +438,7 @@ def branches(source: str, condition: str) -> tuple[str, str]:
 @pytest.mark.model  # imports diffusers' pipelines
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_each_pipeline_convention_is_what_its_source_does(name):
-    """farm.pipelines' table against diffusers' code: the branch taken with output_type="latent"."""
+    """farm.inputs.pipelines' table against diffusers' code: the branch taken with output_type="latent"."""
     import inspect
 
     import diffusers
@@ -464,7 +464,7 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
 def test_unpacking_inverts_ltx_packing():
     from diffusers import LTXPipeline
 
-    from farm.pipelines import unpack_tokens
+    from farm.inputs.pipelines import unpack_tokens
 
     video = torch.randn(2, 8, 3, 4, 6)
     for p, pt in ((1, 1), (2, 1)):
@@ -538,7 +538,7 @@ def test_shots_appear_whole_to_a_reader_while_the_helper_appends(vae_folder, tmp
 
     import zarr
 
-    from farm.ingest import add_pipeline_shot
+    from farm.inputs.ingest import add_pipeline_shot
 
     job = tmp_path / "job.zarr"
     expected = {f"s{k:03d}": smooth(k).numpy() for k in range(12)}

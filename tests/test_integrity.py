@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.render as fr
+import farm.run.render as fr
 from farm import cli
 from farm.errors import FarmError
-from farm.output import Output, output_progress, read_frames
-from farm.settings import VideoSettings
+from farm.media.settings import VideoSettings
+from farm.store.output import Output, output_progress, read_frames
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
@@ -223,7 +223,7 @@ def test_status_of_a_finished_render_without_video(job, tmp_path, scheduler3, ca
 
 
 def test_a_live_scheduler_file_is_never_replaced(tmp_path, scheduler3):
-    from farm import clusterd
+    from farm.run import clusterd
 
     path = tmp_path / "scheduler.json"
     live = json.dumps({"address": scheduler3, "id": "other"})
@@ -263,7 +263,7 @@ def replacement(job: Path, folder: Path, name: str = "shot000", value: float = 0
 
 
 def test_replace_of_a_shot_being_rendered_is_refused(job, tmp_path, scheduler3):
-    from farm.ingest import ingest
+    from farm.inputs.ingest import ingest
 
     copy = tmp_path / "job.zarr"
     shutil.copytree(job, copy)
@@ -285,9 +285,9 @@ def test_replace_of_a_shot_being_rendered_is_refused(job, tmp_path, scheduler3):
 
 KILL_AT = """
 import os, signal, sys
-import farm.files, farm.ingest
+import farm.media.files, farm.inputs.ingest
 calls = []
-real_rename, real_exchange = os.rename, farm.files.exchange
+real_rename, real_exchange = os.rename, farm.media.files.exchange
 def counting(real):
     def step(*args):
         if sys._getframe(1).f_code.co_name != "_commit":
@@ -298,11 +298,11 @@ def counting(real):
         return real(*args)
     return step
 if sys.argv[4] == "no-exchange":
-    farm.ingest.exchange = counting(lambda a, b: False)
+    farm.inputs.ingest.exchange = counting(lambda a, b: False)
 else:
-    farm.ingest.exchange = counting(real_exchange)
-farm.ingest.os.rename = counting(real_rename)
-farm.ingest.ingest(sys.argv[1], [sys.argv[2]], replace=True)
+    farm.inputs.ingest.exchange = counting(real_exchange)
+farm.inputs.ingest.os.rename = counting(real_rename)
+farm.inputs.ingest.ingest(sys.argv[1], [sys.argv[2]], replace=True)
 """
 
 
@@ -312,8 +312,8 @@ def test_replace_killed_at_any_step_loses_no_shot(job, tmp_path, mode):
     import subprocess
     import sys
 
-    from farm.ingest import ingest
-    from farm.store import open_job
+    from farm.inputs.ingest import ingest
+    from farm.store.job import open_job
 
     def latent(path: Path) -> np.ndarray:
         return np.asarray(zarr.open_array(store=str(path / "shot000" / "latent"), mode="r")[...])
@@ -381,7 +381,7 @@ def test_a_foreground_submit_takes_its_workflow_down_with_it(tmp_path, scheduler
 def test_connecting_to_a_refused_port_or_not_a_scheduler_fails_within_seconds(cluster3, tmp_path):
     import socket
 
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     started = time.time()
     with pytest.raises(FarmError, match="nothing listens at 127.0.0.1:9"), connect(scheduler=NOWHERE):
@@ -407,8 +407,8 @@ def test_connecting_to_a_refused_port_or_not_a_scheduler_fails_within_seconds(cl
 
 
 def test_a_tile_no_worker_can_hold_is_refused_before_any_decode(tmp_path, capsys, scheduler3):
-    from farm.store import create_job, write_shot
-    from farm.synthetic import synth_spec
+    from farm.inputs.synthetic import synth_spec
+    from farm.store.job import create_job, write_shot
 
     job = tmp_path / "huge.zarr"  # 20000x20000 pixels: a few MB of latents, TBs to decode whole
     create_job(job, synth_spec("ltx2-tiny"))
@@ -516,7 +516,7 @@ def small_disk(tmp_path):
 def test_a_rerun_writes_over_the_empty_chunks_a_failed_batch_left(job, tmp_path, scheduler3):
     """A batch whose write failed (a full disk) leaves 0-byte chunk files, in its frames and in the
     shot's valid array, and no done marker: the rerun renders it again without reading them back."""
-    from farm.output import VALID, chunk_files
+    from farm.store.output import VALID, chunk_files
 
     out = tmp_path / "out"
     assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed

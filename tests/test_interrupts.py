@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-import farm.render as fr
-from farm.output import Output, read_frames
-from farm.video import encode_segment
+import farm.run.render as fr
+from farm.media.video import encode_segment
+from farm.store.output import Output, read_frames
 
 
 def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
@@ -61,7 +61,7 @@ def test_videos_and_sequences_honour_the_umask(tmp_path):
     old = os.umask(0o002)
     try:
         encode_segment(frames, tmp_path / "a.mp4", 24)
-        from farm.sequences import write_frames
+        from farm.media.sequences import write_frames
 
         (png,) = write_frames(frames[:1], tmp_path / "seq", "sh", format="png8")
     finally:

@@ -1,4 +1,4 @@
-"""Pieces that cross between GPU workers of one host go by CUDA IPC handle (`farm.ipc`).
+"""Pieces that cross between GPU workers of one host go by CUDA IPC handle (`farm.worker.ipc`).
 
 On the CPU: when the driver shares (one host, the setting on), what a shared piece carries when pickled
 and where it refuses to open (which pieces cross and are shared: test_schedule.py). The device memory
@@ -16,7 +16,8 @@ import torch
 from dask.sizeof import sizeof
 
 from farm.errors import FarmError
-from farm.ipc import (
+from farm.planning.tiling import Batch
+from farm.worker.ipc import (
     SHARED_PIECE_SIZEOF,
     Piece,
     SharedPiece,
@@ -26,8 +27,7 @@ from farm.ipc import (
     share,
     visible_gpus,
 )
-from farm.tasks import Placement, _ready_marked, blend_batch, share_piece, take_piece
-from farm.tiling import Batch
+from farm.worker.tasks import Placement, _ready_marked, blend_batch, share_piece, take_piece
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a worker without CUDA")
@@ -80,7 +80,7 @@ def test_a_shared_cuda_piece_opens_in_another_process() -> None:
     pieces = {3: torch.arange(3 * 4 * 8 * 8, dtype=torch.float32, device="cuda").reshape(3, 4, 8, 8) / 7}
     ready = torch.cuda.Event()
     ready.record()
-    pieces[3]._farm_ready = ready  # as farm.tasks marks a decode's pieces
+    pieces[3]._farm_ready = ready  # as farm.worker.tasks marks a decode's pieces
     shared = share_piece(pieces, 3)
     assert isinstance(shared, SharedPiece) and shared.open() is pieces[3]
     ctx = mp.get_context("spawn")

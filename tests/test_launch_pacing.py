@@ -11,7 +11,7 @@ import torch
 from farm.decoders import load_decoder
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
 from farm.errors import FarmError
-from farm.synthetic import synth_spec
+from farm.inputs.synthetic import synth_spec
 
 
 class RecordingEvent:
@@ -100,9 +100,9 @@ def test_launch_lead_reads_the_setting(value, lead):
 
 @pytest.mark.parametrize("value", [-1, 2.5, "six", True])
 def test_an_invalid_launch_lead_is_refused_before_any_cluster_starts(value):
-    from farm.options import PlanOptions
-    from farm.settings import VideoSettings
-    from farm.validate import check_render_options
+    from farm.media.settings import VideoSettings
+    from farm.planning.options import PlanOptions
+    from farm.run.validate import check_render_options
 
     with dask.config.set({"farm.launch-lead": value}), pytest.raises(FarmError, match="farm.launch-lead"):
         check_render_options(options=PlanOptions(tiles=(1, 1, 1)), video=VideoSettings(enabled=False))

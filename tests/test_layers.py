@@ -1,5 +1,7 @@
-"""The package's layering: planning modules are pure (no Dask distributed, no torch), so the fast tier
-and `farm plan` do not pay for them; checked in a fresh interpreter, where nothing is imported yet."""
+"""The package's layering, checked in a fresh interpreter, where nothing is imported yet: the pure
+packages (planning, the job and output stores, decoders, media, inputs) import neither Dask distributed
+nor torch, so the fast tier and `farm plan` do not pay for them; no module outside `farm.worker`
+imports torch or diffusers at module level; `import farm` loads none of them."""
 
 from __future__ import annotations
 
@@ -10,8 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PURE = ["errors", "options", "tiling", "costmodel", "planner", "schedule", "keys", "render_ids", "decoders",
-        "store", "files", "output", "resume", "jobplan", "budgets", "plan_table", "synthetic"]  # fmt: skip
+PURE_PACKAGES = ["planning", "store", "decoders", "media", "inputs"]
 HEAVY = ["distributed", "torch", "diffusers"]
 
 # Imports the modules one after another, listing the heavy modules loaded so far after each: the first
@@ -19,8 +20,19 @@ HEAVY = ["distributed", "torch", "diffusers"]
 PROBE = """
 import importlib, json, sys
 print(json.dumps({m: sorted(set(HEAVY) & set(sys.modules)) for m in MODULES
-                  if importlib.import_module("farm." + m)}))
+                  if importlib.import_module(m)}))
 """
+
+
+def modules_of(*packages: str) -> list[str]:
+    """The modules of farm's `packages` (``""``: the modules directly under farm/), by their files."""
+    names = []
+    for package in packages:
+        folder = ROOT / "farm" / package
+        for path in sorted(folder.glob("*.py")):
+            parts = ["farm", *([package] if package else []), path.stem]
+            names.append(".".join(parts[:-1] if path.stem == "__init__" else parts))
+    return names
 
 
 def heavy_after_each(modules: list[str]) -> dict[str, list[str]]:
@@ -31,12 +43,25 @@ def heavy_after_each(modules: list[str]) -> dict[str, list[str]]:
     return json.loads(run.stdout)
 
 
-def test_pure_modules_import_neither_distributed_nor_torch():
-    assert heavy_after_each(PURE) == {m: [] for m in PURE}
+def test_pure_packages_import_neither_distributed_nor_torch():
+    pure = ["farm", *modules_of(*PURE_PACKAGES)]
+    assert len(pure) > 30
+    assert heavy_after_each(pure) == {m: [] for m in pure}
+
+
+def test_the_driver_imports_neither_torch_nor_diffusers():
+    """Every module but the worker's tensor serializers (`farm.worker.transport`, loaded only on
+    workers): the driver also imports the task functions it submits, and the transport's installer."""
+    everything = modules_of("", *PURE_PACKAGES, "dashboard", "run", "worker")
+    driver = [m for m in everything if m != "farm.worker.transport"]
+    assert {"farm.cli", "farm.run.render", "farm.worker.tasks"} <= set(driver)
+    loaded = heavy_after_each(driver)
+    assert {m: [h for h in heavy if h != "distributed"] for m, heavy in loaded.items()} == {m: [] for m in driver}
 
 
 def test_the_check_can_fail():
-    assert "distributed" in heavy_after_each(["tiling", "monitor"])["monitor"]  # a scheduler plugin
+    assert "distributed" in heavy_after_each(["farm.planning.tiling", "farm.dashboard.monitor"])["farm.dashboard.monitor"]
+    assert "torch" in heavy_after_each(["farm.worker.transport"])["farm.worker.transport"]
 
 
 def test_checking_and_planning_a_random_weight_job_never_imports_diffusers(tmp_path):
@@ -44,10 +69,10 @@ def test_checking_and_planning_a_random_weight_job_never_imports_diffusers(tmp_p
     code = f"""
 import sys
 from farm.decoders import decoder_class
-from farm.jobplan import plan_shots
-from farm.options import PlanOptions
-from farm.store import open_job
-from farm.synthetic import synth
+from farm.planning.jobplan import plan_shots
+from farm.planning.options import PlanOptions
+from farm.store.job import open_job
+from farm.inputs.synthetic import synth
 synth({str(tmp_path / "job")!r}, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
 job = open_job({str(tmp_path / "job")!r})
 decoder_class(job.spec).check_weights(job.spec)

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from farm.errors import FarmError
-from farm.lock import lock_path, output_lock
+from farm.store.lock import lock_path, output_lock
 
 # A process that waits for the go file, then tries the lock: "got" (held 1.5 s) or "refused".
 CONTENDER = """
 import sys, time
 from pathlib import Path
 from farm.errors import FarmError
-from farm.lock import output_lock
+from farm.store.lock import output_lock
 out, go = Path(sys.argv[1]), Path(sys.argv[2])
 while not go.exists():
     time.sleep(0.001)

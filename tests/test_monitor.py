@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import farm.render as fr
-from farm import monitor
-from farm.output import Output, output_progress, read_frames
+import farm.run.render as fr
+from farm.dashboard import monitor
+from farm.store.output import Output, output_progress, read_frames
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
@@ -116,7 +116,7 @@ def test_page_matches_the_outputs(rendered):
 def test_thumbnails_and_batch_strips_match_the_outputs(rendered, tmp_path):
     """Each finished shot's picture is its middle Zarr frame (64x128: small already, kept at full size);
     each shot's strip has one mark per batch, all done."""
-    from farm.sequences import read_image
+    from farm.media.sequences import read_image
 
     out = Output(rendered["out"])
     snapshot = json.loads(fetch(rendered["page"] + "/api/renders.json"))
@@ -140,8 +140,8 @@ def test_thumbnails_and_batch_strips_match_the_outputs(rendered, tmp_path):
 def test_a_thumbnail_is_made_when_its_middle_batch_is_written_and_published_when_the_shot_is(rendered):
     """The picture is read as soon as the batch holding the middle frame is done (the end of a render
     never waits for it), and published once, when the shot is finished."""
-    from farm.graph import RenderStats, ShotOutcome
-    from farm.thumbnails import ShotThumbnails
+    from farm.dashboard.thumbnails import ShotThumbnails
+    from farm.run.graph import RenderStats, ShotOutcome
 
     class Metadata:  # stands in for the client's scheduler metadata, which is all this uses
         def __init__(self) -> None:

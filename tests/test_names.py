@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from farm.errors import FarmError
-from farm.names import check_name, child_path
-from farm.output import Output, mark_done, remove_stale_temporaries
+from farm.media.names import check_name, child_path
+from farm.store.output import Output, mark_done, remove_stale_temporaries
 
 HOSTILE = [
     "",
@@ -83,8 +83,8 @@ def test_no_shot_output_is_taken_for_a_temporary(tmp_path):
 def test_job_stores_refuse_hostile_shot_names(tmp_path):
     import zarr
 
-    import farm.render as fr
-    from farm.store import open_job, write_shot
+    import farm.run.render as fr
+    from farm.store.job import open_job, write_shot
 
     job = tmp_path / "job.zarr"
     fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)

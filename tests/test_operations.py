@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from farm.synthetic import synth
+from farm.inputs.synthetic import synth
 from tests.helpers import farm, workers_paused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,7 +304,7 @@ def test_plan_and_render_choose_the_same_workers_and_log_lines_have_one_prefix(t
      ("24", "24"), ("25", "25"), ("12.5", "25/2"), (30.0, "30")],
 )  # fmt: skip
 def test_rates_are_exact_and_ntsc_decimals_mean_ntsc(given, exact):
-    from farm.rates import parse_rate, rate_text
+    from farm.media.rates import parse_rate, rate_text
 
     assert rate_text(parse_rate(given)) == exact
 
@@ -312,7 +312,7 @@ def test_rates_are_exact_and_ntsc_decimals_mean_ntsc(given, exact):
 @pytest.mark.parametrize("bad", ["0", "-24", "1/0", "abc", "24000/", "2000"])
 def test_bad_rates_are_refused(bad):
     from farm.errors import FarmError
-    from farm.rates import parse_rate
+    from farm.media.rates import parse_rate
 
     with pytest.raises(FarmError, match="24000/1001"):
         parse_rate(bad)
@@ -320,7 +320,13 @@ def test_bad_rates_are_refused(bad):
 
 def test_drop_frame_timecode_skips_labels_and_counts_back():
     from farm.errors import FarmError
-    from farm.rates import frames_to_timecode, parse_rate, parse_timecode, timecode_at, timecode_to_frames
+    from farm.media.rates import (
+        frames_to_timecode,
+        parse_rate,
+        parse_timecode,
+        timecode_at,
+        timecode_to_frames,
+    )
 
     ntsc = parse_rate("29.97")
     assert timecode_at("00:00:59;29", ntsc, 1) == "00:01:00;02"  # ;00 and ;01 are skipped
@@ -473,7 +479,7 @@ def test_farm_page_counts_match_the_disk_after_a_kill_and_show_rates_workers_and
 
 @pytest.mark.slow
 def test_io_workers_by_resource_and_stealing_given_back_on_a_shared_scheduler(plain_cluster, tmp_path):
-    from farm.graph import split_workers
+    from farm.run.graph import split_workers
 
     def _stealing_runs(dask_scheduler=None) -> bool:  # nested: pickled by value (workers lack this module)
         return "stealing" in dask_scheduler.periodic_callbacks
@@ -528,7 +534,7 @@ def test_worker_settings_set_by_the_render_reach_workers_started_elsewhere(plain
     assert client.submit(on_worker, "launch-lead", pure=False).result() == 0  # for that task only
     os.environ["FARM_ZARRS"] = "0"  # the older variable still turns zarrs off
     try:
-        from farm.output import _zarrs_setting
+        from farm.store.output import _zarrs_setting
 
         assert _zarrs_setting() is False
     finally:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import farm.render as fr
-from farm import sequences, video
+import farm.run.render as fr
 from farm.errors import FarmError
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
+from farm.media import sequences, video
+from farm.media.settings import VideoSettings
+from farm.store.output import Output, read_frames
 from tests.helpers import assert_same_video
 
 QUIET = {"log": lambda _: None}

@@ -10,9 +10,9 @@ import av
 import numpy as np
 import pytest
 
-from farm import sequences
 from farm.errors import FarmError
-from farm.video import CODECS, encode_segment, join_segments, probe, read_frames
+from farm.media import sequences
+from farm.media.video import CODECS, encode_segment, join_segments, probe, read_frames
 from tests.helpers import pattern as video_pattern
 
 H, W = 48, 80

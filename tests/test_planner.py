@@ -8,12 +8,12 @@ import re
 import numpy as np
 import pytest
 
-import farm.render as fr
-from farm import costmodel, planner
-from farm.costmodel import CostModel, DecodeCost, Link, Sample
+import farm.run.render as fr
 from farm.decoders.memory import MemoryModel
 from farm.errors import FarmError
-from farm.tiling import ChunkSize, Geometry, TileGrid, assign_round_robin, plan_shot
+from farm.planning import costmodel, planner
+from farm.planning.costmodel import CostModel, DecodeCost, Link, Sample
+from farm.planning.tiling import ChunkSize, Geometry, TileGrid, assign_round_robin, plan_shot
 
 G = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
 H200 = costmodel.load("ltx2-h200")
@@ -130,7 +130,7 @@ def test_memory_model_terms_that_need_the_shape():
 
 def test_cost_model_per_family():
     """A family's decode seconds come from its own measured decodes, scaled onto the stored machine model."""
-    from farm.costmodel import cost_model
+    from farm.planning.costmodel import cost_model
 
     ltx2, hunyuan = fr.synth_spec("ltx2"), fr.synth_spec("hunyuanvideo")
     assert cost_model(ltx2) == H200  # the model was fitted for LTX-2
@@ -424,8 +424,8 @@ def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
     """A shot too narrow for the grid is reported on its own; the others get the plans they get alone."""
     import numpy as np
 
-    import farm.render as fr
-    from farm.store import create_job, open_job, write_shot
+    import farm.run.render as fr
+    from farm.store.job import create_job, open_job, write_shot
 
     path = tmp_path / "job.zarr"
     spec = fr.synth_spec("ltx2-tiny")
@@ -458,9 +458,9 @@ def test_auto_tiles_carry_a_lone_ltx2_shot_where_the_gpu_cost_model_says_it_pays
     chunking a resumed shot's output was started with."""
     from dataclasses import replace
 
-    from farm.jobplan import AUTO_CARRY, plan_job
-    from farm.options import AUTO
-    from farm.tiling import plan_identity
+    from farm.planning.jobplan import AUTO_CARRY, plan_job
+    from farm.planning.options import AUTO
+    from farm.planning.tiling import plan_identity
 
     one = fr.synth(tmp_path / "one.zarr", decoder="ltx2", shots=1, frames=121, height=704, width=1216)
     many = fr.synth(tmp_path / "many.zarr", decoder="ltx2", shots=8, frames=121, height=704, width=1216)

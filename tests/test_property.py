@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import farm.render as fr
-from farm import video as farm_video
+import farm.run.render as fr
 from farm.errors import FarmError
-from farm.lock import output_lock
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
+from farm.media import video as farm_video
+from farm.media.settings import VideoSettings
+from farm.store.lock import output_lock
+from farm.store.output import Output, read_frames
 
 SHOTS = ("shot000", "shot001")
 FRAMES = 17

@@ -7,12 +7,12 @@ import pytest
 import torch
 import zarr
 
-import farm.render as fr
-from farm import video
+import farm.run.render as fr
 from farm.decoders.ltx2 import LTX2Decoder
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
-from farm.store import open_job
+from farm.media import video
+from farm.media.settings import VideoSettings
+from farm.store.job import open_job
+from farm.store.output import Output, read_frames
 from tests.helpers import assert_same_video, save_weights
 
 
@@ -79,16 +79,16 @@ def test_auto_tiles_joining_a_running_cluster_are_planned_once_for_its_workers(
 ):
     """A fresh OUT joining a running cluster has nothing to check before connecting: `--tiles auto`
     searches once, for the cluster's three workers, not once for one worker and again after connecting."""
-    import farm.jobplan
+    import farm.planning.jobplan
 
     searched: list[int] = []
-    plan_job = farm.jobplan.plan_job
+    plan_job = farm.planning.jobplan.plan_job
 
     def counted(job, options, n_workers, *args, **kwargs):
         searched.append(n_workers)
         return plan_job(job, options, n_workers, *args, **kwargs)
 
-    monkeypatch.setattr(farm.jobplan, "plan_job", counted)
+    monkeypatch.setattr(farm.planning.jobplan, "plan_job", counted)
     monkeypatch.setattr(fr, "plan_job", counted)
     auto = fr.PlanOptions(batch_frames=8)
     assert auto.tiles == fr.AUTO
@@ -216,7 +216,7 @@ def test_spec_without_weights_is_an_error():
 
 def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_path, scheduler3):
     """Chunking a tile inside a worker blends exactly like tiling the shot the same way across workers."""
-    from farm.tiling import ChunkSize
+    from farm.planning.tiling import ChunkSize
 
     chunked = fr.PlanOptions(
         tiles=(1, 1, 1), chunk=ChunkSize(height=2, width=4, overlap=(0, 1, 1)), batch_frames=8
@@ -248,8 +248,8 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
     from distributed import get_task_stream
     from distributed.utils import key_split
 
-    from farm.cluster import connect
-    from farm.graph import split_workers
+    from farm.run.cluster import connect
+    from farm.run.graph import split_workers
 
     with connect(workers=1, io_workers=2) as client:
         decode, io = split_workers(client)
@@ -281,7 +281,7 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
 
 
 def test_chunked_tile_peak_counts_the_blend_buffer():
-    from farm.tiling import ChunkSize, plan_chunks, plan_shot
+    from farm.planning.tiling import ChunkSize, plan_chunks, plan_shot
 
     spec = fr.synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
@@ -297,7 +297,7 @@ def test_chunked_tile_peak_counts_the_blend_buffer():
 
 
 def test_memory_warning_names_the_shot_and_the_fix():
-    from farm.tiling import ChunkSize, plan_shot
+    from farm.planning.tiling import ChunkSize, plan_shot
 
     spec = fr.synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
@@ -311,7 +311,7 @@ def test_memory_warning_names_the_shot_and_the_fix():
 
 
 def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
-    from farm.tiling import plan_shot
+    from farm.planning.tiling import plan_shot
 
     spec = fr.synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
@@ -333,8 +333,8 @@ def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
 def test_host_memory_bound_for_blended_batches(scheduler3):
     from distributed import Client
 
-    from farm.graph import split_workers
-    from farm.tiling import plan_shot
+    from farm.planning.tiling import plan_shot
+    from farm.run.graph import split_workers
 
     spec = fr.synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)

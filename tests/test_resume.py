@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.render as fr
+import farm.run.render as fr
 from farm.errors import FarmError
-from farm.output import Output, read_frames
-from farm.store import open_job, write_shot
+from farm.store.job import open_job, write_shot
+from farm.store.output import Output, read_frames
 from tests.helpers import assert_same_video
 
 OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
@@ -72,7 +72,7 @@ def test_latent_hash_is_the_blockwise_digest_older_outputs_recorded(tmp_path):
     sha256 of its 8-latent-frame blocks in order, so an OUT recorded by an older farm still resumes."""
     import hashlib
 
-    from farm.resume import latent_identity
+    from farm.run.resume import latent_identity
 
     # 89 frames: 12 latent frames, one whole block of 8 and one of 4
     fr.synth(tmp_path / "job", decoder="ltx2-tiny", shots=1, frames=89, height=64, width=64)
@@ -138,8 +138,8 @@ def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
 def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp_path, cluster3):
     """Carried chunks: a killed worker takes the decoder states of its tiles' chunks with it; the chunks
     before are decoded again for them (Dask lineage), and the frames are the uninterrupted render's."""
-    from farm.settings import VideoSettings
-    from farm.tiling import ChunkSize
+    from farm.media.settings import VideoSettings
+    from farm.planning.tiling import ChunkSize
 
     carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8,
                              chunk=ChunkSize(frames=2, carry=True))  # fmt: skip
@@ -167,10 +167,10 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_jo
     """OUT started with carried chunks; a rerun with auto tiles and no --chunk keeps them (as it keeps
     the grid) and finishes with the bytes of an uninterrupted carried render, instead of being refused
     for a changed plan."""
-    from farm.options import AUTO
-    from farm.resume import recorded_layout
-    from farm.settings import VideoSettings
-    from farm.tiling import ChunkSize
+    from farm.media.settings import VideoSettings
+    from farm.planning.options import AUTO
+    from farm.planning.tiling import ChunkSize
+    from farm.run.resume import recorded_layout
 
     chunk = ChunkSize(frames=2, carry=True)
     carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
@@ -208,7 +208,7 @@ def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from farm.lock import output_lock\n"
+         "import sys, time; from pathlib import Path; from farm.store.lock import output_lock\n"
          "with output_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

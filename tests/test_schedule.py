@@ -12,13 +12,12 @@ from typing import Any
 import dask
 import pytest
 
-from farm import costmodel, keys
+from farm import keys
 from farm.errors import FarmError
-from farm.graph import ahead_key
-from farm.planner import _shot_tasks, _simulate, predict
-from farm.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
-from farm.tasks import share_piece
-from farm.tiling import (
+from farm.planning import costmodel
+from farm.planning.planner import _shot_tasks, _simulate, predict
+from farm.planning.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
+from farm.planning.tiling import (
     ChunkSize,
     Geometry,
     TileGrid,
@@ -28,6 +27,8 @@ from farm.tiling import (
     plan_geometry,
     plan_shot,
 )
+from farm.run.graph import ahead_key
+from farm.worker.tasks import share_piece
 from tests.helpers import plans_required_window
 
 GEOMETRY = Geometry(32, 8, True, carries=True)  # carrying matters only to plans with ChunkSize.carry
@@ -137,8 +138,8 @@ class FifoCompletions:
 def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None,
           gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None):  # fmt: skip
     """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
-    from farm.graph import Driver, RenderTargets
-    from farm.settings import VideoSettings
+    from farm.media.settings import VideoSettings
+    from farm.run.graph import Driver, RenderTargets
 
     workers = [f"tcp://10.0.0.{0 if one_host else i}:{1 + i}" for i in range(n_workers)]
     io_workers = [f"tcp://10.0.1.{i}:1" for i in range(n_io)]
@@ -430,7 +431,7 @@ def test_the_driver_shares_exactly_the_crossing_pieces_when_its_workers_share_a_
 
 
 def test_between_hosts_pieces_go_by_value_and_within_one_by_handle() -> None:
-    from farm.graph import shared_over_ipc
+    from farm.run.graph import shared_over_ipc
 
     plans = job([TileGrid((1, 2, 2), (0, 2, 2))] * 2, 4, frames=9, batch_frames=8)
     schedule = make_schedule(plans, n_decode=4, n_io=0)
@@ -446,7 +447,7 @@ def test_between_hosts_pieces_go_by_value_and_within_one_by_handle() -> None:
 
 
 def test_pieces_are_shared_only_with_workers_that_see_the_decoding_gpu() -> None:
-    from farm.graph import shared_over_ipc
+    from farm.run.graph import shared_over_ipc
 
     plans = job([TileGrid((1, 1, 2), (0, 0, 2))] * 2, 2, frames=9, batch_frames=8)
     schedule = make_schedule(plans, n_decode=2, n_io=0)
@@ -478,7 +479,7 @@ def test_no_piece_is_shared_across_hosts_or_with_the_setting_off() -> None:
 
 
 def test_the_workers_gpus_are_asked_only_when_a_piece_crosses_within_a_host() -> None:
-    from farm.graph import shared_over_ipc
+    from farm.run.graph import shared_over_ipc
 
     asked: list[int] = []
 
@@ -499,9 +500,9 @@ def test_the_workers_gpus_are_asked_only_when_a_piece_crosses_within_a_host() ->
 def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() -> None:
     """Without video or images, each batch's write and mark are one task (no round trip between them),
     keyed as its mark and placed where the write would go."""
-    from farm.graph import Driver, RenderTargets
-    from farm.settings import VideoSettings
-    from farm.tasks import write_and_mark_batch
+    from farm.media.settings import VideoSettings
+    from farm.run.graph import Driver, RenderTargets
+    from farm.worker.tasks import write_and_mark_batch
 
     plans = job([TileGrid()] * 2, 1, frames=9, batch_frames=8)
     workers, io_workers = ["tcp://10.0.0.1:1"], ["tcp://10.0.1.1:1", "tcp://10.0.1.2:1"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 
-import farm.render as fr
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
-from farm.store import open_job
-from farm.synthetic import synth
-from farm.tiling import ChunkSize
+import farm.run.render as fr
+from farm.inputs.synthetic import synth
+from farm.media.settings import VideoSettings
+from farm.planning.tiling import ChunkSize
+from farm.store.job import open_job
+from farm.store.output import Output, read_frames
 
 # 33 frames (5 latent frames of ltx2-tiny), 8-frame batches: 3 temporal chunks of 2 latent frames,
 # overlap 1, so the first batches are complete after the first chunk
@@ -83,11 +83,11 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     import zarr
 
     from farm.errors import FarmError
-    from farm.graph import _cuts
-    from farm.schedule import make_schedule
-    from farm.tasks import CARRIED as CARRIED_KEY
-    from farm.tasks import NEXT_LATENT, decode_tile, segment_latent_frames
-    from farm.tiling import assign_round_robin, plan_geometry, tile_segments
+    from farm.planning.schedule import make_schedule
+    from farm.planning.tiling import assign_round_robin, plan_geometry, tile_segments
+    from farm.run.graph import _cuts
+    from farm.worker.tasks import CARRIED as CARRIED_KEY
+    from farm.worker.tasks import NEXT_LATENT, decode_tile, segment_latent_frames
 
     job_path = tmp_path / "job.zarr"
     synth(job_path, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=7)
@@ -147,11 +147,11 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     import zarr
 
     from farm.errors import FarmError
-    from farm.graph import _cuts, ahead_key, read_first_latents, split_workers
-    from farm.schedule import make_schedule
-    from farm.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
-    from farm.tiling import assign_round_robin, plan_geometry, tile_segments
-    from farm.transport import register
+    from farm.planning.schedule import make_schedule
+    from farm.planning.tiling import assign_round_robin, plan_geometry, tile_segments
+    from farm.run.graph import _cuts, ahead_key, read_first_latents, split_workers
+    from farm.worker.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
+    from farm.worker.transport import register
 
     register()  # this client receives the workers' tensors, as every process that does must
 

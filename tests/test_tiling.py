@@ -1,4 +1,4 @@
-"""farm.tiling: pure tile planning (splits, causal shift, ramps, batches, chunks, streaming window).
+"""farm.planning.tiling: pure tile planning (splits, causal shift, ramps, batches, chunks, streaming window).
 
 Property tests over many shapes, counts and overlaps, checked against the rules in the module docstring
 and DESIGN.md ("Two tilings"), plus the LTX-2 redundancy figures and the user-facing error messages.
@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from farm.errors import FarmError
-from farm.tiling import (
+from farm.planning.tiling import (
     Batch,
     ChunkSize,
     Geometry,
@@ -717,7 +717,7 @@ def test_context_frames_are_decoded_then_dropped(case, context, lookahead):
 
 
 def test_context_is_part_of_the_plan_identity_only_when_used():
-    from farm.tiling import plan_identity
+    from farm.planning.tiling import plan_identity
 
     grid = TileGrid(tiles=(2, 1, 1), overlap=(1, 0, 0))
     plain = plan_shot("s", (4, 16, 2, 2), LTX2, grid)

@@ -1,4 +1,4 @@
-"""farm.transport on a real local Dask cluster (two worker processes, loopback TCP).
+"""farm.worker.transport on a real local Dask cluster (two worker processes, loopback TCP).
 
 CUDA tensors cannot be made on this machine; the pieces the CUDA path is built from (byte views,
 dtype restoration, the choice of receiving device, family fall-through) are tested on CPU here.
@@ -18,7 +18,7 @@ import torch
 from distributed import Client, LocalCluster
 from distributed.protocol import deserialize, serialize
 
-from farm import transport, transport_plugin
+from farm.worker import transport, transport_plugin
 
 # --- tensors built the same way on any process, so a worker can check what it received -----------
 
@@ -359,7 +359,7 @@ def test_registration_wins_whatever_ran_first():
         import sys, torch
         from distributed.protocol import serialize, deserialize
         from distributed.protocol.serialize import dask_serialize
-        from farm import transport, transport_plugin
+        from farm.worker import transport, transport_plugin
         if sys.argv[1] == "before":
             serialize(torch.zeros(2), serializers=["dask"])  # triggers distributed's registration
             transport.register()

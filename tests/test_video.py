@@ -1,4 +1,4 @@
-"""farm.video: independently encoded H.264 segments, joined without re-encoding (real files, no mocks)."""
+"""farm.media.video: independently encoded H.264 segments, joined without re-encoding (real files, no mocks)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from farm.errors import FarmError
-from farm.video import (
+from farm.media.video import (
     VideoInfo,
     encode_segment,
     join_segments,
@@ -260,14 +260,14 @@ def test_missing_output_directory(tmp_path: Path) -> None:
 def yuv_planes(rgb: np.ndarray) -> np.ndarray:
     import torch
 
-    from farm.yuv import rgb_to_yuv420
+    from farm.media.yuv import rgb_to_yuv420
 
     pixels = torch.from_numpy(rgb).permute(3, 0, 1, 2).float() / 255.0
     return rgb_to_yuv420(pixels).numpy()
 
 
 def test_rgb_to_yuv420_matches_swscale() -> None:
-    """farm.yuv's conversion (done on the blending GPU) agrees with FFmpeg's BT.709 tv-range one."""
+    """farm.media.yuv's conversion (done on the blending GPU) agrees with FFmpeg's BT.709 tv-range one."""
     from av.video.reformatter import ColorRange, Colorspace
 
     src = pattern(3)
@@ -324,8 +324,8 @@ def test_encoder_threads_come_from_the_setting_not_the_machine(tmp_path: Path) -
     x264 (1.5 per core); a negative count is refused before a render starts."""
     import dask
 
-    from farm.settings import VideoSettings
-    from farm.validate import check_video_settings
+    from farm.media.settings import VideoSettings
+    from farm.run.validate import check_video_settings
 
     frames = pattern(8, h=128, w=192)
     paths = {}

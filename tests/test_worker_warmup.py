@@ -1,4 +1,4 @@
-"""farm.worker_warmup: a worker started with the preload imports what decoding needs on its own, before
+"""farm.worker.warmup: a worker started with the preload imports what decoding needs on its own, before
 any task asks for it, and says how long each step took."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from farm import worker_warmup
-from farm.cluster import WARMUP_PRELOAD
+from farm.run.cluster import WARMUP_PRELOAD
+from farm.worker import warmup
 
 pytestmark = pytest.mark.cluster
 
@@ -25,11 +25,11 @@ def test_preloaded_worker_imports_torch_and_diffusers_before_any_task():
         deadline = time.monotonic() + 120
         timings: dict[str, float] = {}
         while time.monotonic() < deadline:
-            timings = next(iter(client.run(worker_warmup.warmup_timings).values()))
-            if f"import {worker_warmup.MODULES[-1]}" in timings:
+            timings = next(iter(client.run(warmup.warmup_timings).values()))
+            if f"import {warmup.MODULES[-1]}" in timings:
                 break
             time.sleep(0.2)
         imports = [k for k in timings if k.startswith("import")]
-        assert imports == [f"import {m}" for m in worker_warmup.MODULES]
+        assert imports == [f"import {m}" for m in warmup.MODULES]
         assert all(seconds >= 0 for seconds in timings.values())
         assert next(iter(client.run(heavy_modules_loaded).values())) == ["diffusers", "torch"]

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.render as fr
-from farm.output import Output, read_frames
-from farm.settings import VideoSettings
+import farm.run.render as fr
+from farm.media.settings import VideoSettings
+from farm.store.output import Output, read_frames
 
 xr = pytest.importorskip("xarray")
 QUIET = {"log": lambda _: None}

@@ -1,4 +1,4 @@
-"""Write farm's stored cost models (farm/costmodels/*.json): fit the decode part, record the rest.
+"""Write farm's stored cost models (farm/planning/costmodels/*.json): fit the decode part, record the rest.
 
 * ``h200``: `ltx2` (the real LTX-2 VAE architecture, bf16) on one NVIDIA H200, from the measured figures
   in ../shared/FINDINGS.md and docs/performance.md ("Figures the recorded constants come from"; not
@@ -7,9 +7,9 @@
   shapes with one torch thread (as one worker of the local CPU cluster runs), a one-worker render for
   blend/write/encode and per-shot costs, and transfers between two local worker processes over TCP.
 
-    python tools/fit_costmodel.py h200 --out farm/costmodels/ltx2-h200.json
-    python tools/fit_costmodel.py cpu --out farm/costmodels/ltx2-tiny-cpu.json
-    python tools/fit_costmodel.py decode --samples samples.json --out farm/costmodels/ltx2-h200.json
+    python tools/fit_costmodel.py h200 --out farm/planning/costmodels/ltx2-h200.json
+    python tools/fit_costmodel.py cpu --out farm/planning/costmodels/ltx2-tiny-cpu.json
+    python tools/fit_costmodel.py decode --samples samples.json --out farm/planning/costmodels/ltx2-h200.json
 
 * ``decode``: refit the decode part of the stored model at ``--out`` from decodes measured on its GPU
   (``benchmarks/reflect_pad.py --samples``: the model's sample shapes timed with farm's decoder),
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from farm.costmodel import (  # noqa: E402
+from farm.planning.costmodel import (  # noqa: E402
     CostModel,
     Link,
     Sample,
@@ -98,7 +98,7 @@ def h200_model() -> CostModel:
             "(encode_s) per output pixel-frame, same render",
             "shot_overhead_s: run_graph time of the 8-shot render minus decodes and blend/write/encode, "
             "per shot (the one-shot render leaves the same 0.52 s)",
-            "threads_per_worker 8: farm.cluster gives a GPU worker min(8, max(2, cores // GPUs)) task "
+            "threads_per_worker 8: farm.run.cluster gives a GPU worker min(8, max(2, cores // GPUs)) task "
             "threads",
             "blend, write, encode and shot figures were measured before blends, writes and encodes became "
             "separate tasks on I/O threads (commit bf4e5c6); their per-pixel costs are assumed unchanged",
@@ -138,9 +138,9 @@ def cpu_decodes(reps: int) -> list[Sample]:
     import numpy as np
     import torch
 
-    from farm.costmodel import time_decodes
     from farm.decoders.ltx2 import LTX2Decoder
-    from farm.render import smooth_latent, synth_spec
+    from farm.planning.costmodel import time_decodes
+    from farm.run.render import smooth_latent, synth_spec
 
     torch.set_num_threads(1)
     spec = synth_spec("ltx2-tiny", seed=0)
@@ -161,11 +161,11 @@ def cpu_decodes(reps: int) -> list[Sample]:
 
 def cpu_render_costs(work: Path) -> dict[str, float]:
     """A one-worker render of 2 whole shots of 33x256x384 on a warm worker: write, encode, the rest."""
-    import farm.render as fr
+    import farm.run.render as fr
 
     job = work / "job.zarr"
     fr.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=256, width=384, overwrite=True)
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     options = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=16)
     with connect(workers=1) as client:
@@ -182,12 +182,12 @@ def cpu_render_costs(work: Path) -> dict[str, float]:
 
 
 def cpu_blend_seconds_per_pixel(reps: int = 5) -> float:
-    """farm.tasks.blend_batch on the CPU: two overlapping pieces of 16x256x384, one torch thread."""
+    """farm.worker.tasks.blend_batch on the CPU: two overlapping pieces of 16x256x384, one torch thread."""
     import numpy as np
     import torch
 
-    from farm.tasks import Placement, blend_batch
-    from farm.tiling import Batch
+    from farm.planning.tiling import Batch
+    from farm.worker.tasks import Placement, blend_batch
 
     torch.set_num_threads(1)
     batch = Batch("x", 0, 0, 16, (0, 1))
@@ -207,7 +207,7 @@ def cpu_transfers() -> dict[str, float]:
     import numpy as np
     from distributed import wait
 
-    from farm.cluster import connect
+    from farm.run.cluster import connect
 
     def make(n):
         return np.ones(n, dtype=np.uint8)
@@ -292,7 +292,7 @@ def cpu_model(reps: int) -> CostModel:
             f"(relative RMS error {relative_rms(decode, samples):.1%})",
             "write/encode: RenderStats of a one-worker render of 2 whole shots of 33x256x384, batches of "
             f"16 frames ({render['seconds']:.2f} s in all)",
-            "blend: farm.tasks.blend_batch of two pieces of 16x256x384 in process, one torch thread",
+            "blend: farm.worker.tasks.blend_batch of two pieces of 16x256x384 in process, one torch thread",
             "shot_overhead_s: that render's time minus modelled decodes and blend/write/encode, per shot",
             "links: a numpy array moved between two local worker processes "
             f"(8 MiB {moves[str(small)]:.3f} s, 128 MiB {moves[str(big)]:.3f} s)",

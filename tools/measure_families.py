@@ -3,7 +3,7 @@
 For each named config: one decode of a reference clip (median of a few timed calls after a warm-up) and
 the peak memory of that decode above what the process held before it, next to the adapter's estimate
 (``peak_bytes``, what `farm plan` prints per tile) and the seconds the cost model farm would plan with
-(`farm.costmodel.cost_model`). Every decode runs in a fresh process, so peaks do not mix:
+(`farm.planning.costmodel.cost_model`). Every decode runs in a fresh process, so peaks do not mix:
 
 * CPU: the process' resident-set high-water mark (``ru_maxrss``) after the decode, minus the resident
   set before it (the model loaded and warmed up on a small clip), with glibc unmapping freed blocks of
@@ -49,7 +49,7 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
     import torch
 
     from farm.decoders import decoder_class
-    from farm.render import smooth_latent, synth_spec
+    from farm.run.render import smooth_latent, synth_spec
 
     torch.set_num_threads(1)
     spec = synth_spec(name, seed=0, dtype=dtype)
@@ -104,10 +104,10 @@ def fit(name: str, rows: list[dict]) -> dict:
     affine part leaves of the decodes where it is the largest native convolution."""
     import statistics
 
-    from farm.costmodel import fit_memory
     from farm.decoders import decoder_class
     from farm.decoders.memory import CPU_NATIVE_CONV_LIMIT, MemoryModel
-    from farm.render import synth_spec
+    from farm.planning.costmodel import fit_memory
+    from farm.run.render import synth_spec
 
     spec = synth_spec(name, seed=0)
     cls = decoder_class(spec)
@@ -151,8 +151,8 @@ def measure(name: str, clip, device: str, dtype: str, reps: int) -> dict:
 
 
 def planned_seconds(row: dict, device: str) -> float:
-    from farm.costmodel import cost_model
-    from farm.render import synth_spec
+    from farm.planning.costmodel import cost_model
+    from farm.run.render import synth_spec
 
     spec = synth_spec(row["decoder"], seed=0, dtype=row["dtype"])
     return cost_model(spec).decode_seconds(row["pixels"])

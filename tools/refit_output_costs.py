@@ -21,12 +21,12 @@ import math
 import time
 from pathlib import Path
 
-from farm import costmodel, planner
-from farm.cluster import ClusterChoice, default_io_workers
-from farm.costmodel import CostModel, DecodeCost
 from farm.decoders import decoder_class
-from farm.render import synth_spec
-from farm.tiling import ChunkSize, TileGrid, assign_round_robin, plan_shot
+from farm.planning import costmodel, planner
+from farm.planning.costmodel import CostModel, DecodeCost
+from farm.planning.tiling import ChunkSize, TileGrid, assign_round_robin, plan_shot
+from farm.run.cluster import ClusterChoice, default_io_workers
+from farm.run.render import synth_spec
 
 
 def row_plans(row: dict, run: dict) -> tuple[list, int, int]:
@@ -144,7 +144,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", help="benchmark_output.py JSON files")
     p.add_argument("--model", default="ltx2-h200")
-    p.add_argument("--write", action="store_true", help="store the refitted model in farm/costmodels")
+    p.add_argument("--write", action="store_true", help="store the refitted model in farm/planning/costmodels")
     p.add_argument("--keep-blend", action="store_true",
                    help="keep the stored blend cost (blends submitted with their decode wait for it, "
                         "so a blend task's seconds include that wait)")  # fmt: skip

@@ -115,8 +115,8 @@ def load_overrides(path: str | None) -> tuple[dict[str, Any], dict[str, dict[str
 
 def find_jobs(folder: Path) -> dict[str, Path]:
     """Job stores directly inside `folder`, by name (``hero.zarr`` → ``hero``)."""
-    from farm.names import check_name
-    from farm.store import open_job
+    from farm.media.names import check_name
+    from farm.store.job import open_job
 
     if not folder.is_dir():
         raise FarmError(f"job folder {str(folder)!r} does not exist or is not a folder")
@@ -142,15 +142,15 @@ def find_jobs(folder: Path) -> dict[str, Path]:
 
 
 def _triple(value: Any, what: str, minimum: int) -> tuple[int, int, int]:
-    from farm.render import parse_triple
+    from farm.run.render import parse_triple
 
     text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
     return parse_triple(text, what, minimum=minimum)
 
 
 def plan_options(opts: dict[str, Any], name: str) -> Any:
-    import farm.render as fr
-    from farm.tiling import ChunkSize
+    import farm.run.render as fr
+    from farm.planning.tiling import ChunkSize
 
     kwargs: dict[str, Any] = {}
     if opts.get("tiles") is not None:
@@ -175,8 +175,8 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
     """`job` with its decoder's compute dtype set to `dtype`: a group of its own whose shots link to the
     original shots (nothing is copied). Returns `job` itself when the dtype is already that."""
     from farm.decoders import spec_from_json
-    from farm.names import child_path
-    from farm.store import open_job
+    from farm.media.names import child_path
+    from farm.store.job import open_job
 
     spec = open_job(job).spec
     if spec.dtype == dtype:
@@ -200,8 +200,8 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
 def render_one(
     name: str, job: Path, out_root: Path, opts: dict[str, Any], base: argparse.Namespace
 ) -> JobResult:
-    from farm.names import child_path
-    from farm.settings import VideoSettings
+    from farm.media.names import child_path
+    from farm.media.settings import VideoSettings
 
     out = child_path(out_root, name, what="job name")
     result = JobResult(name, out)

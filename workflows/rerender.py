@@ -23,9 +23,9 @@ from farm.errors import FarmError
 
 
 def main(argv: Sequence[str]) -> int:
-    import farm.render as fr
-    from farm.settings import VideoSettings
-    from farm.store import open_job
+    import farm.run.render as fr
+    from farm.media.settings import VideoSettings
+    from farm.store.job import open_job
 
     p = argparse.ArgumentParser(prog="rerender.py", description="Re-render some shots of a job.")
     p.add_argument("job", help="job store")

@@ -57,7 +57,7 @@ def ingested_sources(job: Path) -> set[str]:
     """The source files the job's shots came from (resolved paths)."""
     if not job.exists():
         return set()
-    from farm.store import open_job
+    from farm.store.job import open_job
 
     return {str(info.attrs.get("source", {}).get("file")) for info in open_job(job).shots.values()}
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str]) -> int:
     if not folder.is_dir():
         raise FarmError(f"{folder}: no such folder to watch")
     if args.workers:  # one local cluster for the whole watch, not one per render
-        from farm.cluster import connect
+        from farm.run.cluster import connect
 
         with connect(workers=args.workers) as client:
             return watch(args, folder, {"scheduler": client.scheduler.address})
@@ -137,7 +137,7 @@ def watch(args: argparse.Namespace, folder: Path, cluster: dict[str, Any]) -> in
 
 
 def ingest_one(args: argparse.Namespace, job: Path, path: Path) -> list[str]:
-    from farm.ingest import ingest
+    from farm.inputs.ingest import ingest
 
     result = ingest(job, [path], decoder=None if job.exists() else args.decoder, weights=args.weights,
                     fps=args.fps, name=args.name, latents=args.latents)  # fmt: skip
@@ -148,8 +148,8 @@ def ingest_one(args: argparse.Namespace, job: Path, path: Path) -> list[str]:
 
 
 def render_shots(args: argparse.Namespace, job: Path, shots: list[str], cluster: dict[str, Any]) -> None:
-    import farm.render as fr
-    from farm.settings import VideoSettings
+    import farm.run.render as fr
+    from farm.media.settings import VideoSettings
 
     options: dict = {}
     if args.tiles:

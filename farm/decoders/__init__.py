@@ -9,6 +9,10 @@ A decoder spec is a JSON object:
      "latents": "denormalized"}              # or "normalized": farm applies the VAE's mean/std first
 
 Adding a model: one module with a class implementing `VideoDecoder`, plus an entry in `FAMILIES`.
+
+The driver plans from what the adapters say of a spec (`geometry`, `memory` terms, weights checks,
+recorded constructor defaults), and workers decode with them: every module here imports torch and
+diffusers only inside the functions that decode. May import: `farm.errors`, `farm.config`, numpy.
 """
 
 from __future__ import annotations

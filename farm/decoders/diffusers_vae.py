@@ -101,10 +101,10 @@ class DiffusersVideoDecoder:
     # (bytes_per_pixel, and where fitted const_bytes, bytes_per_frame_pixel, native_conv), measured and
     # fitted by `tools/measure_families.py --fit`; configs without an entry use the estimate above
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {}
-    # the terms that fit fits (`farm.costmodel.fit_memory`)
+    # the terms that fit fits (`farm.planning.costmodel.fit_memory`)
     memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel")
     # config → (machine kind "h200" or "cpu", pixel frames/height/width, seconds of one decode call): what
-    # `farm.costmodel.cost_model` scales a stored cost model's decode seconds by, per family and config
+    # `farm.planning.costmodel.cost_model` scales a stored cost model's decode seconds by, per family and config
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
     # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}

@@ -1,6 +1,6 @@
 """What a decoder does to shapes: latent units to pixels per axis, causal time, temporal context.
 
-Pure (no torch): the planner (`farm.tiling`) and every decoder adapter share it."""
+Pure (no torch): the planner (`farm.planning.tiling`) and every decoder adapter share it."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # above the weights 3340-3420 B per output pixel-frame (full-resolution 128-channel blocks in float
     # GroupNorm); 33x512x768 decoded in 1.3 s with a 43 GB peak. Tile shots: 129x720x1280 would take ~400 GB.
     bytes_per_pixel_frame: ClassVar[float] = 3420.0
-    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.costmodel.cost_model`
+    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.planning.costmodel.cost_model`
     # CPU figures (tools/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale)
     # Memory: fitted to 9 decodes from 5x64x96 to 33x192,256 (`measure_families.py --fit`, float32, 1 torch

@@ -113,7 +113,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # above the weights 104 B per output pixel-frame for ltxv, ltxv-0.9.1 and ltxv-0.9.5 alike (all have a
     # 128-channel last block); 33x512x768 decoded in 0.05 / 0.12 / 0.07 s.
     bytes_per_pixel_frame: ClassVar[float] = 104.0
-    # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.costmodel.cost_model`
+    # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.planning.costmodel.cost_model`
     # scales a stored cost model's decode seconds by. H200 figures: the measurement above.
     # CPU figures (tools/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
     # the weights, and seconds relative to ltx2-tiny decoded back to back, on the ltx2-tiny-cpu model's scale

@@ -1,7 +1,7 @@
 """A decode call's peak device memory as a model of its output shape: weights, a fixed part, bytes
 per pixel, per frame pixel and per attended pair (each adapter's ``memory_terms``).
 
-Pure (no torch): the planner (`farm.planner`, `farm.budgets`) and the adapters share it."""
+Pure (no torch): the planner (`farm.planning.planner`, `farm.planning.budgets`) and the adapters share it."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ class WanDecoder(DiffusersVideoDecoder):
     # above the weights 348 (wan) and 366 (wan2.2) B per output pixel-frame, linear in the frame count
     # despite the frame-by-frame loop; 33x512x768 decoded in 0.74 / 0.73 s.
     bytes_per_pixel_frame: ClassVar[float] = 366.0
-    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.costmodel.cost_model`
+    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.planning.costmodel.cost_model`
     # CPU figures (tools/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
     # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
     # slower than ltx2-tiny per pixel on a CPU

@@ -1,0 +1,212 @@
+"""What diffusers video pipelines hand back with ``output_type="latent"``, and how farm takes it.
+
+Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the source says so):
+
+* ``LTXPipeline``, ``LTXImageToVideoPipeline``: packed ``[B, S, D]`` tokens, normalized (``ltxv``);
+* ``LTXConditionPipeline``: ``[B, C, F, H, W]``, normalized (``ltxv``);
+* ``LTX2Pipeline``, ``LTX2ImageToVideoPipeline``, ``LTX2ConditionPipeline``: ``[B, C, F, H, W]`` (the
+  video's ``frames``), denormalized (``ltx2``); their ``audio`` is the sound's latents ``[B, C, T, M]``,
+  denormalized and unpacked (ready for ``audio_vae.decode``);
+* ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
+  normalized (``wan``);
+* ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
+  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``).
+
+"normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
+Wan: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
+says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it
+returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
+called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
+with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from farm.errors import FarmError
+from farm.planning.tiling import Geometry
+
+
+@dataclass(frozen=True)
+class PipelineConvention:
+    family: str  # the farm decoder family of the pipeline's VAE
+    latents: str  # "normalized" or "denormalized"
+    packed: bool  # True: [B, S, D] token sequence (LTX-Video); False: [B, C, F, H, W]
+
+
+_LTXV_PACKED = PipelineConvention("ltxv", "normalized", True)
+_LTXV = PipelineConvention("ltxv", "normalized", False)
+_LTX2 = PipelineConvention("ltx2", "denormalized", False)
+_WAN = PipelineConvention("wan", "normalized", False)
+_HUNYUAN = PipelineConvention("hunyuanvideo", "normalized", False)
+PIPELINES: dict[str, PipelineConvention] = {
+    "LTXPipeline": _LTXV_PACKED,
+    "LTXImageToVideoPipeline": _LTXV_PACKED,
+    "LTXConditionPipeline": _LTXV,
+    "LTX2Pipeline": _LTX2,
+    "LTX2ImageToVideoPipeline": _LTX2,
+    "LTX2ConditionPipeline": _LTX2,
+    "WanPipeline": _WAN,
+    "WanImageToVideoPipeline": _WAN,
+    "WanVideoToVideoPipeline": _WAN,
+    "HunyuanVideoPipeline": _HUNYUAN,
+    "HunyuanVideoImageToVideoPipeline": _HUNYUAN,
+    "HunyuanSkyreelsImageToVideoPipeline": _HUNYUAN,
+}
+
+
+def pipeline_name(pipeline: Any) -> str:
+    return pipeline if isinstance(pipeline, str) else type(pipeline).__name__
+
+
+def convention_of(pipeline: Any) -> PipelineConvention:
+    """The convention of a pipeline (an instance or its class name); FarmError for ones farm does not know."""
+    name = pipeline_name(pipeline)
+    if name not in PIPELINES:
+        raise FarmError(
+            f"farm does not know what {name} returns with output_type='latent'; known pipelines: "
+            f"{', '.join(sorted(PIPELINES))}. Save the latents [B, C, F, H, W] yourself and use "
+            "`farm ingest` with --latents"
+        )
+    return PIPELINES[name]
+
+
+def to_numpy(latents: Any) -> np.ndarray:
+    """A torch tensor (any device; bfloat16 becomes float32) or an array → a numpy array."""
+    import torch
+
+    from farm.inputs.latent_files import torch_to_numpy
+
+    if isinstance(latents, np.ndarray):
+        return latents
+    if isinstance(latents, torch.Tensor):
+        return torch_to_numpy(latents)
+    raise FarmError(f"latents must be a torch tensor or a numpy array, got {type(latents).__name__}")
+
+
+def unpack_tokens(
+    tokens: np.ndarray, latent_fhw: tuple[int, int, int], patch: int = 1, patch_t: int = 1
+) -> np.ndarray:
+    """LTX-Video's packed ``[B, S, D]`` → ``[B, C, F, H, W]`` (``LTXPipeline._unpack_latents``)."""
+    f, h, w = latent_fhw
+    b, s, d = tokens.shape
+    expected = (f // patch_t) * (h // patch) * (w // patch)
+    if s != expected or d % (patch_t * patch * patch):
+        raise FarmError(
+            f"packed latents [B, S, D] = {list(tokens.shape)} do not hold {f}x{h}x{w} latent positions "
+            f"(S would be {expected}); pass the num_frames, height and width the pipeline was called with"
+        )
+    x = tokens.reshape(b, f // patch_t, h // patch, w // patch, -1, patch_t, patch, patch)
+    x = x.transpose(0, 4, 1, 5, 2, 6, 3, 7)
+    return np.ascontiguousarray(x.reshape(b, x.shape[1], f, h, w))
+
+
+def latent_size(geometry: Geometry, num_frames: int, height: int, width: int) -> tuple[int, int, int]:
+    """Latent frames, rows and columns of a pipeline call of that many pixel frames and that size."""
+    s, t = geometry.spatial_scale, geometry.temporal_scale
+    return ((num_frames - 1) // t + 1 if geometry.causal else num_frames // t), height // s, width // s
+
+
+def pipeline_latents(
+    pipeline: Any,
+    latents: Any,
+    geometry: Geometry,
+    *,
+    num_frames: int | None,
+    height: int | None,
+    width: int | None,
+) -> tuple[np.ndarray, PipelineConvention]:
+    """The pipeline's latent output as ``[B, C, F, H, W]`` numpy, with its convention."""
+    conv = convention_of(pipeline)
+    data = to_numpy(latents)
+    if conv.packed and data.ndim == 3:
+        if None in (num_frames, height, width):
+            raise FarmError(
+                f"{pipeline_name(pipeline)} returns packed latents [B, S, D]: pass num_frames, height and "
+                "width as given to the pipeline, so farm can unpack them"
+            )
+        patch = int(getattr(getattr(pipeline, "transformer", None), "config", {}).get("patch_size", 1) or 1)
+        patch_t = int(
+            getattr(getattr(pipeline, "transformer", None), "config", {}).get("patch_size_t", 1) or 1
+        )
+        fhw = latent_size(geometry, num_frames, height, width)  # type: ignore[arg-type]
+        data = unpack_tokens(data, fhw, patch, patch_t)
+    if data.ndim == 4:
+        data = data[None]
+    if data.ndim != 5:
+        raise FarmError(
+            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected [B, C, F, H, W]"
+            + (" or packed [B, S, D]" if conv.packed else "")
+        )
+    return data, conv
+
+
+def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """A decoder spec (JSON) for the pipeline's own VAE: its class, its config, and its weights' folder.
+
+    The weights are `weights`, or the local folder the VAE was loaded from (``from_pretrained``)."""
+    from pathlib import Path
+
+    from farm.decoders import FAMILIES
+
+    vae = getattr(pipeline, "vae", None)
+    if vae is None:
+        raise FarmError("give decoder= (the pipeline has no vae to take the decoder spec from)")
+    vae_class = type(vae).__name__
+    family = next((f for f, c in FAMILIES.items() if getattr(c, "model_class_name", None) == vae_class), None)
+    if family is None:
+        raise FarmError(f"farm has no decoder for {type(vae).__name__}; known: {sorted(FAMILIES)}")
+    config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
+    source = weights or vae.config.get("_name_or_path")
+    if (
+        not source
+        or not (Path(source) / "config.json").is_file()
+        and not str(source).endswith(".safetensors")
+    ):
+        raise FarmError(
+            "the pipeline's VAE was not loaded from a local folder: pass weights= (a folder written by "
+            "vae.save_pretrained, or one .safetensors file) or decoder= (a spec)"
+        )
+    torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
+    chosen = dtype or (torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32")
+    return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen}
+
+
+def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:
+    """An audio decoder spec (JSON) for an LTX-2 pipeline's own audio VAE and vocoder: their configs and
+    the pipeline folder they were loaded from (``<folder>/audio_vae``, ``<folder>/vocoder``), or `weights`."""
+    from pathlib import Path
+
+    vae, vocoder = getattr(pipeline, "audio_vae", None), getattr(pipeline, "vocoder", None)
+    if vae is None or vocoder is None:
+        raise FarmError("give audio_decoder= (the pipeline has no audio_vae and vocoder to take it from)")
+    if type(vocoder).__name__ != "LTX2Vocoder":
+        raise FarmError(
+            f"farm decodes sound with LTX2Vocoder; the pipeline's vocoder is {type(vocoder).__name__}"
+        )
+    config = {name: {k: v for k, v in dict(part.config).items() if not k.startswith("_")}
+              for name, part in (("audio_vae", vae), ("vocoder", vocoder))}  # fmt: skip
+    source = weights
+    if source is None:
+        folders = {Path(str(part.config.get("_name_or_path") or "")).parent
+                   for part in (vae, vocoder)}  # fmt: skip
+        root = folders.pop() if len(folders) == 1 else None
+        if (
+            root is not None
+            and (root / "audio_vae" / "config.json").is_file()
+            and (root / "vocoder" / "config.json").is_file()
+        ):
+            source = str(root)
+    if source is None:
+        raise FarmError(
+            "the pipeline's audio VAE and vocoder were not loaded from one local pipeline folder: pass "
+            "audio_weights= (a folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint) "
+            "or audio_decoder= (a spec)"
+        )
+    torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
+    dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
+    return {"family": "ltx2-audio", "config": config, "weights": {"path": source}, "dtype": dtype}

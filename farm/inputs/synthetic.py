@@ -1,0 +1,159 @@
+"""Synthetic jobs for demos, tests and benchmarks: smooth random latents sized for a named decoder config."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
+from farm.errors import FarmError
+from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
+from farm.media.rates import parse_rate
+from farm.store.job import Job, create_job, open_job, write_shot
+
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
+
+
+def resolve_decoder(name: str) -> tuple[str, str]:
+    """A named config ('ltx2-tiny') → (family, config name)."""
+    for family, cls in FAMILIES.items():
+        if name in cls.named_configs:
+            return family, name
+    known = sorted(n for cls in FAMILIES.values() for n in cls.named_configs)
+    raise FarmError(f"unknown decoder {name!r}; choose one of {known}")
+
+
+def synth_spec(
+    decoder: str, *, seed: int = 0, dtype: str | None = None, weights: str | None = None
+) -> DecoderSpec:
+    family, config = resolve_decoder(decoder)
+    raw = {
+        "family": family,
+        "config": config,
+        "weights": {"path": str(weights)} if weights else {"random_seed": seed},
+        "dtype": dtype or ("float32" if config.endswith("-tiny") else "bfloat16"),
+    }
+    return spec_from_json(raw, where="--decoder")
+
+
+def synth(
+    job_path: str | Path,
+    *,
+    decoder: str = "ltx2-tiny",
+    shots: int = 1,
+    frames: int = 17,
+    height: int = 128,
+    width: int = 192,
+    seed: int = 0,
+    fps: float | str = 24.0,
+    dtype: str | None = None,
+    weights: str | None = None,
+    overwrite: bool = False,
+) -> Job:
+    """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels."""
+    spec = synth_spec(decoder, seed=seed, dtype=dtype, weights=weights)
+    cls = decoder_class(spec)
+    spec = cls.check_weights(spec)  # refused now, not at render; records the weights' layout and identity
+    g = cls.geometry_for(spec.config)
+    channels = cls.latent_channels_for(spec.config)
+    if shots < 1:
+        raise FarmError(f"--shots {shots} is invalid; use 1 or more")
+    valid_f = (frames - 1) % g.temporal_scale == 0 if g.causal else frames % g.temporal_scale == 0
+    if frames < 1 or not valid_f:
+        lo = (max(frames - 1, 0) // g.temporal_scale) * g.temporal_scale + 1
+        raise FarmError(
+            f"--frames {frames} cannot be produced by {decoder}: use 1 + {g.temporal_scale}k frames "
+            f"(e.g. {lo} or {lo + g.temporal_scale})"
+        )
+    for name, value in (("--height", height), ("--width", width)):
+        if value < g.spatial_scale or value % g.spatial_scale:
+            raise FarmError(
+                f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
+                f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
+            )
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")
+    parse_rate(fps)  # a number or a ratio ("24000/1001"), refused here before anything is written
+    target = Path(job_path)
+    if target.exists() or target.is_symlink():
+        if not overwrite:
+            raise FarmError(f"job store {str(target)!r} already exists; choose a new path, or --overwrite")
+        check_replaceable_job(target)
+    f = (frames - 1) // g.temporal_scale + 1 if g.causal else frames // g.temporal_scale
+    h, w = height // g.spatial_scale, width // g.spatial_scale
+    rng = np.random.default_rng(seed)
+    with staged_job(target) as stage:
+        create_job(stage, spec, overwrite=True)  # the empty folder staged_job made
+        for k in range(shots):
+            write_shot(stage, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
+                       attrs={"synthetic": True, "seed": seed})  # fmt: skip
+    return open_job(job_path)
+
+
+def is_job_store(path: Path) -> bool:
+    """Whether `path` is a folder holding a farm job store's root metadata (``zarr.json`` of a Zarr v3
+    group whose attribute 'farm' names a decoder), read without zarr (a damaged one counts as not)."""
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    farm_attr = meta.get("attributes", {}).get("farm") if isinstance(meta, dict) else None
+    return (
+        not path.is_symlink() and meta.get("node_type") == "group"
+        and isinstance(farm_attr, dict) and "decoder" in farm_attr
+    )  # fmt: skip
+
+
+def check_replaceable_job(path: Path) -> None:
+    """`--overwrite` replaces a farm job store and nothing else: any other file or folder is refused."""
+    if not is_job_store(path):
+        raise FarmError(
+            f"{str(path)!r} exists and is not a farm job store; --overwrite replaces only a job store, "
+            "so nothing was changed: choose another path or remove it yourself"
+        )
+
+
+@contextlib.contextmanager
+def staged_job(target: Path):
+    """Yield a new folder beside `target` to write a job into; on success it replaces `target` (a job
+    store, checked by the caller) in one rename, on failure it is removed and `target` is untouched."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{target.name}{FARM_TEMP_TAG}", suffix=TEMP_SUFFIX,
+                                      dir=target.parent))  # fmt: skip
+    except OSError as exc:
+        raise FarmError(f"cannot write the job store {str(target)!r}: {exc.strerror or exc}") from None
+    try:
+        yield stage
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}{FARM_TEMP_TAG}", suffix=TEMP_SUFFIX,
+                                        dir=target.parent))  # fmt: skip
+            os.replace(target, old)  # onto the empty folder mkdtemp made
+            os.replace(stage, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def smooth_latent(rng: np.random.Generator, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """Random latents that vary slowly in space and time (a coarse grid, linearly interpolated)."""
+    c, f, h, w = shape
+    coarse = rng.standard_normal((c, max(2, math.ceil(f / 2) + 1), max(2, h // 2 + 1), max(2, w // 2 + 1)))
+    out = coarse
+    for axis, n in ((1, f), (2, h), (3, w)):
+        src = np.linspace(0, out.shape[axis] - 1, n)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, out.shape[axis] - 1)
+        t = (src - lo).reshape([-1 if a == axis else 1 for a in range(4)])
+        out = np.take(out, lo, axis=axis) * (1 - t) + np.take(out, hi, axis=axis) * t
+    return out.astype(np.float32)

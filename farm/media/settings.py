@@ -1,0 +1,58 @@
+"""What a render writes besides the Zarr frames, and how: one `VideoSettings` from the command line
+to the tasks that write (codec and quality, image sequence, frame numbering, frame dtype, sound).
+
+Pure: no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from farm import config
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """What a render writes besides the Zarr frames: a video (codec) and/or an image sequence.
+
+    The defaults of the fields marked "farm.KEY" are dask.config's (`farm.config`)."""
+
+    crf: int = field(default_factory=lambda: int(config.get("crf")))  # farm.crf
+    preset: str = field(default_factory=lambda: str(config.get("preset")))  # farm.preset
+    # threads of each segment's encode (farm.encoder-threads; 0: the encoder's own choice, which for
+    # x264 is 1.5 per core: the bytes then depend on the encoding worker's cores, a fixed count not)
+    encoder_threads: int = field(default_factory=lambda: int(config.get("encoder-threads")))
+    enabled: bool = True  # False: frames to Zarr only, no segments or video
+    # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.media.video.CODECS; farm.codec
+    codec: str = field(default_factory=lambda: str(config.get("codec")))
+    sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
+    # number of a shot's first frame in sequence file names and the Zarr frame coordinate; farm.first-frame
+    first_frame: int = field(default_factory=lambda: int(config.get("first-frame")))
+    # the Zarr master copy: uint8 levels or float16 in [0, 1]; farm.frames-dtype
+    frames_dtype: str = field(default_factory=lambda: str(config.get("frames-dtype")))
+    # start timecode of every shot's first frame (HH:MM:SS:FF, ;FF drop-frame), instead of the job's
+    timecode: str | None = None
+    # fsync a batch's chunk files, segment and images before its done marker (False: faster on a disk
+    # that cannot keep up, at the risk of a batch marked done with frames lost in a power cut)
+    durable: bool = True
+    # EXR sequences: "display" (as decoded, BT.709-encoded) or "linear"; farm.exr-values
+    exr_values: str = field(default_factory=lambda: str(config.get("exr-values")))
+    # the most MiB of frames in one Zarr chunk of a new frames array (farm.frame-chunk-mib): a batch's
+    # chunks compress and reach the disk side by side, so smaller chunks write one batch sooner
+    frame_chunk_mib: int = field(default_factory=lambda: int(config.get("frame-chunk-mib")))
+    # shots with sound (LTX-2 audio latents in the job): OUT/audio/<shot>.<format> and a track in the video
+    audio: bool = True
+    audio_format: str = "wav"  # "wav" or "flac" (farm.media.audio.FORMATS)
+
+    # farm.media.video is imported where it is used: it imports PyAV, which planning never needs
+    @property
+    def suffix(self) -> str:
+        from farm.media.video import codec_for
+
+        return codec_for(self.codec).suffix
+
+    @property
+    def takes_yuv420(self) -> bool:
+        """The video codec encodes yuv420p, so blends can hand it converted planes."""
+        from farm.media.video import codec_for
+
+        return self.enabled and codec_for(self.codec).pix_fmt == "yuv420p"

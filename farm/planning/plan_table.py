@@ -1,0 +1,71 @@
+"""The `farm plan` table: each shot's tiles, their workers, latent and pixel ranges, redundant work and
+estimated memory per tile."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from farm.decoders import DecoderSpec, decoder_class
+from farm.decoders.base import human_bytes
+from farm.planning.budgets import tile_peak_bytes
+from farm.planning.tiling import AXES, ShotPlan, carried_frames
+
+
+def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
+    """The `farm plan` table: tiles, workers, latent and pixel ranges, redundant work, memory per tile."""
+    cls = decoder_class(spec)
+    lines = [f"decoder: {spec.describe()}", f"workers: {n_workers}"]
+    total_decoded = total_latent = 0
+    for plan in plans:
+        c, f, h, w = plan.latent_shape
+        pf, ph, pw = plan.pixel_shape
+        lines.append("")
+        lines.append(
+            f"shot {plan.shot}: latent {c}x{f}x{h}x{w} -> {pf} frames {pw}x{ph}; tiles "
+            f"{'x'.join(map(str, plan.grid.tiles))} overlap {','.join(map(str, plan.grid.overlap))}; "
+            f"{len(plan.batches)} batches; redundant work {plan.redundancy:.2f}x"
+            + normalised_note(plan)
+            + chunk_note(plan)
+        )
+        lines.append(
+            f"  {'tile':>4} {'worker':>6}  {'latent F,H,W ranges':<28} {'pixel F,H,W ranges':<34} "
+            f"{'peak mem':>10}  {'context':>7}"
+        )
+        for tile in plan.tiles:
+            lat = " ".join(f"{iv.start}:{iv.end}" for iv in tile.latent)
+            pix = " ".join(f"{s.start}:{s.stop}" for s in tile.pixels)
+            mem = tile_peak_bytes(cls, spec, tile, plan.chunk)
+            warm = f"{tile.context},{tile.lookahead}"
+            lines.append(
+                f"  {tile.index:>4} {tile.worker:>6}  {lat:<28} {pix:<34} {human_bytes(mem):>10}  {warm:>7}"
+            )
+        total_decoded += sum(t.latent_volume for t in plan.tiles)
+        total_latent += f * h * w
+    lines.append("")
+    lines.append(
+        "context: latent frames a tile decodes before, after its own and discards (they warm the decoder's "
+        "temporal state; never blended; counted in the redundant work)"
+    )
+    lines.append(
+        f"job: {sum(len(p.tiles) for p in plans)} tiles, redundant work {total_decoded / total_latent:.2f}x"
+    )
+    return "\n".join(lines)
+
+
+def chunk_note(plan: ShotPlan) -> str:
+    """How each tile is split into decode calls inside its worker (``--chunk``, ``--carry``)."""
+    if plan.chunk.limits() == (None, None, None):
+        return ""
+    limits = ",".join("-" if v is None else str(v) for v in plan.chunk.limits())
+    carried = ""
+    if plan.chunk.carry and plan.chunk.frames is not None:
+        first = min(plan.tiles, key=lambda t: t.grid_pos)
+        sizes = carried_frames(first.latent[0].size, plan.chunk.frames, plan.chunk.taper)
+        carried = (f"; temporal chunks carried, in order, no overlap or context: "
+                   f"{', '.join(map(str, sizes))} latent frames")  # fmt: skip
+    return f"; decode calls up to {limits} latent units{carried}"
+
+
+def normalised_note(plan: ShotPlan) -> str:
+    axes = [a for a, done in zip(AXES, plan.complementary, strict=True) if not done]
+    return f" (ramps normalised on {', '.join(axes)})" if axes else ""

@@ -1,0 +1,760 @@
+"""Turn shot plans into Dask tasks and drive them through a bounded window.
+
+Decode tasks are pinned to workers (round-robin, `allow_other_workers=True` so a lost worker's tiles run
+elsewhere), which takes them out of the scheduler's root-task queuing: this module keeps at most
+`window` decoded tiles alive at once, submitting the next tile only when a held one has been blended
+into every batch it feeds. Blends run as soon as all their pieces exist; a shot's video is joined
+once its last batch is written.
+
+The policy (order, slots, priorities, window, releases) is a `farm.planning.schedule.Schedule`; this module only
+runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
+shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
+``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render, shot)`` and, for a shot with
+sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its video's join then muxes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from farm import config, keys, logs
+from farm.errors import FarmError
+from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
+from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
+from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
+from farm.store.output import Output
+from farm.worker.ipc import can_open, gpus_seen, one_host
+from farm.worker.tasks import (
+    Placement,
+    VideoSettings,
+    blend_batch,
+    decode_audio,
+    decode_tile,
+    encode_batch,
+    finish_shot,
+    mark_batch,
+    prepare_decoder,
+    read_latent_ahead,
+    segment_latent_frames,
+    share_piece,
+    take_piece,
+    write_and_mark_batch,
+    write_batch,
+    write_sequence,
+)
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+@dataclass
+class ShotOutcome:
+    shot: str
+    batches_total: int
+    batches_written: int = 0
+    video: str | None = None
+    audio: str | None = None  # its sound file, once this render wrote it
+    error: str | None = None
+    cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
+    frames_written: int = 0
+
+
+@dataclass
+class RenderStats:
+    tiles_total: int = 0
+    tiles_decoded: int = 0
+    batches_total: int = 0
+    batches_written: int = 0
+    frames_written: int = 0
+    window: int = 0
+    max_tiles_held: int = 0
+    render_id: str = ""
+    seconds: float = 0.0  # the graph: first submission to last result
+    setup_s: float = 0.0  # before the graph: reading, hashing and planning the job, connecting
+    finish_s: float = 0.0  # after the graph: the last thumbnails, outcomes, closing the client
+    setup_phases: dict[str, float] = field(default_factory=dict)  # set-up seconds per step, in order
+    # per decode worker: seconds to its decoder and to each first decode (only with debug messages on)
+    worker_steps: dict[str, dict[str, float]] = field(default_factory=dict)
+    write_s: float = 0.0
+    encode_s: float = 0.0
+    shots: dict[str, ShotOutcome] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[ShotOutcome]:
+        return [s for s in self.shots.values() if s.error and not s.cancelled]
+
+    @property
+    def cancelled(self) -> list[ShotOutcome]:
+        return [s for s in self.shots.values() if s.cancelled]
+
+
+ProgressCallback = Callable[[RenderStats], None]
+
+
+@dataclass(frozen=True)
+class RenderTargets:
+    """What a render's tasks read and write, and how they run: the same for every task of one render."""
+
+    job_path: str
+    spec_json: dict
+    out_root: str
+    fps: dict[str, Fraction | float]  # exact rates (farm.media.rates), a float only where a shot has none
+    video: VideoSettings
+    metadata: dict[str, str]
+    total_batches: dict[str, int]  # per shot, all its batches (a partial plan writes only some)
+    finish: set[str] | None  # shots whose video to join (None: every shot whose batches all finish)
+    compile: bool | str = False
+    retries: int = 1
+    sound: Sound | None = None
+    timecodes: dict[str, str] = field(default_factory=dict)  # start timecode per shot, where it has one
+
+
+@dataclass(frozen=True)
+class Sound:
+    """A render's sound: the audio decoder, the shots whose videos carry sound, and those whose sound
+    this render decodes (the others' files are in OUT already)."""
+
+    spec_json: dict
+    shots: frozenset[str]
+    decode: frozenset[str]
+    format: str = "wav"
+
+
+def run_graph(
+    client: Client,
+    plans: Sequence[ShotPlan],
+    targets: RenderTargets,
+    *,
+    window: int | None = None,
+    on_progress: ProgressCallback | None = None,
+    priority: int = 0,
+    render_id: str | None = None,
+    describe: dict[str, Any] | None = None,
+    outputs_ready: Callable[[], Any] | None = None,
+    stream: bool = True,
+    latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+) -> RenderStats:
+    """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
+
+    The run policy is `farm.planning.schedule.make_schedule`'s; this runs it. `plans` may be partial
+    (`tiling.pending_plan`): only their batches are written; a shot's video is joined from all
+    `targets.total_batches[shot]` segments once its last pending batch is done. `targets`: what the
+    tasks read and write (`RenderTargets`; `targets.sound` the shots with sound: each of
+    `sound.decode` gets a decode-audio task, which its video's join waits for).
+
+    `priority`: a job with a higher priority has all its tasks run before a lower one's
+    (`farm.planning.schedule.Priority`). Progress is published on the scheduler under the metadata key
+    ``keys.RENDERS + (render_id,)`` (see `farm.dashboard.monitor`), with `describe` merged in.
+
+    `stream`: a tile split into temporal chunks (``--chunk F,…``) is decoded one chunk per task, so its
+    first batches are blended and written while its later frames decode (same frames either way).
+
+    `outputs_ready`: waits until the output arrays exist (made on another thread meanwhile): the first
+    window of decodes is submitted before it is called, every blend and write after.
+
+    `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
+    """
+    workers, io_workers = split_workers(client)
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
+    render_id = render_id or uuid.uuid4().hex[:8]
+    # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
+    gpus = functools.partial(gpus_seen, client, workers)
+    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
+                    priority=priority, describe=describe or {}, outputs_ready=outputs_ready,
+                    latents_ahead=latents_ahead)  # fmt: skip
+    return driver.run(on_progress)
+
+
+def prepare_decoders(
+    client: Client, workers: Sequence[str], spec_json: dict, *, compile: bool | str, render_id: str,
+    priority: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """Submit `prepare_decoder` to each decode worker now, so that its decoder loads (imports, build,
+    weights onto its device) while the render still sets up, instead of on its first decode's path.
+    Futures by worker address; each result is that worker's seconds per step."""
+    return {
+        worker: client.submit(
+            prepare_decoder, spec_json, compile, key=(keys.PREPARE_DECODER, render_id, i), workers=[worker],
+            allow_other_workers=False, priority=Priority.base(priority) + Priority.PREPARE, pure=False,
+        )  # fmt: skip
+        for i, worker in enumerate(workers)
+    }
+
+
+def read_first_latents(
+    client: Client, plans: Sequence[ShotPlan], workers: Sequence[str], n_io: int, *, job_path: str,
+    render_id: str, priority: int = 0, stream: bool = True,
+) -> dict[tuple[str, int, int], Any]:  # fmt: skip
+    """Submit each decode worker's first latent read now, before the rest of the render's set-up
+    (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
+    of reading it on the GPU's critical path (19 ms for a 1088×1920 shot's first chunk on an H200
+    node, docs/performance.md). Keyed by `ahead_key` (shot name, tile, segment: positions in `plans` may
+    differ from the plans `run_graph` gets, when some shots drop out meanwhile) for `run_graph`; `plans`
+    with tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io`
+    I/O workers as `split_workers` gives them."""
+    if not plans or not workers:
+        return {}
+    schedule = make_schedule(plans, n_decode=len(workers), n_io=n_io, stream=stream)
+    first: dict[int, DecodeStep] = {}
+    for step in schedule.decodes:
+        first.setdefault(step.slot, step)
+    futures = {}
+    for slot, step in first.items():
+        plan = plans[step.shot]
+        tile = plan.tiles[step.tile]
+        frames: tuple[int, int] | None = None
+        part: tuple[int, ...] = ()
+        if step.segment >= 0:  # a streamed tile: its first segment's latent frames only
+            frames = segment_latent_frames(tile_segments(tile, plan_geometry(plan), plan.chunk)[step.segment])
+            part = (step.segment,)
+        futures[ahead_key(plan, step)] = client.submit(
+            read_latent_ahead, job_path, tile, frames,
+            key=(keys.READ_LATENT, render_id, plan.shot, tile.index, *part), workers=[workers[slot]],
+            allow_other_workers=True, priority=Priority.base(priority) + step.priority,
+        )  # fmt: skip
+    return futures
+
+
+def ahead_key(plan: ShotPlan, step: DecodeStep) -> tuple[str, int, int]:
+    """The key of `step`'s latent read ahead: its shot's name, its tile's index and its segment."""
+    return (plan.shot, plan.tiles[step.tile].index, step.segment)
+
+
+def _as_completed() -> Any:
+    from distributed import as_completed
+
+    # results come with the futures, fetched in the client's background thread: the loop never waits
+    # on a round trip per batch (only marks and finishes are tracked; their results are small dicts)
+    return as_completed(with_results=True, raise_errors=False)
+
+
+class Driver:
+    """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client: submits its decodes in order through
+    the window, each batch's blend and outputs right after the decode that completes it, releases a
+    decoded tile once every batch it feeds is written, and joins a shot's video after its last batch.
+
+    `completions` makes the iterator of finished ``(future, result)`` pairs (``distributed.as_completed``;
+    tests of the policy pass their own beside a fake client). Progress publishing and `farm cancel`
+    polling run on a thread of their own (:class:`Watcher`), so the loop only reacts to finished tasks.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        plans: Sequence[ShotPlan],
+        schedule: Schedule,
+        workers: Sequence[str],
+        io_workers: Sequence[str],
+        targets: RenderTargets,
+        *,
+        render_id: str,
+        priority: int = 0,
+        describe: dict[str, Any] | None = None,
+        completions: Callable[[], Any] = _as_completed,
+        outputs_ready: Callable[[], Any] | None = None,
+        gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
+        latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+    ) -> None:
+        self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
+        self.workers, self.io_workers = list(workers), list(io_workers)
+        self.render_id, self.base = render_id, Priority.base(priority)
+        self.stats = RenderStats(
+            tiles_total=len(schedule.decodes),
+            batches_total=len(schedule.blends),
+            shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
+            window=schedule.window,
+            render_id=render_id,
+        )
+        self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
+        # the settings workers read (farm.WORKER_SETTINGS) that this process sets: they go with each task
+        self.settings = config.worker_settings()
+        self.futures = completions()
+        self.meaning: dict[Any, tuple[str, Any]] = {}
+        self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
+        self.pieces: dict[tuple[int, int, int, int], Any] = {}  # (*unit, batch) → piece future
+        self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
+        self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
+        self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
+        self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
+        self.batches_left = [len(p.batches) for p in plans]
+        # pieces blended on another decode worker that can open them go by CUDA IPC handle
+        self.shared = shared_over_ipc(schedule, self.workers, gpus)
+        self.failed: set[int] = set()
+        self.cursor = 0
+        self.outputs_ready = outputs_ready
+        self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
+        self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
+        self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
+        self.window = schedule.window  # grows as decode workers join (`adopt`)
+        self.moved: dict[int, int] = {}  # shot → the slot of a worker that joined mid-render, its new home
+        self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
+
+    # -- submitting ---------------------------------------------------------------------------------
+
+    def submit_decode(self, step: DecodeStep) -> None:
+        plan = self.plans[step.shot]
+        tile = plan.tiles[step.tile]
+        cuts = _cuts(plan, step)
+        t = self.targets
+        part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
+        carried = plan.chunk.carry and step.segment >= 0
+        previous = self.carried.pop((step.shot, step.tile), None) if carried else None
+        ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
+        decode = self.submit(
+            decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
+            ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
+            workers=[self.workers[self.moved.get(step.shot, step.slot)]], allow_other_workers=True,
+            retries=t.retries,
+            priority=self.base + step.priority,
+        )  # fmt: skip
+        self.decoded[step.unit] = decode
+        if carried:
+            self._carry_on(step, decode)
+        for b, (index, _) in zip(step.feeds, cuts, strict=True):
+            cut = share_piece if (*step.unit, b) in self.shared else take_piece
+            self.pieces[(*step.unit, b)] = self.submit(
+                cut, decode, index,
+                key=(keys.TILE_PIECE, self.render_id, plan.shot, tile.index, *part, index),
+                priority=self.base + Priority.PIECE,
+            )  # fmt: skip
+        decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
+        self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
+
+    def _carry_on(self, step: DecodeStep, decode: Any) -> None:
+        """Hand a carried segment's decode (its result holds the decoder state) to the tile's next
+        segment, and let go of the previous segment's if it fed nothing still to write (its state was
+        all it was for). The next segment takes the whole result as an argument, not a task that picks
+        the state out of it: that would add a scheduler round trip between two segments, GPU idle."""
+        if step.segment < self.last_segment[(step.shot, step.tile)]:
+            self.carried[(step.shot, step.tile)] = decode
+        before = (step.shot, step.tile, step.segment - 1)
+        if step.segment > 0 and self.unwritten.get(before) == 0:
+            self.release(before)
+
+    def submit_blend(self, step: BlendStep) -> None:
+        plan, t = self.plans[step.shot], self.targets
+        batch = plan.batches[step.batch]
+        pieces = [self.pieces[(step.shot, k, segment, step.batch)] for k, segment in step.pieces]
+        places = [placement(plan, self.frames_of[(step.shot, k, seg)], plan.tiles[k], batch.start)
+                  for k, seg in step.pieces]  # fmt: skip
+        groups = [k for k, _ in step.pieces]  # a streamed tile's segments sum first, as whole tiles do
+        name = (self.render_id, plan.shot, batch.index)
+        blend_at = self.workers[self.moved.get(step.shot, step.slot)]
+        frames = self.submit(
+            blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
+            t.video.takes_yuv420, groups,
+            key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
+            workers=[blend_at], allow_other_workers=True,
+        )  # fmt: skip
+        # writes, encodes and images run side by side on an I/O worker, or on the blending worker's threads
+        where: dict[str, Any] = {
+            "workers": [self.io_workers[step.io] if step.io is not None else blend_at],
+            "allow_other_workers": True,
+            "priority": self.base + Priority.OUTPUT,
+        }
+        if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
+            mark = self.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
+                                      key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
+            self.futures.add(mark)
+            self.meaning[mark.key] = ("blend", step)
+            return
+        written = self.submit(
+            write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
+        )
+        encoded: Any = 0.0
+        if t.video.enabled:
+            encoded = self.submit(
+                encode_batch, t.out_root, batch, frames, t.fps[plan.shot], t.video, t.metadata,
+                key=(keys.ENCODE_SEGMENT, *name), **where,
+            )  # fmt: skip
+        extra = []
+        if t.video.sequence:
+            extra.append(self.submit(
+                write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
+                timecode=t.timecodes.get(plan.shot),
+                key=(keys.WRITE_SEQUENCE, *name), **where,
+            ))  # fmt: skip
+        where["priority"] = self.base + Priority.MARK
+        mark = self.submit(
+            mark_batch, t.out_root, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
+        )
+        self.futures.add(mark)
+        self.meaning[mark.key] = ("blend", step)
+
+    def submit_audio(self, shot: int) -> None:
+        """The shot's sound, decoded whole on a decode worker (it is small beside any tile)."""
+        plan, t = self.plans[shot], self.targets
+        assert t.sound is not None
+        done = self.submit(
+            decode_audio, t.job_path, t.sound.spec_json, t.out_root, plan.shot, plan.pixel_shape[0],
+            t.fps[plan.shot], t.sound.format, t.video.durable,
+            key=(keys.DECODE_AUDIO, self.render_id, plan.shot),
+            workers=[self.workers[shot % len(self.workers)]], allow_other_workers=True, retries=t.retries,
+            priority=self.base + Priority.FINISH,
+        )  # fmt: skip
+        self.sounds[shot] = done
+        self.futures.add(done)
+        self.meaning[done.key] = ("audio", shot)
+
+    def submit_finish(self, shot: int) -> None:
+        plan, t = self.plans[shot], self.targets
+        if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
+            return  # Zarr only, or a frame-range render whose shot still has other batches to do
+        sound = None
+        if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
+            sound = str(Output(Path(t.out_root)).audio_file(plan.shot, "." + t.sound.format))
+        waits = [self.sounds.pop(shot)] if shot in self.sounds else []
+        done = self.submit(
+            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot],
+            {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
+            t.video.suffix, *waits,
+            durable=t.video.durable, sound=sound,
+            key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
+        )  # fmt: skip
+        self.futures.add(done)
+        self.meaning[done.key] = ("finish", shot)
+
+    def fill_window(self) -> None:
+        decodes = self.schedule.decodes
+        while self.cursor < len(decodes) and len(self.decoded) < self.window:
+            step = decodes[self.cursor]
+            self.cursor += 1
+            if step.shot in self.failed:
+                continue
+            self.submit_decode(step)
+            for i in step.blends:
+                if self.outputs_ready is None:
+                    self.submit_blend(self.schedule.blends[i])
+                else:
+                    self.deferred.append(self.schedule.blends[i])
+
+    def adopt(self, joined: Sequence[str]) -> None:
+        """Decode workers that joined mid-render take work: every shot not started yet that one slot
+        decodes and blends whole moves, round-robin, to the new slots, and the window grows by a
+        worker's share, so their first decodes start at once."""
+        with self.lock:
+            old = len(self.workers)
+            self.workers.extend(joined)
+            self.window += -(-self.schedule.window // old) * len(joined)
+            started = {d.shot for d in self.schedule.decodes[: self.cursor]}
+            slots: dict[int, set[int]] = {}
+            for d in self.schedule.decodes:
+                slots.setdefault(d.shot, set()).add(d.slot)
+            for b in self.schedule.blends:
+                slots.setdefault(b.shot, set()).add(b.slot)
+            shared = {piece[0] for piece in self.shared}
+            waiting = [p for p in dict.fromkeys(d.shot for d in self.schedule.decodes[self.cursor :])
+                       if p not in started and p not in self.failed and p not in shared
+                       and p not in self.moved and len(slots[p]) == 1]  # fmt: skip
+            for i, shot in enumerate(waiting):
+                turn = (i + old) % len(self.workers)  # the new slots take the next shots first
+                if turn >= old:  # the new slots' turns; the others keep their shots
+                    self.moved[shot] = turn
+            logs.LOGGER.debug("%d decode worker(s) joined: %d shot(s) moved to them", len(joined),
+                              sum(1 for s in self.moved.values() if s >= old))  # fmt: skip
+            self.fill_window()
+
+    def open_outputs(self) -> None:
+        """Wait for the outputs to exist, then submit the blends held back meanwhile, in order."""
+        if self.outputs_ready is not None:
+            self.outputs_ready()
+            self.outputs_ready = None
+        for step in self.deferred:
+            if step.shot not in self.failed:
+                self.submit_blend(step)
+        self.deferred.clear()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`Client.submit`, the task run under the worker settings this process sets (`settings`)."""
+        if self.settings:
+            fn = functools.partial(config.run_with, self.settings, fn)
+        return self.client.submit(fn, *args, **kwargs)
+
+    # -- reacting -----------------------------------------------------------------------------------
+
+    def release(self, unit: tuple[int, int, int]) -> None:
+        """Drop our references to a decoded tile (or segment), so the scheduler can forget it."""
+        self.decoded.pop(unit, None)
+        for key in [k for k in self.pieces if k[:3] == unit]:
+            del self.pieces[key]
+
+    def fail_shot(self, shot: int, error: BaseException) -> None:
+        if shot in self.failed:
+            return
+        self.failed.add(shot)
+        name = self.plans[shot].shot
+        message = str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
+        self.stats.shots[name].error = message
+        for unit in list(self.decoded):
+            if unit[0] == shot:
+                self.release(unit)
+        for key in [k for k in self.carried if k[0] == shot]:  # no later segment of it will be submitted
+            del self.carried[key]
+
+    def batch_written(self, step: BlendStep, result: dict[str, Any]) -> None:
+        stats = self.stats
+        stats.batches_written += 1
+        stats.frames_written += result["frames"]
+        stats.write_s += result["write_s"]
+        stats.encode_s += result["encode_s"]
+        shot = stats.shots[self.plans[step.shot].shot]
+        shot.batches_written += 1
+        shot.frames_written += result["frames"]
+        for tile, segment in step.pieces:
+            unit = (step.shot, tile, segment)
+            self.unwritten[unit] -= 1
+            if self.unwritten[unit] == 0:
+                self.release(unit)
+        self.batches_left[step.shot] -= 1
+        if self.batches_left[step.shot] == 0:
+            self.submit_finish(step.shot)
+
+    def _count_decode(self, fut: Any) -> None:  # runs on the client's thread: one increment, no locks
+        if fut.status == "finished":
+            self.stats.tiles_decoded += 1
+
+    def handle(self, fut: Any, result: Any) -> None:
+        entry = self.meaning.pop(fut.key, None)
+        if entry is None:
+            return
+        kind, what = entry
+        if kind == "blend":
+            if what.shot in self.failed:
+                return
+            if fut.status != "finished":
+                self.fail_shot(what.shot, _exception(fut))
+            else:
+                self.batch_written(what, result)
+            self.fill_window()
+        elif kind == "finish":
+            if fut.status != "finished":
+                self.fail_shot(what, _exception(fut))
+            else:
+                self.stats.shots[self.plans[what].shot].video = result["video"]
+        elif kind == "audio":
+            if fut.status != "finished":
+                self.fail_shot(what, _exception(fut))
+            else:
+                self.stats.shots[self.plans[what].shot].audio = result["audio"]
+
+    def cancel_all(self) -> None:
+        for p, plan in enumerate(self.plans):
+            if not self.stats.shots[plan.shot].video and p not in self.failed:
+                self.fail_shot(p, FarmError("cancelled (farm cancel); finished batches are kept"))
+                self.stats.shots[plan.shot].cancelled = True
+        self.futures.clear()
+
+    def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
+        started = time.perf_counter()
+        sound = self.targets.sound
+        decode_sound = [p for p, plan in enumerate(self.plans) if sound and plan.shot in sound.decode]
+        for p, plan in enumerate(self.plans):
+            if not plan.batches and p not in decode_sound:  # resumed after its last batch: only the video
+                self.submit_finish(p)
+        self.fill_window()  # the first window's decodes start while the outputs are being made
+        # then the scheduler round trips: the farm page shows the render from its start, nothing done
+        self.publisher.publish(self.stats)
+        if on_progress:
+            on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
+        self.open_outputs()
+        for p in decode_sound:  # written into OUT: once the render owns its shots there
+            self.submit_audio(p)
+            if not self.plans[p].batches:
+                self.submit_finish(p)
+        watcher = Watcher(self)
+        watcher.start()
+        try:
+            for fut, result in self.futures:
+                # `farm cancel` releases the tasks first: their futures may end as cancelled before the
+                # watcher's next poll, and a cancelled task is the cancel, not a failure of its shot
+                if fut.status == "cancelled" and cancel_requested(self.client, self.render_id):
+                    watcher.cancelled.set()
+                if watcher.cancelled.is_set():
+                    break
+                with self.lock:
+                    self.handle(fut, result)
+                if on_progress:
+                    on_progress(self.stats)
+        finally:
+            watcher.stop()
+        if watcher.lost.is_set():
+            address = getattr(self.client.scheduler, "address", None) or "its address"
+            raise FarmError(
+                f"lost the scheduler at {address}: no connection for {SCHEDULER_LOST_S:g} s (it stopped or "
+                "was killed?); finished batches are kept, rerun once a scheduler runs to resume"
+            )
+        if watcher.cancelled.is_set():
+            self.cancel_all()
+        self.stats.seconds = time.perf_counter() - started
+        self.publisher.publish(self.stats, final=True)
+        if on_progress:
+            on_progress(self.stats)
+        return self.stats
+
+
+def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
+    """(batch index, frames of the step's own pixels that go there) for each batch the step feeds."""
+    first = plan.tiles[step.tile].pixels[0].start + step.frames[0]  # the step's first frame in the shot
+    cuts = []
+    for b in step.feeds:
+        batch = plan.batches[b]
+        lo, hi = max(batch.start, first), min(batch.stop, first + step.frames[1] - step.frames[0])
+        cuts.append((batch.index, slice(lo - first, hi - first)))
+    return cuts
+
+
+SCHEDULER_LOST_S = 3.0  # a scheduler connection down this long is a lost scheduler, named as such
+
+
+class Watcher(threading.Thread):
+    """Beside a driver's loop: publishes its progress every `period` seconds and polls whether
+    `farm cancel` named the render; on a cancel it empties the driver's completions so the loop ends."""
+
+    def __init__(self, driver: Driver, period: float = 0.5) -> None:
+        super().__init__(name=f"farm-watch-{driver.render_id}", daemon=True)
+        self.driver, self.period = driver, period
+        self.cancelled = threading.Event()
+        self.lost = threading.Event()  # the scheduler went away and did not come back
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        d = self.driver
+        away_since = None
+        while not self.stopped.wait(self.period):
+            if d.client.status != "running":  # the scheduler connection dropped: Dask reconnects
+                away_since = away_since or time.monotonic()
+                if time.monotonic() - away_since > SCHEDULER_LOST_S:
+                    self.lost.set()
+                    d.futures.clear()
+                    return
+                continue
+            away_since = None
+            d.publisher.publish(d.stats)
+            if cancel_requested(d.client, d.render_id):
+                self.cancelled.set()
+                d.futures.clear()
+                return
+            joined = self.joined_decode_workers()
+            if joined:
+                d.adopt(joined)
+
+    def joined_decode_workers(self) -> list[str]:
+        """Decode workers the scheduler has that the driver does not use yet (none on any error)."""
+        d = self.driver
+        try:
+            info = workers_info(d.client)
+        except Exception:  # monitoring must never break a render
+            return []
+        known = set(d.workers) | set(d.io_workers)
+        return sorted(a for a, i in info.items() if a not in known and not is_io_worker(i))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+class ProgressPublisher:
+    """Keeps the scheduler's copy of a render's progress current (rate-limited), for the farm page,
+    Prometheus metrics and `farm status` of a live render."""
+
+    def __init__(self, client: Client, render_id: str, priority: int, describe: dict[str, Any]) -> None:
+        self.client, self.key = client, keys.metadata_path(*keys.RENDERS, render_id)
+        self.base = {"render": render_id, "priority": priority, "started": time.time(), **describe}
+        self.last = 0.0
+
+    def publish(self, stats: RenderStats, final: bool = False) -> None:
+        now = time.time()
+        if not final and now - self.last < 0.5:
+            return
+        self.last = now
+        state = "running"
+        if final:
+            state = "failed" if stats.failed else "cancelled" if stats.cancelled else "done"
+        record = {
+            **self.base,
+            "state": state,
+            "updated": now,
+            "tiles_total": stats.tiles_total,
+            "tiles_decoded": stats.tiles_decoded,
+            "batches_total": stats.batches_total,
+            "batches_written": stats.batches_written,
+            "frames_written": stats.frames_written,
+            "shots": {name: asdict(outcome) for name, outcome in stats.shots.items()},
+        }
+        with contextlib.suppress(Exception):  # monitoring must never break a render
+            self.client.set_metadata(self.key, record)
+
+
+def cancel_requested(client: Client, render_id: str) -> bool:
+    from farm.render_ids import is_cancelled
+
+    try:
+        cancelled = client.get_metadata(keys.metadata_path(*keys.CANCELLED), default={}) or {}
+    except Exception:  # monitoring must never break a render
+        return False
+    return is_cancelled(render_id, cancelled)
+
+
+def shared_over_ipc(
+    schedule: Schedule,
+    decode_workers: Sequence[str],
+    gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
+) -> set[tuple[int, int, int, int]]:
+    """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`farm.worker.ipc`): with ``farm.cuda-ipc`` on,
+    those blended on another decode worker that can open them (`farm.worker.ipc.can_open`: the same host and,
+    with `gpus`, a worker that sees the decoding worker's GPU). The others go by value. `gpus` (per
+    worker, `farm.worker.ipc.visible_gpus`) is asked only when some piece crosses between workers of one host."""
+    if not config.get("cuda-ipc"):
+        return set()
+    crossing = {piece: (decode_workers[decoded], decode_workers[blended])
+                for piece, (decoded, blended) in schedule.crossing().items()}  # fmt: skip
+    within = {piece: pair for piece, pair in crossing.items() if one_host(list(pair))}
+    seen = gpus() if gpus is not None and within else None
+    return {
+        piece for piece, (decoded_on, blended_on) in within.items() if can_open(decoded_on, blended_on, seen)
+    }
+
+
+def split_workers(client: Client) -> tuple[list[str], list[str]]:
+    """The cluster's decode workers and its I/O workers, each sorted by address: I/O workers are those
+    with the Dask worker resource ``farm-io`` (``dask worker --resources farm-io=1``; farm's own clusters
+    give it theirs), or, on workers started without it, named ``farm-io-*``."""
+    decode: list[str] = []
+    io: list[str] = []
+    for address, info in sorted(workers_info(client).items()):
+        (io if is_io_worker(info) else decode).append(address)
+    return decode, io
+
+
+def is_io_worker(info: dict[str, Any]) -> bool:
+    """Whether a worker (its `scheduler_info` entry) writes and encodes instead of decoding."""
+    resources = info.get("resources") or {}
+    return bool(resources.get(IO_RESOURCE)) or str(info.get("name", "")).startswith(IO_WORKER_PREFIX)
+
+
+def placement(plan: ShotPlan, frames: tuple[int, int], tile: Tile, batch_start: int) -> Placement:
+    """Where a piece of `tile` (its tile-local pixel `frames`: the whole tile or one segment) goes in a
+    batch starting at frame `batch_start`."""
+    span_f, span_h, span_w = tile.pixels
+    return Placement(
+        frame=max(span_f.start + frames[0] - batch_start, 0),
+        rows=(span_h.start, span_h.stop),
+        cols=(span_w.start, span_w.stop),
+    )
+
+
+def _exception(fut: Any) -> BaseException:
+    try:
+        exc = fut.exception()
+    except Exception as err:  # cancelled futures raise instead of returning
+        return err
+    return exc if exc is not None else RuntimeError(f"task {fut.key} ended as {fut.status}")

@@ -1,0 +1,622 @@
+"""The farm API: plan a job, render it on a cluster, make synthetic jobs.
+
+>>> import farm.run.render as fr
+>>> fr.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=128, width=192)  # doctest: +SKIP
+>>> stats = fr.render("job.zarr", "out", workers=2)                                        # doctest: +SKIP
+>>> stats.frames_written                                                                    # doctest: +SKIP
+34
+
+This module is the facade: `render` runs a job on a cluster; the pieces it puts together live in
+modules named for them (`farm.planning.options`, `farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.output`,
+`farm.planning.plan_table`, `farm.inputs.synthetic`) and the names below are re-exported from them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from farm import keys, logs
+from farm.dashboard.monitor import dashboard_link
+from farm.dashboard.monitor import install as install_monitor
+from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
+from farm.decoders import decoder_class, spec_from_json
+from farm.errors import FarmError
+from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
+from farm.media.settings import VideoSettings
+from farm.planning.budgets import (
+    check_fits,
+    default_window,
+    host_memory_warning,
+    host_peak_bytes,
+    memory_warning,
+    tile_chunk_volume,
+    tile_peak_bytes,
+    window_peak_bytes,
+)
+from farm.planning.jobplan import check_shots, check_tile_widths, grid_for, plan_job, plan_shots
+from farm.planning.options import (
+    AUTO,
+    DEFAULT_BATCH_FRAMES,
+    DEFAULT_OVERLAP,
+    PlanOptions,
+    parse_frame_numbers,
+    parse_tiles,
+    parse_triple,
+)
+from farm.planning.plan_table import describe_plans
+from farm.planning.schedule import Priority
+from farm.planning.tiling import ShotPlan, assign_round_robin
+from farm.run.cluster import (
+    check_worker_paths,
+    connect,
+    joins_running_cluster,
+    smallest_gpu_memory,
+    smallest_memory_limit,
+)
+from farm.run.graph import (
+    ProgressCallback,
+    RenderStats,
+    RenderTargets,
+    ShotOutcome,
+    Sound,
+    prepare_decoders,
+    read_first_latents,
+    run_graph,
+    split_workers,
+)
+from farm.run.resume import (
+    ResumePoints,
+    apply_restarts,
+    latent_identities,
+    record_identity,
+    recorded_layout,
+    render_identities,
+    render_identity,
+    resume_points,
+    sound_shots,
+)
+from farm.run.validate import check_distinct_paths, check_render_options
+from farm.store.job import Job, open_job
+from farm.store.lock import output_lock, reads_one_version_of_the_job
+from farm.store.output import (
+    Output,
+    check_writable,
+    prepare_output,
+    remove_stale_temporaries,
+    removed_if_left_empty,
+)
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from distributed import Future as DaskFuture
+
+
+class SetupClock:
+    """The seconds of each step of a render's set-up (`RenderStats.setup_phases`): where the time before
+    the first decode goes, which on a GPU node is the part of a render that does not scale."""
+
+    def __init__(self) -> None:
+        self.started = self._last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, step: str) -> None:
+        now = time.perf_counter()
+        self.phases[step] = now - self._last
+        self._last = now
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def until_graph(self, graph_s: float) -> tuple[float, dict[str, float]]:
+        """The set-up's seconds (all but the graph's `graph_s`, just ended), and its steps: the last is
+        the graph's own start before its first submission."""
+        setup = self.elapsed() - graph_s
+        phases = {**self.phases, "start the graph": max(0.0, setup - sum(self.phases.values()))}
+        logs.LOGGER.debug("set-up %.2f s: %s", setup, ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+        return setup, phases
+
+
+@reads_one_version_of_the_job
+def render(
+    job_path: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    scheduler_file: str | None = None,
+    options: PlanOptions = PlanOptions(),
+    shots: Sequence[str] | None = None,
+    restart: bool = False,
+    compile: bool | str = False,
+    video: VideoSettings = VideoSettings(),
+    window: int | None = None,
+    log: Callable[[str], None] = logs.message,
+    on_progress: ProgressCallback | None = None,
+    priority: int = 0,
+    render_id: str | None = None,
+    frames: str | None = None,
+    stream: bool = True,
+) -> RenderStats:
+    """Render a job's shots to ``OUT/frames.zarr`` and ``OUT/videos``, resuming what OUT already holds.
+
+    A rerun into the same OUT decodes only tiles that feed unfinished batches. OUT records what it is a
+    render of (latents' hash, decoder spec, plan); a render of something else into it is refused unless
+    `restart` (which starts the differing shots over). `compile` runs the decoder through
+    torch.compile on GPU workers (each new tile shape compiles once per worker process); a string
+    names the mode (`farm.decoders.COMPILE_MODES`, e.g. "reduce-overhead" for CUDA graphs).
+
+    `frames` (e.g. ``"1-48"``, ``"1-100x2"``) renders only the batches holding those frame numbers and
+    merges with what OUT already holds. `video` chooses the codec and an optional image sequence.
+
+    `log` receives progress messages and warnings (default: the ``farm`` logger, `farm.logs`).
+    `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
+    render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
+    """
+    clock = SetupClock()
+    # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
+    job = open_job(os.path.abspath(job_path))
+    out = Output(Path(os.path.abspath(out_path)), video.suffix)
+    check_distinct_paths(job.path, out.root)
+    frame_numbers = check_render_options(
+        options=options, video=video, window=window, workers=workers, scheduler=scheduler,
+        scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
+    )  # fmt: skip
+    timecodes = shot_timecodes(job, video.timecode)
+    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
+                            joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
+    if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
+        log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
+    with (
+        removed_if_left_empty(out),
+        output_lock(out.root),
+        connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
+    ):
+        check_writable(out)
+        check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
+        decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
+        n_workers = len(decode_workers)
+        render_id = render_id or uuid.uuid4().hex[:8]
+        decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
+                                          render_id=render_id, priority=priority)  # fmt: skip
+        clock.mark("connect, check the workers")
+        first_reads = FirstReads(client, str(job.path), decode_workers, len(io_workers), render_id=render_id,
+                                 priority=priority, stream=stream)  # fmt: skip
+        plans, shot_errors, identities, points = _on_cluster(
+            job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers),
+            read_ahead=first_reads.read,
+        )  # fmt: skip
+        assigned = assign_round_robin(points.pending, n_workers)
+        first_reads.read(assigned)  # unless read before the hash was in
+        window = _budget_window(client, decode_workers, plans, job, video, window, log)
+        outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
+                                priority=priority, client=client, io_workers=io_workers)  # fmt: skip
+        clock.mark("size the window, start the outputs")
+        stats = RenderStats()
+        try:
+            if points.pending:
+                _announce(client, len(points.pending), n_workers, render_id, log)
+                layout = batch_layout(out, plans, points.pending)
+                mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
+                middle = {p.shot: middle_batch(p) for p in plans}
+                with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
+                    targets = RenderTargets(
+                        job_path=str(job.path), spec_json=job.spec.to_json(), out_root=str(out.root),
+                        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
+                        metadata={"comment": "farm render: " + job.spec.describe()},
+                        total_batches=points.totals, finish=points.finish, compile=compile,
+                        sound=_sound(job, plans, points, video), timecodes=dict(timecodes),
+                    )  # fmt: skip
+                    stats = run_graph(
+                        client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
+                        render_id=render_id, outputs_ready=outputs.result, stream=stream,
+                        latents_ahead=first_reads.futures,
+                        describe={"job": str(job.path), "out": str(out.root), "batches": layout},
+                    )  # fmt: skip
+                    stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
+                    stats.worker_steps = _worker_steps(client, decoders_ready)
+                mark_cancelled(out, [s.shot for s in stats.cancelled])
+        finally:
+            outputs.result()  # in place (or its error raised) before the lock is released
+    stats = _add_outcomes(stats, plans, shot_errors, out, video)
+    stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
+    return stats
+
+
+def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each decode worker's seconds to its decoder (`farm.worker.tasks.prepare_decoder`) and its first decode
+    of each latent shape, logged for ``farm -v render``; empty unless debug messages are on."""
+    if not logs.LOGGER.isEnabledFor(logging.DEBUG) or not decoders_ready:
+        return {}
+    from farm.decoders import decoder_timings
+
+    steps = {w: dict(f.result()) for w, f in decoders_ready.items() if f.status == "finished"}
+    first_calls = client.run(decoder_timings, workers=list(decoders_ready), on_error="ignore")
+    for worker, timings in first_calls.items():
+        if isinstance(timings, dict):
+            for shape, seconds in timings.get("first_call_s", {}).items():
+                steps.setdefault(worker, {})[f"first decode {shape}"] = seconds
+    for worker, timed in steps.items():
+        logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
+    return steps
+
+
+def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
+    """Each shot's start timecode (``--timecode``, else the job's), checked against its rate before
+    anything starts; shots without one are left out."""
+    from farm.media.rates import start_timecode
+
+    found = {}
+    for name, info in job.shots.items():
+        try:
+            start = start_timecode(info.rate, info.timecode, override)
+        except FarmError as exc:
+            if override:
+                raise FarmError(f"shot {name!r}: {exc}") from None
+            continue  # the job's own timecode: that shot fails by name (farm.planning.jobplan.check_shots)
+        if start:
+            found[name] = start
+    return found
+
+
+def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str] = ()) -> None:
+    """Record in OUT the shots `farm cancel` stopped (`farm status` reads them), and forget the mark of
+    shots a render takes up again (`resumed`)."""
+    from farm.store.output import mark_done
+
+    for shot in resumed:
+        out.cancelled_marker(shot).unlink(missing_ok=True)
+    for shot in cancelled:
+        mark_done(out.cancelled_marker(shot))
+
+
+class FirstReads:
+    """Each decode worker's first latent, read while the render still sets up (off the GPU's path):
+    `read(assigned)` submits `read_first_latents` for those plans (tiles assigned to slots), once;
+    `futures` holds them by `farm.run.graph.ahead_key`."""
+
+    def __init__(self, client: Client, job_path: str, workers: Sequence[str], n_io: int, *, render_id: str,
+                 priority: int, stream: bool) -> None:  # fmt: skip
+        self.client, self.job_path, self.workers, self.n_io = client, job_path, workers, n_io
+        self.render_id, self.priority, self.stream = render_id, priority, stream
+        self.futures: dict[tuple[str, int, int], Any] = {}
+
+    def read(self, assigned: Sequence[ShotPlan]) -> None:
+        if self.futures:
+            return
+        self.futures = read_first_latents(
+            self.client, assigned, self.workers, self.n_io,
+            job_path=self.job_path, render_id=self.render_id, priority=self.priority, stream=self.stream,
+        )  # fmt: skip
+
+
+class Checked(NamedTuple):
+    """A render's shots once their latents are hashed and OUT is read (`_check`)."""
+
+    plans: list[ShotPlan]  # of the shots whose latents could be hashed
+    shot_errors: dict[str, FarmError]  # every shot that cannot render, by name
+    hashes: dict[str, dict]  # latent identities
+    identities: dict[str, dict]  # render identities
+    points: ResumePoints  # what OUT already holds, what is left
+
+
+def _plan(
+    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
+    clock: SetupClock, *, plan: bool = True,
+) -> tuple[list[ShotPlan], list[str], dict[str, FarmError]]:
+    """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept; none unless
+    `plan`), the names of the shots that go on (planned, when `plan`), and the errors of shots that
+    cannot render (the others go on)."""
+    names, shot_errors = _usable_shots(job, shots)
+    plans: list[ShotPlan] = []
+    if plan:
+        recorded = recorded_layout(out, names, restart)
+        plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids,
+                                        fixed_chunks=recorded.chunks)  # fmt: skip
+        shot_errors.update(plan_errors)
+        names = [p.shot for p in plans]
+    decoder_class(job.spec).check_weights(job.spec)
+    clock.mark("read and plan the job" if plan else "read the job")
+    return plans, names, shot_errors
+
+
+class BeforeCluster(NamedTuple):
+    """What a render knows before it connects (`_before_cluster`)."""
+
+    plans: list[ShotPlan]  # none when auto tiles wait for the cluster (`plan_first` false)
+    names: list[str]  # the shots that go on
+    shot_errors: dict[str, FarmError]
+    hashing: Future  # the latents' identities, being read
+    checked: Checked | None  # None: OUT is checked once connected
+    plan_first: bool
+
+
+def _before_cluster(
+    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
+    video: VideoSettings, frame_numbers: Any, clock: SetupClock, *, joins: bool,
+) -> BeforeCluster:  # fmt: skip
+    """Plan and check what can be before any cluster (refusals raise here, nothing touched).
+
+    A fresh OUT joining a running cluster (`joins`): nothing can be refused or already done, and no
+    cluster is started, so the latents are hashed while the client connects, and auto tiles are planned
+    once, for the cluster's workers. Otherwise OUT is checked first."""
+    fresh_join = joins and not out.frames_zarr.exists()
+    plan_first = not (fresh_join and options.tiles == AUTO)
+    plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
+    hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
+    checked = None
+    if not fresh_join:
+        checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
+    return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+
+
+def _on_cluster(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, restart: bool, frame_numbers: Any,
+    clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int, *,
+    read_ahead: Callable[[Sequence[ShotPlan]], None],
+) -> tuple[list[ShotPlan], dict[str, FarmError], dict, ResumePoints]:  # fmt: skip
+    """Once connected to a cluster of `n_workers` decode and `n_io` I/O workers: the plans to render,
+    the shots' errors, identities and what is left (auto tiles planned for this cluster).
+
+    A fresh OUT renders every planned shot whole (unless `--frames` picks batches), so `read_ahead` is
+    given them (assigned to slots) before the latents' hash is waited for: the first latents are read
+    meanwhile (a shot whose latent turns out unreadable is dropped, and its read is never taken)."""
+    checked = early.checked
+    if checked is None:
+        plans, shot_errors = early.plans, early.shot_errors
+        if not early.plan_first:  # auto tiles for this cluster's workers, planned now only
+            plans, shot_errors = _plan_for_cluster(job, out, options, video, early.names, shot_errors,
+                                                   restart, n_workers, n_io, clock)  # fmt: skip
+        if frame_numbers is None:
+            read_ahead(assign_round_robin(plans, n_workers))
+        checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
+    plans, shot_errors, hashes, identities, points = checked
+    if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
+        plans, shot_errors = _plan_for_cluster(job, out, options, video, [p.shot for p in plans], shot_errors,
+                                               restart, n_workers, n_io, clock)  # fmt: skip
+        identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
+    return plans, shot_errors, identities, points
+
+
+def _plan_for_cluster(
+    job: Job, out: Output, options: PlanOptions, video: VideoSettings, names: Sequence[str],
+    shot_errors: dict[str, FarmError], restart: bool, n_workers: int, n_io: int, clock: SetupClock,
+) -> tuple[list[ShotPlan], dict[str, FarmError]]:  # fmt: skip
+    """Auto tiles planned once the cluster is known, for its `n_workers` decode and `n_io` I/O workers
+    (grids and chunking an earlier render of OUT used are kept), with the errors of shots that cannot
+    render added to `shot_errors`."""
+    recorded = recorded_layout(out, names, restart)  # OUT is locked only now
+    plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks,
+                                    n_workers=max(1, n_workers), n_io=n_io, video=video.enabled)  # fmt: skip
+    clock.mark("plan the job for the cluster")
+    return plans, {**shot_errors, **plan_errors}
+
+
+def _on_own_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
+    """`fn(*args)` started on a thread of its own; its result (or error) waits in the future."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _check(
+    job: Job, out: Output, plans: list[ShotPlan], shot_errors: dict[str, FarmError], hashing: Future,
+    video: VideoSettings, restart: bool, frame_numbers: Any, clock: SetupClock,
+) -> Checked:  # fmt: skip
+    """The shots that can render and what OUT already holds of them (refusals raise here, with nothing
+    touched)."""
+    hashes, unreadable = hashing.result()
+    clock.mark("hash the latents")
+    shot_errors = {**shot_errors, **unreadable}  # unreadable or non-finite latents: those shots fail
+    plans = [p for p in plans if p.shot in hashes]
+    if not plans:
+        raise next(iter(shot_errors.values()))
+    identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
+    clock.mark("check what OUT holds")
+    return Checked(plans, shot_errors, hashes, identities, points)
+
+
+def _what_is_left(
+    job: Job, out: Output, plans: Sequence[ShotPlan], video: VideoSettings, hashes: dict[str, dict],
+    restart: bool, frame_numbers: Any,
+) -> tuple[dict, ResumePoints]:  # fmt: skip
+    """The plans' render identities and what OUT still lacks of them (a render of something else into OUT
+    is refused here, with nothing touched, unless `restart`)."""
+    identities, _ = render_identities(job, plans, video, hashes)
+    sound = sound_shots(job, [p.shot for p in plans], video)
+    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
+                           first_frame=video.first_frame, sound=sound,
+                           sound_suffix="." + video.audio_format)  # fmt: skip
+    return identities, points
+
+
+def _sound(job: Job, plans: Sequence[ShotPlan], points: ResumePoints, video: VideoSettings) -> Sound | None:
+    """The render's sound (`farm.run.graph.Sound`): the shots whose videos carry it, those it decodes."""
+    shots = sound_shots(job, [p.shot for p in plans], video)
+    if not shots or job.audio is None:
+        return None
+    return Sound(job.audio.to_json(), frozenset(shots), frozenset(points.audio), video.audio_format)
+
+
+def _start_output(
+    out: Output,
+    job: Job,
+    plans: Sequence[ShotPlan],
+    identities: dict,
+    points: ResumePoints,
+    options: PlanOptions,
+    video: VideoSettings,
+    log: Callable[[str], None],
+    render_id: str,
+    *,
+    priority: int,
+    client: Client,
+    io_workers: Sequence[str],
+) -> Future | DaskFuture:
+    """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
+    records are then written while the first tiles decode (decodes only read the job store); no blend
+    or write is submitted before they are in place (the returned future).
+
+    They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
+    small metadata files, Python work that on the render's own process would hold the GIL against the
+    driver submitting the first decodes. Otherwise on a thread here."""
+    apply_restarts(out, points)
+    remove_stale_temporaries(out)
+    for note in points.notes:
+        log(note)
+    prepare = (out, job, plans, identities, options.batch_frames, video, render_id)
+    if io_workers:
+        outputs: Future | DaskFuture = client.submit(
+            _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, render_id), workers=[io_workers[0]],
+            allow_other_workers=True, priority=priority * Priority.JOB + Priority.BLEND, pure=False,
+        )  # fmt: skip
+    else:
+        outputs = _on_own_thread("farm-prepare", _prepare_outputs, *prepare)
+    if job.spec.random_weights:
+        log(f"warning: {job.spec.describe()}: the frames are not a real decode")
+    return outputs
+
+
+def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dict[str, FarmError]]:
+    """The shots to render (every shot, or the named ones), and an error for each whose values cannot
+    render (that shot fails by name, the others go on)."""
+    names = list(job.shots) if shots is None else list(dict.fromkeys(shots))
+    unknown = [n for n in names if n not in job.shots]
+    if unknown:
+        raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
+    errors = check_shots(job, names, decoder_class(job.spec).latent_channels_for(job.spec.config))
+    if errors and len(errors) == len(names):
+        raise next(iter(errors.values()))
+    return [n for n in names if n not in errors], errors
+
+
+def _prepare_outputs(
+    out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int,
+    video: VideoSettings, render_id: str,
+) -> None:  # fmt: skip
+    prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
+                   first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib,
+                   timecode=video.timecode)  # fmt: skip
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
+        list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
+                      plans))  # fmt: skip
+
+
+def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotPlan]) -> dict[str, dict]:
+    """Per shot, all its batches as the farm page draws them: how many, which were done before this
+    render, and which it leaves out (``--frames``); the rest are this render's."""
+    todo = {p.shot: {b.index for b in p.batches} for p in pending}
+    layout = {}
+    for plan in plans:
+        if plan.shot not in todo:
+            continue
+        every = {b.index for b in plan.batches}
+        done = out.batches_done(plan.shot) & every
+        layout[plan.shot] = {
+            "total": len(plan.batches),
+            "done": sorted(done),
+            "skipped": sorted(every - done - todo[plan.shot]),
+            "batch_frames": plan.batches[0].frames if plan.batches else 0,  # the farm page's frames/s
+        }
+    return layout
+
+
+def _budget_window(
+    client: Client,
+    decode_workers: Sequence[str],
+    plans: Sequence[ShotPlan],
+    job: Job,
+    video: VideoSettings,
+    window: int | None,
+    log: Callable[[str], None],
+) -> int | None:
+    """The window (the user's, or the default for the workers' GPUs), after warning where the plan may
+    not fit the workers' GPU or host memory."""
+    n_workers = len(decode_workers)
+    gpu_bytes = smallest_gpu_memory(client, decode_workers)
+    check_fits(plans, job.spec, gpu_bytes)
+    warning = memory_warning(plans, job.spec, gpu_bytes)
+    if warning:
+        log(warning)
+    if window is None:
+        window = default_window(plans, job.spec, gpu_bytes, n_workers)
+    per_worker = max(window or 2 * n_workers, 1) // max(n_workers, 1)
+    host_need = host_peak_bytes(plans, per_worker, video)
+    warning = host_memory_warning(host_need, smallest_memory_limit(client, decode_workers))
+    if warning:
+        log(warning)
+    return window
+
+
+def _announce(
+    client: Client, n_shots: int, n_workers: int, render_id: str, log: Callable[[str], None]
+) -> None:
+    """Install the farm page and say where to watch the render."""
+    link = dashboard_link(client)
+    page = install_monitor(client)
+    log(
+        f"farm: {n_shots} shot(s) to render, {n_workers} worker(s)"
+        + (f", dashboard {link}" if link else "")
+        + (f", farm page {page}" if page else "")
+        + f", render id {render_id}"
+    )
+
+
+def _add_outcomes(
+    stats: RenderStats,
+    plans: Sequence[ShotPlan],
+    shot_errors: dict[str, FarmError],
+    out: Output,
+    video: VideoSettings,
+) -> RenderStats:
+    """`stats` with outcomes for the shots this render did not run: finished earlier, or failed before it
+    started."""
+    for plan in plans:
+        if plan.shot not in stats.shots:  # finished by an earlier render
+            video_path = str(out.video(plan.shot)) if video.enabled else None
+            stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
+    for name, error in shot_errors.items():
+        stats.shots[name] = ShotOutcome(name, 0, error=str(error))
+    return stats
+
+
+__all__ = [
+    "AUTO",
+    "DEFAULT_BATCH_FRAMES",
+    "DEFAULT_OVERLAP",
+    "PlanOptions",
+    "RenderStats",
+    "check_tile_widths",
+    "default_window",
+    "describe_plans",
+    "grid_for",
+    "host_memory_warning",
+    "host_peak_bytes",
+    "memory_warning",
+    "parse_frame_numbers",
+    "parse_tiles",
+    "parse_triple",
+    "plan_job",
+    "plan_shots",
+    "render",
+    "render_identities",
+    "render_identity",
+    "resolve_decoder",
+    "smooth_latent",
+    "smallest_memory_limit",
+    "spec_from_json",
+    "synth",
+    "synth_spec",
+    "tile_chunk_volume",
+    "tile_peak_bytes",
+    "window_peak_bytes",
+]

@@ -1,0 +1,426 @@
+"""Resume: what a render output is a render of (its identity), and what is left to do in it.
+
+A shot's identity (`render_identity`: the latents' content hash, the decoder spec, the tile plan and
+the outputs asked for) is recorded in its frames group's attrs; a later render into the same OUT
+compares identities (`resume_points`) and renders only the batches not yet marked done, or refuses
+(unless restarting) when OUT holds a render of something else.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from farm.errors import FarmError
+from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
+from farm.store.job import Job
+from farm.store.output import (
+    Output,
+    audio_done,
+    clear_unfinished,
+    fast_codecs,
+    forget_damaged,
+    os_errors_in_one_line,
+    restart_shot,
+    verified_batches,
+    video_done,
+)
+
+if TYPE_CHECKING:
+    from farm.media.settings import VideoSettings
+
+
+def latent_identity(job: Job, shot: str) -> dict[str, Any]:
+    """Content hash of a shot's latent (reads it once on the client: ~7 MB for a 121x704x1216 shot).
+
+    The latent is read in one call; the digest covers blocks of 8 latent frames in order, as it always
+    has, so older outputs still resume."""
+    import hashlib
+
+    import zarr
+
+    arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
+    try:
+        latent = np.asarray(arr[...])
+    except Exception:  # codec and store errors of many types: find the first block that fails
+        latent = None
+    digest = hashlib.sha256()
+    for start in range(0, arr.shape[1], 8):
+        block = _latent_block(arr, shot, job, start) if latent is None else latent[:, start : start + 8]
+        if not np.isfinite(block).all():
+            bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + start
+            raise FarmError(
+                f"shot {shot!r}: latent holds NaN or Inf in latent frames {bad.tolist()}; "
+                "re-export the latents"
+            )
+        digest.update(np.ascontiguousarray(block).data)
+    return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+
+
+def _latent_block(arr: Any, shot: str, job: Job, start: int) -> np.ndarray:
+    """Latent frames ``[start, start + 8)``, or the error that names them when they cannot be read."""
+    try:
+        return np.asarray(arr[:, start : start + 8])
+    except Exception as exc:  # codec and store errors of many types
+        raise FarmError(
+            f"shot {shot!r}: cannot read latent frames {start}-{min(start + 8, arr.shape[1]) - 1} from "
+            f"{str(job.path)!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or "
+            "re-export the latents"
+        ) from None
+
+
+def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
+    import zarr
+
+    try:
+        group = zarr.open_group(store=str(out.shot_group(shot)), mode="r")
+    except Exception:  # no such group yet: nothing recorded
+        return None
+    recorded = group.attrs.get("render")
+    return dict(recorded) if isinstance(recorded, dict) else None
+
+
+# What each recorded setting is called in messages (identity key, then the key inside it).
+SETTING_NAMES = {
+    ("outputs", "video"): "video codec",
+    ("outputs", "sequence"): "image sequence",
+    ("outputs", "first_frame"): "sequence first frame",
+    ("outputs", "frames_dtype"): "Zarr frames dtype",
+    ("plan", "tiles"): "tiles (F,H,W)",
+    ("plan", "overlap"): "overlap (F,H,W)",
+    ("plan", "batch_frames"): "batch frames",
+    ("plan", "chunk"): "chunk (F,H,W, overlap)",
+    ("plan", "pixel_shape"): "frames (F,H,W)",
+}
+
+
+def _words(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list | tuple):
+        return ",".join(_words(v) for v in value)
+    return str(value)
+
+
+def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings that differ between two render identities, in words (empty when they are the same):
+    ``video codec: OUT has h264, this render prores_hq``."""
+    out = []
+    for key in sorted(set(recorded) | set(current)):
+        old, new = recorded.get(key), current.get(key)
+        if old == new:
+            continue
+        if key == "latents":
+            out.append("the latents changed (content hash differs)")
+        elif isinstance(old, dict) and isinstance(new, dict):
+            for sub in sorted(set(old) | set(new)):
+                if old.get(sub) != new.get(sub):
+                    name = SETTING_NAMES.get((key, sub), f"{key} {sub}")
+                    out.append(f"{name}: OUT has {_words(old.get(sub))}, this render {_words(new.get(sub))}")
+        else:
+            out.append(f"{key}: OUT has {_words(old)}, this render {_words(new)}")
+    return out
+
+
+def record_identity(
+    out: Output, shot: str, identity: dict[str, Any], total_batches: int, owner: str | None = None
+) -> None:
+    """Record what the shot is a render of, and `owner`: the render id now writing it (tasks of an
+    earlier render still running on a shared cluster then write nothing into it, `farm.worker.tasks`)."""
+    import zarr
+
+    with os_errors_in_one_line(f"cannot record shot {shot!r} in {str(out.root)!r}"):
+        group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
+        group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
+
+
+def latent_identities(job: Job, names: Sequence[str]) -> tuple[dict[str, dict], dict[str, FarmError]]:
+    """Each named shot's latent hash, and the error of each shot whose latent cannot be read or hashed.
+
+    Shots are read and hashed on threads (Zarr reads, zstd and sha256 release the GIL), through the
+    `zarrs` codecs when installed (chunks decoded in Rust, no GIL): a job's latents are the largest part
+    of a render's set-up, paid before the cluster starts.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def identity(name: str) -> dict | FarmError:
+        try:
+            return latent_identity(job, name)
+        except FarmError as exc:
+            return exc
+
+    threads = min(32, os.cpu_count() or 1, max(len(names), 1))
+    with fast_codecs(), ThreadPoolExecutor(max_workers=threads, thread_name_prefix="farm-hash") as pool:
+        results = dict(zip(names, pool.map(identity, names), strict=True))
+    hashes = {k: v for k, v in results.items() if not isinstance(v, FarmError)}
+    errors = {k: v for k, v in results.items() if isinstance(v, FarmError)}
+    return hashes, errors
+
+
+def render_identities(
+    job: Job, plans: Sequence[ShotPlan], video: VideoSettings, hashes: dict[str, dict] | None = None
+) -> tuple[dict[str, dict], dict[str, FarmError]]:
+    """Each shot's render identity (latents hashed unless `hashes` has them), and the error of each
+    shot whose latent cannot be read or hashed."""
+    if hashes is None:
+        hashes, errors = latent_identities(job, [p.shot for p in plans])
+    else:
+        errors = {}
+    identities = {p.shot: render_identity(job, p, video, hashes[p.shot]) for p in plans if p.shot in hashes}
+    return identities, errors
+
+
+def sound_shots(job: Job, names: Sequence[str], video: VideoSettings) -> set[str]:
+    """The named shots whose sound this render writes: they hold audio latents, the job an audio
+    decoder, and the render was not asked to leave sound out."""
+    if job.audio is None or not video.audio:
+        return set()
+    return {n for n in names if n in job.shots and job.shots[n].audio_shape is not None}
+
+
+def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
+    """What a shot's sound is decoded from and written as (its audio latent's hash, the audio decoder)."""
+    import hashlib
+
+    from farm.store.job import read_audio_latent
+
+    assert job.audio is not None
+    latent = read_audio_latent(job.path, shot)
+    if not np.isfinite(latent).all():
+        raise FarmError(f"shot {shot!r}: audio latent holds NaN or Inf; re-export the latents")
+    digest = hashlib.sha256(np.ascontiguousarray(latent).data).hexdigest()
+    return {"sha256": digest, "shape": list(latent.shape), "decoder": job.audio.to_json(),
+            "format": video.audio_format}  # fmt: skip
+
+
+def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dict | None = None) -> dict:
+    identity: dict[str, Any] = {
+        "latents": latents if latents is not None else latent_identity(job, plan.shot),
+        "decoder": job.spec.to_json(),
+        "plan": plan_identity(plan),
+        "outputs": {
+            "video": video.codec if video.enabled else None,
+            "sequence": video.sequence,
+            "first_frame": video.first_frame if video.sequence else None,
+            "frames_dtype": video.frames_dtype,
+            # only when not the default, so outputs rendered before the option existed still resume
+            **(
+                {"exr_values": video.exr_values}
+                if video.sequence == "exr" and video.exr_values != "display"
+                else {}
+            ),
+        },
+    }
+    if sound_shots(job, [plan.shot], video):  # only shots with sound: outputs rendered without still resume
+        identity["outputs"]["audio"] = audio_identity(job, plan.shot, video)
+    return identity
+
+
+@dataclass(frozen=True)
+class RecordedLayout:
+    """The grids and chunking an earlier render of OUT used, per shot: an auto plan keeps them, so a
+    resume on another number of workers continues the same tiles and never switches a shot between
+    carried and whole-tile decodes, instead of being refused (unless restarting)."""
+
+    grids: dict[str, TileGrid] = field(default_factory=dict)
+    chunks: dict[str, ChunkSize] = field(default_factory=dict)
+
+
+def recorded_layout(out: Output, names: Sequence[str], restart: bool) -> RecordedLayout:
+    """`RecordedLayout` of the named shots, each shot's identity read once (nothing when restarting)."""
+    layout = RecordedLayout()
+    for name in [] if restart else names:
+        plan = (recorded_identity(out, name) or {}).get("plan")
+        if not plan:
+            continue
+        layout.grids[name] = TileGrid(tuple(plan["tiles"]), tuple(plan["overlap"]))
+        if "chunk" in plan:
+            frames, height, width, overlap = plan["chunk"]
+            carry = plan.get("carry", False)  # absent, True (even chunks, before tapering) or "tapered"
+            layout.chunks[name] = ChunkSize(frames, height, width, tuple(overlap), carry=bool(carry),
+                                            taper=carry is not True)  # fmt: skip
+    return layout
+
+
+@dataclass
+class ResumePoints:
+    """What a render does in OUT, decided before anything in it is touched.
+
+    `pending`: plans of the batches to render; `totals`: each shot's batch count; `finish`: shots whose
+    video this render joins; `audio`: shots whose sound this render decodes; `restarts`: shots started
+    over, with the identity they replace (None when OUT recorded none); `notes`: what to tell the user
+    once the render starts.
+    """
+
+    pending: list[ShotPlan] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    finish: set[str] = field(default_factory=set)
+    audio: set[str] = field(default_factory=set)
+    restarts: dict[str, dict | None] = field(default_factory=dict)
+    damaged: dict[str, tuple[set[int], bool]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.pending and not self.restarts
+
+
+def resume_points(
+    out: Output,
+    plans: Sequence[ShotPlan],
+    identities: dict[str, dict],
+    *,
+    restart: bool,
+    video: bool = True,
+    frames: Sequence[int] | None = None,
+    first_frame: int = 1,
+    sound: Collection[str] = (),
+    sound_suffix: str = ".wav",
+) -> ResumePoints:
+    """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
+
+    Reads OUT, changes nothing: a refusal (OUT holds a render of other settings, `frames` asks for no
+    frame of a shot) raises before anything is deleted; `apply_restarts` then starts shots over. With
+    `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
+    are rendered; a shot's video is joined once all its batches are done. `sound`: the shots whose sound
+    is written (`sound_shots`); a shot is done only once its sound file is too.
+    """
+    points = ResumePoints()
+    refused: dict[str, list[str]] = {}  # differences → the shots that have them
+    check_output_identity(out)
+    for plan in plans:
+        if frames is not None:
+            check_frames_in_shot(frames, plan, first_frame)
+        recorded = recorded_identity(out, plan.shot)
+        differences = identity_differences(recorded, identities[plan.shot]) if recorded is not None else []
+        if recorded is None and not restart and _has_finished_work(out, plan.shot):
+            raise FarmError(
+                f"output {str(out.root)!r}: shot {plan.shot!r} has finished batches but no readable record "
+                f"of what they are a render of ({out.shot_group(plan.shot) / 'zarr.json'} missing or "
+                "damaged), so they cannot be resumed. Nothing was changed. Use --restart to render the "
+                "shot over, or a new --out"
+            )
+        if differences and not restart:
+            refused.setdefault("; ".join(differences), []).append(plan.shot)
+            continue
+        points.totals[plan.shot] = len(plan.batches)
+        video_kept = False
+        sound_done = plan.shot not in sound  # a shot started over decodes its sound again
+        unreadable = recorded is not None and not _frames_readable(out, plan.shot)
+        if (restart or unreadable) and (recorded is not None or out.shot_group(plan.shot).exists()):
+            points.restarts[plan.shot] = recorded
+            why = f" ({differences[0]})" if differences else ""
+            why = " (its frames array's metadata is unreadable)" if unreadable and not restart else why
+            points.notes.append(f"farm: shot {plan.shot!r} starts over{why}")
+            done: set[int] = set()
+        elif recorded is None and out.shot_group(plan.shot).exists():
+            points.restarts[plan.shot] = None  # set up by a render that stopped before recording it
+            done = set()
+        else:
+            video_ok = video and video_done(out, plan.shot)
+            done, damaged = verified_batches(out, plan.shot, need_segment=video and not video_ok)
+            sound_done = sound_done or audio_done(out, plan.shot, sound_suffix)
+            video_kept = video_ok and not damaged  # joined and intact: at most its sound is missing
+            if video_kept and sound_done:
+                continue
+            if video_ok and damaged:  # frames to render again, and a video to join again from segments gone
+                done, damaged = set(), done | damaged
+            video_lost = video and not video_kept and out.video_done_marker(plan.shot).exists()
+            if damaged or video_lost:
+                points.damaged[plan.shot] = (damaged, video_lost)
+                lost = [f"{len(damaged)} finished batch(es)"] if damaged else []
+                lost += ["its video"] if video_lost else []
+                points.notes.append(f"farm: shot {plan.shot!r}: {' and '.join(lost)} missing or damaged "
+                                    "in OUT; rendering them again")  # fmt: skip
+            if sound_done and not video and len(done) == len(plan.batches):
+                continue
+        if not sound_done:
+            points.audio.add(plan.shot)
+        skipped = set()
+        if frames is not None:
+            wanted = {n - first_frame for n in frames}
+            skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
+        if not skipped - done and not video_kept:  # every unfinished batch is rendered now: join the video
+            points.finish.add(plan.shot)
+        if done:
+            points.notes.append(
+                f"farm: shot {plan.shot!r}: resuming, {len(done)} of {len(plan.batches)} batches already done"
+            )
+        points.pending.append(pending_plan(plan, done | skipped))
+    if refused:
+        shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
+                 for k, v in refused.items()]  # fmt: skip
+        raise FarmError(
+            f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
+            + ". Nothing was changed. Use a new --out, or --restart to render those shots over (their "
+            "finished work is discarded)"
+        )  # fmt: skip
+    return points
+
+
+def check_frames_in_shot(frames: Sequence[int], plan: ShotPlan, first_frame: int) -> None:
+    """A FarmError naming the shot's frame numbers when `frames` asks for any frame the shot lacks."""
+    last = first_frame + plan.pixel_shape[0] - 1
+    outside = sorted(n for n in set(frames) if not first_frame <= n <= last)
+    if outside:
+        beyond = f"frame {outside[0]}" if len(outside) == 1 else f"frames {outside[0]}..{outside[-1]}"
+        raise FarmError(
+            f"--frames asks for {beyond} beyond shot {plan.shot!r}, whose frames are numbered "
+            f"{first_frame}-{last}; give frames in that range (--shots picks shots of other lengths); "
+            "nothing was changed"
+        )
+
+
+def apply_restarts(out: Output, points: ResumePoints) -> None:
+    """Start the shots `points` restarts over: remove every output of the settings they replace; and
+    forget the damaged batches and videos it found, and clear the chunks of every batch to render."""
+    with os_errors_in_one_line(f"cannot start shots over in {str(out.root)!r}"):
+        for shot, recorded in points.restarts.items():
+            restart_shot(out, shot, recorded)
+        for shot, (batches, video) in points.damaged.items():
+            forget_damaged(out, shot, batches, video)
+        for plan in points.pending:
+            if plan.shot not in points.restarts:
+                clear_unfinished(out, plan.shot, [(b.start, b.stop) for b in plan.batches])
+
+
+def check_output_identity(out: Output) -> None:
+    """OUT's frames.zarr, when there is one, must be a farm render's (root metadata readable, attribute
+    'farm' of this format): anything else is refused, never resumed or written into."""
+    import zarr
+
+    from farm.store.output import FORMAT
+
+    if not out.frames_zarr.exists():
+        return
+    try:
+        meta = zarr.open_group(store=str(out.frames_zarr), mode="r").attrs.get("farm")
+    except Exception as exc:  # zarr raises many types for damaged metadata
+        meta = f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise FarmError(
+            f"output {str(out.root)!r}: {str(out.frames_zarr)!r} is not a farm render's frames store (its "
+            f"metadata is {meta if isinstance(meta, str) else 'missing farm attributes'}), so what it "
+            "holds cannot be established. Nothing was changed. Use a new --out, or repair or remove it"
+        )
+
+
+def _has_finished_work(out: Output, shot: str) -> bool:
+    return bool(out.batches_done(shot)) or out.video_done_marker(shot).exists()
+
+
+def _frames_readable(out: Output, shot: str) -> bool:
+    """Whether the shot's frames array (when it exists) opens: its metadata is intact."""
+    import zarr
+
+    if not out.frames_array(shot).exists():
+        return True
+    try:
+        zarr.open_array(store=str(out.frames_array(shot)), mode="r")
+    except Exception:  # damaged metadata: many error types
+        return False
+    return True

@@ -1,0 +1,204 @@
+"""The job store: a render's input, one Zarr v3 group of latents and the decoder spec that decodes them.
+
+    JOB/                              attrs: {"farm": {"format": 1, "decoder": {...decoder spec...},
+                                                       "audio_decoder": {...}}}  (audio: optional)
+      <shot>/                         attrs: {"fps": 23.976…, "rate": "24000/1001", "timecode": "01:00:00:00"
+                                      (optional), ...}: "rate" is exact, "fps" the same as a number
+        latent                        float array [C, F, H, W], the decoder's latent space
+        audio                         optional float array [C, T, M]: the shot's sound, audio latents
+                                      of the job's audio decoder (`farm.decoders.ltx2_audio`)
+
+The render's output folder is `farm.store.output`'s; what an output is a render of is `farm.run.resume`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from farm.decoders import DecoderSpec, spec_from_json
+from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
+from farm.errors import FarmError
+from farm.media.names import check_name
+from farm.media.rates import read_rate
+
+FORMAT = 1
+LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
+AUDIO_DIMS = ("channel", "audio_frame", "mel")
+
+
+def check_shot_name(name: str) -> str:
+    """A shot name follows `farm.media.names`' rule (it becomes folder and file names under OUT)."""
+    return check_name(name, "shot name")
+
+
+@dataclass(frozen=True)
+class ShotInfo:
+    name: str
+    latent_shape: tuple[int, int, int, int]
+    latent_dtype: str
+    fps: float
+    attrs: dict[str, Any]
+    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent [C, T, M], when it has sound
+    rate: Fraction | None = None  # the exact frame rate (farm.media.rates); None when the fps is not valid
+    timecode: str | None = None  # the start timecode of the shot's first frame, as stored
+
+
+@dataclass(frozen=True)
+class Job:
+    path: Path
+    spec: DecoderSpec
+    shots: dict[str, ShotInfo]
+    audio: AudioSpec | None = None  # the audio decoder of the shots' sound (None: the job is silent)
+
+
+def create_job(
+    path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False, audio: AudioSpec | None = None
+) -> None:
+    import zarr
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FarmError(f"job store {str(path)!r} already exists; choose a new path or remove it first")
+    root = zarr.open_group(store=str(path), mode="w", zarr_format=3)
+    meta: dict[str, Any] = {"format": FORMAT, "decoder": spec.to_json()}
+    if audio is not None:
+        meta["audio_decoder"] = audio.to_json()
+    root.attrs["farm"] = meta
+
+
+def write_shot(
+    path: str | os.PathLike,
+    name: str,
+    latent: np.ndarray,
+    *,
+    fps: Any,
+    attrs: dict | None = None,
+    timecode: str | None = None,
+    audio: np.ndarray | None = None,
+) -> None:
+    """Add one shot's latent ``[C, F, H, W]`` (and its audio latent ``[C, T, M]``) to a job store; `fps`
+    a number or a ratio ("24000/1001", `farm.media.rates.parse_rate`), stored exactly; `timecode` the start
+    timecode of its first frame."""
+    import zarr
+
+    from farm.media.rates import parse_rate, parse_timecode, rate_text
+
+    check_shot_name(name)
+    if latent.ndim != 4:
+        raise FarmError(f"shot {name!r}: latent has {latent.ndim} dimensions; expected 4 [C, F, H, W]")
+    rate = parse_rate(fps, where=f"shot {name!r}: fps")
+    clock: dict[str, Any] = {"fps": float(rate), "rate": rate_text(rate)}
+    if timecode is not None:
+        clock["timecode"] = parse_timecode(timecode, rate, where=f"shot {name!r}: timecode")
+    root = zarr.open_group(store=str(path), mode="r+", zarr_format=3)
+    group = root.require_group(name)
+    group.attrs.update({**clock, **(attrs or {})})
+    c, f, h, w = latent.shape
+    arr = group.create_array(
+        "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
+        dimension_names=LATENT_DIMS,
+    )  # fmt: skip
+    arr[...] = latent
+    if audio is not None:
+        meta = root.attrs.get("farm")
+        if not isinstance(meta, dict) or "audio_decoder" not in meta:
+            raise FarmError(f"shot {name!r}: the job store has no audio decoder, so it cannot hold sound; "
+                            "create the job with one (--audio-decoder)")  # fmt: skip
+        check_audio_latent(tuple(audio.shape), parse_audio_spec(meta["audio_decoder"]), f"shot {name!r}")
+        sound = group.create_array("audio", shape=audio.shape, dtype=audio.dtype, chunks=audio.shape,
+                                   overwrite=True, dimension_names=AUDIO_DIMS)  # fmt: skip
+        sound[...] = audio
+
+
+def open_job(path: str | os.PathLike) -> Job:
+    """Read and validate a job store's metadata (no latent data is read)."""
+    import zarr
+
+    path = Path(path)
+    if not path.exists():
+        raise FarmError(f"job store {str(path)!r} does not exist")
+    try:
+        root = zarr.open_group(store=str(path), mode="r")
+    except Exception as exc:  # zarr raises several types for "not a group"
+        raise FarmError(
+            f"{str(path)!r} is not a Zarr job store ({type(exc).__name__}: {exc}); "
+            "create one with `farm synth` or farm.store.job.create_job"
+        ) from None
+    meta = root.attrs.get("farm")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or "decoder" not in meta:
+        raise FarmError(
+            f"{str(path)!r} is a Zarr group but not a farm job store: its attribute 'farm' must be "
+            f'{{"format": {FORMAT}, "decoder": {{...}}}}, found {meta!r}'
+        )
+    spec = spec_from_json(meta["decoder"], where=f"{path}: decoder spec")
+    audio_spec = None
+    if meta.get("audio_decoder") is not None:
+        audio_spec = parse_audio_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
+    shots = {}
+    for name, group in sorted(root.groups()):
+        check_shot_name(name)
+        latent = group.get("latent")
+        if not isinstance(latent, zarr.Array):
+            raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
+        sound = group.get("audio")
+        shots[name] = ShotInfo(
+            name=name,
+            latent_shape=tuple(int(x) for x in latent.shape),  # type: ignore[arg-type]
+            latent_dtype=str(latent.dtype),
+            fps=read_fps(group.attrs.get("fps", 24.0)),
+            attrs=dict(group.attrs),
+            audio_shape=tuple(int(x) for x in sound.shape)  # type: ignore[arg-type]
+            if isinstance(sound, zarr.Array) and audio_spec is not None
+            else None,
+            rate=read_rate({"fps": 24, **group.attrs}),
+            timecode=str(group.attrs["timecode"]) if "timecode" in group.attrs else None,
+        )
+    if not shots:
+        raise FarmError(f"job store {str(path)!r} holds no shots")
+    return Job(path=path, spec=spec, shots=shots, audio=audio_spec)
+
+
+def read_fps(value: Any) -> float:
+    """A shot's fps attribute as a number; NaN when it is not one (that shot then fails by name,
+    `farm.planning.jobplan.check_shots`, instead of the whole job)."""
+    if isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+# zarr-python's own codec pipeline. A worker that has written frames runs the `zarrs` pipeline for its
+# Zarr I/O (`farm.store.output.use_fast_codecs`), which is faster for whole chunks but slower for the part of a
+# chunk a carried segment reads: 13-15 ms against 6-10 ms for 4-5 latent frames of a 704x1216 shot on
+# this project's 2-core CPU machine (docs/performance.md). A shot's first read is on
+# its GPU's critical path.
+ZARR_PYTHON_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
+
+
+def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> np.ndarray:
+    """One tile's latent block ``[C, f, h, w]``: read on the worker that decodes it, through zarr-python's
+    own codec pipeline whatever this process writes with (the pipeline is chosen when an array opens)."""
+    import zarr
+
+    with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
+        arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
+    return np.asarray(arr[(slice(None), *region)])
+
+
+def read_audio_latent(path: str | os.PathLike, shot: str) -> np.ndarray:
+    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound)."""
+    import zarr
+
+    with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
+        arr = zarr.open_array(store=str(Path(path) / shot / "audio"), mode="r")
+    return np.asarray(arr[...])

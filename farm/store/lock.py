@@ -1,0 +1,141 @@
+"""One render at a time per output folder: a kernel lock (``flock``) on ``OUT/.farm/lock``.
+
+The kernel releases the lock when its holder exits, however it exits (a crash, SIGKILL, a lost node),
+so no lock is ever left stale and no pid check can be fooled by a reused pid; two processes that find
+the same leftover file race on ``flock`` and exactly one wins. The file also holds a JSON owner record
+(pid, host, start time), only for the message a refused render prints.
+
+The holder unlinks the file before it releases the lock; a process that locked a file which was
+unlinked meanwhile (it opened the old one) sees the inode change and tries again, so two holders can
+never lock two different files of the same path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from farm.errors import FarmError
+from farm.store.output import Output
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def lock_path(out_root: Path) -> Path:
+    return Output(out_root).lock_file
+
+
+def _owner(fd: int) -> dict:
+    try:
+        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+@contextmanager
+def output_lock(out_root: Path) -> Iterator[None]:
+    """Hold the lock on ``OUT/.farm/lock`` for the duration, or refuse with who holds it.
+
+    Creates ``OUT/.farm`` when needed; the lock file is gone again when the block ends (on success or
+    failure), and the kernel drops the lock if this process dies inside the block.
+    """
+    path = lock_path(out_root)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = _owner(fd)
+            os.close(fd)
+            raise FarmError(
+                f"output {str(out_root)!r} is being written by another farm render "
+                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}); wait for it to finish or "
+                "cancel it (the lock is released when that process ends)"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # we locked a file its holder had just unlinked: lock the current one
+    try:
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode(), 0)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)  # while still holding it: see the module docstring
+        os.close(fd)  # releases the flock
+
+
+@contextmanager
+def job_read_lock(job: str | os.PathLike[str]) -> Iterator[None]:
+    """A shared kernel lock on the job store's folder while a render reads it: `ingest --replace` of its
+    shots (`job_replace_lock`) is refused meanwhile, so a render reads one version of every latent. No
+    lock where the folder cannot be opened (it is refused later, by name) or locked (some network file
+    systems)."""
+    try:
+        fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only for a replace's renames
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+@contextmanager
+def job_replace_lock(job: str | os.PathLike[str]) -> Iterator[None]:
+    """An exclusive lock on the job store's folder while shots are replaced, or refuse while a render
+    reads the job (`job_read_lock`)."""
+    try:
+        fd = os.open(job, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise FarmError(f"cannot open the job store {os.fspath(job)!r}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FarmError(
+                f"job store {os.fspath(job)!r} is being read by a farm render; replacing its shots now would "
+                "mix two versions of their latents in that render. Nothing was changed: run again once the "
+                "render ends (or ingest under new shot names)"
+            ) from None
+        except OSError:
+            pass  # no flock on this file system: nothing to coordinate with
+        yield
+    finally:
+        os.close(fd)
+
+
+def reads_one_version_of_the_job(render: F) -> F:
+    """`render(job_path, ...)` holding `job_read_lock` on the job store from its first read (the latents'
+    hash, its identity) to its end, so every batch decodes the latents that identity names."""
+
+    @functools.wraps(render)
+    def locked(job_path: Any, *args: Any, **kwargs: Any) -> Any:
+        with job_read_lock(os.path.abspath(job_path)):
+            return render(job_path, *args, **kwargs)
+
+    return locked  # type: ignore[return-value]
