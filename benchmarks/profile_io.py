@@ -4,7 +4,7 @@ Frames come from the real LTX-2 decoder architecture with random weights (what t
 colour noise, the hardest case for x264) and from a smooth synthetic clip (closer to natural video).
 Each measurement encodes or writes batches of ``--batch`` frames, the unit a farm I/O task handles:
 
-- ``swscale``: rgb24 → yuv420p (BT.709, tv range) per frame, one thread, as ``farm.media.video.encode_segment``;
+- ``swscale``: rgb24 → yuv420p (BT.709, tv range) per frame, one thread, as ``media.video.encode_segment``;
 - ``encode``: ``encode_segment`` of one batch in one process (x264 picks its own thread count);
 - ``encode-yuv``: the same, fed yuv420p planes made beforehand (what a GPU colour conversion would give);
 - ``pool``: P processes encoding / writing / doing both for ``--jobs`` batches: aggregate frames/s;
@@ -59,7 +59,7 @@ def smooth_frames(n: int, h: int, w: int) -> np.ndarray:
 
 
 def yuv_planes(frames: np.ndarray, device: str = "cpu") -> Any:
-    """uint8 RGB ``[F, H, W, 3]`` → yuv420p planes ``[F, H*3/2, W]`` by farm's own conversion (farm.media.yuv)."""
+    """uint8 RGB ``[F, H, W, 3]`` → yuv420p planes ``[F, H*3/2, W]`` by farm's conversion (farm.media.yuv)."""
     import torch
 
     from farm.media.yuv import rgb_to_yuv420
@@ -232,7 +232,7 @@ def main() -> None:
 
 
 def gpu_yuv(frames: np.ndarray, b: int, row: Any) -> None:
-    """farm.media.yuv on the GPU from a float batch (as a blend holds it), plus the pinned device→host copy."""
+    """farm.media.yuv on the GPU from a float batch (as a blend holds it), and the pinned device→host copy."""
     import torch
 
     from farm.media.yuv import rgb_to_yuv420

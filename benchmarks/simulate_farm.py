@@ -1,7 +1,7 @@
 """Farm-scale figures on paper: the auto planner against LTX-2's shipped grids, predicted by a cost model.
 
-Every figure here is a prediction of `farm.planning.planner.predict` (a discrete-event simulation of farm's task
-graph: pinned round-robin decodes, piece transfers, blends with output writing, shot finishing, the
+Every figure here is a prediction of `farm.planning.planner.predict` (a discrete-event simulation of farm's
+task graph: pinned round-robin decodes, piece transfers, blends with output writing, shot finishing, the
 bounded window) driven by a stored cost model (default `ltx2-h200`, fitted to measured H200 decodes;
 see farm/planning/costmodels/ltx2-h200.json for every figure and assumption). Nothing is decoded.
 

@@ -42,7 +42,7 @@ ROOT = ("farm",)
 RENDERS = (*ROOT, "renders")
 SUBMISSIONS = (*ROOT, "submissions")
 CANCELLED = (*ROOT, "cancelled")
-THUMBNAILS = (*ROOT, "thumbnails")  # + (render_id, shot): a finished shot's picture (farm.dashboard.thumbnails)
+THUMBNAILS = (*ROOT, "thumbnails")  # + (render_id, shot): a shot's picture (farm.dashboard.thumbnails)
 
 
 def metadata_path(*parts: str) -> list[str]:

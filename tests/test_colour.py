@@ -144,7 +144,7 @@ def h264_chroma_location(avcc: bytes) -> int | None:
 
 
 def test_rgb_to_yuv420_sites_chroma_at_the_centre() -> None:
-    """farm.media.yuv's chroma is the mean of each 2x2 block: centre-sited (H.264 chroma_sample_loc_type 1)."""
+    """farm.media.yuv's chroma is each 2x2 block's mean: centre-sited (H.264 chroma_sample_loc_type 1)."""
     import torch
 
     rgb = torch.zeros(3, 1, 4, 4)

@@ -1,6 +1,6 @@
-"""`farm ingest` and farm.inputs.ingest: latent files written by the libraries that write them, ingested, rendered
-on a real local cluster and compared with diffusers' own decode of the same tensors; refusals that leave
-the job store as it was."""
+"""`farm ingest` (farm.inputs.ingest): latent files written by the libraries that make them, ingested,
+rendered on a real local cluster and compared with diffusers' own decode of the same tensors; refusals
+that leave the job store as it was."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""farm.media.video: independently encoded H.264 segments, joined without re-encoding (real files, no mocks)."""
+"""farm.media.video: H.264 segments encoded on their own, joined without re-encoding (real files)."""
 
 from __future__ import annotations
 

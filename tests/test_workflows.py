@@ -183,7 +183,7 @@ def test_cluster_starts_io_workers_and_renders_write_on_them(tmp_path):
                               options=fr.PlanOptions(batch_frames=8), log=lambda _m: None)  # fmt: skip
         assert stats.frames_written == 17 and not stats.failed
         writes = [d["worker"] for d in stream.data if "write-batch" in str(d["key"])]
-        # all but the decode worker's last batch, which is written where it was blended (farm.planning.schedule)
+        # all but the decode worker's last batch, which is written where it was blended (planning.schedule)
         assert len(writes) == 3 and sum(w in io for w in writes) == 2
     finally:
         assert cluster.stop() == 0

@@ -99,8 +99,8 @@ def fit(name: str, rows: list[dict]) -> dict:
 
     The adapter names the terms to fit (``memory_fit_terms``: a fixed part, bytes per pixel-frame, per
     pixel of one frame) and the input channels of its full-resolution 3-D convolutions: decodes where
-    torch runs one of those through its CPU native path (`farm.decoders.memory.CPU_NATIVE_CONV_LIMIT`) are left
-    out of the affine fit, and each channel count's extra bytes per pixel-frame is the median of what the
+    torch runs one of those through its CPU native path (`farm.decoders.memory.CPU_NATIVE_CONV_LIMIT`) are
+    left out of the affine fit, and each channel count's extra bytes per pixel-frame is the median of what the
     affine part leaves of the decodes where it is the largest native convolution."""
     import statistics
 

@@ -144,7 +144,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("runs", nargs="+", help="benchmark_output.py JSON files")
     p.add_argument("--model", default="ltx2-h200")
-    p.add_argument("--write", action="store_true", help="store the refitted model in farm/planning/costmodels")
+    p.add_argument("--write", action="store_true",
+                   help="store the refitted model in farm/planning/costmodels/")
     p.add_argument("--keep-blend", action="store_true",
                    help="keep the stored blend cost (blends submitted with their decode wait for it, "
                         "so a blend task's seconds include that wait)")  # fmt: skip

@@ -658,7 +658,8 @@ def install(client: Client) -> str | None:
 
 
 def dask_setup(scheduler: Any) -> None:
-    """``dask scheduler --preload farm.dashboard.monitor``: the farm page and metrics on a hand-started scheduler."""
+    """``dask scheduler --preload farm.dashboard.monitor``: the farm page and metrics on a scheduler
+    started by hand."""
     scheduler.add_plugin(FarmMonitor(), name=PLUGIN_NAME, idempotent=True)  # started with the scheduler
 
 

@@ -6,8 +6,8 @@ to `WIDTH` pixels wide and encodes a PNG on a thread of its own (while the shot'
 still decoding, so the end of a render never waits for it); once every batch of the shot is written it
 publishes the picture in the scheduler's metadata
 (``keys.THUMBNAILS + (render_id, shot)``, base64). The farm page serves it from there
-(``/farm/thumbnail/<render>/<shot>.png``, `farm.dashboard.monitor`): the scheduler never reads the outputs, and
-each picture is made once.
+(``/farm/thumbnail/<render>/<shot>.png``, `farm.dashboard.monitor`): the scheduler never reads the outputs,
+and each picture is made once.
 """
 
 from __future__ import annotations

@@ -108,8 +108,8 @@ def use_compile_cache() -> str | None:
     does) already sets that variable to inductor's default, so only an override takes effect.
 
     Inductor keys a compiled graph by the traced graph, its input shapes and dtypes, the torch version
-    and the device: a new tile shape compiles once (measured on the H200: 20-24 s cold, 3.9-5.7 s
-    from the cache in a fresh cluster's workers; docs/performance.md).
+    and the device: a new tile shape compiles once, and a fresh cluster's workers find it in
+    the cache in a fraction of the cold time (docs/performance.md#compile-cache).
     """
     cache = config.get("compile-cache")
     if cache:  # inductor reads the variable at each compile (torch._inductor.runtime.cache_dir_utils)

@@ -184,8 +184,8 @@ def content_identity(files: list[Path]) -> str:
 
     Any change of tensor names, shapes, dtypes or file sizes changes it, and so do different weights of
     the same architecture (a retrained or re-quantised checkpoint differs in every sampled block); an
-    edit confined to bytes between the samples would go unnoticed. Costs ~35 reads per file: 0.3 ms for
-    a 2 GiB file in the page cache, 3.5 ms out of it (a 2-core VM's disk, 2026-12-03).
+    edit confined to bytes between the samples would go unnoticed. Costs ~35 reads per file: well under
+    a millisecond for a 2 GiB file in the page cache, a few out of it.
     """
     digest = hashlib.sha256()
     for f in files:

@@ -104,7 +104,7 @@ class DiffusersVideoDecoder:
     # the terms that fit fits (`farm.planning.costmodel.fit_memory`)
     memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel")
     # config → (machine kind "h200" or "cpu", pixel frames/height/width, seconds of one decode call): what
-    # `farm.planning.costmodel.cost_model` scales a stored cost model's decode seconds by, per family and config
+    # `farm.planning.costmodel.cost_model` scales a stored cost model's decode seconds by
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
     # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}

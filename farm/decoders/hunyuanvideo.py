@@ -55,18 +55,12 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"hunyuanvideo-tiny": (8, 0)}
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
-    # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16; 17x256x384 to 33x512x768 decodes): peak
-    # above the weights 3340-3420 B per output pixel-frame (full-resolution 128-channel blocks in float
-    # GroupNorm); 33x512x768 decoded in 1.3 s with a 43 GB peak. Tile shots: 129x720x1280 would take ~400 GB.
+    # bf16 on a GPU: full-resolution 128-channel blocks in float GroupNorm make it ~30 times LTX-Video's
+    # figure (a 129x720x1280 shot decoded whole would need ~400 GB: tile it).
     bytes_per_pixel_frame: ClassVar[float] = 3420.0
-    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.planning.costmodel.cost_model`
-    # CPU figures (tools/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
-    # back to back, on the ltx2-tiny-cpu model's scale)
-    # Memory: fitted to 9 decodes from 5x64x96 to 33x192,256 (`measure_families.py --fit`, float32, 1 torch
-    # thread, 2026-11-30): 12.6 MB + 363 B per output pixel-frame, plus torch's native CPU convolution
-    # where the full-resolution layers' inputs are small (1538 B more per pixel-frame when the 16-channel
-    # upsampler's is, 706 when only the 8-channel resnets' are): 2090-2310 B at 5-9 x 64-96 x 96-128,
-    # 1090-1130 at 9-17 x 128 x 192, 362-390 from 33x96x128 up.
+    # Fitted to measured CPU decodes (`tools/measure_families.py --fit`; the fit and its range:
+    # docs/performance.md#memory): a fixed part, bytes per pixel-frame, and torch's native CPU
+    # convolution where the full-resolution layers' inputs are small.
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
         "hunyuanvideo-tiny": {"const_bytes": 12563491.8, "bytes_per_pixel": 362.6,
                               "native_conv": [[16, 1537.5], [8, 705.9]]},
@@ -76,6 +70,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # 22.3 at 6. No overlap reaches the target: the GroupNorms' statistics differ over the whole tile
     # (sharing them across tiles would: docs/fidelity.md); each is the least within 1 dB of the best.
     spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 5}
+    # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "hunyuanvideo-tiny": ("cpu", (17, 128, 192), 2.76),
         "hunyuanvideo": ("h200", (33, 512, 768), 1.3),

@@ -20,9 +20,9 @@ LTX2_TINY = {
     "decoder_layers_per_block": [1, 1, 1, 1],
 }
 
-# Peak device memory of an untiled bf16 decode grows ~118 bytes per output pixel-frame above the weights
-# (H200 measurements in shared/FINDINGS.md: 121x704x1216 13.7 GiB, 121x352x1216 8.0 GiB, 49x704x1216 7.0 GiB).
-# Other configs scale with the width of the last decoder block.
+# Peak device memory of an untiled bf16 decode above the weights, per output pixel-frame: linear in the
+# shot's pixels on a GPU (docs/performance.md#memory); other configs scale with the width of the last
+# decoder block.
 _BYTES_PER_PIXEL_FRAME_LTX2_BF16 = 118
 _LTX2_LAST_BLOCK_CHANNELS = 256
 
@@ -36,16 +36,16 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # the tiny config (errors after a seam below 0.01 levels, float32 on a CPU; 1 level at 10 frames) and
     # ~22 at the real one (the float32 noise floor of an H200, 0.1 levels, from 22 frames on).
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 0), "ltx2-tiny": (13, 0)}
-    # One float32 decode on a CPU (tools/measure_families.py, 2026-11-30): 46 B per output pixel-frame
-    # above the weights at 17x128x192, 44 at 25x160x224, 7 times the width-scaled H200 figure.
+    # A float32 decode on a CPU needs several times the width-scaled GPU figure per pixel-frame (the
+    # output and its conversion do not shrink with the width; docs/performance.md#memory).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
     # Seam-band PSNR at spatial overlap 4 (`measure_seams.py`, RANDOM weights, float32 CPU): ltx2 27.3 dB
     # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2": 4, "ltx2-tiny": 4}
 
     # Numbers the carried state (`ltx2_carry`) holds per latent row x column of a chunk: 2 input frames
-    # of every causal convolution, at its resolution (counted from the state itself, float32 on a CPU,
-    # 2026-12-01): 0.53 GiB for a 704x1216 tile in bf16, 1.28 GiB at 1088x1920.
+    # of every causal convolution, at its resolution (counted from the state itself): 0.53 GiB for a
+    # 704x1216 tile in bf16, 1.28 GiB at 1088x1920.
     carried_state_values: ClassVar[dict[str, int]] = {"ltx2": 338176, "ltx2-tiny": 2896}
 
     # ---- shapes --------------------------------------------------------------------------------

@@ -109,15 +109,9 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         "decode_noise_scale": ((int, float), "a number in [0, 1]"),
         "decode_noise_seed": ((int,), "a whole number"),
     }
-    # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16, 33x256x768 and 33x512x768 decodes): peak
-    # above the weights 104 B per output pixel-frame for ltxv, ltxv-0.9.1 and ltxv-0.9.5 alike (all have a
-    # 128-channel last block); 33x512x768 decoded in 0.05 / 0.12 / 0.07 s.
+    # bf16 on a GPU, the same for ltxv, ltxv-0.9.1 and ltxv-0.9.5 (all end in a 128-channel block)
     bytes_per_pixel_frame: ClassVar[float] = 104.0
-    # config → (machine, pixel frames/height/width, seconds of one decode): what `farm.planning.costmodel.cost_model`
-    # scales a stored cost model's decode seconds by. H200 figures: the measurement above.
-    # CPU figures (tools/measure_families.py, float32, 2026-11-30): bytes per output pixel-frame above
-    # the weights, and seconds relative to ltx2-tiny decoded back to back, on the ltx2-tiny-cpu model's scale
-    # (ltxv-tiny: 76.8 / 75.7 B at 17x128x192 / 25x160x224; ltxv-0.9.1-tiny 1.5 % below ltxv-tiny)
+    # float32 on a CPU, measured per tiny config (docs/performance.md#memory)
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
         "ltxv-tiny": {"bytes_per_pixel": 76.0},
         "ltxv-0.9.1-tiny": {"bytes_per_pixel": 75.0},
@@ -125,6 +119,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # Seam-band PSNR on the worse axis (`measure_seams.py spatial`, RANDOM weights): ltxv-tiny 26.1 dB at
     # overlap 4, 28.5 at 5; ltxv (the 0.9.0 architecture, float32 CPU) 25.0 at 4, 27.1 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltxv": 5, "ltxv-tiny": 5}
+    # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "ltxv-tiny": ("cpu", (33, 256, 384), 0.49),
         "ltxv-0.9.1-tiny": ("cpu", (33, 256, 384), 0.905),

@@ -91,18 +91,11 @@ class WanDecoder(DiffusersVideoDecoder):
     }
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
-    # Measured on one H200 (torch 2.11, diffusers 0.42.1, bf16, 33x256x768 and 33x512x768 decodes): peak
-    # above the weights 348 (wan) and 366 (wan2.2) B per output pixel-frame, linear in the frame count
-    # despite the frame-by-frame loop; 33x512x768 decoded in 0.74 / 0.73 s.
+    # bf16 on a GPU: linear in the frame count despite the frame-by-frame loop (wan2.2's, the larger)
     bytes_per_pixel_frame: ClassVar[float] = 366.0
-    # config → (machine, pixel frames/height/width, seconds of one decode), for `farm.planning.costmodel.cost_model`
-    # CPU figures (tools/measure_families.py, float32, 2026-11-30; seconds relative to ltx2-tiny decoded
-    # back to back, on the ltx2-tiny-cpu model's scale): the frame-by-frame loop makes wan-tiny 80 times
-    # slower than ltx2-tiny per pixel on a CPU
-    # Memory: fitted to 6 decodes from 9x64x96 to 25x128x192 and 9x192x256 (`measure_families.py --fit`,
-    # float32, 1 torch thread, 2026-11-30): 6.9 MB + 4812 B per pixel of one frame (the frame-by-frame
-    # decode's activations) + 12 B per output pixel-frame (the clip it concatenates): 35.5 MiB at 9x64x96,
-    # 37.0 at 33x64x96, 122-127 at 9-25 x 128 x 192.
+    # Fitted to measured CPU decodes (`tools/measure_families.py --fit`; docs/performance.md#memory): a
+    # fixed part, bytes per pixel of one frame (the frame-by-frame decode holds one latent frame's
+    # activations whatever the clip's length) and per output pixel-frame (the clip it concatenates).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
         "wan-tiny": {"const_bytes": 6934970.3, "bytes_per_pixel": 11.8, "bytes_per_frame_pixel": 4812.3},
     }
@@ -110,6 +103,8 @@ class WanDecoder(DiffusersVideoDecoder):
     # overlap 4, 25.5 at 5, 27.0 at 6, 27.7 at 7; wan (the real architecture, float32 CPU) 25.2 at 3, 27.1
     # at 4, 28.7 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"wan": 4, "wan-tiny": 6}
+    # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory); the
+    # frame-by-frame loop makes wan-tiny ~80 times slower than ltx2-tiny per pixel on a CPU
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "wan-tiny": ("cpu", (17, 128, 192), 4.64),
         "wan": ("h200", (33, 512, 768), 0.74),

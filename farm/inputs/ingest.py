@@ -733,8 +733,8 @@ def add_pipeline_shot(
     `audio_decoder`.
 
     `pipeline` is the pipeline (or its class name): it says the layout and convention of `latents` (see
-    :mod:`farm.inputs.pipelines`). `num_frames`, `height` and `width` are what the pipeline was called with: they
-    unpack LTX-Video's token sequences and are checked against the latents' decoded size. A batch of B
+    :mod:`farm.inputs.pipelines`). `num_frames`, `height` and `width` are what the pipeline was called with:
+    they unpack LTX-Video's token sequences and are checked against the latents' decoded size. A batch of B
     videos gives B shots (`name` with ``_{index}`` appended, or a pattern using ``{index}``). The job is
     created when missing (with `decoder`, or the pipeline's own VAE: its config and the folder it was
     loaded from, or `weights`). Safe while a render reads the job's other shots: each shot appears whole,

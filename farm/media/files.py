@@ -2,8 +2,8 @@
 fsync of files and folders (`fsync_path`, several side by side: `fsync_all`), and the permissions the
 umask gives.
 
-Temporaries are named ``.<name>.farm-XXXXXXXX.tmp<suffix>`` (`farm.media.names.FARM_TEMP`, `temp_file`), a form
-no shot name takes, and clean-up (`farm.store.output.Output.stale_temporaries`) removes nothing else.
+Temporaries are named ``.<name>.farm-XXXXXXXX.tmp<suffix>`` (`farm.media.names.FARM_TEMP`, `temp_file`), a
+form no shot name takes, and clean-up (`farm.store.output.Output.stale_temporaries`) removes nothing else.
 """
 
 from __future__ import annotations

@@ -63,8 +63,8 @@ _X265_PARAMS = (
 )
 # AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
 _BT709 = 1
-# farm.media.yuv's 4:2:0 chroma is centre-sited (the mean of each 2x2 block); without this tag, decoders assume
-# left-sited chroma (H.264/H.265's default) and shift colour edges by a quarter pixel.
+# farm.media.yuv's 4:2:0 chroma is centre-sited (the mean of each 2x2 block); without this tag, decoders
+# assume left-sited chroma (H.264/H.265's default) and shift colour edges by a quarter pixel.
 _CHROMA_CENTRE = ("chroma_sample_location", "center")
 
 
@@ -191,8 +191,8 @@ def encode_segment(
 
     ``codec`` is a name in :data:`CODECS` (default H.264 mp4); ``crf``/``preset`` apply to H.264/H.265.
     8-bit codecs take uint8 frames; 10-bit ones (ProRes) also take uint16 or float frames in [0, 1].
-    ``yuv420``: the frames already converted to BT.709 tv-range yuv420p planes (``farm.media.yuv``), fed to the
-    encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
+    ``yuv420``: the frames already converted to BT.709 tv-range yuv420p planes (``farm.media.yuv``), fed to
+    the encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
     ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
     ``path`` is either complete or absent. ``threads``: the encoder's threads (x264 and x265 slice
     threads: the bitstream depends on them); 0 lets the encoder choose from the machine's cores.

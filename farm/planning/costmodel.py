@@ -1,8 +1,8 @@
 """What the tasks of a render cost on one kind of machine: decode seconds, transfers, blends, memory.
 
 Pure: numbers in, numbers out (numpy for the least-squares fit; no torch, no Dask, no device). A cost
-model is data, fitted from measured decodes and stored as JSON in ``farm/planning/costmodels/<name>.json`` with
-the machine and date it came from; :func:`load` reads one, :func:`fit_decode_cost` fits the decode part
+model is data, fitted from measured decodes and stored as JSON in ``farm/planning/costmodels/<name>.json``
+with the machine and date it came from; :func:`load` reads one, :func:`fit_decode_cost` fits the decode part
 from ``(pixel shape, seconds)`` samples.
 
 The decode time of a tile with pixel shape ``(f, h, w)`` is a non-negative combination of features::
@@ -34,8 +34,8 @@ Everything else a render does is charged per task or per pixel:
 * transfers of decoded pieces (float32 RGB: ``piece_bytes_per_pixel`` = 12) between workers:
   ``latency_s + bytes / bandwidth`` with separate bandwidths within a node and between nodes.
 
-Memory: `farm.decoders.memory.MemoryModel` is the decoder adapter's own memory terms (weights + a fixed part + bytes
-per output pixel-frame of one decode call and per pixel of one frame, torch's native CPU convolution
+Memory: `farm.decoders.memory.MemoryModel` is the decoder adapter's own memory terms (weights + a fixed part +
+bytes per output pixel-frame of one decode call and per pixel of one frame, torch's native CPU convolution
 where it applies, or a dense attention mask's bytes per pair of latent positions where larger), read off
 it once so the planner stays pure (`farm.decoders.memory_model`); :func:`fit_memory` fits the terms to
 measured peaks (`tools/measure_families.py --fit`). Per family:

@@ -1,5 +1,6 @@
-"""A job's shot plans: the tile grid of each shot (explicit, or chosen by `farm.planning.planner`), checked against
-the decoder, with the tiles assigned to worker slots. Pure planning: no cluster, no torch."""
+"""A job's shot plans: the tile grid of each shot (explicit, or chosen by `farm.planning.planner`),
+checked against the decoder, with the tiles assigned to worker slots. Pure planning: no cluster, no
+torch."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def grid_for(latent_fhw: Sequence[int], options: PlanOptions, spatial_overlap: i
     rows and columns: the decoder's, `spatial_overlap_for`) shrunk to fit small axes."""
     tiles = options.tiles
     if isinstance(tiles, str):
-        raise ValueError("grid_for needs explicit tiles; auto grids come from plan_job (farm.planning.planner)")
+        raise ValueError("grid_for needs explicit tiles; auto grids come from plan_job (planning.planner)")
     if options.overlap is not None:
         return TileGrid(_triple(tiles), _triple(options.overlap))
     o = DEFAULT_OVERLAP[1] if spatial_overlap is None else spatial_overlap

@@ -321,12 +321,12 @@ def predict(
 ) -> Prediction:
     """Simulate `plans` (tiles assigned to worker slots, as `plan_job` returns them) on `n_workers`.
 
-    The simulation follows `farm.run.graph` and `farm.worker.tasks`: each worker runs ``threads_per_worker`` tasks
-    at once, highest priority first (blends, then writes and encodes, then shot finishing, then decodes
+    The simulation follows `farm.run.graph` and `farm.worker.tasks`: each worker runs ``threads_per_worker``
+    tasks at once, highest priority first (blends, then writes and encodes, then shot finishing, then decodes
     in tile order), and decodes one at a time on its GPU (a decode waiting for the GPU holds a thread).
     The order, slots, blend and I/O targets, priorities and window are those of
-    `farm.planning.schedule.make_schedule` (what `farm.run.graph` runs): decodes pinned to their slot and submitted in
-    job order through the window; a tile leaves the window when every batch it feeds is written;
+    `farm.planning.schedule.make_schedule` (what `farm.run.graph` runs): decodes pinned to their slot and
+    submitted in job order through the window; a tile leaves the window when every batch it feeds is written;
     `n_io` I/O workers (``IO_WORKER_THREADS`` threads each) take the writes and encodes. A batch fed
     by one tile is blended where that tile was decoded, other batches round-robin over the workers once
     their pieces have crossed (``latency + bytes / bandwidth``, one transfer at a time into each

@@ -129,8 +129,8 @@ def choose_cluster(
         wanted = protocol or ("ucx" if n > 1 else "tcp")
         protocol = "ucx" if wanted == "ucx" and ucx_available else "tcp"
         warning = UCX_WARNING if wanted == "ucx" and not ucx_available else None
-        # One decode at a time runs on the GPU (farm.worker.tasks' decode thread); the other task threads blend,
-        # write Zarr and encode video while it does, so the GPU never waits on I/O.
+        # One decode at a time runs on the GPU (farm.worker.tasks' decode thread); the other task threads
+        # blend, write Zarr and encode video while it does, so the GPU never waits on I/O.
         io_threads = threads_per_worker or min(8, max(2, cpu_count // n))
         return ClusterChoice("local-cuda", n, protocol, io_threads, warning, 1)
 

@@ -6,8 +6,8 @@ elsewhere), which takes them out of the scheduler's root-task queuing: this modu
 into every batch it feeds. Blends run as soon as all their pieces exist; a shot's video is joined
 once its last batch is written.
 
-The policy (order, slots, priorities, window, releases) is a `farm.planning.schedule.Schedule`; this module only
-runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
+The policy (order, slots, priorities, window, releases) is a `farm.planning.schedule.Schedule`; this module
+only runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
 shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
 ``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render, shot)`` and, for a shot with
 sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its video's join then muxes).
@@ -238,8 +238,8 @@ def _as_completed() -> Any:
 
 
 class Driver:
-    """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client: submits its decodes in order through
-    the window, each batch's blend and outputs right after the decode that completes it, releases a
+    """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client: submits its decodes in order
+    through the window, each batch's blend and outputs right after the decode that completes it, releases a
     decoded tile once every batch it feeds is written, and joins a shot's video after its last batch.
 
     `completions` makes the iterator of finished ``(future, result)`` pairs (``distributed.as_completed``;
@@ -709,10 +709,10 @@ def shared_over_ipc(
     decode_workers: Sequence[str],
     gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
 ) -> set[tuple[int, int, int, int]]:
-    """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`farm.worker.ipc`): with ``farm.cuda-ipc`` on,
+    """The pieces ``(*unit, batch)`` that go by CUDA IPC handle (`worker.ipc`): with ``farm.cuda-ipc`` on,
     those blended on another decode worker that can open them (`farm.worker.ipc.can_open`: the same host and,
     with `gpus`, a worker that sees the decoding worker's GPU). The others go by value. `gpus` (per
-    worker, `farm.worker.ipc.visible_gpus`) is asked only when some piece crosses between workers of one host."""
+    worker, `ipc.visible_gpus`) is asked only when some piece crosses between workers of one host."""
     if not config.get("cuda-ipc"):
         return set()
     crossing = {piece: (decode_workers[decoded], decode_workers[blended])

@@ -1,14 +1,16 @@
-"""The farm API: plan a job, render it on a cluster, make synthetic jobs.
+"""A render, from a job to its outputs: `render` (the API's `farm.render`) checks what it is given,
+plans, joins or starts a cluster, runs the graph and reports each shot's outcome.
 
->>> import farm.run.render as fr
->>> fr.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=128, width=192)  # doctest: +SKIP
->>> stats = fr.render("job.zarr", "out", workers=2)                                        # doctest: +SKIP
->>> stats.frames_written                                                                    # doctest: +SKIP
+>>> import farm
+>>> farm.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=128, width=192)  # doctest: +SKIP
+>>> stats = farm.render("job.zarr", "out", workers=2)                                       # doctest: +SKIP
+>>> stats.frames_written                                                                     # doctest: +SKIP
 34
 
-This module is the facade: `render` runs a job on a cluster; the pieces it puts together live in
-modules named for them (`farm.planning.options`, `farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.output`,
-`farm.planning.plan_table`, `farm.inputs.synthetic`) and the names below are re-exported from them.
+The pieces it puts together live in the modules named for them (`farm.planning.options`,
+`farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.output`,
+`farm.planning.plan_table`, `farm.inputs.synthetic`); the names in ``__all__`` are re-exported from
+them for the tools and tests that take a render's parts from one place.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
     OUT/frames.zarr/                  attrs: {"farm": {"format": 1, "decoder": {...}, "random_weights": bool}}
       <shot>/frames                   [F, H, W, 3] uint8 levels or float16 in [0, 1], one chunk per
-                                      temporal batch; attrs "render" (its identity, farm.run.resume), "batches";
-                                      dimension_names (frame, y, x, channel), colour attributes
+                                      temporal batch; attrs "render" (its identity, farm.run.resume),
+                                      "batches"; dimension_names (frame, y, x, channel), colour attributes
       <shot>/frame, <shot>/channel    coordinates: frame numbers (from --first-frame), "R", "G", "B"
       <shot>/valid                    bool [F]: True where the frame's batch is done (a reader's mask)
     OUT/videos/<shot>.mp4|.mov        the shot's video (farm.media.video.CODECS: H.264, H.265, ProRes), with
                                       the shot's sound muxed in when it has sound (AAC in mp4, PCM in mov)
-    OUT/audio/<shot>.wav|.flac        the shot's sound (16-bit stereo), as long as its video (farm.media.audio)
+    OUT/audio/<shot>.wav|.flac        the shot's sound (16-bit stereo), as long as its video (media.audio)
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.media.sequences)
     OUT/.farm/lock                    the running render's lock (farm.store.lock)
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)

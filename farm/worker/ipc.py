@@ -121,8 +121,8 @@ def _sizeof_piece(piece: Piece) -> int:
 def share(piece: torch.Tensor, ready: Any = None) -> SharedPiece | Piece:
     """`piece` as a :class:`SharedPiece` when it lives on a GPU (a CPU tensor as a :class:`Piece`).
 
-    `ready`: the CUDA event recorded after the kernels that made the piece (`farm.worker.tasks`); the IPC event
-    is recorded on a side stream that waits for it only, so a blend elsewhere does not also wait for the
+    `ready`: the CUDA event recorded after the kernels that made the piece (`farm.worker.tasks`); the IPC
+    event is recorded on a side stream that waits for it only, so a blend elsewhere does not also wait for the
     next decode that the decoding worker has already queued on its stream."""
     import torch
     from torch.multiprocessing.reductions import reduce_tensor

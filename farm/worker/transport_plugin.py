@@ -60,7 +60,7 @@ def register_when_torch_loads() -> None:
 
 
 def _registering_first(name: str) -> Any:
-    """A serializer for `farm.worker.ipc.Piece` that registers farm's serializers, then runs theirs, `name`."""
+    """A serializer for `farm.worker.ipc.Piece` that registers farm's serializers, then runs `name`'s."""
 
     def serializer(*args: Any) -> Any:
         from farm.worker import transport
