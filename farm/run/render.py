@@ -28,9 +28,10 @@ from farm import keys, logs
 from farm.dashboard.monitor import dashboard_link
 from farm.dashboard.monitor import install as install_monitor
 from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
-from farm.decoders import decoder_class, spec_from_json
+from farm.decoders import decoder_class, decoder_timings, spec_from_json
 from farm.errors import FarmError
 from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
+from farm.media.rates import start_timecode
 from farm.media.settings import VideoSettings
 from farm.planning.budgets import (
     check_fits,
@@ -90,6 +91,7 @@ from farm.store.lock import output_lock, reads_one_version_of_the_job
 from farm.store.output import (
     Output,
     check_writable,
+    mark_done,
     prepare_output,
     remove_stale_temporaries,
     removed_if_left_empty,
@@ -237,8 +239,6 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     of each latent shape, logged for ``farm -v render``; empty unless debug messages are on."""
     if not logs.LOGGER.isEnabledFor(logging.DEBUG) or not decoders_ready:
         return {}
-    from farm.decoders import decoder_timings
-
     steps = {w: dict(f.result()) for w, f in decoders_ready.items() if f.status == "finished"}
     first_calls = client.run(decoder_timings, workers=list(decoders_ready), on_error="ignore")
     for worker, timings in first_calls.items():
@@ -253,8 +253,6 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
 def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
     """Each shot's start timecode (``--timecode``, else the job's), checked against its rate before
     anything starts; shots without one are left out."""
-    from farm.media.rates import start_timecode
-
     found = {}
     for name, info in job.shots.items():
         try:
@@ -271,8 +269,6 @@ def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
 def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str] = ()) -> None:
     """Record in OUT the shots `farm cancel` stopped (`farm status` reads them), and forget the mark of
     shots a render takes up again (`resumed`)."""
-    from farm.store.output import mark_done
-
     for shot in resumed:
         out.cancelled_marker(shot).unlink(missing_ok=True)
     for shot in cancelled:

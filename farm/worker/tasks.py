@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,11 +21,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from dask.sizeof import sizeof
 
+from farm.decoders import load_decoder
+from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
 from farm.errors import FarmError
 from farm.media.files import fsync_all, fsync_path
+from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
+from farm.media.yuv import rgb_to_yuv420
 from farm.planning.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
-from farm.store.job import read_latent
+from farm.store.job import read_audio_latent, read_latent
 from farm.store.output import (
     Output,
     batch_record,
@@ -133,9 +139,6 @@ _visible: set[str] = set()  # paths this worker process has seen once
 
 def where_am_i(worker: Any = None) -> str:
     """``worker NAME (ADDRESS) on HOST`` (this task's worker, or `worker`), else ``process PID on HOST``."""
-    import os
-    import socket
-
     if worker is None:
         try:
             from distributed import get_worker
@@ -149,8 +152,6 @@ def where_am_i(worker: Any = None) -> str:
 
 def path_problem(path: str, what: str) -> str | None:
     """Why this process cannot use the `what` at `path` (None when it can)."""
-    import os
-
     if not os.path.isdir(path):
         return f"cannot see the {what} {path!r} (no such folder on that host)"
     if not os.access(path, os.R_OK | os.X_OK | (os.W_OK if what == "output folder" else 0)):
@@ -240,8 +241,6 @@ def decode_tile(
 
     `first_latent`: `read_latent_ahead`'s result for this decode (a worker's first, read while the
     render set up), used when it holds the latent this decode reads."""
-    from farm.decoders import load_decoder
-
     check_visible(job_path, "job store")
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
     expected = tuple(span.size for span in tile.pixels)
@@ -543,8 +542,6 @@ def blend_batch(
     """
     import torch
 
-    from farm.media.yuv import rgb_to_yuv420
-
     # a piece shared by another worker is opened on the blend stream (its producer's event waited on
     # there); one shared from this process is its own tensor, waited on as every local piece is
     pieces = [p.tensor if isinstance(p, Piece | SharedPiece) and p.tensor is not None else p for p in pieces]
@@ -643,8 +640,6 @@ def write_sequence(
     timecode: str | None = None,
 ) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
-    from farm.media.sequences import write_frames as write_images
-
     check_visible(out_root, "output folder")
     t0 = time.perf_counter()
     out = Output(Path(out_root))
@@ -735,9 +730,7 @@ def decode_audio(
 ) -> dict:
     """Decode a shot's sound whole (audio VAE, then vocoder) and write ``OUT/audio/<shot>.<fmt>``: as long
     as its `frames` video frames at `fps` (cut, or padded with silence), then its done marker."""
-    from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
     from farm.media.audio import audio_suffix, fit_length, to_levels, write_audio
-    from farm.store.job import read_audio_latent
 
     check_visible(job_path, "job store")
     check_owner(out_root, shot)
