@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import farm.run.render as fr
-from farm.planning import costmodel, planner
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import (
@@ -23,9 +22,10 @@ from farm.decoders.neighborhood_attention import (
     neighborhood_attention,
 )
 from farm.errors import FarmError
-from farm.store.output import Output, read_frames
 from farm.inputs.synthetic import synth
+from farm.planning import costmodel, planner
 from farm.planning.tiling import ChunkSize, TileGrid, plan_shot
+from farm.store.output import Output, read_frames
 
 pytestmark = pytest.mark.model
 SPEC = {"family": "ltx2-diffusion", "config": "ltx2-diffusion-tiny", "weights": {"random_seed": 0}}

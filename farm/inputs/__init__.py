@@ -2,6 +2,6 @@
 diffusers pipeline's output (`pipelines`), or synthetic ones for demos, tests and benchmarks
 (`synthetic`).
 
-May import: `farm.store.job`, `farm.planning` (the tile geometry's limits), `farm.decoders`, `farm.media`,
+May import: `farm.store`, `farm.planning` (the tile geometry's limits), `farm.decoders`, `farm.media`,
 `farm.errors`; torch and safetensors only inside the functions that read tensors.
 """

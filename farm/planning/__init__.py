@@ -3,7 +3,7 @@ and the recorded models in costmodels/), the auto planner (`planner`), a job's s
 the run policy as one value (`schedule`), memory budgets (`budgets`), the user's planning options
 (`options`) and the `farm plan` table (`plan_table`).
 
-May import: `farm.store.job` (the job it plans), `farm.decoders` (specs, geometry, memory models),
+May import: `farm.store` (the job it plans), `farm.decoders` (specs, geometry, memory models),
 `farm.media` (rates, the render's settings), `farm.errors`, `farm.config`, numpy. Never Dask
 distributed, torch, diffusers or the disk beyond reading a job's metadata: the fast test tier and
 `farm plan` run it alone.

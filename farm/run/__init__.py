@@ -3,7 +3,7 @@ everything before OUT or a cluster is touched; `resume` says what an output is a
 is left; `cluster` joins or starts a cluster (`clusterd`: `farm cluster`, `tls`: its certificates);
 `graph` runs a schedule on Dask through a bounded window.
 
-May import every package below it (`farm.planning`, `farm.store.job`, `farm.inputs`, `farm.worker`'s task
+May import every package below it (`farm.planning`, `farm.store`, `farm.inputs`, `farm.worker`'s task
 functions, `farm.dashboard`, `farm.media`, `farm.decoders`) and Dask distributed; torch and diffusers
 never at module level (`tests/test_driver_boundary.py`).
 """

@@ -2,7 +2,7 @@
 a batch, finish a shot), tensors between workers (`transport`, installed by `transport_plugin`; CUDA
 IPC in `ipc`), per-thread CUDA streams (`cuda_streams`) and a worker's warm-up preload (`warmup`).
 
-May import: `farm.store.job`, `farm.media`, `farm.planning` (tiles), `farm.decoders`, `farm.errors`,
+May import: `farm.store`, `farm.media`, `farm.planning` (tiles), `farm.decoders`, `farm.errors`,
 `farm.config`; torch and diffusers. The driver imports `tasks`, `ipc`, `cuda_streams` and
 `transport_plugin` too (Dask pickles task functions by reference, so the graph holds the functions
 themselves): those import torch only inside the functions that run on a worker. `transport` imports
