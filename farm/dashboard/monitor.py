@@ -250,11 +250,7 @@ def summarize(
     `on_disk`: per shot, the batches OUT marks done (`batches_on_disk`), which a render that no longer
     runs shows instead of what it last published (tasks it left running may have finished since)."""
     counts = counts or _TaskCounts()
-    state = str(record.get("state", "running"))
-    if state != "done" and is_cancelled(render_id, cancelled):
-        state = "cancelled" if state != "running" or not live else "cancelling"
-    elif state == "running" and not live and now - float(record.get("updated", now)) > STALE_AFTER_S:
-        state = "interrupted"
+    state = _render_state(render_id, record, cancelled, live, now)
     started = float(record.get("started") or now)
     updated = float(record.get("updated") or now)
     end = now if state in ("running", "cancelling") else updated
@@ -270,54 +266,10 @@ def summarize(
     shots = []
     seen_by_render = 0  # batches this render marked done, as published or as the scheduler saw them
     for name, shot in dict(record.get("shots", {})).items():
-        written, total = int(shot.get("batches_written", 0)), int(shot.get("batches_total", 0))
-        # the scheduler saw these marks itself: a render killed before it published them still counts them
-        this_render = max(written, sum(1 for s in counts.batches.get(name, {}).values() if s == "done"))
+        summary, this_render = _summarize_shot(render_id, name, shot, record, counts, state, elapsed,
+                                               thumbnails or {}, on_disk)  # fmt: skip
         seen_by_render += this_render
-        layout = dict(record.get("batches", {})).get(name) or {}
-        # as on disk: the shot's batches done by earlier renders too, out of all its batches
-        written = len(layout.get("done", ())) + this_render
-        if on_disk is not None and name in on_disk:
-            written = on_disk[name]
-        total = int(layout.get("total", 0)) or total
-        errors = counts.errors.get(name, 0)
-        if shot.get("cancelled"):
-            shot_state = "cancelled"  # its own state: a cancel is not a failure
-        elif shot.get("error"):
-            shot_state = "failed"
-        elif written >= total and (shot.get("video") or state == "done"):
-            shot_state = "done"
-        elif state in ("cancelled", "cancelling", "interrupted"):
-            shot_state = state
-        elif state in ("done", "failed"):
-            shot_state = "incomplete"  # the render ended before this shot did
-        elif written or counts.decoded.get(name):
-            shot_state = "rendering"
-        else:
-            shot_state = "queued"
-        shot_frames = shot.get("frames_written")
-        if not shot_frames and this_render and layout.get("batch_frames"):  # marked before it published
-            shot_frames = this_render * int(layout["batch_frames"])
-        shots.append(
-            {
-                "shot": name,
-                "state": shot_state,
-                "tiles_decoded": len(counts.decoded.get(name, ())),
-                "tiles_total": shot.get("tiles_total"),
-                "batches_written": written,
-                "batches_total": total,
-                "frames_written": shot_frames,
-                "frames_per_second": (shot_frames / elapsed) if shot_frames else None,
-                "task_errors": errors,
-                "video": shot.get("video"),
-                "error": shot.get("error"),
-                "batches": batch_states(
-                    dict(record.get("batches", {})).get(name), counts.batches.get(name, {}), total
-                ),
-                "thumbnail": thumbnail_url(render_id, name) if name in (thumbnails or {}) else None,
-                "thumbnail_frame": (thumbnails or {}).get(name, {}).get("frame_index"),
-            }
-        )
+        shots.append(summary)
     batches_written = max(batches_written, seen_by_render)
     failed_shots = sum(1 for s in shots if s["state"] == "failed")
     cancelled_shots = sum(1 for s in shots if s["state"] == "cancelled")
@@ -344,6 +296,79 @@ def summarize(
         "last_error": counts.last_error or None,
         "shots": shots,
     }
+
+
+def _render_state(
+    render_id: str, record: Mapping[str, Any], cancelled: Mapping[str, Any], live: bool, now: float
+) -> str:
+    """The render's state as published, or cancelled / cancelling, or interrupted (a render that stopped
+    publishing and no longer runs)."""
+    state = str(record.get("state", "running"))
+    if state != "done" and is_cancelled(render_id, cancelled):
+        state = "cancelled" if state != "running" or not live else "cancelling"
+    elif state == "running" and not live and now - float(record.get("updated", now)) > STALE_AFTER_S:
+        state = "interrupted"
+    return state
+
+
+def _summarize_shot(
+    render_id: str,
+    name: str,
+    shot: Mapping[str, Any],
+    record: Mapping[str, Any],
+    counts: _TaskCounts,
+    state: str,
+    elapsed: float,
+    thumbnails: Mapping[str, Any],
+    on_disk: Mapping[str, int] | None,
+) -> tuple[dict[str, Any], int]:
+    """One shot's numbers on the farm page, and the batches this render marked done in it."""
+    written, total = int(shot.get("batches_written", 0)), int(shot.get("batches_total", 0))
+    # the scheduler saw these marks itself: a render killed before it published them still counts them
+    this_render = max(written, sum(1 for s in counts.batches.get(name, {}).values() if s == "done"))
+    layout = dict(record.get("batches", {})).get(name) or {}
+    # as on disk: the shot's batches done by earlier renders too, out of all its batches
+    written = len(layout.get("done", ())) + this_render
+    if on_disk is not None and name in on_disk:
+        written = on_disk[name]
+    total = int(layout.get("total", 0)) or total
+    shot_frames = shot.get("frames_written")
+    if not shot_frames and this_render and layout.get("batch_frames"):  # marked before it published
+        shot_frames = this_render * int(layout["batch_frames"])
+    summary = {
+        "shot": name,
+        "state": _shot_state(shot, written, total, state, bool(counts.decoded.get(name))),
+        "tiles_decoded": len(counts.decoded.get(name, ())),
+        "tiles_total": shot.get("tiles_total"),
+        "batches_written": written,
+        "batches_total": total,
+        "frames_written": shot_frames,
+        "frames_per_second": (shot_frames / elapsed) if shot_frames else None,
+        "task_errors": counts.errors.get(name, 0),
+        "video": shot.get("video"),
+        "error": shot.get("error"),
+        "batches": batch_states(layout, counts.batches.get(name, {}), total),
+        "thumbnail": thumbnail_url(render_id, name) if name in thumbnails else None,
+        "thumbnail_frame": thumbnails.get(name, {}).get("frame_index"),
+    }
+    return summary, this_render
+
+
+def _shot_state(shot: Mapping[str, Any], written: int, total: int, state: str, decoding: bool) -> str:
+    """A shot's state on the farm page, from its own record and the render's `state`."""
+    if shot.get("cancelled"):
+        return "cancelled"  # its own state: a cancel is not a failure
+    if shot.get("error"):
+        return "failed"
+    if written >= total and (shot.get("video") or state == "done"):
+        return "done"
+    if state in ("cancelled", "cancelling", "interrupted"):
+        return state
+    if state in ("done", "failed"):
+        return "incomplete"  # the render ended before this shot did
+    if written or decoding:
+        return "rendering"
+    return "queued"
 
 
 # --------------------------------------------------------------------------------------------------
