@@ -21,8 +21,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from distributed import Client
+from distributed.comm import parse_address, parse_host_port
+from distributed.security import Security
+
+from farm.dashboard import monitor
 from farm.errors import FarmError, FarmRuntimeError
+from farm.media.files import atomic_path
+from farm.run.cluster import (
+    ClusterChoice,
+    QuickExitPlugin,
+    TorchThreadsPlugin,
+    choose_cluster,
+    cpu_count,
+    cpu_decode_threads,
+    detect_gpus,
+    start_io_workers,
+    start_local_cluster,
+    ucx_available,
+)
 from farm.run.tls import check_tls
+from farm.run.validate import check_local_workers
+from farm.worker import transport_plugin
 
 
 def parse_gpus(text: str | None) -> int | None:
@@ -80,8 +100,6 @@ def _checked_gpu_count(
     gpus: int | None, workers: int | None, protocol: str | None, io_workers: int | None
 ) -> int:
     """The GPUs `start` takes, once its options are known good (FarmError before anything starts)."""
-    from farm.run.cluster import detect_gpus, ucx_available
-
     found = detect_gpus()
     if gpus is not None and gpus > found:
         raise FarmError(f"--gpus {gpus} asks for more GPUs than this machine has ({found})")
@@ -96,8 +114,6 @@ def _checked_gpu_count(
     if gpu_count and workers is not None:
         raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
     if not gpu_count:
-        from farm.run.validate import check_local_workers
-
         check_local_workers(workers)
     if io_workers is not None and io_workers < 0:
         raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
@@ -122,22 +138,6 @@ def start(
     `io_workers`: CPU-only worker processes (``farm-io-N``) that write and encode beside GPU workers, as
     ``farm render`` starts for its own cluster (None: ``farm.io-workers``, else about one per 3 cores,
     at most 6 per GPU; none beside CPU workers)."""
-    from distributed import Client
-    from distributed.security import Security
-
-    from farm.dashboard import monitor
-    from farm.run.cluster import (
-        QuickExitPlugin,
-        TorchThreadsPlugin,
-        choose_cluster,
-        cpu_count,
-        cpu_decode_threads,
-        start_io_workers,
-        start_local_cluster,
-        ucx_available,
-    )
-    from farm.worker import transport_plugin
-
     gpu_count = _checked_gpu_count(gpus, workers, protocol, io_workers)
     choice = choose_cluster(
         scheduler=None,
@@ -153,11 +153,7 @@ def start(
     check_tls()
     check_ports_free(host, {"--port": port, "--dashboard-port": dashboard_port})
     security = Security()  # from Dask's configuration: TLS when it requires encryption
-    wire = choice.protocol
-    if security.require_encryption:
-        if wire == "ucx":
-            raise FarmError("the Dask configuration requires TLS, which UCX lacks; use --protocol tcp")
-        wire = "tls"
+    wire = _wire_protocol(choice, security)
     if scheduler_file:
         check_scheduler_file_free(Path(scheduler_file))
         Path(scheduler_file).parent.mkdir(parents=True, exist_ok=True)
@@ -170,20 +166,7 @@ def start(
         "security": security,
     }  # the scheduler file is written here (`write_scheduler_file`), not by Dask, which removes it blindly
     stack = contextlib.ExitStack()
-    try:
-        cluster = start_local_cluster(
-            choice, stack, no_cuda_hint="or start CPU workers with --gpus 0", **common
-        )
-    except (OSError, RuntimeError, TypeError, ValueError) as exc:  # LocalCluster wraps what stopped it
-        stack.close()
-        cause: BaseException = exc
-        while cause.__cause__ is not None:
-            cause = cause.__cause__
-        raise FarmRuntimeError(
-            f"could not start the scheduler on {host}:{port} (dashboard {dashboard_port}): "
-            f"{type(cause).__name__}: {cause}; is another cluster running? choose other ports with --port "
-            "and --dashboard-port (0 = any free)"
-        ) from None
+    cluster = _start_local(choice, stack, common, host, port, dashboard_port)
     client = Client(cluster, set_as_default=False)
     client.register_plugin(QuickExitPlugin())
     if choice.kind == "local-cpu":
@@ -214,10 +197,36 @@ def start(
     return cluster, client, facts
 
 
+def _wire_protocol(choice: ClusterChoice, security: Security) -> str:
+    """The cluster's comm protocol: the chosen one, or TLS where Dask's configuration requires it."""
+    if not security.require_encryption:
+        return choice.protocol
+    if choice.protocol == "ucx":
+        raise FarmError("the Dask configuration requires TLS, which UCX lacks; use --protocol tcp")
+    return "tls"
+
+
+def _start_local(
+    choice: ClusterChoice, stack: contextlib.ExitStack, common: dict[str, Any], host: str, port: int,
+    dashboard_port: int,
+) -> Any:
+    """The local cluster `choice` describes, or a `FarmRuntimeError` that says why it could not start."""
+    try:
+        return start_local_cluster(choice, stack, no_cuda_hint="or start CPU workers with --gpus 0", **common)
+    except (OSError, RuntimeError, TypeError, ValueError) as exc:  # LocalCluster wraps what stopped it
+        stack.close()
+        cause: BaseException = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise FarmRuntimeError(
+            f"could not start the scheduler on {host}:{port} (dashboard {dashboard_port}): "
+            f"{type(cause).__name__}: {cause}; is another cluster running? choose other ports with --port "
+            "and --dashboard-port (0 = any free)"
+        ) from None
+
+
 def scheduler_listening(address: str, timeout: float = 2.0) -> bool:
     """Whether something accepts connections at a scheduler address (``tcp://host:port``)."""
-    from distributed.comm import parse_address, parse_host_port
-
     try:
         _, location = parse_address(address)
         host, port = parse_host_port(location)
@@ -249,8 +258,6 @@ def check_scheduler_file_free(path: Path) -> None:
 def write_scheduler_file(path: Path, info: dict[str, Any]) -> str:
     """Write the scheduler file (Dask's format: the scheduler's identity, its ``address`` first of all)
     in one rename; returns the id that makes it this cluster's (`remove_own_scheduler_file`)."""
-    from farm.media.files import atomic_path
-
     keep = ("type", "id", "address", "services", "started")
     record = {k: info[k] for k in keep if k in info}
     record.setdefault("id", f"farm-{os.getpid()}-{id(info)}")
