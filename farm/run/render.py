@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -211,13 +211,7 @@ def render(
                 mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
-                    targets = RenderTargets(
-                        job_path=str(job.path), spec_json=job.spec.to_json(), out_root=str(out.root),
-                        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
-                        metadata={"comment": "farm render: " + job.spec.describe()},
-                        total_batches=points.totals, finish=points.finish, compile=compile,
-                        sound=_sound(job, plans, points, video), timecodes=dict(timecodes),
-                    )  # fmt: skip
+                    targets = _targets(job, out, plans, points, video, compile, timecodes)
                     stats = run_graph(
                         client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
                         render_id=render_id, outputs_ready=outputs.result, stream=stream,
@@ -232,6 +226,20 @@ def render(
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def _targets(
+    job: Job, out: Output, plans: Sequence[ShotPlan], points: ResumePoints, video: VideoSettings,
+    compile: bool | str, timecodes: Mapping[str, str],
+) -> RenderTargets:
+    """Where the render's tasks read and write, and what they write: one value for the graph."""
+    return RenderTargets(
+        job_path=str(job.path), spec_json=job.spec.to_json(), out_root=str(out.root),
+        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
+        metadata={"comment": "farm render: " + job.spec.describe()},
+        total_batches=points.totals, finish=points.finish, compile=compile,
+        sound=_sound(job, plans, points, video), timecodes=dict(timecodes),
+    )  # fmt: skip
 
 
 def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, dict[str, float]]:
