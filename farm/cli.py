@@ -1,4 +1,4 @@
-"""The `farm` command: parses arguments and calls the API in `farm.run.render`; nothing else lives here."""
+"""The `farm` command: parses arguments and calls the packages below it; nothing else lives here."""
 
 from __future__ import annotations
 
