@@ -63,11 +63,11 @@ def test_chunks_segment_and_images_are_synced_before_the_marker(tmp_path: Path, 
     batch = Batch(shot="a", index=1, start=8, stop=16, tiles=(0,))
     video = VideoSettings(sequence="png8", preset="ultrafast")
     blended = BlendedFrames(rgb)
-    write_batch(str(out.root), batch, blended)
-    encode_batch(str(out.root), batch, blended, 24.0, video, {})
-    write_sequence(str(out.root), batch, blended, video)
+    write_batch(out, batch, blended)
+    encode_batch(out, batch, blended, 24.0, video, {})
+    write_sequence(out, batch, blended, video)
     marker_at = len(synced)
-    mark_batch(str(out.root), batch, 0.0, 0.0)
+    mark_batch(out, batch, 0.0, 0.0)
 
     arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
     chunks = [str(p) for p in chunk_files(out.frames_zarr / "a" / "frames", arr, 8, 16)]
@@ -93,7 +93,7 @@ def test_a_zarr_only_batch_written_and_marked_in_one_task_syncs_its_chunks_first
     out = out_with_shot(tmp_path)
     rgb = np.random.default_rng(1).integers(0, 256, (8, 16, 24, 3), dtype=np.uint8)
     batch = Batch(shot="a", index=1, start=8, stop=16, tiles=(0,))
-    result = write_and_mark_batch(str(out.root), batch, BlendedFrames(rgb))
+    result = write_and_mark_batch(out, batch, BlendedFrames(rgb))
     assert (result["batch"], result["frames"], result["encode_s"]) == (1, 8, 0.0) and result["write_s"] > 0
     marker = str(out.done_marker("a", 1))
     arr = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")
@@ -161,7 +161,7 @@ def test_not_durable_skips_the_fsyncs(tmp_path: Path, synced: list[str]) -> None
     out = out_with_shot(tmp_path)
     rgb = np.full((8, 16, 24, 3), 7, dtype=np.uint8)
     batch = Batch(shot="a", index=0, start=0, stop=8, tiles=(0,))
-    write_batch(str(out.root), batch, BlendedFrames(rgb), False)
+    write_batch(out, batch, BlendedFrames(rgb), False)
     assert synced == []
     got = zarr.open_array(store=str(out.frames_zarr / "a" / "frames"), mode="r")[:8]
     assert (np.asarray(got) == 7).all()
@@ -265,9 +265,9 @@ def test_a_joined_video_is_synced_before_its_marker_and_the_segments_go(
     video = VideoSettings(preset="ultrafast")
     for k in range(2):
         frames = BlendedFrames(rgb[8 * k : 8 * k + 8])
-        encode_batch(str(out.root), Batch("a", k, 8 * k, 8 * k + 8, (0,)), frames, 24.0, video, {})
+        encode_batch(out, Batch("a", k, 8 * k, 8 * k + 8, (0,)), frames, 24.0, video, {})
     before = len(synced)
-    finish_shot(str(out.root), "a", 2, {}, ".mp4", durable=durable)
+    finish_shot(out, "a", 2, {}, durable=durable)
     calls = synced[before:]
     marker = str(out.video_done_marker("a"))
     at = calls.index(marker_temporary(marker, calls))

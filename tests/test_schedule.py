@@ -7,6 +7,7 @@ test_render.py and test_resume.py run the same driver); the simulator is the pla
 from __future__ import annotations
 
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -28,6 +29,7 @@ from farm.planning.tiling import (
     plan_shot,
 )
 from farm.run.graph import ahead_key
+from farm.store.output import Output
 from farm.worker.tasks import share_piece
 from tests.helpers import plans_required_window
 
@@ -146,7 +148,7 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
     client = FakeClient(workers, io_workers, fail_shot)
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
     targets = RenderTargets(
-        job_path="job", spec_json={}, out_root="out", fps={p.shot: 24.0 for p in plans},
+        job_path="job", spec_json={}, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
         video=VideoSettings(), metadata={}, finish=None,
         total_batches={p.shot: len(p.batches) for p in plans},
     )  # fmt: skip
@@ -508,8 +510,9 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
     workers, io_workers = ["tcp://10.0.0.1:1"], ["tcp://10.0.1.1:1", "tcp://10.0.1.2:1"]
     client = FakeClient(workers, io_workers)
     schedule = make_schedule(plans, n_decode=1, n_io=2)
-    targets = RenderTargets(job_path="job", spec_json={}, out_root="out", fps={p.shot: 24.0 for p in plans},
-                            video=VideoSettings(enabled=False), metadata={}, finish=None,
+    targets = RenderTargets(job_path="job", spec_json={}, out=Output(Path("out")),
+                            fps={p.shot: 24.0 for p in plans}, video=VideoSettings(enabled=False),
+                            metadata={}, finish=None,
                             total_batches={p.shot: len(p.batches) for p in plans})  # fmt: skip
     stats = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
                    completions=FifoCompletions).run()  # fmt: skip

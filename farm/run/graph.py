@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys, logs
@@ -106,7 +105,7 @@ class RenderTargets:
 
     job_path: str
     spec_json: dict
-    out_root: str
+    out: Output  # every path under OUT, its video suffix the render's codec's
     fps: dict[str, Fraction | float]  # exact rates (farm.media.rates), a float only where a shot has none
     video: VideoSettings
     metadata: dict[str, str]
@@ -362,30 +361,30 @@ class Driver:
             "priority": self.base + Priority.OUTPUT,
         }
         if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
-            mark = self.submit(write_and_mark_batch, t.out_root, batch, frames, t.video.durable,
+            mark = self.submit(write_and_mark_batch, t.out, batch, frames, t.video.durable,
                                       key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
             self.futures.add(mark)
             self.meaning[mark.key] = ("blend", step)
             return
         written = self.submit(
-            write_batch, t.out_root, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
+            write_batch, t.out, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
         )
         encoded: Any = 0.0
         if t.video.enabled:
             encoded = self.submit(
-                encode_batch, t.out_root, batch, frames, t.fps[plan.shot], t.video, t.metadata,
+                encode_batch, t.out, batch, frames, t.fps[plan.shot], t.video, t.metadata,
                 key=(keys.ENCODE_SEGMENT, *name), **where,
             )  # fmt: skip
         extra = []
         if t.video.sequence:
             extra.append(self.submit(
-                write_sequence, t.out_root, batch, frames, t.video, t.fps[plan.shot],
+                write_sequence, t.out, batch, frames, t.video, t.fps[plan.shot],
                 timecode=t.timecodes.get(plan.shot),
                 key=(keys.WRITE_SEQUENCE, *name), **where,
             ))  # fmt: skip
         where["priority"] = self.base + Priority.MARK
         mark = self.submit(
-            mark_batch, t.out_root, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
+            mark_batch, t.out, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
         )
         self.futures.add(mark)
         self.meaning[mark.key] = ("blend", step)
@@ -395,7 +394,7 @@ class Driver:
         plan, t = self.plans[shot], self.targets
         assert t.sound is not None
         done = self.submit(
-            decode_audio, t.job_path, t.sound.spec_json, t.out_root, plan.shot, plan.pixel_shape[0],
+            decode_audio, t.job_path, t.sound.spec_json, t.out, plan.shot, plan.pixel_shape[0],
             t.fps[plan.shot], t.sound.format, t.video.durable,
             key=(keys.DECODE_AUDIO, self.render_id, plan.shot),
             workers=[self.workers[shot % len(self.workers)]], allow_other_workers=True, retries=t.retries,
@@ -411,12 +410,12 @@ class Driver:
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
         sound = None
         if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
-            sound = str(Output(Path(t.out_root)).audio_file(plan.shot, "." + t.sound.format))
+            sound = str(t.out.audio_file(plan.shot, "." + t.sound.format))
         waits = [self.sounds.pop(shot)] if shot in self.sounds else []
         done = self.submit(
-            finish_shot, t.out_root, plan.shot, t.total_batches[plan.shot],
+            finish_shot, t.out, plan.shot, t.total_batches[plan.shot],
             {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
-            t.video.suffix, *waits,
+            *waits,
             durable=t.video.durable, sound=sound,
             key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip

@@ -234,7 +234,7 @@ def _targets(
 ) -> RenderTargets:
     """Where the render's tasks read and write, and what they write: one value for the graph."""
     return RenderTargets(
-        job_path=str(job.path), spec_json=job.spec.to_json(), out_root=str(out.root),
+        job_path=str(job.path), spec_json=job.spec.to_json(), out=out,
         fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
         metadata={"comment": "farm render: " + job.spec.describe()},
         total_batches=points.totals, finish=points.finish, compile=compile,

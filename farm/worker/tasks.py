@@ -173,7 +173,7 @@ def check_visible(path: str, what: str) -> None:
     _visible.add(path)
 
 
-def check_owner(out_root: str, shot: str) -> None:
+def check_owner(out: Output, shot: str) -> None:
     """Write into OUT only for the render that owns the shot now: a task still running after its render
     was killed or cancelled (Dask cannot stop a running task) must not mark or overwrite the batches of
     the render that took the shot over since (`farm.run.resume.record_identity`)."""
@@ -187,7 +187,7 @@ def check_owner(out_root: str, shot: str) -> None:
         return
     import zarr
 
-    owner = zarr.open_group(store=str(Output(Path(out_root)).shot_group(shot)), mode="r").attrs.get("owner")
+    owner = zarr.open_group(store=str(out.shot_group(shot)), mode="r").attrs.get("owner")
     if owner is not None and owner != key[1]:
         raise FarmError(f"shot {shot!r}: render {key[1]} was superseded in this output by render {owner}; "
                         "nothing written")  # fmt: skip
@@ -600,17 +600,17 @@ def _to_host(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
-def write_batch(out_root: str, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
+def write_batch(out: Output, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
     """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
-    check_visible(out_root, "output folder")
-    check_owner(out_root, batch.shot)
-    write_frames(Output(Path(out_root)), batch.shot, batch.start, frames.rgb, durable=durable)
+    check_visible(str(out.root), "output folder")
+    check_owner(out, batch.shot)
+    write_frames(out, batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
 
 def encode_batch(
-    out_root: str,
+    out: Output,
     batch: Batch,
     frames: BlendedFrames,
     fps: float,
@@ -620,12 +620,11 @@ def encode_batch(
     """Encode a blended batch as its own video segment; returns seconds spent."""
     from farm.media.video import encode_segment
 
-    check_visible(out_root, "output folder")
+    check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
     rgb = frames.rgb
     if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
         rgb = levels_uint8(rgb)
-    out = Output(Path(out_root), video.suffix)
     segment = out.segment(batch.shot, batch.index)
     encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
                    metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
@@ -636,13 +635,12 @@ def encode_batch(
 
 
 def write_sequence(
-    out_root: str, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
+    out: Output, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
     timecode: str | None = None,
 ) -> float:
     """Write a blended batch as numbered image files (PNG or EXR); returns seconds spent."""
-    check_visible(out_root, "output folder")
+    check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
-    out = Output(Path(out_root))
     folder = out.sequence_dir(batch.shot)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
@@ -652,10 +650,9 @@ def write_sequence(
     return time.perf_counter() - t0
 
 
-def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
+def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
-    check_owner(out_root, batch.shot)
-    out = Output(Path(out_root))
+    check_owner(out, batch.shot)
     mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
     mark_done(out.done_marker(batch.shot, batch.index), record)
@@ -664,11 +661,11 @@ def mark_batch(out_root: str, batch: Batch, write_s: float, encode_s: float, *ou
 
 
 def write_and_mark_batch(
-    out_root: str, batch: Batch, frames: BlendedFrames, durable: bool = True
+    out: Output, batch: Batch, frames: BlendedFrames, durable: bool = True
 ) -> dict[str, Any]:
     """`write_batch` then `mark_batch`, for a batch whose only output is its Zarr frames: one task, so
     the mark does not wait a scheduler round trip after the write (≈ 10 ms, on a render's tail)."""
-    return mark_batch(out_root, batch, write_batch(out_root, batch, frames, durable), 0.0)
+    return mark_batch(out, batch, write_batch(out, batch, frames, durable), 0.0)
 
 
 def levels_uint8(frames: np.ndarray) -> np.ndarray:
@@ -685,11 +682,10 @@ def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def finish_shot(
-    out_root: str,
+    out: Output,
     shot: str,
     n_batches: int,
     metadata: dict[str, str],
-    suffix: str = ".mp4",
     *_done: Any,
     durable: bool = True,
     sound: str | None = None,
@@ -703,8 +699,7 @@ def finish_shot(
     whole video."""
     from farm.media.video import join_segments
 
-    check_owner(out_root, shot)
-    out = Output(Path(out_root), suffix)
+    check_owner(out, shot)
     segments = [out.segment(shot, k) for k in range(n_batches)]
     missing = [str(s) for s in segments if not s.exists()]
     if missing:
@@ -721,7 +716,7 @@ def finish_shot(
 def decode_audio(
     job_path: str,
     audio_spec_json: dict,
-    out_root: str,
+    out: Output,
     shot: str,
     frames: int,
     fps: float,
@@ -733,13 +728,12 @@ def decode_audio(
     from farm.media.audio import audio_suffix, fit_length, to_levels, write_audio
 
     check_visible(job_path, "job store")
-    check_owner(out_root, shot)
+    check_owner(out, shot)
     started = time.perf_counter()
     decoder = load_audio_decoder(audio_spec_json, worker_device())
     waveform = decoder.decode(read_audio_latent(job_path, shot))
     samples = samples_for_frames(frames, fps, decoder.sample_rate)
     levels = to_levels(fit_length(waveform, samples))
-    out = Output(Path(out_root))
     path = out.audio_file(shot, audio_suffix(fmt))
     write_audio(path, levels, decoder.sample_rate, fmt)
     if durable:
