@@ -210,13 +210,13 @@ def test_a_stale_task_writes_nothing_into_a_shot_a_newer_render_owns(job, finish
     out = Output(finished)
     batch = fr.plan_job(open_job(job), TILES, 1, ["shot000"])[0].batches[1]
     out.done_marker("shot000", 1).unlink()
-    stale = cluster3.submit(mark_batch, str(finished), batch, 0.0, 0.0,
+    stale = cluster3.submit(mark_batch, out, batch, 0.0, 0.0,
                             key=("mark-batch", "gone", "shot000", 1))  # fmt: skip
     with pytest.raises(FarmError, match="render gone was superseded in this output by render "):
         stale.result()
     assert 1 not in out.batches_done("shot000")
     owner = zarr.open_group(store=str(out.shot_group("shot000")), mode="r").attrs["owner"]
-    mark_batch_now = cluster3.submit(mark_batch, str(finished), batch, 0.0, 0.0,
+    mark_batch_now = cluster3.submit(mark_batch, out, batch, 0.0, 0.0,
                                      key=("mark-batch", owner, "shot000", 1))  # fmt: skip
     mark_batch_now.result()
     assert 1 in out.batches_done("shot000")
