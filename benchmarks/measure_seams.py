@@ -389,7 +389,7 @@ def context_markdown(result: dict) -> str:
 # fidelity: every family, farm's tiles vs diffusers' enable_tiling, against the untiled decode
 # --------------------------------------------------------------------------------------------------
 
-# decoder → clip (pixel frames, height, width), the sizes issue 16 measured
+# decoder → clip (pixel frames, height, width): the sizes docs/fidelity.md reports
 FIDELITY_CLIPS = {
     "ltx2-tiny": (49, 256, 384),
     "ltxv-tiny": (49, 256, 384),
