@@ -152,9 +152,9 @@ def cpu_decode_threads() -> int | None:
 
     The same count on every worker, whatever their number, keeps the frames byte-identical across
     worker counts: torch's CPU convolutions (oneDNN's, and MKL's without it) sum in another order with
-    another thread count on some CPUs (a level off in a few pixels: 27 of 921 600 values of a tiny
-    test render on a 2-core Xeon with AMX, 2026-12-02), so 1 worker of 2 threads and 3 workers of 1
-    wrote different bytes there. ``auto`` is faster with fewer workers than cores, at that cost."""
+    another thread count on some CPUs (a level off in a few pixels of a tiny test render on a Xeon with
+    AMX), so 1 worker of 2 threads and 3 workers of 1 can write different bytes. ``auto`` is faster with
+    fewer workers than cores, at that cost."""
     value = config.get("cpu-decode-threads")
     if value == "auto":
         return None
