@@ -75,6 +75,8 @@ def workers_paused(client: Client):
     'mid-render' moments on a machine where tiny renders take a second or two)."""
     from distributed import Event, Queue
 
+    from farm.run.cluster import workers_info
+
     def hold(name: str) -> None:  # nested: pickled by value (the workers cannot import this module)
         from distributed import Client, Event, Queue, get_worker
 
@@ -83,7 +85,7 @@ def workers_paused(client: Client):
             Event(name, client=own).wait(120)
 
     name = f"pause-{time.monotonic_ns()}"
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(workers_info(client))
     event, started = Event(name, client=client), Queue(name + "-started", client=client)
     holds = [client.submit(hold, name, key=f"{name}-{i}", workers=[w], allow_other_workers=False,
                            priority=10**15, pure=False) for i, w in enumerate(workers)]  # fmt: skip

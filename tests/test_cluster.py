@@ -17,7 +17,7 @@ import farm
 from farm.dashboard import monitor
 from farm.errors import FarmError
 from farm.run import cluster
-from farm.run.cluster import ClusterChoice, choose_cluster, connect
+from farm.run.cluster import ClusterChoice, choose_cluster, connect, workers_info
 from farm.worker import transport
 
 
@@ -322,7 +322,7 @@ def test_connect_to_existing_cluster_by_scheduler_file(running_cluster):
         return sorted(m for m in sys.modules if m == "farm" or m.startswith("farm."))
 
     with connect(scheduler_file=str(running_cluster)) as client:
-        a, b = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        a, b = sorted(workers_info(client))
         assert set(client.run(transport.is_registered).values()) == {True}
 
         # A bfloat16 tensor moves from worker a to worker b (distributed's own serializer cannot).
@@ -341,18 +341,18 @@ def test_connect_to_existing_cluster_by_scheduler_file(running_cluster):
 
     # Leaving connect() closed the client only: the cluster and its workers are still there.
     with Client(scheduler_file=str(running_cluster)) as other:
-        assert len(other.scheduler_info(n_workers=-1)["workers"]) == 2
+        assert len(workers_info(other)) == 2
         assert other.submit(lambda: 7).result() == 7
 
 
 def test_connect_to_existing_cluster_by_address(running_cluster):
     address = json.loads(running_cluster.read_text())["address"]
     with connect(scheduler=address) as client:
-        assert len(client.scheduler_info(n_workers=-1)["workers"]) == 2
+        assert len(workers_info(client)) == 2
         link = monitor.dashboard_link(client)
         assert link is None or link.startswith("http://127.0.0.1:")
     with Client(address) as other:
-        assert len(other.scheduler_info(n_workers=-1)["workers"]) == 2
+        assert len(workers_info(other)) == 2
 
 
 def test_connect_refuses_a_missing_scheduler_file(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from distributed import Client
 
 from farm.inputs.synthetic import synth
+from farm.run.cluster import workers_info
 from tests.helpers import farm, workers_paused
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -448,7 +449,7 @@ def test_farm_page_counts_match_the_disk_after_a_kill_and_show_rates_workers_and
     render.proc.wait(timeout=30)
     extra.terminate()
     extra.wait(timeout=30)
-    wait_until(lambda: len(plain_cluster.client.scheduler_info()["workers"]) == 2, 60, "the late worker gone")
+    wait_until(lambda: len(workers_info(plain_cluster.client)) == 2, 60, "the late worker gone")
     time.sleep(2.0)  # tasks already running finish; the scheduler forgets the rest
 
     with urllib.request.urlopen(page.replace("/farm", "/farm/api/renders.json"), timeout=10) as r:
@@ -494,7 +495,7 @@ def test_io_workers_by_resource_and_stealing_given_back_on_a_shared_scheduler(pl
     try:
         client.wait_for_workers(3, timeout=60)
         decode, io = split_workers(client)
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        info = workers_info(client)
         assert [info[a]["name"] for a in io] == ["storage-node"] and len(decode) == 2
         synth(tmp_path / "job.zarr", decoder="ltx2-tiny", frames=17, height=64, width=64)
         run = farm("render", "job.zarr", "--out", "out", "--scheduler", plain_cluster.address, "--tiles",
@@ -557,7 +558,7 @@ def test_a_worker_that_joins_mid_render_takes_decode_work(plain_cluster, tmp_pat
         with workers_paused(plain_cluster.client):  # the render's own workers: busy with something else
             late = plain_cluster.add_worker("joined-mid-render")
             plain_cluster.client.wait_for_workers(3, timeout=60)
-            address = next(a for a, w in plain_cluster.client.scheduler_info()["workers"].items()
+            address = next(a for a, w in workers_info(plain_cluster.client).items()
                            if w["name"] == "joined-mid-render")  # fmt: skip
             wait_until(lambda: plain_cluster.client.run(decodes_seen, workers=[address])[address] >= 1, 120,
                        "the joined worker's first decode")  # fmt: skip

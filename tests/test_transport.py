@@ -18,6 +18,7 @@ import torch
 from distributed import Client, LocalCluster
 from distributed.protocol import deserialize, serialize
 
+from farm.run.cluster import workers_info
 from farm.worker import transport, transport_plugin
 
 # --- tensors built the same way on any process, so a worker can check what it received -----------
@@ -119,7 +120,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def workers(client):
-    a, b = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    a, b = sorted(workers_info(client))
     return a, b
 
 

@@ -21,6 +21,7 @@ import zarr
 from distributed import Client
 
 import farm.run.render as fr
+from farm.run.cluster import workers_info
 from farm.store.output import Output, output_progress, read_frames
 from tests.helpers import workers_paused
 
@@ -160,7 +161,7 @@ def test_cluster_prints_where_it_is_and_serves_the_farm_page(cluster2):
     assert identity["address"] == cluster2.address and cluster2.address.startswith("tcp://127.0.0.1:")
     assert cluster2.page.startswith("http://127.0.0.1:") and cluster2.page.endswith("/farm")
     assert any("2 CPU worker(s)" in line for line in cluster2.lines)
-    assert len(cluster2.client.scheduler_info()["workers"]) == 2
+    assert len(workers_info(cluster2.client)) == 2
     with urllib.request.urlopen(cluster2.page, timeout=10) as response:
         assert b"farm renders" in response.read()
 
@@ -175,7 +176,7 @@ def test_cluster_starts_io_workers_and_renders_write_on_them(tmp_path):
     cluster = FarmCluster(tmp_path, 1, "--io-workers", "2")
     try:
         assert any("farm cluster: 2 I/O worker(s)" in line for line in cluster.lines)
-        workers = cluster.client.scheduler_info()["workers"]
+        workers = workers_info(cluster.client)
         io = {addr for addr, w in workers.items() if str(w["name"]).startswith("farm-io-")}
         assert len(workers) == 3 and len(io) == 2
         with get_task_stream(client=cluster.client) as stream:
@@ -348,8 +349,8 @@ def test_higher_priority_tiles_go_first_on_one_worker(cluster2, jobs, tmp_path):
     the high-priority one, submitted while the low one runs, has all its tiles decoded before any more of
     the low one's."""
     client = cluster2.client
-    client.retire_workers(workers=sorted(client.scheduler_info()["workers"])[1:], close_workers=True)
-    wait_until(lambda: len(client.scheduler_info()["workers"]) == 1, 30, "one worker")
+    client.retire_workers(workers=sorted(workers_info(client))[1:], close_workers=True)
+    wait_until(lambda: len(workers_info(client)) == 1, 30, "one worker")
     client.get_task_stream()  # starts recording the task stream
     out = tmp_path / "renders"
     overrides = tmp_path / "o.json"
