@@ -110,6 +110,34 @@ def chunk_boxes(
     return boxes
 
 
+Ranges = tuple[tuple[int, int], ...]  # [start, stop) of blocks along each axis
+
+
+def halos(x: torch.Tensor, axes: tuple[AxisBlocks, ...], ranges: Ranges) -> torch.Tensor:
+    """The keys (or values) ``[B, T, H, W, heads, d]`` each block of `ranges` reads, gathered as
+    ``[B * blocks, heads, halo keys, d]``."""
+    ti, hi, wi = (axis.halo_index[a:b] for axis, (a, b) in zip(axes, ranges, strict=True))
+    gathered = x[:, ti[:, None, None, :, None, None], hi[None, :, None, None, :, None],
+                 wi[None, None, :, None, None, :]]  # fmt: skip
+    batch, *_, heads, dim = gathered.shape  # [B, ct, ch, cw, Lt, Lh, Lw, heads, d]
+    blocks = math.prod(gathered.shape[1:4])
+    return gathered.permute(0, 1, 2, 3, 7, 4, 5, 6, 8).reshape(batch * blocks, heads, -1, dim)
+
+
+def window_bias(axes: tuple[AxisBlocks, ...], ranges: Ranges, dtype: Any) -> torch.Tensor:
+    """0 where a query of a block of `ranges` sees a halo key, -inf elsewhere: ``[blocks, 1, queries,
+    keys]``. An additive bias: the kernels read it as it is, where a boolean mask is converted per call."""
+    import torch
+
+    mt, mh, mw = (axis.mask[a:b] for axis, (a, b) in zip(axes, ranges, strict=True))
+    mask = (mt[:, None, None, :, None, None, :, None, None]
+            & mh[None, :, None, None, :, None, None, :, None]
+            & mw[None, None, :, None, None, :, None, None, :])  # fmt: skip
+    blocks, queries = math.prod(mask.shape[:3]), math.prod(mask.shape[3:6])
+    mask = mask.reshape(blocks, 1, queries, -1)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, -math.inf)
+
+
 def neighborhood_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -138,32 +166,18 @@ def neighborhood_attention(
     out = torch.empty_like(blocks)
 
     block_elements = keys_per_block * heads * dim * batch
+    shared_bias = None  # the interior's, built once for all its chunks
     for (t0, t1), (h0, h1), (w0, w1), shared in chunk_boxes((at, ah, aw), block_elements, chunk_elements):
-        ti, hi, wi = at.halo_index[t0:t1], ah.halo_index[h0:h1], aw.halo_index[w0:w1]
-        gather = (slice(None), ti[:, None, None, :, None, None], hi[None, :, None, None, :, None],
-                  wi[None, None, :, None, None, :])  # fmt: skip
+        ranges = ((t0, t1), (h0, h1), (w0, w1))
         n_blocks = (t1 - t0) * (h1 - h0) * (w1 - w0)
-
-        def halo_of(x: torch.Tensor, gather: tuple = gather, n_blocks: int = n_blocks) -> torch.Tensor:
-            # [B, ct, ch, cw, Lt, Lh, Lw, heads, d] -> [B * blocks, heads, keys, d]
-            x = x[gather].permute(0, 1, 2, 3, 7, 4, 5, 6, 8)
-            return x.reshape(batch * n_blocks, heads, keys_per_block, dim)
-
-        # blocks inside every axis' interior share one window pattern: one mask, broadcast
-        mt, mh, mw = (m[i0 : (i0 + 1 if shared else i1)] for m, i0, i1 in
-                      ((at.mask, t0, t1), (ah.mask, h0, h1), (aw.mask, w0, w1)))  # fmt: skip
-        mask = (mt[:, None, None, :, None, None, :, None, None]
-                & mh[None, :, None, None, :, None, None, :, None]
-                & mw[None, None, :, None, None, :, None, None, :])  # fmt: skip
-        if shared:
-            mask = mask.reshape(1, 1, queries_per_block, keys_per_block)
+        if not shared:
+            bias = window_bias((at, ah, aw), ranges, query.dtype).repeat(batch, 1, 1, 1)
+        elif shared_bias is None:
+            bias = shared_bias = window_bias((at, ah, aw), tuple((i, i + 1) for i, _ in ranges), query.dtype)
         else:
-            mask = mask.reshape(1, n_blocks, 1, queries_per_block, keys_per_block)
-            mask = mask.expand(batch, -1, -1, -1, -1).reshape(batch * n_blocks, 1, queries_per_block, -1)
-        # an additive bias: the kernels read it as it is, where a boolean mask is converted per call
-        bias = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill_(~mask, -math.inf)
+            bias = shared_bias
         q = blocks[:, t0:t1, h0:h1, w0:w1].reshape(batch * n_blocks, heads, queries_per_block, dim)
-        k, v = halo_of(key), halo_of(value)
+        k, v = (halos(x, (at, ah, aw), ranges) for x in (key, value))
         with attention_backends(query.device):
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
         out[:, t0:t1, h0:h1, w0:w1] = attended.reshape(batch, t1 - t0, h1 - h0, w1 - w0, heads, at.size,
