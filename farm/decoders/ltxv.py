@@ -26,8 +26,14 @@ from farm.errors import FarmError
 if TYPE_CHECKING:
     import torch
 
-# Published configs (diffusers' conversion of Lightricks' checkpoints). The diffusers default constructor
-# is the 0.9.0 VAE, so "ltxv" is the empty config.
+# The released VAEs, from diffusers' `scripts/convert_ltx_to_diffusers.py` (`get_vae_config("0.9.0")`,
+# "0.9.1", "0.9.5"): the single files' `config` -> `vae` metadata in diffusers' terms. Lightricks'
+# `ltx-video` 0.1.2 builds its `CausalVideoAutoencoder` from that metadata; built from the released
+# block lists, its decoder has the same tensor names and shapes as each config here (docs/decoders.md).
+# All three: not causal in time (`causal_decoder: false`), zero spatial padding (no release sets
+# `spatial_padding_mode`; zeros is ltx-video's default and the only mode diffusers' class has), pixel
+# norm, per-channel latent statistics carried by the file. 0.9.0 is
+# diffusers' default constructor, so "ltxv" is the empty config.
 LTXV_091 = {
     "decoder_block_out_channels": [256, 512, 1024],
     "decoder_layers_per_block": [5, 6, 7, 8],
@@ -53,7 +59,8 @@ LTXV_095 = {
     "spatial_compression_ratio": 32,
     "temporal_compression_ratio": 8,
 }
-# Same classes, a few channels: the 0.9.0 structure, and the 0.9.1 one (timestep, injected noise).
+# Same classes, a few channels, one layer per block: the 0.9.0 structure, the 0.9.1 one (timestep,
+# injected noise, residual upsamplers) and the 0.9.5 one (timestep, residual upsamplers, no noise).
 LTXV_TINY = {
     "latent_channels": 8,
     "block_out_channels": [8, 16, 32, 32],
@@ -65,6 +72,14 @@ LTXV_091_TINY = {
     **LTXV_091,
     "latent_channels": 8,
     "block_out_channels": [8, 16, 32, 32],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_block_out_channels": [16, 32, 64],
+    "decoder_layers_per_block": [1, 1, 1, 1],
+}
+LTXV_095_TINY = {
+    **LTXV_095,
+    "latent_channels": 8,
+    "block_out_channels": [8, 16, 32, 32, 32],
     "layers_per_block": [1, 1, 1, 1, 1],
     "decoder_block_out_channels": [16, 32, 64],
     "decoder_layers_per_block": [1, 1, 1, 1],
@@ -91,6 +106,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         "ltxv-0.9.5": LTXV_095,
         "ltxv-tiny": LTXV_TINY,
         "ltxv-0.9.1-tiny": LTXV_091_TINY,
+        "ltxv-0.9.5-tiny": LTXV_095_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLLTXVideo"
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
@@ -103,6 +119,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         "ltxv-0.9.5": (11, 11),
         "ltxv-tiny": (10, 10),
         "ltxv-0.9.1-tiny": (6, 7),
+        "ltxv-0.9.5-tiny": (6, 7),
     }
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {
         "decode_timestep": ((int, float), "a number"),
