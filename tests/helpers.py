@@ -96,3 +96,43 @@ def workers_paused(client: Client):
     finally:
         event.set()
         client.gather(holds)
+
+
+def levels(pixels) -> np.ndarray:
+    """A decoder's output ``[3, F, H, W]`` in [-1, 1] (torch) → uint8 frames ``[F, H, W, 3]``, rounded as
+    farm's render rounds them (`farm.worker.tasks.to_uint8_`)."""
+    import torch
+
+    unit = ((pixels.float() + 1.0) / 2.0).clamp(0.0, 1.0)
+    return unit.mul(255.0).round().to(torch.uint8).permute(1, 2, 3, 0).numpy()
+
+
+def psnr_db(a: np.ndarray, b: np.ndarray) -> float:
+    """PSNR of two uint8 videos (inf when equal)."""
+    mse = float(((a.astype(np.float64) - b.astype(np.float64)) ** 2).mean())
+    return float("inf") if mse == 0 else 10.0 * float(np.log10(255.0**2 / mse))
+
+
+def ingest_and_render(
+    tmp_path: Path, latent: np.ndarray, decoder: dict, weights: Path, scheduler: str,
+    grids: Sequence[tuple[tuple[int, int, int], tuple[int, int, int] | None]], latents: str = "normalized",
+) -> list[np.ndarray]:  # fmt: skip
+    """`farm ingest` of one latent file ``[C, F, H, W]`` with `decoder` (a spec without weights) and the
+    weights file, then one `farm render` per (tiles, overlap) grid on the cluster at `scheduler`: the
+    rendered uint8 frames ``[F, H, W, 3]`` of each, read back from the Zarr output."""
+    from farm.inputs.ingest import ingest
+    from farm.planning.options import PlanOptions
+    from farm.run.render import render
+    from farm.store.output import Output, read_frames
+
+    np.save(tmp_path / "shot.npy", latent)
+    job = tmp_path / "job.zarr"
+    ingest(job, [tmp_path / "shot.npy"], decoder=decoder, weights=weights, latents=latents)
+    frames = []
+    for k, (tiles, overlap) in enumerate(grids):
+        out = tmp_path / f"out{k}"
+        stats = render(job, out, scheduler=scheduler, options=PlanOptions(tiles=tiles, overlap=overlap),
+                       log=lambda _: None)  # fmt: skip
+        assert not stats.failed
+        frames.append(read_frames(Output(out), "shot"))
+    return frames
