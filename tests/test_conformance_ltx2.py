@@ -78,7 +78,7 @@ def ltx_core_decoder(path: Path):
     with safe_open(str(path), framework="pt") as f:
         config = json.loads(f.metadata()["config"])
         state = {}
-        for key in f.keys():
+        for key in f.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
             if key.startswith("vae.decoder."):
                 state[key[len("vae.decoder.") :]] = f.get_tensor(key)
             elif key.startswith("vae.per_channel_statistics."):
@@ -159,8 +159,8 @@ def test_spatial_tiles_are_at_least_as_close_as_ltx_core_own_tiling(released, tm
     untiled = levels(reference_frames(checkpoint, latent))
     # ltx-core's 2x2 grid of this latent (4x6), tiles overlapping by 2 latent units; one temporal tile over
     # the whole clip (its tiled decode needs a temporal config)
-    tiling = TilingConfig(spatial_config=SpatialTilingConfig(tile_size_in_pixels=128, tile_overlap_in_pixels=64),
-                          temporal_config=TemporalTilingConfig(tile_size_in_frames=64))  # fmt: skip
+    spatial = SpatialTilingConfig(tile_size_in_pixels=128, tile_overlap_in_pixels=64)
+    tiling = TilingConfig(spatial_config=spatial, temporal_config=TemporalTilingConfig(tile_size_in_frames=64))
     theirs = levels(reference_frames(checkpoint, latent, tiling))
     ours = rendered(job, tmp_path / "out", "--tiles", "1,2,2", "--overlap", "0,2,2")
     # the same blend on the same grid: farm's tiles are ltx-core's but for float rounding
@@ -192,7 +192,8 @@ def test_the_file_config_maps_to_the_named_config():
     from farm.decoders.ltx_metadata import config_contradictions, ltx2_decoder_config
 
     mapped = ltx2_decoder_config(TINY_VAE, "test")
-    assert config_contradictions(mapped, LTX2Decoder._full_config(LTX2Decoder.named_configs["ltx2-tiny"])) == []
+    tiny = LTX2Decoder._full_config(LTX2Decoder.named_configs["ltx2-tiny"])
+    assert config_contradictions(mapped, tiny) == []
     # the released LTX-2 file's blocks (5 layers a stage, 128 base channels) are the ltx2 config
     real = {**TINY_VAE, "latent_channels": 128, "decoder_base_channels": 128,
             "decoder_blocks": [[n, {**c, "num_layers": 5} if n == "res_x" else c]

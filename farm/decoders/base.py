@@ -191,7 +191,9 @@ def named_config_revision(cls: Any, name: str, given: Any, where: str) -> dict[s
     current = getattr(cls, "config_revisions", {}).get(name)
     if current is None:
         if given is not None:
-            raise FarmError(f"{where}: {cls.family} config {name!r} has no revisions; remove 'config_revision'")
+            raise FarmError(
+                f"{where}: {cls.family} config {name!r} has no revisions; remove 'config_revision'"
+            )
         return {}
     if given is not None and given != current:
         raise FarmError(
@@ -209,7 +211,9 @@ def superseded_why(cls: Any, name: str) -> str:
 def superseded_config(raw: Any, families: Mapping[str, Any]) -> str | None:
     """Why a recorded decoder spec (a render identity's ``decoder``) names an earlier revision of a named
     config than farm decodes now, or None when it is current (or not a named config farm knows)."""
-    if not isinstance(raw, dict) or raw.get("family") not in families or not isinstance(raw.get("config"), str):
+    if not isinstance(raw, dict) or not isinstance(raw.get("config"), str):
+        return None
+    if raw.get("family") not in families:
         return None
     cls, name = families[raw["family"]], raw["config"]
     current = getattr(cls, "config_revisions", {}).get(name)

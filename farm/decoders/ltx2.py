@@ -154,8 +154,11 @@ class LTX2Decoder(DiffusersVideoDecoder):
             differences = ltx_metadata.config_contradictions(file_config, full)
             if not differences:
                 continue
-            fits = [name for name, config in cls.named_configs.items()
-                    if not ltx_metadata.config_contradictions(file_config, cls._full_config(config))]  # fmt: skip
+            fits = [
+                name
+                for name, config in cls.named_configs.items()
+                if not ltx_metadata.config_contradictions(file_config, cls._full_config(config))
+            ]
             hint = (f"the file is {' / '.join(fits)}: use that config" if fits
                     else "give the file's config as the spec's config")  # fmt: skip
             raise FarmError(
