@@ -160,7 +160,8 @@ def test_spatial_tiles_are_at_least_as_close_as_ltx_core_own_tiling(released, tm
     # ltx-core's 2x2 grid of this latent (4x6), tiles overlapping by 2 latent units; one temporal tile over
     # the whole clip (its tiled decode needs a temporal config)
     spatial = SpatialTilingConfig(tile_size_in_pixels=128, tile_overlap_in_pixels=64)
-    tiling = TilingConfig(spatial_config=spatial, temporal_config=TemporalTilingConfig(tile_size_in_frames=64))
+    whole_clip = TemporalTilingConfig(tile_size_in_frames=64)
+    tiling = TilingConfig(spatial_config=spatial, temporal_config=whole_clip)
     theirs = levels(reference_frames(checkpoint, latent, tiling))
     ours = rendered(job, tmp_path / "out", "--tiles", "1,2,2", "--overlap", "0,2,2")
     # the same blend on the same grid: farm's tiles are ltx-core's but for float rounding
