@@ -15,35 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import farm
 
 from farm.errors import FarmError
+from tests.helpers import LTX2_TINY_FILE_CONFIG, farm
 
 ltx_core = pytest.importorskip("ltx_core", reason="ltx-core (tests/references.txt) is the LTX-2 reference")
 
-# ltx-core's `vae` config for farm's ltx2-tiny: the released LTX-2 decoder's blocks (a res_x mid block,
-# then three residual spatio-temporal upsamplers halving the channels, each followed by res_x), not
-# causal, reflect padding, no timestep conditioning; 4 base channels instead of 128.
-TINY_VAE = {
-    "_class_name": "CausalVideoAutoencoder",
-    "dims": 3,
-    "latent_channels": 8,
-    "decoder_blocks": [
-        ["res_x", {"num_layers": 1, "inject_noise": False}],
-        ["compress_all", {"residual": True, "multiplier": 2}],
-        ["res_x", {"num_layers": 1, "inject_noise": False}],
-        ["compress_all", {"residual": True, "multiplier": 2}],
-        ["res_x", {"num_layers": 1, "inject_noise": False}],
-        ["compress_all", {"residual": True, "multiplier": 2}],
-        ["res_x", {"num_layers": 1, "inject_noise": False}],
-    ],
-    "norm_layer": "pixel_norm",
-    "patch_size": 4,
-    "causal_decoder": False,
-    "timestep_conditioning": False,
-    "spatial_padding_mode": "reflect",
-    "decoder_base_channels": 4,
-}
+TINY_VAE = LTX2_TINY_FILE_CONFIG
 LATENT = (8, 5, 4, 6)  # channels, latent frames, rows, columns: 33 frames of 128x192
 
 

@@ -123,7 +123,11 @@ class LTX2Decoder(DiffusersVideoDecoder):
     def carried_state_bytes(cls, spec: DecoderSpec, latent_hw: tuple[int, int]) -> int:
         """Bytes of the decoder state a carried chunk of `latent_hw` latent rows x columns hands on (a
         config not counted: the real one's, scaled by the width of the last decoder block)."""
-        values = cls.carried_state_values.get(spec.config_name or "")
+        # counted for the causal variant of each named config's structure
+        name = spec.config_name or next(
+            (n for n, c in cls.named_configs.items() if c == {**spec.config, "decoder_causal": False}), ""
+        )
+        values = cls.carried_state_values.get(name)
         if values is None:
             width = cls._full_config(spec.config)["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
             values = round(cls.carried_state_values["ltx2"] * width)

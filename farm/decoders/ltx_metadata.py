@@ -57,7 +57,8 @@ def file_vae_config(path: Path, header: dict[str, Any]) -> dict[str, Any] | None
 
 def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
     """ltx-core's ``vae`` config → the decoder's constructor arguments of diffusers'
-    ``AutoencoderKLLTX2Video`` (:data:`DECODER_KEYS`).
+    ``AutoencoderKLLTX2Video`` (:data:`DECODER_KEYS`; without ``decoder_blocks``, the settings besides the
+    blocks, whose shapes the weight check compares anyway).
 
     ltx-core lists ``decoder_blocks`` encoder-wise and builds them reversed: the first block it builds is
     the mid block (``res_x``), then each upsampler (``compress_*``, dividing the channels by its
@@ -70,7 +71,18 @@ def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
             f"weights at {where}: an LTX-2 video decoder with norm_layer {cfg['norm_layer']!r} and dims "
             f"{cfg['dims']!r} is not one diffusers' AutoencoderKLLTX2Video builds (pixel_norm, 3)"
         )
-    blocks = [_block(b, where) for b in reversed(cfg.get("decoder_blocks") or [])]
+    scalars = {
+        "latent_channels": int(cfg["latent_channels"]),
+        "out_channels": int(cfg["out_channels"]),
+        "timestep_conditioning": bool(cfg["timestep_conditioning"]),
+        "patch_size": int(cfg["patch_size"]),
+        "patch_size_t": 1,
+        "decoder_causal": bool(cfg["causal_decoder"]),
+        "decoder_spatial_padding_mode": str(cfg["spatial_padding_mode"]),
+    }
+    if "decoder_blocks" not in cfg:  # the blocks are left to the tensors' shapes
+        return scalars
+    blocks = [_block(b, where) for b in reversed(cfg["decoder_blocks"] or [])]
     if not blocks or blocks[0][0] != "res_x" or len(blocks) % 2 == 0:
         raise FarmError(
             f"weights at {where}: decoder_blocks {cfg.get('decoder_blocks')!r} is not a res_x mid block "
@@ -95,8 +107,7 @@ def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
         layers.append(int(res_cfg.get("num_layers", 1)))
         noise.append(bool(res_cfg.get("inject_noise", False)))
     return {
-        "latent_channels": int(cfg["latent_channels"]),
-        "out_channels": int(cfg["out_channels"]),
+        **scalars,
         "decoder_block_out_channels": out_channels[::-1],
         "decoder_layers_per_block": layers[::-1],
         "decoder_spatio_temporal_scaling": [True] * len(kinds),
@@ -104,11 +115,6 @@ def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
         "upsample_type": kinds,
         "upsample_residual": residual[::-1],
         "upsample_factor": factors[::-1],
-        "timestep_conditioning": bool(cfg["timestep_conditioning"]),
-        "patch_size": int(cfg["patch_size"]),
-        "patch_size_t": 1,
-        "decoder_causal": bool(cfg["causal_decoder"]),
-        "decoder_spatial_padding_mode": str(cfg["spatial_padding_mode"]),
     }
 
 
