@@ -576,7 +576,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     cancelled = sum(r.cancelled for r in rows)
     print(f"{finished} of {len(rows)} shots finished" + (f", {cancelled} cancelled (a rerun resumes them)"
                                                           if cancelled else ""))  # fmt: skip
+    for row in rows:
+        if row.superseded:
+            LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its frames are not what "
+                         "this farm decodes; farm render --restart renders it again")  # fmt: skip
     lost = sum(r.damaged or 0 for r in rows)
+    if any(r.superseded for r in rows) and not lost:
+        return 1
     if lost:
         LOGGER.error(f"{lost} finished output(s) are missing or damaged; farm render into this output "
                      "renders them again")  # fmt: skip

@@ -13,10 +13,42 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from farm.decoders.ltx2 import LTX2_TINY
+
 if TYPE_CHECKING:
     from distributed import Client
 
     from farm.planning.tiling import ShotPlan
+
+
+# A causal LTX-2 decoder at the tiny widths: diffusers' constructor default (`decoder_causal: true`), not a
+# released model, and the one kind of decoder that carries its state between temporal chunks (--carry).
+CAUSAL_LTX2_TINY = {"family": "ltx2", "config": {**LTX2_TINY, "decoder_causal": True}}
+
+
+# ltx-core's `vae` config for farm's ltx2-tiny: the released LTX-2 decoder's blocks (a res_x mid block,
+# then three residual spatio-temporal upsamplers halving the channels, each followed by res_x), not
+# causal, reflect padding, no timestep conditioning; 4 base channels instead of 128.
+LTX2_TINY_FILE_CONFIG = {
+    "_class_name": "CausalVideoAutoencoder",
+    "dims": 3,
+    "latent_channels": 8,
+    "decoder_blocks": [
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+        ["compress_all", {"residual": True, "multiplier": 2}],
+        ["res_x", {"num_layers": 1, "inject_noise": False}],
+    ],
+    "norm_layer": "pixel_norm",
+    "patch_size": 4,
+    "causal_decoder": False,
+    "timestep_conditioning": False,
+    "spatial_padding_mode": "reflect",
+    "decoder_base_channels": 4,
+}
 
 
 def pattern(n: int, start: int = 0, h: int = 64, w: int = 96) -> np.ndarray:

@@ -20,7 +20,7 @@ from farm.decoders import checkpoints as C
 from farm.decoders import weights as W
 from farm.decoders.diffusers_vae import assert_materialised
 from farm.errors import FarmError
-from tests.helpers import farm
+from tests.helpers import LTX2_TINY_FILE_CONFIG, farm
 
 pytestmark = pytest.mark.model
 
@@ -84,7 +84,9 @@ def write_checkpoint(spec, cls, model, form: str, folder: Path) -> Path:
             state = {"vae." + k: v for k, v in state.items()}
             state |= {k: rand(shape) for k, shape in NOT_THE_DECODER.items()}
             path = folder / "ltx-2-full.safetensors"
-            save_file(state, str(path), metadata={"config": json.dumps({"vae": {"note": "tiny"}})})
+            # LTX-2's files carry the decoder's config as ltx-core reads it (farm checks it against the job's)
+            vae = LTX2_TINY_FILE_CONFIG if spec.family == "ltx2" else {"note": "tiny"}
+            save_file(state, str(path), metadata={"config": json.dumps({"vae": vae})})
     elif form == "wan-pth":
         state = original_state(spec, cls, model, "wan-original")
         state |= {"encoder.conv1.weight": rand((8, 3, 3, 3, 3)), "conv1.weight": rand((8, 8, 1, 1, 1))}

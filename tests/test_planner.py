@@ -452,18 +452,23 @@ def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
 
 
 def test_auto_tiles_carry_a_lone_ltx2_shot_where_the_gpu_cost_model_says_it_pays(tmp_path):
-    """Auto tiles without --chunk stream a lone LTX-2 shot through its decode in carried chunks (its
-    writes have nothing else to hide behind), not a job of many shots on one GPU (the next shot's decode
-    hides them); never against an explicit chunk, a CPU cost model, a decoder that cannot carry or the
-    chunking a resumed shot's output was started with."""
+    """Auto tiles without --chunk stream a lone shot of a causal LTX-2 decoder through its decode in
+    carried chunks (its writes have nothing else to hide behind), not a job of many shots on one GPU (the
+    next shot's decode hides them); never against an explicit chunk, a CPU cost model, a decoder that
+    cannot carry (the released LTX-2 looks ahead) or the chunking a resumed shot's output was started with."""
     from dataclasses import replace
 
+    from farm.decoders.ltx2 import LTX2_RELEASED
     from farm.planning.jobplan import AUTO_CARRY, plan_job
     from farm.planning.options import AUTO
     from farm.planning.tiling import plan_identity
 
-    one = fr.synth(tmp_path / "one.zarr", decoder="ltx2", shots=1, frames=121, height=704, width=1216)
-    many = fr.synth(tmp_path / "many.zarr", decoder="ltx2", shots=8, frames=121, height=704, width=1216)
+    causal = {"family": "ltx2", "config": {**LTX2_RELEASED, "decoder_causal": True}, "dtype": "bfloat16"}
+    shot = {"frames": 121, "height": 704, "width": 1216}
+    one = fr.synth(tmp_path / "one.zarr", decoder=causal, shots=1, **shot)
+    many = fr.synth(tmp_path / "many.zarr", decoder=causal, shots=8, **shot)
+    released = fr.synth(tmp_path / "released.zarr", decoder="ltx2", shots=1, **shot)
+    assert plan_job(released, fr.PlanOptions(tiles=AUTO, batch_frames=8), 1, n_io=5)[0].chunk == ChunkSize()
     auto = fr.PlanOptions(tiles=AUTO, batch_frames=8)
     (plan,) = plan_job(one, auto, 1, n_io=5)
     assert plan.chunk == AUTO_CARRY and plan_identity(plan)["carry"] == "tapered"

@@ -137,6 +137,7 @@ def parse_spec(
         raise FarmError(f"{where}: unknown decoder family {family!r}; known families: {sorted(families)}")
     cls = families[family]
     config = raw.get("config", family)
+    revision: dict[str, int] = {}
     if isinstance(config, str):
         if config not in cls.named_configs:
             raise FarmError(
@@ -144,6 +145,7 @@ def parse_spec(
                 "(or give the model's constructor arguments as a JSON object)"
             )
         config_name, resolved = config, dict(cls.named_configs[config])
+        revision = named_config_revision(cls, config, raw.get(CONFIG_REVISION), where)
     elif isinstance(config, dict):
         config_name, resolved = None, dict(config)
     else:
@@ -172,9 +174,54 @@ def parse_spec(
     latents = raw.get("latents", "denormalized")
     if latents not in LATENT_CONVENTIONS:
         raise FarmError(f"{where}: 'latents' {latents!r} is invalid; use one of {list(LATENT_CONVENTIONS)}")
-    known = {"family", "config", "weights", "dtype", "latents"}
-    extra = {k: v for k, v in raw.items() if k not in known}
+    known = {"family", "config", "weights", "dtype", "latents", CONFIG_REVISION}
+    extra = {k: v for k, v in raw.items() if k not in known} | revision
     return DecoderSpec(family, config_name, resolved, dict(weights), dtype, latents, extra)
+
+
+# A named config that farm once resolved to other constructor arguments carries its revision in every spec
+# (and so in every render's identity): an output decoded with an earlier revision is then never resumed
+# or called finished silently. Specs written before a config had revisions have none: revision 1.
+CONFIG_REVISION = "config_revision"
+
+
+def named_config_revision(cls: Any, name: str, given: Any, where: str) -> dict[str, int]:
+    """``{"config_revision": N}`` for a named config `cls` revises (empty for one never revised), refusing
+    a spec that asks for a revision other than the current one."""
+    current = getattr(cls, "config_revisions", {}).get(name)
+    if current is None:
+        if given is not None:
+            raise FarmError(
+                f"{where}: {cls.family} config {name!r} has no revisions; remove 'config_revision'"
+            )
+        return {}
+    if given is not None and given != current:
+        raise FarmError(
+            f"{where}: {cls.family} config {name!r} revision {given!r} is superseded: "
+            f"{superseded_why(cls, name)}; farm decodes revision {current} only (remove 'config_revision')"
+        )
+    return {CONFIG_REVISION: current}
+
+
+def superseded_why(cls: Any, name: str) -> str:
+    """What changed in a named config's current revision, from the adapter's notes."""
+    return str(getattr(cls, "config_revision_notes", {}).get(name, "its constructor arguments changed"))
+
+
+def superseded_config(raw: Any, families: Mapping[str, Any]) -> str | None:
+    """Why a recorded decoder spec (a render identity's ``decoder``) names an earlier revision of a named
+    config than farm decodes now, or None when it is current (or not a named config farm knows)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("config"), str):
+        return None
+    if raw.get("family") not in families:
+        return None
+    cls, name = families[raw["family"]], raw["config"]
+    current = getattr(cls, "config_revisions", {}).get(name)
+    recorded = raw.get(CONFIG_REVISION, 1)
+    if current is None or recorded == current:
+        return None
+    return (f"{raw['family']} config {name!r} revision {recorded}, superseded by revision {current} "
+            f"({superseded_why(cls, name)})")
 
 
 def dtype_bytes(dtype: str) -> int:

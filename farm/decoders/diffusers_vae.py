@@ -353,6 +353,11 @@ class DiffusersVideoDecoder:
             self.pacer.lead = lead
 
     @classmethod
+    def check_file_config(cls, spec: DecoderSpec, files: list[Path]) -> None:
+        """Refuse weights whose files carry a model config that contradicts the spec's (adapters whose
+        checkpoints carry one read it; a diffusers folder's ``config.json`` is checked for every family)."""
+
+    @classmethod
     def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:
         """Refuse weights that do not fit the spec or changed since it recorded them (headers only; see
         `farm.decoders.weights.check_weights`); the spec with the weights' layout and identity recorded."""

@@ -1,18 +1,48 @@
-"""LTX-2 video VAE decoder (diffusers `AutoencoderKLLTX2Video`): 32x spatial, 8x temporal, causal."""
+"""LTX-2 video VAE decoder (diffusers `AutoencoderKLLTX2Video`): 32x spatial, 8x temporal; the released
+decoder looks ahead in time (not causal), diffusers' constructor default does not."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from farm.decoders import checkpoints as C
+from farm.decoders import ltx_metadata
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import torch
 
-# Same class as the real model, a few channels: decodes 17x128x192 in ~0.1 s on one CPU core.
+# LTX-2 (2.0) as released: the video VAE config diffusers' `scripts/convert_ltx2_to_diffusers.py`
+# (`get_ltx2_video_vae_config("2.0")`) writes, which is what Lightricks' ltx-core builds from the
+# checkpoint's own metadata (`ltx_core/model/video_vae/model_configurator.py`: `causal_decoder` False,
+# reflect padding, no timestep conditioning). diffusers' constructor defaults differ in one place that
+# matters: they make the decoder causal in time, which the released model is not.
+LTX2_RELEASED = {
+    "latent_channels": 128,
+    "block_out_channels": [256, 512, 1024, 2048],
+    "decoder_block_out_channels": [256, 512, 1024],
+    "layers_per_block": [4, 6, 6, 2, 2],
+    "decoder_layers_per_block": [5, 5, 5, 5],
+    "decoder_spatio_temporal_scaling": [True, True, True],
+    "decoder_inject_noise": [False, False, False, False],
+    "upsample_type": ["spatiotemporal", "spatiotemporal", "spatiotemporal"],
+    "upsample_residual": [True, True, True],
+    "upsample_factor": [2, 2, 2],
+    "timestep_conditioning": False,
+    "patch_size": 4,
+    "patch_size_t": 1,
+    "decoder_causal": False,
+    "decoder_spatial_padding_mode": "reflect",
+}
+
+# The released structure (non-causal, reflect padding, residual spatio-temporal upsamplers, pixel norm) at
+# a few channels: decodes 17x128x192 in ~0.1 s on one CPU core, through the same code paths.
 LTX2_TINY = {
+    **LTX2_RELEASED,
     "latent_channels": 8,
     "block_out_channels": [8, 16, 32, 32],
     "decoder_block_out_channels": [8, 16, 32],
@@ -29,13 +59,25 @@ _LTX2_LAST_BLOCK_CHANNELS = 256
 
 class LTX2Decoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2"
-    named_configs: ClassVar[dict[str, dict[str, Any]]] = {"ltx2": {}, "ltx2-tiny": LTX2_TINY}
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {"ltx2": LTX2_RELEASED, "ltx2-tiny": LTX2_TINY}
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
+    # Revision 1 of both names was diffusers' constructor defaults: a decoder causal in time, which decodes
+    # the released weights to other frames (13 dB from ltx-core's decode of the same latent).
+    config_revisions: ClassVar[dict[str, int]] = {"ltx2": 2, "ltx2-tiny": 2}
+    config_revision_notes: ClassVar[dict[str, str]] = {
+        name: "now the released LTX-2 decoder, not causal in time; revision 1 was diffusers' constructor "
+        "defaults, causal, which decode LTX-2's weights to other frames"
+        for name in ("ltx2", "ltx2-tiny")
+    }
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
-    # The decoder is causal in time (no lookahead). Its receptive field reaches 13 latent frames back at
-    # the tiny config (errors after a seam below 0.01 levels, float32 on a CPU; 1 level at 10 frames) and
-    # ~22 at the real one (the float32 noise floor of an H200, 0.1 levels, from 22 frames on).
-    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 0), "ltx2-tiny": (13, 0)}
+    # The released decoder is not causal: each output frame sees latent frames on both sides of it. A
+    # temporal tile decodes this many latent frames before and after its own so that the frames it keeps
+    # equal the whole-shot decode. Tiny config: measured (`measure_seams.py context`, float32 CPU), every
+    # kept frame within 2e-4 levels from 6 before / 7 after (1.2 and 4.8 levels at one frame fewer).
+    # Real config: its temporal receptive field counted from its convolutions (kernel 3 in time: conv_in,
+    # 5 resnets of 2 per stage and an upsampler each, at 1, 2, 4 and 8x frames) is 21.6 latent frames a
+    # side; 24 leaves a margin (docs/fidelity.md).
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 24), "ltx2-tiny": (6, 7)}
     # A float32 decode on a CPU needs several times the width-scaled GPU figure per pixel-frame (the
     # output and its conversion do not shrink with the width; docs/performance.md#memory).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
@@ -43,9 +85,10 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2": 4, "ltx2-tiny": 4}
 
-    # Numbers the carried state (`ltx2_carry`) holds per latent row x column of a chunk: 2 input frames
-    # of every causal convolution, at its resolution (counted from the state itself): 0.53 GiB for a
-    # 704x1216 tile in bf16, 1.28 GiB at 1088x1920.
+    # Numbers the carried state (`ltx2_carry`) holds per latent row x column of a chunk, for a CAUSAL
+    # config (`decoder_causal: true`, diffusers' constructor default; no released LTX-2 is): 2 input frames
+    # of every causal convolution, at its resolution (counted from the state itself) — at the real widths
+    # 0.53 GiB for a 704x1216 tile in bf16, 1.28 GiB at 1088x1920.
     carried_state_values: ClassVar[dict[str, int]] = {"ltx2": 338176, "ltx2-tiny": 2896}
 
     # ---- shapes --------------------------------------------------------------------------------
@@ -80,7 +123,11 @@ class LTX2Decoder(DiffusersVideoDecoder):
     def carried_state_bytes(cls, spec: DecoderSpec, latent_hw: tuple[int, int]) -> int:
         """Bytes of the decoder state a carried chunk of `latent_hw` latent rows x columns hands on (a
         config not counted: the real one's, scaled by the width of the last decoder block)."""
-        values = cls.carried_state_values.get(spec.config_name or "")
+        # counted for the causal variant of each named config's structure
+        name = spec.config_name or next(
+            (n for n, c in cls.named_configs.items() if c == {**spec.config, "decoder_causal": False}), ""
+        )
+        values = cls.carried_state_values.get(name)
         if values is None:
             width = cls._full_config(spec.config)["decoder_block_out_channels"][0] / _LTX2_LAST_BLOCK_CHANNELS
             values = round(cls.carried_state_values["ltx2"] * width)
@@ -93,6 +140,35 @@ class LTX2Decoder(DiffusersVideoDecoder):
         widths = full["decoder_block_out_channels"]
         rel = sum(w * w for w in widths) / sum(w * w for w in (256, 512, 1024))
         return int(528e6 * rel * dtype_bytes(spec.dtype))
+
+    # ---- weights ------------------------------------------------------------------------------
+
+    @classmethod
+    def check_file_config(cls, spec: DecoderSpec, files: list[Path]) -> None:
+        """Refuse a file whose own config (its ``config`` metadata, as ltx-core reads it) describes
+        another decoder than the spec's, naming each field and the named config that fits the file."""
+        full = cls._full_config(spec.config)
+        for f in files:
+            if not f.name.endswith(C.SAFETENSORS_SUFFIX):
+                continue
+            vae = ltx_metadata.file_vae_config(f, C.safetensors_header(f)[0])
+            if vae is None:
+                continue
+            file_config = ltx_metadata.ltx2_decoder_config(vae, str(f))
+            differences = ltx_metadata.config_contradictions(file_config, full)
+            if not differences:
+                continue
+            fits = [
+                name
+                for name, config in cls.named_configs.items()
+                if not ltx_metadata.config_contradictions(file_config, cls._full_config(config))
+            ]
+            hint = (f"the file is {' / '.join(fits)}: use that config" if fits
+                    else "give the file's config as the spec's config")  # fmt: skip
+            raise FarmError(
+                f"weights file {str(f)!r} carries a decoder config that contradicts the job's "
+                f"({spec.config_name or 'custom config'}): " + "; ".join(differences) + f"; {hint}"
+            )
 
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 

@@ -186,6 +186,7 @@ def inspect_weights(spec: DecoderSpec, cls: Any) -> tuple[list[Path], C.Layout, 
     infos = C.read_tensor_infos(files)
     layout = C.detect_layout(infos, spec.family, str(path))
     C.check_layout_fits(layout.name, spec.family, full, str(path))
+    cls.check_file_config(spec, files)
     return files, layout, infos
 
 

@@ -8,7 +8,9 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,22 +33,28 @@ def resolve_decoder(name: str) -> tuple[str, str]:
 
 
 def synth_spec(
-    decoder: str, *, seed: int = 0, dtype: str | None = None, weights: str | None = None
+    decoder: str | Mapping[str, Any], *, seed: int = 0, dtype: str | None = None, weights: str | None = None
 ) -> DecoderSpec:
-    family, config = resolve_decoder(decoder)
-    raw = {
-        "family": family,
-        "config": config,
-        "weights": {"path": str(weights)} if weights else {"random_seed": seed},
-        "dtype": dtype or ("float32" if config.endswith("-tiny") else "bfloat16"),
-    }
+    """The spec of a synthetic job: a named config, or a decoder spec (``{"family": ..., "config": {...}}``,
+    e.g. a custom config) whose weights default to random ones of `seed`."""
+    if isinstance(decoder, Mapping):
+        raw = dict(decoder)
+        tiny = False
+    else:
+        family, config = resolve_decoder(decoder)
+        raw = {"family": family, "config": config}
+        tiny = config.endswith("-tiny")
+    if weights or "weights" not in raw:
+        raw["weights"] = {"path": str(weights)} if weights else {"random_seed": seed}
+    if dtype or "dtype" not in raw:
+        raw["dtype"] = dtype or ("float32" if tiny or isinstance(decoder, Mapping) else "bfloat16")
     return spec_from_json(raw, where="--decoder")
 
 
 def synth(
     job_path: str | Path,
     *,
-    decoder: str = "ltx2-tiny",
+    decoder: str | Mapping[str, Any] = "ltx2-tiny",
     shots: int = 1,
     frames: int = 17,
     height: int = 128,
@@ -57,8 +65,10 @@ def synth(
     weights: str | None = None,
     overwrite: bool = False,
 ) -> Job:
-    """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels."""
+    """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels,
+    for `decoder`: a named config, or a decoder spec (its weights default to random ones of `seed`)."""
     spec = synth_spec(decoder, seed=seed, dtype=dtype, weights=weights)
+    decoder = decoder if isinstance(decoder, str) else spec.describe()
     cls = decoder_class(spec)
     spec = cls.check_weights(spec)  # refused now, not at render; records the weights' layout and identity
     g = cls.geometry_for(spec.config)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from farm.decoders import FAMILIES
+from farm.decoders.base import superseded_config
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.job import Job
@@ -110,11 +112,14 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
     """The settings that differ between two render identities, in words (empty when they are the same):
     ``video codec: OUT has h264, this render prores_hq``."""
     out = []
+    superseded = superseded_config(recorded.get("decoder"), FAMILIES)
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
             continue
-        if key == "latents":
+        if key == "decoder" and superseded:
+            out.append(f"OUT was decoded with {superseded}")
+        elif key == "latents":
             out.append("the latents changed (content hash differs)")
         elif isinstance(old, dict) and isinstance(new, dict):
             for sub in sorted(set(old) | set(new)):

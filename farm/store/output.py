@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from farm.decoders import FAMILIES
+from farm.decoders.base import superseded_config
 from farm.errors import FarmError
 from farm.media.files import fsync_all, fsync_path, run_side_by_side, temp_file
 from farm.media.names import child_path, is_farm_temporary
@@ -694,6 +696,7 @@ class ShotProgress:
     finished: bool = False  # every output asked for is done (the video, or every batch without one)
     damaged: int | None = None  # with verify: finished batches (and video) found missing or altered
     cancelled: bool = False  # stopped by `farm cancel` before it finished (a rerun resumes it)
+    superseded: str | None = None  # decoded with an earlier revision of its named decoder config: why
 
 
 def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
@@ -761,6 +764,7 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
             video = video_ok
         finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
         cancelled = not finished and out.cancelled_marker(name).exists()
+        superseded = superseded_config(identity.get("decoder"), FAMILIES)
         progress.append(ShotProgress(name, len(marked), batches, frames, video, bool(identity) and finished,
-                                     damaged, cancelled))  # fmt: skip
+                                     damaged, cancelled, superseded))  # fmt: skip
     return progress
