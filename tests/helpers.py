@@ -51,6 +51,38 @@ LTX2_TINY_FILE_CONFIG = {
 }
 
 
+_LTXV_COMMON = {"_class_name": "CausalVideoAutoencoder", "dims": 3, "in_channels": 3, "out_channels": 3,
+                "latent_channels": 8, "scaling_factor": 1.0, "norm_layer": "pixel_norm", "patch_size": 4,
+                "latent_log_var": "uniform", "use_quant_conv": False, "causal_decoder": False,
+                "encoder_base_channels": 8, "decoder_base_channels": 8}  # fmt: skip
+# 0.9.0's block list (encoder and decoder alike), one layer per block
+_LTXV_090_BLOCKS = [["res_x", 1], ["compress_all", 1], ["res_x_y", 1], ["res_x", 1], ["compress_all", 1],
+                    ["res_x_y", 1], ["res_x", 1], ["compress_all", 1], ["res_x", 1],
+                    ["res_x", 1]]  # fmt: skip
+
+
+def _ltxv_decoder_blocks(inject_noise: bool) -> list:
+    """0.9.1 / 0.9.5's decoder list (pixel side first): res_x groups between residual 2x2x2 upsamplers
+    that halve the channels; 0.9.1 injects noise in all groups but the innermost."""
+    blocks: list = []
+    for i in range(4):
+        blocks.append(["res_x", {"num_layers": 1, "inject_noise": inject_noise and i < 3}])
+        if i < 3:
+            blocks.append(["compress_all", {"residual": True, "multiplier": 2}])
+    return blocks
+
+
+# ltx-video's `vae` config (a single file's `config` metadata) for farm's tiny LTX-Video configs: the released
+# block lists (0.9.0, 0.9.1, 0.9.5) with one layer per block, 8 base channels, 8 latent channels.
+LTXV_TINY_FILE_CONFIGS = {
+    "ltxv-tiny": {**_LTXV_COMMON, "blocks": _LTXV_090_BLOCKS},
+    "ltxv-0.9.1-tiny": {**_LTXV_COMMON, "encoder_blocks": _LTXV_090_BLOCKS,
+                        "decoder_blocks": _ltxv_decoder_blocks(True), "timestep_conditioning": True},
+    "ltxv-0.9.5-tiny": {**_LTXV_COMMON, "encoder_blocks": _LTXV_090_BLOCKS,
+                        "decoder_blocks": _ltxv_decoder_blocks(False), "timestep_conditioning": True},
+}  # fmt: skip
+
+
 def pattern(n: int, start: int = 0, h: int = 64, w: int = 96) -> np.ndarray:
     """Smooth moving gradients in [30, 225] (no clipping, no sharp edges): near-lossless in H.264."""
     t = np.arange(start, start + n, dtype=np.float64)[:, None, None]

@@ -20,7 +20,7 @@ from farm.decoders import checkpoints as C
 from farm.decoders import weights as W
 from farm.decoders.diffusers_vae import assert_materialised
 from farm.errors import FarmError
-from tests.helpers import LTX2_TINY_FILE_CONFIG, farm
+from tests.helpers import LTX2_TINY_FILE_CONFIG, LTXV_TINY_FILE_CONFIGS, farm
 
 pytestmark = pytest.mark.model
 
@@ -85,7 +85,7 @@ def write_checkpoint(spec, cls, model, form: str, folder: Path) -> Path:
             state |= {k: rand(shape) for k, shape in NOT_THE_DECODER.items()}
             path = folder / "ltx-2-full.safetensors"
             # LTX-2's files carry the decoder's config as ltx-core reads it (farm checks it against the job's)
-            vae = LTX2_TINY_FILE_CONFIG if spec.family == "ltx2" else {"note": "tiny"}
+            vae = LTX2_TINY_FILE_CONFIG if spec.family == "ltx2" else LTXV_TINY_FILE_CONFIGS[spec.config_name]
             save_file(state, str(path), metadata={"config": json.dumps({"vae": vae})})
     elif form == "wan-pth":
         state = original_state(spec, cls, model, "wan-original")

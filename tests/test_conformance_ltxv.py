@@ -21,48 +21,22 @@ same reason.
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 import torch
 
 from farm.inputs.synthetic import smooth_latent
-from tests.helpers import ingest_and_render, levels
+from tests.helpers import LTXV_TINY_FILE_CONFIGS, ingest_and_render, levels
 
 pytest.importorskip("ltx_video.models.autoencoders.causal_video_autoencoder",
                     reason="the reference: pip install --no-deps -r tests/references.txt")  # fmt: skip
 
 pytestmark = pytest.mark.model
 
-BASE, LATENT = 8, 8  # the tiny configs' widths (farm.decoders.ltxv: LTXV_TINY, LTXV_091_TINY, LTXV_095_TINY)
-COMMON = {"_class_name": "CausalVideoAutoencoder", "dims": 3, "in_channels": 3, "out_channels": 3,
-          "latent_channels": LATENT, "scaling_factor": 1.0, "norm_layer": "pixel_norm", "patch_size": 4,
-          "latent_log_var": "uniform", "use_quant_conv": False, "causal_decoder": False,
-          "encoder_base_channels": BASE, "decoder_base_channels": BASE}  # fmt: skip
-# 0.9.0's block list (encoder and decoder alike), one layer per block
-V090_BLOCKS = [["res_x", 1], ["compress_all", 1], ["res_x_y", 1], ["res_x", 1], ["compress_all", 1],
-               ["res_x_y", 1], ["res_x", 1], ["compress_all", 1], ["res_x", 1], ["res_x", 1]]  # fmt: skip
-
-
-def decoder_blocks(inject_noise: bool) -> list:
-    """0.9.1 / 0.9.5's decoder list (pixel side first): res_x groups between residual 2x2x2 upsamplers
-    that halve the channels; 0.9.1 injects noise in all groups but the innermost."""
-    blocks: list = []
-    for i in range(4):
-        blocks.append(["res_x", {"num_layers": 1, "inject_noise": inject_noise and i < 3}])
-        if i < 3:
-            blocks.append(["compress_all", {"residual": True, "multiplier": 2}])
-    return blocks
-
-
-# named config → the `vae` entry of the file's `config` metadata
-METADATA = {
-    "ltxv-tiny": {**COMMON, "blocks": V090_BLOCKS},
-    "ltxv-0.9.1-tiny": {**COMMON, "encoder_blocks": V090_BLOCKS, "decoder_blocks": decoder_blocks(True),
-                        "timestep_conditioning": True},
-    "ltxv-0.9.5-tiny": {**COMMON, "encoder_blocks": V090_BLOCKS, "decoder_blocks": decoder_blocks(False),
-                        "timestep_conditioning": True},
-}  # fmt: skip
+LATENT = 8
+METADATA = LTXV_TINY_FILE_CONFIGS
 DECODE_TIMESTEP = 0.05  # LTXPipeline's usual decode timestep
 
 
@@ -112,3 +86,31 @@ def test_farm_renders_what_ltx_video_decodes(tmp_path, scheduler3, name):
         # float32 rounding (diffusers' RMS norm against ltx-video's pixel norm) moves a value sitting on a
         # rounding boundary by one level at most, and only a few of them
         assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).mean())
+
+
+@pytest.mark.parametrize(
+    ("change", "named", "message"),
+    [
+        ({"causal_decoder": True}, "ltxv-tiny", "decoder_causal: the file has True, the job's config False"),
+        ({"timestep_conditioning": True}, "ltxv-tiny", "timestep_conditioning: the file has True"),
+        ({"spatial_padding_mode": "reflect"}, "ltxv-tiny", "spatial_padding_mode 'reflect'"),
+        ({}, "ltxv-0.9.1-tiny", "the file is ltxv-0.9.5-tiny: use that config"),
+    ],
+)
+def test_a_named_config_the_file_contradicts_is_refused(tmp_path, change, named, message):
+    """The file's own config decides: a job whose named config decodes otherwise is refused at the weight
+    check (headers only), naming the field and the config that fits."""
+    from farm.decoders import decoder_class, spec_from_json
+    from farm.errors import FarmError
+
+    source = "ltxv-0.9.5-tiny" if named == "ltxv-0.9.1-tiny" else named
+    path = tmp_path / "ltx-video-tiny.safetensors"
+    reference_file(source, path)
+    if change:
+        from safetensors.torch import load_file, save_file
+
+        vae = {**METADATA[source], **change}
+        save_file(load_file(str(path)), str(path), metadata={"config": json.dumps({"vae": vae})})
+    spec = spec_from_json({"family": "ltxv", "config": named, "weights": {"path": str(path)}})
+    with pytest.raises(FarmError, match=re.escape(message)):
+        decoder_class(spec).check_weights(spec)
