@@ -23,6 +23,7 @@ pytestmark = pytest.mark.model  # real diffusers models, decoded in this process
 TINY = {
     "ltxv-tiny": (3, 3, 4),
     "ltxv-0.9.1-tiny": (3, 3, 4),
+    "ltxv-0.9.5-tiny": (3, 3, 4),
     "wan-tiny": (3, 3, 4),
     "wan2.2-tiny": (3, 3, 4),
     "hunyuanvideo-tiny": (3, 3, 4),
@@ -33,11 +34,15 @@ TINY = {
 EXPECTED = {
     "ltxv-tiny": (32, 8, False),
     "ltxv-0.9.1-tiny": (32, 8, False),
+    "ltxv-0.9.5-tiny": (32, 8, False),
     "wan-tiny": (8, 4, True),
     "wan2.2-tiny": (16, 4, True),
     "hunyuanvideo-tiny": (8, 4, False),
 }
-EXTRA = {"ltxv-0.9.1-tiny": {"decode_timestep": 0.05, "decode_noise_scale": 0.0}}
+EXTRA = {
+    "ltxv-0.9.1-tiny": {"decode_timestep": 0.05, "decode_noise_scale": 0.0},
+    "ltxv-0.9.5-tiny": {"decode_timestep": 0.05, "decode_noise_scale": 0.0},
+}
 
 
 def raw_spec(name: str, **over) -> dict:
