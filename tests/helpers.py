@@ -60,6 +60,12 @@ _LTXV_090_BLOCKS = [["res_x", 1], ["compress_all", 1], ["res_x_y", 1], ["res_x",
                     ["res_x_y", 1], ["res_x", 1], ["compress_all", 1], ["res_x", 1],
                     ["res_x", 1]]  # fmt: skip
 
+# 0.9.5's encoder list, one layer per block
+_LTXV_095_ENCODER = [["res_x", 1], ["compress_space_res", {"multiplier": 2}], ["res_x", 1],
+                     ["compress_time_res", {"multiplier": 2}], ["res_x", 1],
+                     ["compress_all_res", {"multiplier": 2}], ["res_x", 1],
+                     ["compress_all_res", {"multiplier": 2}], ["res_x", 1]]  # fmt: skip
+
 
 def _ltxv_decoder_blocks(inject_noise: bool) -> list:
     """0.9.1 / 0.9.5's decoder list (pixel side first): res_x groups between residual 2x2x2 upsamplers
@@ -78,7 +84,7 @@ LTXV_TINY_FILE_CONFIGS = {
     "ltxv-tiny": {**_LTXV_COMMON, "blocks": _LTXV_090_BLOCKS},
     "ltxv-0.9.1-tiny": {**_LTXV_COMMON, "encoder_blocks": _LTXV_090_BLOCKS,
                         "decoder_blocks": _ltxv_decoder_blocks(True), "timestep_conditioning": True},
-    "ltxv-0.9.5-tiny": {**_LTXV_COMMON, "encoder_blocks": _LTXV_090_BLOCKS,
+    "ltxv-0.9.5-tiny": {**_LTXV_COMMON, "encoder_blocks": _LTXV_095_ENCODER,
                         "decoder_blocks": _ltxv_decoder_blocks(False), "timestep_conditioning": True},
 }  # fmt: skip
 

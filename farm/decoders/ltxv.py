@@ -82,7 +82,7 @@ LTXV_091_TINY = {
 LTXV_095_TINY = {
     **LTXV_095,
     "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 32, 32],
+    "block_out_channels": [8, 16, 32, 64, 128],
     "layers_per_block": [1, 1, 1, 1, 1],
     "decoder_block_out_channels": [16, 32, 64],
     "decoder_layers_per_block": [1, 1, 1, 1],
