@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_synth_command(add: AddCommand) -> None:
     p = add("synth", help="write a synthetic job (random latents, random-weight decoder)")
     p.add_argument("job", help="path of the job store to create (Zarr v3)")
-    p.add_argument("--decoder", default="ltx2-tiny", help=f"named decoder config ({_decoder_configs()})")
+    p.add_argument("--decoder", default="ltx2-tiny",
+                   help=f"named decoder config ({_decoder_configs()}), or a JSON decoder spec such as "
+                        '\'{"family": "ltx2", "config": {...}}\' (a custom config)')  # fmt: skip
     p.add_argument("--shots", type=int, default=1, help="number of shots")
     p.add_argument("--frames", type=int, default=17,
                    help="pixel frames per shot: 1 + t·k, t: the decoder's time scale (8: LTX)")  # fmt: skip

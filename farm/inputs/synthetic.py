@@ -36,7 +36,14 @@ def synth_spec(
     decoder: str | Mapping[str, Any], *, seed: int = 0, dtype: str | None = None, weights: str | None = None
 ) -> DecoderSpec:
     """The spec of a synthetic job: a named config, or a decoder spec (``{"family": ..., "config": {...}}``,
-    e.g. a custom config) whose weights default to random ones of `seed`."""
+    e.g. a custom config; as JSON text on the command line) whose weights default to random ones of `seed`."""
+    if isinstance(decoder, str) and decoder.lstrip().startswith("{"):
+        try:
+            decoder = json.loads(decoder)
+        except ValueError as exc:
+            raise FarmError(f"--decoder: not valid JSON ({exc})") from None
+        if not isinstance(decoder, dict):
+            raise FarmError(f"--decoder: expected a JSON object, got {type(decoder).__name__}")
     if isinstance(decoder, Mapping):
         raw = dict(decoder)
         tiny = False
