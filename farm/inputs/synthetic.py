@@ -95,6 +95,14 @@ def synth(
                 f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
                 f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
             )
+    least = g.pixels_of_smallest_shot()
+    for name, value, low in (("--frames", frames, least[0]), ("--height", height, least[1]),
+                             ("--width", width, least[2])):  # fmt: skip
+        if value < low:
+            raise FarmError(
+                f"{name} {value} is smaller than {decoder} decodes at once (its attention window): use at "
+                f"least {low} (the smallest shot is {least[0]} frames of {least[2]}x{least[1]})"
+            )
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")
     parse_rate(fps)  # a number or a ratio ("24000/1001"), refused here before anything is written
