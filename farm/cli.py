@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_synth_command(add: AddCommand) -> None:
     p = add("synth", help="write a synthetic job (random latents, random-weight decoder)")
     p.add_argument("job", help="path of the job store to create (Zarr v3)")
-    p.add_argument("--decoder", default="ltx2-tiny", help=f"named decoder config ({_decoder_configs()})")
+    p.add_argument("--decoder", default="ltx2-tiny",
+                   help=f"named decoder config ({_decoder_configs()}), or a JSON decoder spec such as "
+                        '\'{"family": "ltx2", "config": {...}}\' (a custom config)')  # fmt: skip
     p.add_argument("--shots", type=int, default=1, help="number of shots")
     p.add_argument("--frames", type=int, default=17,
                    help="pixel frames per shot: 1 + t·k, t: the decoder's time scale (8: LTX)")  # fmt: skip
@@ -300,8 +302,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         metavar="F,H,W|auto",
         help="tiles per shot along frames, height, width; auto chooses per shot by the predicted "
         "makespan of the job on the cluster's workers (whole shots when there are enough), and without "
-        "--chunk may carry LTX-2 temporal chunks (--chunk 5,0,0 --carry) where that is predicted to "
-        "pay; farm.tiles",
+        "--chunk may carry the temporal chunks of a causal decoder (--chunk 5,0,0 --carry) where that "
+        "is predicted to pay; farm.tiles",
     )
     p.add_argument(
         "--cost-model", metavar="NAME|PATH", help="cost model for auto tiles (default: the decoder's)"
@@ -327,7 +329,8 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                    help="with a temporal --chunk: decode a tile's chunks in order, each starting from "
                         "the decoder's causal state where the last one stopped (no overlap or context "
                         "decoded twice; a shot's first batches are written while later chunks decode; "
-                        "the last chunks halve down to one latent frame). LTX-2")  # fmt: skip
+                        "the last chunks halve down to one latent frame). Causal LTX-2 configs only: "
+                        "the released decoders look ahead in time and refuse it")  # fmt: skip
     p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
 

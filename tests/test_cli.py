@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from farm.media import video
 from farm.run.cluster import cpu_count, io_workers_beside_gpus
 from farm.store.output import Output, read_frames
-from tests.helpers import farm
+from tests.helpers import CAUSAL_LTX2_TINY, farm
 
 
 def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -57,7 +58,14 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     # worker slots cycle over the job's 4 tiles: 0, 1 (shot000), 2, 0 (shot001)
     assert "     1      1  0:3 0:2 1:3" in out and "     0      2  0:3 0:2 0:2" in out
     assert "makespan" in out  # the planner's prediction
-    carried = farm("plan", str(job), "--workers", "1", "--chunk", "2,0,0", "--carry").stdout
+    # the released LTX-2 decoder looks ahead: --carry is refused in one line; a causal config carries
+    refused = farm("plan", str(job), "--workers", "1", "--chunk", "2,0,0", "--carry")
+    assert_user_error(refused, "cannot carry its causal state")
+    causal = job.parent / "causal.zarr"
+    made = farm("synth", str(causal), "--decoder", json.dumps(CAUSAL_LTX2_TINY), "--shots", "2", "--frames",
+                "17", "--height", "64", "--width", "96")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    carried = farm("plan", str(causal), "--workers", "1", "--chunk", "2,0,0", "--carry").stdout
     assert (
         "decode calls up to 2,-,- latent units; temporal chunks carried, in order, no overlap or "
         "context: 2, 1 latent frames" in carried

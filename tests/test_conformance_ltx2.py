@@ -180,4 +180,6 @@ def test_the_file_config_maps_to_the_named_config():
     full = LTX2Decoder._full_config(LTX2Decoder.named_configs["ltx2"])
     assert config_contradictions(ltx2_decoder_config(real, "test"), full) == []
     with pytest.raises(FarmError, match="decoder_blocks"):
-        ltx2_decoder_config({"causal_decoder": False}, "test")
+        ltx2_decoder_config({"decoder_blocks": [["compress_all", {"multiplier": 2}]]}, "test")
+    # a file that leaves the blocks out is compared on what it says, with ltx-core's defaults
+    assert ltx2_decoder_config({"latent_channels": 8}, "test")["timestep_conditioning"] is True

@@ -413,3 +413,20 @@ def test_carried_chunks_budget_two_decoder_states():
         states = 2 * sum(cls.carried_state_bytes(spec, hw) for hw in spatial)
         assert states >= 2 * cls.carried_state_bytes(spec, (4, 6)) > 0
         assert tile_peak_bytes(cls, spec, tile, chunk) == call + 12 * tile.pixel_volume + states
+
+
+def test_shots_smaller_than_one_decode_call_are_refused_when_the_job_is_made(tmp_path):
+    """A diffusion decoder needs a whole attention window per call: synth and ingest refuse smaller shots
+    with the minimum, instead of writing a job that can never render."""
+    from farm.inputs.ingest import ingest
+
+    with pytest.raises(FarmError, match=r"--height 64 is smaller .* use at least 96"):
+        fr.synth(tmp_path / "small.zarr", decoder="ltx2-diffusion-tiny", frames=17, height=64, width=96)
+    assert not (tmp_path / "small.zarr").exists()
+    fr.synth(tmp_path / "least.zarr", decoder="ltx2-diffusion-tiny", frames=9, height=96, width=96)
+    spec = decoder_class(spec_from_json(raw_spec("ltx2-diffusion-tiny")))
+    c = spec.latent_channels_for(spec.named_configs["ltx2-diffusion-tiny"])
+    np.save(tmp_path / "thin.npy", np.zeros((1, c, 2, 2, 3), np.float32))
+    with pytest.raises(FarmError, match="too small: the decoder needs at least 2 latent frame.* 3 latent"):
+        ingest(tmp_path / "job.zarr", [tmp_path / "thin.npy"], decoder={**raw_spec("ltx2-diffusion-tiny")})
+    assert not (tmp_path / "job.zarr").exists()

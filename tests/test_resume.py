@@ -18,7 +18,7 @@ import farm.run.render as fr
 from farm.errors import FarmError
 from farm.store.job import open_job, write_shot
 from farm.store.output import Output, read_frames
-from tests.helpers import assert_same_video
+from tests.helpers import CAUSAL_LTX2_TINY, assert_same_video, farm
 
 OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
 QUIET = {"log": lambda _: None}
@@ -29,6 +29,14 @@ def long_job(tmp_path_factory) -> Path:
     """3 shots of 41 frames (6 batches each): long enough to kill mid-render."""
     path = tmp_path_factory.mktemp("resume") / "job.zarr"
     fr.synth(path, decoder="ltx2-tiny", shots=3, frames=41, height=128, width=192, seed=3)
+    return path
+
+
+@pytest.fixture(scope="module")
+def causal_long_job(tmp_path_factory) -> Path:
+    """The same shots for a causal LTX-2 decoder, whose state carries across temporal chunks."""
+    path = tmp_path_factory.mktemp("resume-causal") / "job.zarr"
+    fr.synth(path, decoder=CAUSAL_LTX2_TINY, shots=3, frames=41, height=128, width=192, seed=3)
     return path
 
 
@@ -135,7 +143,7 @@ def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
     cluster3.wait_for_workers(3, timeout=180)  # the nanny restarts it for the next tests (slow when loaded)
 
 
-def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp_path, cluster3):
+def test_lost_worker_mid_carried_render_recomputes_the_state_chain(causal_long_job, tmp_path, cluster3):
     """Carried chunks: a killed worker takes the decoder states of its tiles' chunks with it; the chunks
     before are decoded again for them (Dask lineage), and the frames are the uninterrupted render's."""
     from farm.media.settings import VideoSettings
@@ -145,25 +153,27 @@ def test_lost_worker_mid_carried_render_recomputes_the_state_chain(long_job, tmp
                              chunk=ChunkSize(frames=2, carry=True))  # fmt: skip
     quiet = {"options": carried, "video": VideoSettings(enabled=False), **QUIET}
     clean = Output(tmp_path / "clean")
-    assert not fr.render(long_job, clean.root, scheduler=cluster3.scheduler.address, **quiet).failed
+    assert not fr.render(causal_long_job, clean.root, scheduler=cluster3.scheduler.address, **quiet).failed
     out = Output(tmp_path / "out")
     pids = list(cluster3.run(os.getpid).values())
     result = {}
+    address = cluster3.scheduler.address
     thread = threading.Thread(
-        target=lambda: result.update(stats=fr.render(long_job, out.root, scheduler=cluster3.scheduler.address,
-                                                     **quiet))
-    )  # fmt: skip
+        target=lambda: result.update(stats=fr.render(causal_long_job, out.root, scheduler=address, **quiet))
+    )
     thread.start()
     wait_for_markers(out, 2)
     os.kill(pids[0], signal.SIGKILL)
     thread.join(timeout=300)
     assert not result["stats"].failed
-    for shot in open_job(long_job).shots:
+    for shot in open_job(causal_long_job).shots:
         assert read_frames(out, shot).tobytes() == read_frames(clean, shot).tobytes()
     cluster3.wait_for_workers(3, timeout=180)  # the nanny restarts it (a torch import on 2 loaded cores)
 
 
-def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_job, tmp_path, scheduler3):
+def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(
+    causal_long_job, tmp_path, scheduler3
+):
     """OUT started with carried chunks; a rerun with auto tiles and no --chunk keeps them (as it keeps
     the grid) and finishes with the bytes of an uninterrupted carried render, instead of being refused
     for a changed plan."""
@@ -176,11 +186,11 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(long_jo
     carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
     quiet = {"scheduler": scheduler3, "video": VideoSettings(enabled=False), **QUIET}
     clean, out = Output(tmp_path / "clean"), Output(tmp_path / "out")
-    assert not fr.render(long_job, clean.root, options=carried, **quiet).failed
-    assert not fr.render(long_job, out.root, options=carried, frames="1-16", **quiet).failed
-    shots = list(open_job(long_job).shots)
+    assert not fr.render(causal_long_job, clean.root, options=carried, **quiet).failed
+    assert not fr.render(causal_long_job, out.root, options=carried, frames="1-16", **quiet).failed
+    shots = list(open_job(causal_long_job).shots)
     assert recorded_layout(out, shots, restart=False).chunks == dict.fromkeys(shots, chunk)
-    stats = fr.render(long_job, out.root, options=fr.PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
+    stats = fr.render(causal_long_job, out.root, options=fr.PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
     assert not stats.failed and stats.batches_written == 3 * 4  # batches 3-6 of each shot
     for shot in shots:
         assert read_frames(out, shot).tobytes() == read_frames(clean, shot).tobytes()
@@ -275,3 +285,35 @@ def test_bad_job_stores_and_outputs(tmp_path, scheduler3):
     assert [s.shot for s in stats.failed] == ["wrong-channels"]
     assert "has 4 channels but the decoder" in stats.shots["wrong-channels"].error
     assert stats.shots["shot000"].video
+
+
+def test_an_output_decoded_with_a_superseded_config_is_refused_and_named(tmp_path):
+    """Outputs rendered when `ltx2-tiny` meant diffusers' causal defaults record no config revision: a
+    rerun is refused (its frames would mix two decoders) with the reason and --restart, `farm status`
+    names the shot, and --restart renders it over with the released decoder."""
+    from farm.decoders import spec_from_json
+    from farm.media.settings import VideoSettings
+
+    job = tmp_path / "job.zarr"
+    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    out = tmp_path / "out"
+    options = {"workers": 1, "video": VideoSettings(enabled=False), **QUIET}
+    assert not fr.render(job, out, **options).failed
+    group = zarr.open_group(str(Output(out).shot_group("shot000")), mode="r+")
+    identity = dict(group.attrs["render"])
+    assert identity["decoder"]["config_revision"] == 2
+    identity["decoder"] = {k: v for k, v in identity["decoder"].items() if k != "config_revision"}
+    group.attrs["render"] = identity  # as an earlier farm recorded it
+    superseded = r"superseded by revision 2 \(now the released LTX-2 decoder.*--restart"
+    with pytest.raises(FarmError, match=superseded):
+        fr.render(job, out, **options)
+    status = farm("status", str(out))
+    assert status.returncode == 1
+    assert "shot 'shot000' was decoded with ltx2 config 'ltx2-tiny' revision 1" in status.stderr
+    assert not fr.render(job, out, restart=True, **options).failed
+    assert farm("status", str(out)).returncode == 0
+    # a spec that asks for the superseded revision is refused; one that names none gets the current one
+    raw = {"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}}
+    assert spec_from_json(raw).to_json()["config_revision"] == 2
+    with pytest.raises(FarmError, match="revision 1 is superseded"):
+        spec_from_json({**raw, "config_revision": 1})

@@ -12,6 +12,7 @@ from farm.media.settings import VideoSettings
 from farm.planning.tiling import ChunkSize
 from farm.store.job import open_job
 from farm.store.output import Output, read_frames
+from tests.helpers import CAUSAL_LTX2_TINY
 
 # 33 frames (5 latent frames of ltx2-tiny), 8-frame batches: 3 temporal chunks of 2 latent frames,
 # overlap 1, so the first batches are complete after the first chunk
@@ -45,7 +46,7 @@ CARRIED = fr.PlanOptions(
 
 def test_carried_chunks_streamed_equal_unstreamed_any_worker_count_and_resume(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    synth(job, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=128, seed=5)
+    synth(job, decoder=CAUSAL_LTX2_TINY, shots=1, frames=33, height=64, width=128, seed=5)
     quiet = {"log": lambda _: None, "video": ZARR_ONLY}
     streamed = fr.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
     whole = fr.render(job, tmp_path / "w3", scheduler=scheduler3, options=CARRIED, stream=False, **quiet)
@@ -90,7 +91,7 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     from farm.worker.tasks import NEXT_LATENT, decode_tile, segment_latent_frames
 
     job_path = tmp_path / "job.zarr"
-    synth(job_path, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=7)
+    synth(job_path, decoder=CAUSAL_LTX2_TINY, shots=1, frames=33, height=64, width=64, seed=7)
     job = open_job(job_path)
     options = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
     plans = assign_round_robin(fr.plan_shots(job, options, list(job.shots))[0], 1)
@@ -156,7 +157,7 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     register()  # this client receives the workers' tensors, as every process that does must
 
     job_path = tmp_path / "job.zarr"
-    synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=128, seed=5)
+    synth(job_path, decoder=CAUSAL_LTX2_TINY, shots=2, frames=33, height=64, width=128, seed=5)
     job = open_job(job_path)
     workers, _ = split_workers(cluster3)
     chunk = ChunkSize(2, carry=True)
@@ -212,7 +213,7 @@ def test_a_shot_dropped_at_the_hash_keeps_its_latent_read_ahead_to_itself(tmp_pa
     carried = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
     quiet = {"log": lambda _: None, "options": carried, "video": ZARR_ONLY}
     job = tmp_path / "job.zarr"
-    synth(job, decoder="ltx2-tiny", shots=2, frames=81, height=64, width=64, seed=4)  # 11 latent frames
+    synth(job, decoder=CAUSAL_LTX2_TINY, shots=2, frames=81, height=64, width=64, seed=4)  # 11 latent frames
     alone = fr.render(job, tmp_path / "alone", scheduler=scheduler3, shots=["shot001"], **quiet)
     assert not alone.failed
     (job / "shot000" / "latent" / "c" / "0" / "1" / "0" / "0").write_bytes(b"not a zstd chunk")  # frames 8-10

@@ -409,8 +409,8 @@ class DiffusersVideoDecoder:
         if str(self.device).startswith("cuda"):
             import torch
 
-            if not latent.is_pinned() and torch.cuda.current_stream(self.device).query():
-                z = latent.to(device=self.device)  # an idle stream: nothing to wait for
+            if latent.is_cuda or (not latent.is_pinned() and torch.cuda.current_stream(self.device).query()):
+                z = latent.to(device=self.device)  # on a GPU already, or an idle stream: nothing to wait for
             else:
                 z = latent.pin_memory().to(device=self.device, non_blocking=True)
             z = z.to(self.torch_dtype)[None]

@@ -158,10 +158,12 @@ def check_latent_shape(shape: Sequence[int], target: Target, where: str) -> None
             f"[{spec.config_name or 'custom config'}] takes {target.channels}{hint}; is the axis order "
             f"[B, C, F, H, W] and the decoder right?"
         )
-    if f < 1 or h < MIN_SPATIAL_CHUNK or w < MIN_SPATIAL_CHUNK:
+    least_f, least_h, least_w = target.geometry.smallest_shot()
+    least_h, least_w = max(least_h, MIN_SPATIAL_CHUNK), max(least_w, MIN_SPATIAL_CHUNK)
+    if f < least_f or h < least_h or w < least_w:
         raise FarmError(
-            f"{where}: latent [C, F, H, W] = {list(shape)} is too small: the decoder needs at least 1 latent "
-            f"frame and {MIN_SPATIAL_CHUNK} latent rows and columns"
+            f"{where}: latent [C, F, H, W] = {list(shape)} is too small: the decoder needs at least "
+            f"{least_f} latent frame(s) and {least_h} latent rows and {least_w} columns"
         )
 
 

@@ -36,7 +36,14 @@ def synth_spec(
     decoder: str | Mapping[str, Any], *, seed: int = 0, dtype: str | None = None, weights: str | None = None
 ) -> DecoderSpec:
     """The spec of a synthetic job: a named config, or a decoder spec (``{"family": ..., "config": {...}}``,
-    e.g. a custom config) whose weights default to random ones of `seed`."""
+    e.g. a custom config; as JSON text on the command line) whose weights default to random ones of `seed`."""
+    if isinstance(decoder, str) and decoder.lstrip().startswith("{"):
+        try:
+            decoder = json.loads(decoder)
+        except ValueError as exc:
+            raise FarmError(f"--decoder: not valid JSON ({exc})") from None
+        if not isinstance(decoder, dict):
+            raise FarmError(f"--decoder: expected a JSON object, got {type(decoder).__name__}")
     if isinstance(decoder, Mapping):
         raw = dict(decoder)
         tiny = False
@@ -87,6 +94,14 @@ def synth(
             raise FarmError(
                 f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
                 f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
+            )
+    least = g.pixels_of_smallest_shot()
+    for name, value, low in (("--frames", frames, least[0]), ("--height", height, least[1]),
+                             ("--width", width, least[2])):  # fmt: skip
+        if value < low:
+            raise FarmError(
+                f"{name} {value} is smaller than {decoder} decodes at once (its attention window): use at "
+                f"least {low} (the smallest shot is {least[0]} frames of {least[2]}x{least[1]})"
             )
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")

@@ -455,7 +455,8 @@ def plan_shot(
     if chunk.carry and not geometry.carries:
         raise FarmError(
             f"shot {shot!r}: this decoder cannot carry its causal state from one temporal chunk to the "
-            "next (LTX-2's can); drop --carry to decode each chunk with overlap and context instead"
+            "next (it looks ahead in time or injects noise: only causal, noiseless LTX-2 configs carry, and "
+            "no released one is causal); drop --carry to decode each chunk with context on both sides"
         )
 
     tiles: list[Tile] = []
