@@ -25,6 +25,7 @@ from tests.helpers import LTX2_TINY_FILE_CONFIG, LTXV_TINY_FILE_CONFIGS, farm
 pytestmark = pytest.mark.model
 
 ORIGINAL_LAYOUTS = {"ltx2": ("ltx-original",), "ltxv": ("ltx-original",), "wan": ("wan-original",)}
+# (diffusers' library has no converter for Wan 2.2's own file; its names are checked in test_conformance_*)
 # Tensors of a full LTX-2 checkpoint that are not the video decoder's (names as Lightricks ships them).
 NOT_THE_DECODER = {
     "model.diffusion_model.transformer_blocks.0.attn1.to_q.weight": (16, 16),
@@ -92,6 +93,9 @@ def write_checkpoint(spec, cls, model, form: str, folder: Path) -> Path:
         state |= {"encoder.conv1.weight": rand((8, 3, 3, 3, 3)), "conv1.weight": rand((8, 8, 1, 1, 1))}
         path = folder / "Wan2.1_VAE.pth"
         torch.save(state, path)
+    elif form == "wan22-pth":
+        path = folder / "Wan2.2_VAE.pth"
+        torch.save(original_state(spec, cls, model, "wan22-original"), path)
     elif form == "hunyuan-pt":
         path = folder / "pytorch_model.pt"
         torch.save({"state_dict": {k: v.contiguous() for k, v in model.state_dict().items()}}, path)
@@ -107,6 +111,7 @@ CASES = [
     ("ltxv-tiny", "ltx-full", "ltx-original"),
     ("ltxv-0.9.1-tiny", "ltx-full", "ltx-original"),
     ("wan-tiny", "wan-pth", "wan-original"),
+    ("wan2.2-tiny", "wan22-pth", "wan22-original"),
     ("hunyuanvideo-tiny", "hunyuan-pt", "diffusers"),
 ]
 

@@ -2,10 +2,11 @@
 users' files load there, in float32 on a CPU.
 
 The files are written in the layout each model ships: Wan 2.1's ``Wan2.1_VAE.pth`` (a ``torch.save`` of
-the original naming, which diffusers' single-file converter reads), Wan 2.2 TI2V's diffusers folder (farm
-reads no Wan 2.2 original file), HunyuanVideo's ``pytorch_model.pt`` (``{"state_dict": ...}`` in the
-names diffusers uses too). That diffusers' converters and classes decode as the original code does was
-checked separately against Wan2.1 / Wan2.2 / HunyuanVideo's own ``vae`` modules (docs/decoders.md).
+the original naming, which diffusers' single-file converter reads), Wan 2.2 TI2V's ``Wan2.2_VAE.pth`` (its
+own naming, as diffusers' conversion script reads it), HunyuanVideo's ``pytorch_model.pt``
+(``{"state_dict": ...}`` in the names diffusers uses too). That diffusers' converters and classes decode
+as the original code does was checked separately against Wan2.1 / Wan2.2 / HunyuanVideo's own ``vae``
+modules (docs/decoders.md).
 
 farm ingests a latent with the named tiny config and the file, and renders it on a real cluster: the frames
 equal the reference pipeline's decode (its un-normalisation, ``vae.decode``) to the last 8-bit level. Tiled:
@@ -119,12 +120,20 @@ def test_wan21_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
     assert_at_least_as_close(spatial, theirs_tiled, want)
 
 
-def test_wan22_folder_renders_as_diffusers_decodes(tmp_path, scheduler3):
+def test_wan22_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
     from diffusers import AutoencoderKLWan
 
+    from farm.decoders import checkpoints as C
+
     cls, name = FAMILIES["wan"], "wan2.2-tiny"
-    seeded(AutoencoderKLWan, cls.named_configs[name]).save_pretrained(tmp_path / "vae")
-    reference = AutoencoderKLWan.from_pretrained(tmp_path / "vae").eval()
+    # the reference: diffusers' class with the weights under their diffusers names, which is what
+    # `convert_vae_22` (diffusers' scripts/convert_wan_to_diffusers.py) makes of Wan2.2_VAE.pth
+    reference = seeded(AutoencoderKLWan, cls.named_configs[name])
+    full = cls._full_config(cls.named_configs[name])
+    keep = cls.decoder_tensor_shapes(cls.named_configs[name])
+    path = tmp_path / "Wan2.2_VAE.pth"
+    torch.save({C.original_name(k, "wan22-original", "wan", full): v.contiguous()
+                for k, v in reference.state_dict().items() if k in keep}, path)  # fmt: skip
     latent = smooth_latent(np.random.default_rng(4), (8, 3, *LATENT_HW))
     z = wan_reference_decode(reference, torch.from_numpy(latent))
     want = decode(reference, z)
@@ -133,7 +142,7 @@ def test_wan22_folder_renders_as_diffusers_decodes(tmp_path, scheduler3):
     theirs_tiled = decode(reference, z)
 
     untiled, temporal, spatial = ingest_and_render(
-        tmp_path, latent, {"family": "wan", "config": name}, tmp_path / "vae", scheduler3, GRIDS
+        tmp_path, latent, {"family": "wan", "config": name}, path, scheduler3, GRIDS
     )
     assert_same_levels(untiled, want)
     assert_same_levels(temporal, want)

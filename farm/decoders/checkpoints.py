@@ -9,10 +9,13 @@ ingest, render) checks weights in milliseconds:
   tensor and imports nothing;
 * layouts, told apart by the names: ``diffusers`` (what ``save_pretrained`` writes), ``ltx-original``
   (Lightricks' naming, LTX-2 and LTX-Video 0.9.x alike, as in their full checkpoints under ``vae.`` and in
-  ComfyUI's VAE-only files without it) and ``wan-original`` (Wan 2.1's own naming);
+  ComfyUI's VAE-only files without it), ``wan-original`` (Wan 2.1's own naming) and ``wan22-original``
+  (Wan 2.2 TI2V's ``Wan2.2_VAE.pth``: residual up blocks, each a sequence of resnets and a resampler);
 * :func:`original_name`: a diffusers tensor name in an original layout, the inverse of diffusers'
   converters (``diffusers.loaders.single_file_utils``) for the decoder's tensors; the workers convert
-  with diffusers' own converters and the tests check both directions agree;
+  with diffusers' own converters and the tests check both directions agree (diffusers' library has no
+  converter for Wan 2.2's file: its names follow ``convert_vae_22`` in diffusers'
+  ``scripts/convert_wan_to_diffusers.py``, checked against Wan2.2's own module names);
 * :func:`content_identity`: sizes, safetensors headers and sampled bytes, hashed, so a render notices
   weights that changed since its job was made (a few dozen small reads per file, whatever its size).
 """
@@ -34,7 +37,7 @@ from farm.errors import FarmError
 
 SAFETENSORS_SUFFIX = ".safetensors"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-LAYOUTS = ("diffusers", "ltx-original", "wan-original")
+LAYOUTS = ("diffusers", "ltx-original", "wan-original", "wan22-original")
 # A file's LTX-2 (or LTX-Video) video VAE sits under this prefix in the full checkpoints.
 VAE_PREFIX = "vae."
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
@@ -221,11 +224,12 @@ def detect_layout(names: Iterable[str], family: str, where: str) -> Layout:
         return Layout("diffusers", prefix)  # (a partial file is compared as one: its mismatches are named)
     if ltx and family in ("ltx2", "ltxv"):
         return Layout("ltx-original", prefix)
-    if wan and family == "wan":
-        return Layout("wan-original", prefix)
+    if wan and family == "wan":  # Wan 2.2's up blocks hold their resnets and resampler as `upsamples`
+        residual = any(_WAN22_UP.fullmatch(n) for n in inner)
+        return Layout("wan22-original" if residual else "wan-original", prefix)
     raise FarmError(
-        f"weights at {where} are in {'an LTX' if ltx else 'the Wan 2.1'} original layout, not one a {family} "
-        "decoder reads: check the spec's family (LTX original files: ltx2, ltxv; Wan 2.1 files: wan)"
+        f"weights at {where} are in {'an LTX' if ltx else 'a Wan'} original layout, not one a {family} "
+        "decoder reads: check the spec's family (LTX original files: ltx2, ltxv; Wan 2.1 / 2.2 files: wan)"
     )
 
 
@@ -268,6 +272,8 @@ def original_name(name: str, layout: str, family: str, full_config: dict[str, An
         return _ltx_original(name, ltx_variant(family, full_config), full_config)
     if layout == "wan-original":
         return _wan_original(name)
+    if layout == "wan22-original":
+        return _wan22_original(name, int(full_config["num_res_blocks"]))
     raise ValueError(layout)
 
 
@@ -311,6 +317,20 @@ def _wan_original(name: str) -> str:
     return name
 
 
+_WAN22_UP = re.compile(r"decoder\.upsamples\.\d+\.upsamples\.\d+\..*")
+_WAN22_UP_BLOCK = re.compile(r"decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.*)")
+
+
+def _wan22_original(name: str, num_res_blocks: int) -> str:
+    """Wan 2.2's naming: up block ``i`` is ``decoder.upsamples.i``, its resnets ``.upsamples.j`` and its
+    resampler the one after them (``num_res_blocks + 1`` resnets a block); the rest is Wan 2.1's."""
+    if m := _WAN22_UP_BLOCK.fullmatch(name):
+        if m.group(3) is None:
+            return f"decoder.upsamples.{m.group(1)}.upsamples.{num_res_blocks + 1}.{m.group(4)}"
+        return f"decoder.upsamples.{m.group(1)}.upsamples.{m.group(3)}.{_wan_resnet_part(m.group(4))}"
+    return _wan_original(name)
+
+
 def _wan_resnet_part(rest: str) -> str:
     for new, old in _WAN_RESNET_PARTS.items():
         if rest.startswith(new):
@@ -320,6 +340,11 @@ def _wan_resnet_part(rest: str) -> str:
 
 def check_layout_fits(layout: str, family: str, full_config: dict[str, Any], where: str) -> None:
     """Refuse an original layout whose fixed numbering cannot name this config's tensors."""
+    if layout == "wan22-original" and not full_config.get("is_residual"):
+        raise FarmError(
+            f"weights at {where} are in Wan 2.2 TI2V's original layout (residual up blocks); this config "
+            "has none: use a Wan 2.2 config (wan2.2, wan2.2-tiny)"
+        )
     if layout == "wan-original" and (
         full_config.get("num_res_blocks") != 2 or full_config.get("is_residual")
     ):

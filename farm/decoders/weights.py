@@ -248,6 +248,8 @@ def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo
         out = su.convert_ltx_vae_checkpoint_to_diffusers(inner)
     elif layout.name == "wan-original":
         out = su.convert_wan_vae_to_diffusers(mine)
+    elif layout.name == "wan22-original":  # no converter in diffusers' library: `C.original_name` names them
+        return {}
     else:
         raise ValueError(layout.name)
     return {k: v.name for k, v in out.items() if isinstance(v, _Named) and v.name is not None}
