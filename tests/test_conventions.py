@@ -103,7 +103,7 @@ def test_readme_two_commands_are_the_demo_and_what_ci_runs():
     assert demo.startswith("python3 -m venv .venv && ") and demo.endswith("farm demo --out demo-out"), demo
     assert tests == (
         "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e '.[test]' "
-        "&& ruff check . && mypy && python -m pytest"
+        "&& pip install --no-deps -r tests/references.txt && ruff check . && mypy && python -m pytest"
     )
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci.replace("pip install -q ", "pip install ") == tests  # CI runs the README's command verbatim
