@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 # block lists, its decoder has the same tensor names and shapes as each config here (docs/decoders.md).
 # All three: not causal in time (`causal_decoder: false`), zero spatial padding (no release sets
 # `spatial_padding_mode`; zeros is ltx-video's default and the only mode diffusers' class has), pixel
-# norm, per-channel latent statistics carried by the file. 0.9.0 is
-# diffusers' default constructor, so "ltxv" is the empty config.
+# norm, per-channel latent statistics carried by the file. 0.9.0 is diffusers' default constructor, so
+# "ltxv" is the empty config. A file's own metadata is checked against the job's config
+# (`check_file_config`, `farm.decoders.ltxv_metadata`).
 LTXV_091 = {
     "decoder_block_out_channels": [256, 512, 1024],
     "decoder_layers_per_block": [5, 6, 7, 8],
