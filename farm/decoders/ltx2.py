@@ -20,6 +20,42 @@ LTX2_TINY = {
     "decoder_layers_per_block": [1, 1, 1, 1],
 }
 
+# LTX-2.3's video VAE, as diffusers' conversion script writes it (`scripts/convert_ltx2_to_diffusers.py`,
+# `get_ltx2_video_vae_config("2.3")`, with the script's default `timestep_conditioning=False`): four decoder
+# stages, upsamplers spatiotemporal / spatiotemporal / temporal / spatial without residual (channel factors
+# 2, 2, 1, 2), zero padding, not causal. Lightricks' own form (the file's `config` -> `vae`): decoder_blocks
+# res_x 4, compress_space x2, res_x 6, compress_time x2, res_x 4, compress_all x1, res_x 2, compress_all x2,
+# res_x 2, causal_decoder false, spatial_padding_mode zeros (ltx-core's VideoDecoder builds them reversed).
+LTX2_3 = {
+    "in_channels": 3, "out_channels": 3, "latent_channels": 128,
+    "block_out_channels": [256, 512, 1024, 1024],
+    "down_block_types": ["LTX2VideoDownBlock3D"] * 4,
+    "decoder_block_out_channels": [256, 512, 512, 1024],
+    "layers_per_block": [4, 6, 4, 2, 2],
+    "decoder_layers_per_block": [4, 6, 4, 2, 2],
+    "spatio_temporal_scaling": [True, True, True, True],
+    "decoder_spatio_temporal_scaling": [True, True, True, True],
+    "decoder_inject_noise": [False, False, False, False, False],
+    "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
+    "upsample_type": ["spatiotemporal", "spatiotemporal", "temporal", "spatial"],
+    "upsample_residual": [False, False, False, False],
+    "upsample_factor": [2, 2, 1, 2],
+    "timestep_conditioning": False,
+    "patch_size": 4, "patch_size_t": 1, "resnet_norm_eps": 1e-6,
+    "encoder_causal": True, "decoder_causal": False,
+    "encoder_spatial_padding_mode": "zeros", "decoder_spatial_padding_mode": "zeros",
+    "spatial_compression_ratio": 32, "temporal_compression_ratio": 8,
+}  # fmt: skip
+# LTX-2.3's structure (stages, upsampler kinds and factors, padding, causality) at widths 1/32 of it.
+LTX2_3_TINY = {
+    **LTX2_3,
+    "latent_channels": 8,
+    "block_out_channels": [8, 16, 32, 32],
+    "decoder_block_out_channels": [8, 16, 16, 32],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_layers_per_block": [1, 1, 1, 1, 1],
+}
+
 # Peak device memory of an untiled bf16 decode above the weights, per output pixel-frame: linear in the
 # shot's pixels on a GPU (docs/performance.md#memory); other configs scale with the width of the last
 # decoder block.
@@ -29,13 +65,22 @@ _LTX2_LAST_BLOCK_CHANNELS = 256
 
 class LTX2Decoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2"
-    named_configs: ClassVar[dict[str, dict[str, Any]]] = {"ltx2": {}, "ltx2-tiny": LTX2_TINY}
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltx2": {}, "ltx2-tiny": LTX2_TINY,
+        "ltx2.3": LTX2_3, "ltx2.3-tiny": LTX2_3_TINY,
+    }  # fmt: skip
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # The decoder is causal in time (no lookahead). Its receptive field reaches 13 latent frames back at
     # the tiny config (errors after a seam below 0.01 levels, float32 on a CPU; 1 level at 10 frames) and
     # ~22 at the real one (the float32 noise floor of an H200, 0.1 levels, from 22 frames on).
-    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (24, 0), "ltx2-tiny": (13, 0)}
+    # LTX-2.3 is not causal: it sees as far ahead as back. Latent frames on each side of a seam until a
+    # window's decode equals the whole one's at the float32 noise floor (0.0005 levels; RANDOM weights, CPU):
+    # 11 at the real config (0.006-0.008 levels at 10), 7 at the tiny one (1.4-2.4 levels at 6).
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {
+        "ltx2": (24, 0), "ltx2-tiny": (13, 0),
+        "ltx2.3": (11, 11), "ltx2.3-tiny": (7, 7),
+    }  # fmt: skip
     # A float32 decode on a CPU needs several times the width-scaled GPU figure per pixel-frame (the
     # output and its conversion do not shrink with the width; docs/performance.md#memory).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
