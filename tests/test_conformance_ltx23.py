@@ -265,3 +265,32 @@ def test_ltx23_sound_specs_time_48khz_and_refuse_the_other_vocoder(tmp_path, ltx
                "vocoder.conv_pre.weight": torch.zeros(1)}, str(ltx2))  # fmt: skip
     with pytest.raises(FarmError, match=r"holds LTX-2's vocoder .*\(ltx2-audio\)"):
         check("ltx2.3-audio-tiny", ltx2)
+
+
+def test_an_ltx2_pipeline_with_the_extended_vocoder_gives_its_sound_spec(tmp_path):
+    """`add_pipeline_shot`'s audio spec from an LTX-2 pipeline holding LTX-2.3's vocoder (saved and loaded
+    as a pipeline folder): the vocoder with bandwidth extension, decoding as the pipeline's own parts."""
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2VocoderWithBWE
+
+    from farm.inputs.pipelines import audio_spec_from_pipeline
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_ingest import tiny_pipeline
+
+    pipe, _ = tiny_pipeline("ltx2", tmp_path / "pipe" / "vae")
+    torch.manual_seed(8)
+    AutoencoderKLLTX2Audio(**LTX2_3_AUDIO_TINY["audio_vae"]).save_pretrained(tmp_path / "pipe" / "audio_vae")
+    LTX2VocoderWithBWE(**LTX2_3_AUDIO_TINY["vocoder"]).save_pretrained(tmp_path / "pipe" / "vocoder")
+    vae = AutoencoderKLLTX2Audio.from_pretrained(tmp_path / "pipe" / "audio_vae").eval()
+    vocoder = LTX2VocoderWithBWE.from_pretrained(tmp_path / "pipe" / "vocoder").eval()
+    pipe.register_modules(audio_vae=vae, vocoder=vocoder)
+
+    spec = parse_audio_spec(audio_spec_from_pipeline(pipe))
+    assert spec.bandwidth_extension and spec.sample_rate == RATE
+    assert spec.weights == {"path": str(tmp_path / "pipe")}
+    latent = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(9))
+    with torch.inference_mode():
+        own = vocoder(vae.decode(latent[None], return_dict=False)[0])[0].numpy()
+    assert own.shape == (2, spec.decoded_samples(7))
+    assert np.array_equal(load_audio_decoder(spec).decode(latent.numpy()), own)
