@@ -266,6 +266,29 @@ def test_ltx23_sound_specs_time_48khz_and_refuse_the_other_vocoder(tmp_path, ltx
     with pytest.raises(FarmError, match=r"holds LTX-2's vocoder .*\(ltx2-audio\)"):
         check("ltx2.3-audio-tiny", ltx2)
 
+    # the file's config metadata says how its vocoder ends: not unbounded, as diffusers' script has it
+    script = {"audio_vae": LTX2_3_AUDIO_TINY["audio_vae"],
+              "vocoder": {**LTX2_3_AUDIO_TINY["vocoder"], "final_act_fn": None}}  # fmt: skip
+    with pytest.raises(FarmError, match=r"config\.vocoder\.vocoder\.use_tanh_at_final in the file means "
+                                        r"final_act_fn='clamp', the audio config has None"):  # fmt: skip
+        check_audio_weights(parse_audio_spec({"config": script, "weights": {"path": str(ltx23_file)}}))
+
+
+def test_recorded_vocoder_defaults_are_the_installed_classes():
+    """The vocoder metadata check completes a spec with diffusers' defaults recorded in farm: they must be
+    the installed classes' own."""
+    import inspect
+
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
+
+    from farm.decoders.ltx2_vocoder_config import LTX2_VOCODER_DEFAULTS, LTX2_VOCODER_WITH_BWE_DEFAULTS
+
+    for cls, recorded in ((LTX2Vocoder, LTX2_VOCODER_DEFAULTS),
+                          (LTX2VocoderWithBWE, LTX2_VOCODER_WITH_BWE_DEFAULTS)):  # fmt: skip
+        live = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}  # fmt: skip
+        assert live == recorded, cls.__name__
+
 
 def test_an_ltx2_pipeline_with_the_extended_vocoder_gives_its_sound_spec(tmp_path):
     """`add_pipeline_shot`'s audio spec from an LTX-2 pipeline holding LTX-2.3's vocoder (saved and loaded

@@ -428,6 +428,7 @@ def check_audio_weights(spec: AudioSpec) -> None:
     try:
         with safe_open(str(path), framework="np") as fh:
             keys = list(fh.keys())
+            metadata = fh.metadata() or {}
     except Exception as exc:  # safetensors raises its own types for files that are not safetensors
         raise FarmError(f"{path}: cannot read it as safetensors ({type(exc).__name__}: {exc})") from None
     for prefix in ("audio_vae.", "vocoder."):
@@ -445,3 +446,23 @@ def check_audio_weights(spec: AudioSpec) -> None:
             f"{spec.describe()} is {wants}; use the audio config of the checkpoint's model "
             f"({'ltx2.3-audio' if file_bwe else 'ltx2-audio'})"
         )
+    _refuse_contradicted_vocoder(path, metadata.get("config"), spec)
+
+
+def _refuse_contradicted_vocoder(path: Path, text: str | None, spec: AudioSpec) -> None:
+    """Refuse an audio config whose vocoder is not the one the file's `config` metadata describes."""
+    from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
+
+    try:
+        file_config = json.loads(text) if text else {}
+    except ValueError:
+        return  # not LTX's metadata: the tensors alone are checked
+    if not isinstance(file_config, dict):
+        return
+    found = vocoder_contradictions(file_config, spec.config.get("vocoder", {}), spec.bandwidth_extension)
+    if found:
+        raise FarmError(
+            f"{path}: its config metadata contradicts {spec.describe()}: " + "; ".join(found[:4])
+            + ("; …" if len(found) > 4 else "") + ". Use the audio config of the checkpoint's model, or give "
+            "the vocoder's arguments as the file says them"
+        )  # fmt: skip
