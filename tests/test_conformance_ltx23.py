@@ -96,6 +96,27 @@ TINY_LTX23_CONFIG = {
                 "n_fft": 512, "win_size": 512, "num_mels": 64},
     },
 }  # fmt: skip
+# The released LTX-2.3 in the same form: what the tiny one shrinks (widths, layers per stage).
+_AMP = {"resblock": "AMP1", "stereo": True, "activation": "snakebeta", "use_tanh_at_final": False,
+        "use_bias_at_final": False, "resblock_kernel_sizes": [3, 7, 11],
+        "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]]}  # fmt: skip
+LTX23_CONFIG = {
+    "vae": {**TINY_LTX23_CONFIG["vae"], "latent_channels": 128, "decoder_base_channels": 128,
+            "decoder_blocks": [["res_x", {"num_layers": 4}], ["compress_space", {"multiplier": 2}],
+                               ["res_x", {"num_layers": 6}], ["compress_time", {"multiplier": 2}],
+                               ["res_x", {"num_layers": 4}], ["compress_all", {"multiplier": 1}],
+                               ["res_x", {"num_layers": 2}], ["compress_all", {"multiplier": 2}],
+                               ["res_x", {"num_layers": 2}]]},
+    "audio_vae": {**TINY_LTX23_CONFIG["audio_vae"], "model": {"params": {"sampling_rate": 16000, "ddconfig": {
+        **TINY_LTX23_CONFIG["audio_vae"]["model"]["params"]["ddconfig"], "ch": 128, "ch_mult": [1, 2, 4],
+        "num_res_blocks": 2, "z_channels": 8}}}},
+    "vocoder": {
+        "vocoder": {**_AMP, "upsample_initial_channel": 1536, "upsample_rates": [5, 2, 2, 2, 2, 2],
+                    "upsample_kernel_sizes": [11, 4, 4, 4, 4, 4]},
+        "bwe": {**TINY_LTX23_CONFIG["vocoder"]["bwe"], **_AMP, "upsample_initial_channel": 512,
+                "upsample_rates": [6, 5, 2, 2, 2], "upsample_kernel_sizes": [12, 11, 4, 4, 4]},
+    },
+}  # fmt: skip
 FPS = 24.0
 VIDEO_LATENT = (8, 3, 2, 3)  # 17 frames of 64 x 96
 AUDIO_LATENT_FRAMES = 19  # 0.73 s of sound at 25 latent frames per second: more than the 17 frames last
@@ -317,3 +338,45 @@ def test_an_ltx2_pipeline_with_the_extended_vocoder_gives_its_sound_spec(tmp_pat
         own = vocoder(vae.decode(latent[None], return_dict=False)[0])[0].numpy()
     assert own.shape == (2, spec.decoded_samples(7))
     assert np.array_equal(load_audio_decoder(spec).decode(latent.numpy()), own)
+
+
+def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released_structure():
+    """`ltx2.3` and `ltx2.3-audio` against ltx-core's models of the released structure (built on the meta
+    device from LTX-2.3's config in its own form: no weights): the file names those models' tensors have
+    map onto the diffusers models of farm's configs one to one, with the same shapes (the video decoder's
+    through farm's weight check, as a file's would be)."""
+    from diffusers import AutoencoderKLLTX2Audio
+    from diffusers.pipelines.ltx2.vocoder import LTX2VocoderWithBWE
+
+    from farm.decoders import checkpoints as C
+    from farm.decoders import weights as W
+    from farm.decoders.ltx2 import LTX2_3, LTX2Decoder
+    from farm.decoders.ltx2_audio import LTX2_3_AUDIO, bwe_vocoder_name
+
+    with torch.device("meta"):
+        models = ltx_core_models(LTX23_CONFIG)
+        vae = AutoencoderKLLTX2Audio(**LTX2_3_AUDIO["audio_vae"])
+        vocoder = LTX2VocoderWithBWE(**LTX2_3_AUDIO["vocoder"])
+    shapes = {name: tuple(t.shape) for name, t in original_layout(*models).items()}
+    infos = {name: C.TensorInfo(shape, "BF16", Path("ltx-2.3.safetensors")) for name, shape in shapes.items()}
+
+    layout = C.detect_layout(infos, "ltx2", "x")
+    assert layout == C.Layout("ltx-original", "vae.")
+    expected = W.recorded_decoder_tensors("ltx2", "ltx2.3")
+    found = W.converted_names(layout, "ltx2", infos)
+    full = LTX2Decoder._full_config(LTX2_3)
+    names = {
+        k: found.get(k) or layout.prefix + C.original_name(k, layout.name, "ltx2", full) for k in expected
+    }
+    assert W.weight_mismatches(expected, infos, names, layout.prefix) == []
+    assert len(expected) == sum(n.startswith("vae.") for n in shapes) == 86  # decoder and statistics
+
+    audio = {k.removeprefix("audio_vae.").replace("per_channel_statistics.mean-of-means", "latents_mean")
+             .replace("per_channel_statistics.std-of-means", "latents_std"): s
+             for k, s in shapes.items() if k.startswith("audio_vae.")}  # fmt: skip
+    assert audio == {k: tuple(t.shape) for k, t in vae.state_dict().items() if not k.startswith("encoder.")}
+    sound = {
+        bwe_vocoder_name(k.removeprefix("vocoder.")): s for k, s in shapes.items() if k.startswith("vocoder.")
+    }
+    assert sound == {k: tuple(t.shape) for k, t in vocoder.state_dict().items()}
+    assert len(sound) == 1227
