@@ -137,11 +137,12 @@ def _add_ingest_command(add: AddCommand) -> None:
                    help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound) "
                         "(default: none, no sound)")  # fmt: skip
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
-                   help="audio decoder of the sound: ltx2-audio (with --audio-weights) or a JSON spec; "
-                        "needed to create a job with sound (default: the job's)")  # fmt: skip
+                   help="audio decoder of the sound: ltx2-audio (LTX-2, 24 kHz) or ltx2.3-audio (LTX-2.3, "
+                        "48 kHz), with --audio-weights, or a JSON spec; needed to create a job with sound "
+                        "(default: the job's)")  # fmt: skip
     p.add_argument("--audio-weights", metavar="PATH",
-                   help="audio weights: a diffusers pipeline folder (audio_vae/, vocoder/) or LTX-2's "
-                        ".safetensors checkpoint (default: the job's audio spec's)")  # fmt: skip
+                   help="audio weights: a diffusers pipeline folder (audio_vae/, vocoder/) or an LTX-2 / "
+                        "LTX-2.3 .safetensors checkpoint (default: the job's audio spec's)")  # fmt: skip
 
 
 def _add_render_command(add: AddCommand) -> None:

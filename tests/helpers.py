@@ -118,7 +118,10 @@ def assert_same_video(a: Path, b: Path) -> None:
 
     assert video.probe(a).frames == video.probe(b).frames
     va, vb = (video.read_frames(p).astype(np.int16) for p in (a, b))
-    assert np.abs(va - vb).mean() < 1.5  # same frames encoded twice: small encoder-level differences
+    # same frames encoded twice: x264's threaded encodes differ a little, most on the noise-like frames of
+    # random weights (1.3 levels on average at 64x64, where either encode is 27 levels from its frames);
+    # frames out of order or from another batch differ by tens of levels
+    assert np.abs(va - vb).mean() < 3.0
 
 
 def farm(

@@ -27,6 +27,7 @@ TINY = {
     "wan-tiny": (3, 3, 4),
     "wan2.2-tiny": (3, 3, 4),
     "hunyuanvideo-tiny": (3, 3, 4),
+    "ltx2.3-tiny": (3, 3, 4),
 }
 # What each tiny config must decode to: (spatial scale, temporal scale, whether a frame depends only on
 # the latent frames up to its own). LTX-Video's decoder convolutions look both ways in time; HunyuanVideo's
@@ -38,6 +39,7 @@ EXPECTED = {
     "wan-tiny": (8, 4, True),
     "wan2.2-tiny": (16, 4, True),
     "hunyuanvideo-tiny": (8, 4, False),
+    "ltx2.3-tiny": (32, 8, False),
 }
 EXTRA = {
     "ltxv-0.9.1-tiny": {"decode_timestep": 0.05, "decode_noise_scale": 0.0},

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders import checkpoints as C
 from farm.decoders import ltx_metadata
 from farm.decoders.base import DecoderSpec, dtype_bytes
-from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
 from farm.decoders.geometry import Geometry
 from farm.errors import FarmError
 
@@ -50,6 +50,42 @@ LTX2_TINY = {
     "decoder_layers_per_block": [1, 1, 1, 1],
 }
 
+# LTX-2.3's video VAE, as diffusers' conversion script writes it (`scripts/convert_ltx2_to_diffusers.py`,
+# `get_ltx2_video_vae_config("2.3")`, with the script's default `timestep_conditioning=False`): four decoder
+# stages, upsamplers spatiotemporal / spatiotemporal / temporal / spatial without residual (channel factors
+# 2, 2, 1, 2), zero padding, not causal. Lightricks' own form (the file's `config` -> `vae`): decoder_blocks
+# res_x 4, compress_space x2, res_x 6, compress_time x2, res_x 4, compress_all x1, res_x 2, compress_all x2,
+# res_x 2, causal_decoder false, spatial_padding_mode zeros (ltx-core's VideoDecoder builds them reversed).
+LTX2_3 = {
+    "in_channels": 3, "out_channels": 3, "latent_channels": 128,
+    "block_out_channels": [256, 512, 1024, 1024],
+    "down_block_types": ["LTX2VideoDownBlock3D"] * 4,
+    "decoder_block_out_channels": [256, 512, 512, 1024],
+    "layers_per_block": [4, 6, 4, 2, 2],
+    "decoder_layers_per_block": [4, 6, 4, 2, 2],
+    "spatio_temporal_scaling": [True, True, True, True],
+    "decoder_spatio_temporal_scaling": [True, True, True, True],
+    "decoder_inject_noise": [False, False, False, False, False],
+    "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
+    "upsample_type": ["spatiotemporal", "spatiotemporal", "temporal", "spatial"],
+    "upsample_residual": [False, False, False, False],
+    "upsample_factor": [2, 2, 1, 2],
+    "timestep_conditioning": False,
+    "patch_size": 4, "patch_size_t": 1, "resnet_norm_eps": 1e-6,
+    "encoder_causal": True, "decoder_causal": False,
+    "encoder_spatial_padding_mode": "zeros", "decoder_spatial_padding_mode": "zeros",
+    "spatial_compression_ratio": 32, "temporal_compression_ratio": 8,
+}  # fmt: skip
+# LTX-2.3's structure (stages, upsampler kinds and factors, padding, causality) at widths 1/32 of it.
+LTX2_3_TINY = {
+    **LTX2_3,
+    "latent_channels": 8,
+    "block_out_channels": [8, 16, 32, 32],
+    "decoder_block_out_channels": [8, 16, 16, 32],
+    "layers_per_block": [1, 1, 1, 1, 1],
+    "decoder_layers_per_block": [1, 1, 1, 1, 1],
+}
+
 # Peak device memory of an untiled bf16 decode above the weights, per output pixel-frame: linear in the
 # shot's pixels on a GPU (docs/performance.md#memory); other configs scale with the width of the last
 # decoder block.
@@ -59,7 +95,10 @@ _LTX2_LAST_BLOCK_CHANNELS = 256
 
 class LTX2Decoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2"
-    named_configs: ClassVar[dict[str, dict[str, Any]]] = {"ltx2": LTX2_RELEASED, "ltx2-tiny": LTX2_TINY}
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltx2": LTX2_RELEASED, "ltx2-tiny": LTX2_TINY,
+        "ltx2.3": LTX2_3, "ltx2.3-tiny": LTX2_3_TINY,
+    }  # fmt: skip
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
     # Revision 1 of both names was diffusers' constructor defaults: a decoder causal in time, which decodes
     # the released weights to other frames (13 dB from ltx-core's decode of the same latent).
@@ -70,14 +109,18 @@ class LTX2Decoder(DiffusersVideoDecoder):
         for name in ("ltx2", "ltx2-tiny")
     }
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
-    # The released decoder is not causal: each output frame sees latent frames on both sides of it. A
+    # The released decoders are not causal: each output frame sees latent frames on both sides of it. A
     # temporal tile decodes this many latent frames before and after its own so that the frames it keeps
     # equal the whole-shot decode, whatever the weights: the temporal receptive field counted from the
-    # convolutions (kernel 3 in time: conv_in, 2 per resnet and one per upsampler, at 1, 2, 4 and 8x the
-    # latent frame rate) is 21.6 latent frames a side for the real config, 6.6 for the tiny one. Measured
-    # with random weights (docs/fidelity.md), the error falls below 0.2 levels from 9 / 10 frames (real,
-    # float32 on an H200) and 2e-4 levels from 6 / 7 (tiny, float32 on a CPU).
-    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"ltx2": (22, 22), "ltx2-tiny": (7, 7)}
+    # convolutions (kernel 3 in time: conv_in, 2 per resnet and one per upsampler, each at its stage's
+    # frame rate) is 21.6 latent frames a side for LTX-2, 6.6 for its tiny config, 13.5 for LTX-2.3 and 7
+    # for its tiny one. Measured with random weights (docs/fidelity.md), the error falls below 0.2 levels
+    # from 9 / 10 frames (LTX-2, float32 on an H200), to float32's noise floor (5e-4 levels) from 11
+    # (LTX-2.3, CPU) and from 6 / 7 and 7 (the tiny configs, CPU).
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {
+        "ltx2": (22, 22), "ltx2-tiny": (7, 7),
+        "ltx2.3": (14, 14), "ltx2.3-tiny": (7, 7),
+    }  # fmt: skip
     # A float32 decode on a CPU needs several times the width-scaled GPU figure per pixel-frame (the
     # output and its conversion do not shrink with the width; docs/performance.md#memory).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
@@ -135,6 +178,10 @@ class LTX2Decoder(DiffusersVideoDecoder):
 
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:
+        name = next((n for n, c in cls.named_configs.items() if c == spec.config), None)
+        recorded = recorded_decoder_parameters(cls.family, name) if name else None
+        if recorded is not None:  # counted for each named config (tools/record_decoder_defaults.py)
+            return recorded * dtype_bytes(spec.dtype)
         full = cls._full_config(spec.config)
         # decoder parameters scale with the square of the block widths; 528 M for the real config
         widths = full["decoder_block_out_channels"]

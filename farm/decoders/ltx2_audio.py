@@ -1,28 +1,35 @@
 """LTX-2's sound: audio latents ``[C, T, M]`` → mel spectrogram (diffusers `AutoencoderKLLTX2Audio`) →
-stereo waveform (`LTX2Vocoder`), decoded whole per shot on a worker.
+stereo waveform (`LTX2Vocoder`; LTX-2.3's `LTX2VocoderWithBWE`, a vocoder whose 16 kHz waveform a second
+generator extends to 48 kHz), decoded whole per shot on a worker.
 
 An audio decoder spec (JSON, kept in the job store beside the video decoder's):
 
     {"family": "ltx2-audio",
-     "config": "ltx2-audio" | "ltx2-audio-tiny" | {"audio_vae": {...}, "vocoder": {...}},
+     "config": "ltx2-audio" | "ltx2.3-audio" | ... | {"audio_vae": {...}, "vocoder": {...}},
      "weights": {"path": "/models/LTX-2"} | {"path": "/models/ltx-2.safetensors"} | {"random_seed": 0},
      "dtype": "float32"}
 
+A vocoder config with any of `LTX2VocoderWithBWE`'s own arguments (``bwe_*``, ``input_sampling_rate``, ...)
+builds that class; any other builds `LTX2Vocoder`.
+
 Weights: a diffusers pipeline folder (``audio_vae/`` and ``vocoder/`` subfolders, as
-``pipeline.save_pretrained`` writes them; the folder of either also does), or LTX-2's single-file
-checkpoint (its ``audio_vae.`` and ``vocoder.`` tensors, renamed as diffusers' LTX-2 conversion does).
+``pipeline.save_pretrained`` writes them; the folder of either also does), or an LTX-2 / LTX-2.3
+single-file checkpoint (its ``audio_vae.`` and ``vocoder.`` tensors, renamed as diffusers' conversion
+script, ``scripts/convert_ltx2_to_diffusers.py``, does for its version).
 
 Timing (pure, from the config): the audio VAE turns T latent frames into ``4T - 3`` mel frames of
 ``mel_hop_length`` samples at ``sample_rate``; the vocoder multiplies time by the product of its
-upsample factors and plays at ``output_sampling_rate``. LTX-2's default: 25 latent frames per second,
-24 kHz stereo.
+upsample factors (with bandwidth extension, then by ``output_sampling_rate / input_sampling_rate``) and
+plays at ``output_sampling_rate``. LTX-2: 25 latent frames per second, 24 kHz stereo; LTX-2.3: 48 kHz.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,14 +55,57 @@ LTX2_AUDIO_TINY = {
                 "upsample_factors": [10, 8], "resnet_kernel_sizes": [3], "resnet_dilations": [[1]],
                 "output_sampling_rate": 8000},
 }  # fmt: skip
+# LTX-2.3's sound: the audio VAE of LTX-2 and a vocoder with bandwidth extension, as diffusers' conversion
+# script writes them (`scripts/convert_ltx2_to_diffusers.py`, `get_ltx2_audio_vae_config("2.3")`,
+# `get_ltx2_vocoder_config("2.3")`) but for one argument: the script leaves the first stage's waveform
+# unbounded (`final_act_fn: None`), while Lightricks' own decoder (ltx-core's `VocoderConfigurator`) clamps
+# it to [-1, 1] before the extension (the file's `use_tanh_at_final: false` with the final activation on).
+LTX2_3_AUDIO = {
+    "audio_vae": {"base_channels": 128, "output_channels": 2, "ch_mult": [1, 2, 4], "num_res_blocks": 2,
+                  "attn_resolutions": None, "in_channels": 2, "resolution": 256, "latent_channels": 8,
+                  "norm_type": "pixel", "causality_axis": "height", "dropout": 0.0,
+                  "mid_block_add_attention": False, "sample_rate": 16000, "mel_hop_length": 160,
+                  "is_causal": True, "mel_bins": 64, "double_z": True},
+    "vocoder": {"in_channels": 128, "hidden_channels": 1536, "out_channels": 2,
+                "upsample_kernel_sizes": [11, 4, 4, 4, 4, 4], "upsample_factors": [5, 2, 2, 2, 2, 2],
+                "resnet_kernel_sizes": [3, 7, 11], "resnet_dilations": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+                "act_fn": "snakebeta", "leaky_relu_negative_slope": 0.1, "antialias": True,
+                "antialias_ratio": 2, "antialias_kernel_size": 12, "final_act_fn": "clamp",
+                "final_bias": False, "bwe_in_channels": 128, "bwe_hidden_channels": 512,
+                "bwe_out_channels": 2, "bwe_upsample_kernel_sizes": [12, 11, 4, 4, 4],
+                "bwe_upsample_factors": [6, 5, 2, 2, 2], "bwe_resnet_kernel_sizes": [3, 7, 11],
+                "bwe_resnet_dilations": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "bwe_act_fn": "snakebeta",
+                "bwe_leaky_relu_negative_slope": 0.1, "bwe_antialias": True, "bwe_antialias_ratio": 2,
+                "bwe_antialias_kernel_size": 12, "bwe_final_act_fn": None, "bwe_final_bias": False,
+                "filter_length": 512, "hop_length": 80, "window_length": 512, "num_mel_channels": 64,
+                "input_sampling_rate": 16000, "output_sampling_rate": 48000},
+}  # fmt: skip
+# LTX-2.3's structure at small widths; the mel bins (64) and the rates (16 kHz, then 48 kHz) stay the
+# released ones, as Lightricks' vocoder fixes its input at 2 x 64 mel bins. The audio VAE's latent
+# statistics span base_channels = latent_channels x mel_bins / 4 values in ltx-core, as in the real one.
+LTX2_3_AUDIO_TINY = {
+    "audio_vae": {**LTX2_3_AUDIO["audio_vae"], "base_channels": 32, "ch_mult": [1, 2], "num_res_blocks": 1,
+                  "latent_channels": 2},
+    "vocoder": {**LTX2_3_AUDIO["vocoder"], "hidden_channels": 32, "upsample_kernel_sizes": [16, 11, 8],
+                "upsample_factors": [8, 5, 4], "resnet_kernel_sizes": [3], "resnet_dilations": [[1, 3, 5]],
+                "bwe_hidden_channels": 32, "bwe_upsample_kernel_sizes": [12, 11, 16],
+                "bwe_upsample_factors": [6, 5, 8], "bwe_resnet_kernel_sizes": [3],
+                "bwe_resnet_dilations": [[1, 3, 5]]},
+}  # fmt: skip
 NAMED_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
     "ltx2-audio": {"audio_vae": {}, "vocoder": {}},  # diffusers' defaults are LTX-2's
     "ltx2-audio-tiny": LTX2_AUDIO_TINY,
+    "ltx2.3-audio": LTX2_3_AUDIO,
+    "ltx2.3-audio-tiny": LTX2_3_AUDIO_TINY,
 }
 # The constructor defaults (diffusers 0.42.1) the timing needs when a config leaves them out.
 _VAE_DEFAULTS = {"latent_channels": 8, "mel_bins": 64, "sample_rate": 16000, "mel_hop_length": 160,
                  "output_channels": 2, "causality_axis": "height"}  # fmt: skip
 _VOCODER_DEFAULTS = {"upsample_factors": [6, 5, 2, 2, 2], "output_sampling_rate": 24000, "out_channels": 2}
+_BWE_VOCODER_DEFAULTS = {"upsample_factors": [5, 2, 2, 2, 2, 2], "input_sampling_rate": 16000,
+                         "output_sampling_rate": 48000, "out_channels": 2}  # fmt: skip
+# Arguments only `LTX2VocoderWithBWE` takes: a vocoder config with any of them has bandwidth extension.
+_BWE_ONLY = ("input_sampling_rate", "filter_length", "hop_length", "window_length", "num_mel_channels")
 
 # LTX-2's single-file checkpoint names (diffusers' LTX-2 conversion: audio VAE statistics, HiFi-GAN names).
 _CHECKPOINT_AUDIO_VAE = {"per_channel_statistics.mean-of-means": "latents_mean",
@@ -66,6 +116,28 @@ _CHECKPOINT_VOCODER = {
     "conv_pre": "conv_in",
     "conv_post": "conv_out",
 }
+# LTX-2.3's vocoder with bandwidth extension (`vocoder.vocoder.*`, `vocoder.bwe_generator.*`,
+# `vocoder.mel_stft.*` in the file): diffusers' LTX_2_3_VOCODER_RENAME_DICT, replaced anywhere in a name, then
+# ".ups." → ".upsamplers." (`convert_ltx2_3_vocoder_upsamplers`; "ups" alone would also hit "upsample.").
+_CHECKPOINT_BWE_VOCODER = {
+    "resblocks": "resnets",
+    "conv_pre": "conv_in",
+    "conv_post": "conv_out",
+    "act_post": "act_out",
+    "downsample.lowpass": "downsample",
+}
+
+
+def is_bwe_vocoder(vocoder_config: dict[str, Any]) -> bool:
+    """Whether a vocoder config is `LTX2VocoderWithBWE`'s (LTX-2.3) rather than `LTX2Vocoder`'s (LTX-2)."""
+    return any(k.startswith("bwe_") or k in _BWE_ONLY for k in vocoder_config)
+
+
+def bwe_vocoder_name(name: str) -> str:
+    """A tensor name of LTX-2.3's vocoder (after ``vocoder.``) in diffusers' `LTX2VocoderWithBWE`."""
+    for old, new in _CHECKPOINT_BWE_VOCODER.items():
+        name = name.replace(old, new)
+    return name.replace(".ups.", ".upsamplers.")
 
 
 @dataclass(frozen=True)
@@ -95,8 +167,13 @@ class AudioSpec:
         return {**_VAE_DEFAULTS, **self.config.get("audio_vae", {})}
 
     @property
+    def bandwidth_extension(self) -> bool:
+        return is_bwe_vocoder(self.config.get("vocoder", {}))
+
+    @property
     def vocoder(self) -> dict[str, Any]:
-        return {**_VOCODER_DEFAULTS, **self.config.get("vocoder", {})}
+        defaults = _BWE_VOCODER_DEFAULTS if self.bandwidth_extension else _VOCODER_DEFAULTS
+        return {**defaults, **self.config.get("vocoder", {})}
 
     @property
     def latent_channels(self) -> int:
@@ -119,7 +196,11 @@ class AudioSpec:
     def decoded_samples(self, latent_frames: int) -> int:
         """Samples the vocoder makes from `latent_frames` audio latent frames."""
         mel = max(LATENT_DOWNSAMPLE * latent_frames - (LATENT_DOWNSAMPLE - 1), 1)
-        return mel * math.prod(int(f) for f in self.vocoder["upsample_factors"])
+        vocoder = self.vocoder
+        samples = mel * math.prod(int(f) for f in vocoder["upsample_factors"])
+        if self.bandwidth_extension:  # the extension resamples by the rates' ratio
+            samples = samples * int(vocoder["output_sampling_rate"]) // int(vocoder["input_sampling_rate"])
+        return samples
 
 
 def samples_for_frames(frames: int, fps: float, sample_rate: int) -> int:
@@ -213,8 +294,15 @@ def check_audio_latent(shape: tuple[int, ...], spec: AudioSpec, where: str) -> N
 # ---- weights and decoding (worker side: torch and diffusers imported here only) ---------------------
 
 
-def _checkpoint_tensors(path: Path, prefix: str, renames: dict[str, str]) -> dict[str, Any]:
-    """The tensors under `prefix` in LTX-2's single-file checkpoint, renamed to diffusers' names."""
+def _rename_top(name: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        if name == old or name.startswith(old + "."):
+            name = new + name[len(old) :]
+    return name
+
+
+def _checkpoint_tensors(path: Path, prefix: str, rename: Callable[[str], str]) -> dict[str, Any]:
+    """The tensors under `prefix` in an LTX single-file checkpoint, renamed to diffusers' names."""
     from safetensors import safe_open
 
     out = {}
@@ -222,11 +310,7 @@ def _checkpoint_tensors(path: Path, prefix: str, renames: dict[str, str]) -> dic
         for key in fh.keys():  # noqa: SIM118 (safe_open is not a Mapping)
             if not key.startswith(prefix):
                 continue
-            name = key[len(prefix) :]
-            for old, new in renames.items():
-                if name == old or name.startswith(old + "."):
-                    name = new + name[len(old) :]
-            out[name] = fh.get_tensor(key)
+            out[rename(key[len(prefix) :])] = fh.get_tensor(key)
     if not out:
         raise FarmError(
             f"{path}: holds no {prefix!r} tensors; an LTX-2 checkpoint with its audio VAE and "
@@ -259,20 +343,24 @@ def build_models(spec: AudioSpec) -> tuple[Any, Any]:
     """The audio VAE and vocoder of `spec`, weights loaded, in eval mode, float32 on the CPU."""
     import torch
     from diffusers import AutoencoderKLLTX2Audio
-    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
+    vocoder_class = LTX2VocoderWithBWE if spec.bandwidth_extension else LTX2Vocoder
     path = Path(spec.weights["path"]) if "path" in spec.weights else None
     if path is not None and path.is_dir():
         vae = AutoencoderKLLTX2Audio.from_pretrained(_subfolder(path, "audio_vae"), local_files_only=True)
-        vocoder = LTX2Vocoder.from_pretrained(_subfolder(path, "vocoder"), local_files_only=True)
+        vocoder = vocoder_class.from_pretrained(_subfolder(path, "vocoder"), local_files_only=True)
         return vae.eval(), vocoder.eval()
     if path is None:
         torch.manual_seed(int(spec.weights["random_seed"]))
     vae = AutoencoderKLLTX2Audio(**spec.config["audio_vae"])
-    vocoder = LTX2Vocoder(**spec.config["vocoder"])
+    vocoder = vocoder_class(**spec.config["vocoder"])
     if path is not None:
-        _load_state(vae, _checkpoint_tensors(path, "audio_vae.", _CHECKPOINT_AUDIO_VAE), f"{path} audio_vae.")
-        _load_state(vocoder, _checkpoint_tensors(path, "vocoder.", _CHECKPOINT_VOCODER), f"{path} vocoder.")
+        vae_names = functools.partial(_rename_top, renames=_CHECKPOINT_AUDIO_VAE)
+        vocoder_names = (bwe_vocoder_name if spec.bandwidth_extension
+                         else functools.partial(_rename_top, renames=_CHECKPOINT_VOCODER))  # fmt: skip
+        _load_state(vae, _checkpoint_tensors(path, "audio_vae.", vae_names), f"{path} audio_vae.")
+        _load_state(vocoder, _checkpoint_tensors(path, "vocoder.", vocoder_names), f"{path} vocoder.")
     return vae.eval(), vocoder.eval()  # type: ignore[attr-defined]
 
 
@@ -340,6 +428,7 @@ def check_audio_weights(spec: AudioSpec) -> None:
     try:
         with safe_open(str(path), framework="np") as fh:
             keys = list(fh.keys())
+            metadata = fh.metadata() or {}
     except Exception as exc:  # safetensors raises its own types for files that are not safetensors
         raise FarmError(f"{path}: cannot read it as safetensors ({type(exc).__name__}: {exc})") from None
     for prefix in ("audio_vae.", "vocoder."):
@@ -348,3 +437,32 @@ def check_audio_weights(spec: AudioSpec) -> None:
                 f"{path}: holds no {prefix!r} tensors; an LTX-2 checkpoint with its audio VAE and "
                 "vocoder (or a diffusers pipeline folder) is needed for sound"
             )
+    # LTX-2.3's vocoder nests its generators (vocoder.vocoder.*, vocoder.bwe_generator.*); LTX-2's does not
+    file_bwe = any(k.startswith("vocoder.bwe_generator.") for k in keys)
+    if file_bwe != spec.bandwidth_extension:
+        has, wants = ("LTX-2.3's", "LTX-2's") if file_bwe else ("LTX-2's", "LTX-2.3's")
+        raise FarmError(
+            f"{path}: holds {has} vocoder ({'with' if file_bwe else 'without'} bandwidth extension), but "
+            f"{spec.describe()} is {wants}; use the audio config of the checkpoint's model "
+            f"({'ltx2.3-audio' if file_bwe else 'ltx2-audio'})"
+        )
+    _refuse_contradicted_vocoder(path, metadata.get("config"), spec)
+
+
+def _refuse_contradicted_vocoder(path: Path, text: str | None, spec: AudioSpec) -> None:
+    """Refuse an audio config whose vocoder is not the one the file's `config` metadata describes."""
+    from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
+
+    try:
+        file_config = json.loads(text) if text else {}
+    except ValueError:
+        return  # not LTX's metadata: the tensors alone are checked
+    if not isinstance(file_config, dict):
+        return
+    found = vocoder_contradictions(file_config, spec.config.get("vocoder", {}), spec.bandwidth_extension)
+    if found:
+        raise FarmError(
+            f"{path}: its config metadata contradicts {spec.describe()}: " + "; ".join(found[:4])
+            + ("; …" if len(found) > 4 else "") + ". Use the audio config of the checkpoint's model, or give "
+            "the vocoder's arguments as the file says them"
+        )  # fmt: skip

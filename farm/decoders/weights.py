@@ -240,6 +240,7 @@ def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo
 
     if layout.name == "ltx-original" and family == "ltx2":
         out = su.convert_ltx2_vae_to_diffusers(mine)  # the video VAE's names only: never audio_vae.*
+        out = {_ltx2_3_up_blocks(k): v for k, v in out.items()}
     elif layout.name == "ltx-original":
         # the converter keeps names with "vae." and tells 0.9.5 from the encoder's last convolution; the
         # decoder's names are the same for 0.9.1 and 0.9.5, and a file without an encoder has no say
@@ -253,6 +254,19 @@ def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo
     else:
         raise ValueError(layout.name)
     return {k: v.name for k, v in out.items() if isinstance(v, _Named) and v.name is not None}
+
+
+# LTX-2.3's fourth decoder stage, which diffusers' single-file converter (LTX-2 2.0's names) leaves as it
+# found it: the conversion script's LTX_2_3_VIDEO_VAE_RENAME_DICT (`scripts/convert_ltx2_to_diffusers.py`).
+_LTX2_3_UP_BLOCKS = {"decoder.up_blocks.7.": "decoder.up_blocks.3.upsamplers.0.",
+                     "decoder.up_blocks.8.": "decoder.up_blocks.3."}  # fmt: skip
+
+
+def _ltx2_3_up_blocks(name: str) -> str:
+    for old, new in _LTX2_3_UP_BLOCKS.items():
+        if name.startswith(old):
+            return new + name[len(old) :]
+    return name
 
 
 def read_decoder_state(

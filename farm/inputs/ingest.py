@@ -673,8 +673,8 @@ def _job_audio(
         return current
     if wanted and given is None:
         raise FarmError("audio latents need an audio decoder when the job is created: --audio-decoder "
-                        "ltx2-audio --audio-weights PATH (a diffusers pipeline folder or LTX-2's "
-                        ".safetensors checkpoint)")  # fmt: skip
+                        "ltx2-audio (LTX-2) or ltx2.3-audio (LTX-2.3) --audio-weights PATH (a diffusers "
+                        "pipeline folder or the .safetensors checkpoint)")  # fmt: skip
     if given is not None:
         from farm.decoders.ltx2_audio import check_audio_weights
 

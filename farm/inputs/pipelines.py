@@ -5,8 +5,8 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``LTXPipeline``, ``LTXImageToVideoPipeline``: packed ``[B, S, D]`` tokens, normalized (``ltxv``);
 * ``LTXConditionPipeline``: ``[B, C, F, H, W]``, normalized (``ltxv``);
 * ``LTX2Pipeline``, ``LTX2ImageToVideoPipeline``, ``LTX2ConditionPipeline``: ``[B, C, F, H, W]`` (the
-  video's ``frames``), denormalized (``ltx2``); their ``audio`` is the sound's latents ``[B, C, T, M]``,
-  denormalized and unpacked (ready for ``audio_vae.decode``);
+  video's ``frames``), denormalized (``ltx2``; LTX-2 and LTX-2.3 alike); their ``audio`` is the sound's
+  latents ``[B, C, T, M]``, denormalized and unpacked (ready for ``audio_vae.decode``);
 * ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
@@ -184,10 +184,9 @@ def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[
     vae, vocoder = getattr(pipeline, "audio_vae", None), getattr(pipeline, "vocoder", None)
     if vae is None or vocoder is None:
         raise FarmError("give audio_decoder= (the pipeline has no audio_vae and vocoder to take it from)")
-    if type(vocoder).__name__ != "LTX2Vocoder":
-        raise FarmError(
-            f"farm decodes sound with LTX2Vocoder; the pipeline's vocoder is {type(vocoder).__name__}"
-        )
+    if type(vocoder).__name__ not in ("LTX2Vocoder", "LTX2VocoderWithBWE"):  # LTX-2; LTX-2.3 (48 kHz)
+        raise FarmError(f"farm decodes sound with LTX2Vocoder or LTX2VocoderWithBWE; the pipeline's vocoder "
+                        f"is {type(vocoder).__name__}")  # fmt: skip
     config = {name: {k: v for k, v in dict(part.config).items() if not k.startswith("_")}
               for name, part in (("audio_vae", vae), ("vocoder", vocoder))}  # fmt: skip
     source = weights
