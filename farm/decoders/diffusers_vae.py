@@ -353,9 +353,52 @@ class DiffusersVideoDecoder:
             self.pacer.lead = lead
 
     @classmethod
+    def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """The decoder settings a single file's ``config`` → ``vae`` metadata gives, in diffusers' terms
+        (adapters whose checkpoints carry one, as their reference implementation reads it); None: the
+        family's files carry none farm reads."""
+        return None
+
+    @staticmethod
+    def config_contradictions(file_config: dict[str, Any], full_config: dict[str, Any]) -> list[str]:
+        """The settings where a job's (completed) config differs from a file's, in words."""
+
+        def norm(v: Any) -> Any:
+            return [norm(x) for x in v] if isinstance(v, list | tuple) else v
+
+        return [
+            f"{k}: the file has {norm(v)!r}, the job's config {norm(full_config.get(k))!r}"
+            for k, v in file_config.items()
+            if norm(v) != norm(full_config.get(k))
+        ]
+
+    @classmethod
     def check_file_config(cls, spec: DecoderSpec, files: list[Path]) -> None:
-        """Refuse weights whose files carry a model config that contradicts the spec's (adapters whose
-        checkpoints carry one read it; a diffusers folder's ``config.json`` is checked for every family)."""
+        """Refuse a single file whose own config (:meth:`file_decoder_config`) describes another decoder
+        than the spec's, naming each field and the named config that fits the file (a diffusers folder's
+        ``config.json`` is checked for every family, by `farm.decoders.weights`)."""
+        from farm.decoders import checkpoints as C
+        from farm.decoders.ltx_metadata import file_vae_config
+
+        full = cls._full_config(spec.config)
+        for f in files:
+            if not f.name.endswith(C.SAFETENSORS_SUFFIX):
+                continue
+            vae = file_vae_config(f, C.safetensors_header(f)[0])
+            file_config = None if vae is None else cls.file_decoder_config(vae, str(f))
+            if not file_config:
+                continue
+            differences = cls.config_contradictions(file_config, full)
+            if not differences:
+                continue
+            fits = [name for name, config in cls.named_configs.items()
+                    if not cls.config_contradictions(file_config, cls._full_config(config))]  # fmt: skip
+            hint = (f"the file is {' / '.join(fits)}: use that config" if fits
+                    else "give the file's config as the spec's config")  # fmt: skip
+            raise FarmError(
+                f"weights file {str(f)!r} carries a decoder config that contradicts the job's "
+                f"({spec.config_name or 'custom config'}): " + "; ".join(differences) + f"; {hint}"
+            )
 
     @classmethod
     def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:

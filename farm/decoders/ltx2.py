@@ -3,15 +3,12 @@ decoder looks ahead in time (not causal), diffusers' constructor default does no
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders import checkpoints as C
 from farm.decoders import ltx_metadata
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
 from farm.decoders.geometry import Geometry
-from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import torch
@@ -191,31 +188,9 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # ---- weights ------------------------------------------------------------------------------
 
     @classmethod
-    def check_file_config(cls, spec: DecoderSpec, files: list[Path]) -> None:
-        """Refuse a file whose own config (its ``config`` metadata, as ltx-core reads it) describes
-        another decoder than the spec's, naming each field and the named config that fits the file."""
-        full = cls._full_config(spec.config)
-        for f in files:
-            if not f.name.endswith(C.SAFETENSORS_SUFFIX):
-                continue
-            vae = ltx_metadata.file_vae_config(f, C.safetensors_header(f)[0])
-            if vae is None:
-                continue
-            file_config = ltx_metadata.ltx2_decoder_config(vae, str(f))
-            differences = ltx_metadata.config_contradictions(file_config, full)
-            if not differences:
-                continue
-            fits = [
-                name
-                for name, config in cls.named_configs.items()
-                if not ltx_metadata.config_contradictions(file_config, cls._full_config(config))
-            ]
-            hint = (f"the file is {' / '.join(fits)}: use that config" if fits
-                    else "give the file's config as the spec's config")  # fmt: skip
-            raise FarmError(
-                f"weights file {str(f)!r} carries a decoder config that contradicts the job's "
-                f"({spec.config_name or 'custom config'}): " + "; ".join(differences) + f"; {hint}"
-            )
+    def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """An LTX-2 file's own decoder settings, as ltx-core reads its ``config`` metadata."""
+        return ltx_metadata.ltx2_decoder_config(vae, where)
 
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 

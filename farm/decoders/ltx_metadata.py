@@ -82,7 +82,7 @@ def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
     }
     if "decoder_blocks" not in cfg:  # the blocks are left to the tensors' shapes
         return scalars
-    blocks = [_block(b, where) for b in reversed(cfg["decoder_blocks"] or [])]
+    blocks = [block_settings(b, where) for b in reversed(cfg["decoder_blocks"] or [])]
     if not blocks or blocks[0][0] != "res_x" or len(blocks) % 2 == 0:
         raise FarmError(
             f"weights at {where}: decoder_blocks {cfg.get('decoder_blocks')!r} is not a res_x mid block "
@@ -118,7 +118,7 @@ def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _block(block: Any, where: str) -> tuple[str, dict[str, Any]]:
+def block_settings(block: Any, where: str) -> tuple[str, dict[str, Any]]:
     """One ``decoder_blocks`` entry → (name, settings): ltx-core takes ``[name, n_layers]`` or
     ``[name, {...}]``."""
     if isinstance(block, list | tuple) and len(block) == 2 and isinstance(block[0], str):
@@ -128,16 +128,3 @@ def _block(block: Any, where: str) -> tuple[str, dict[str, Any]]:
         if isinstance(params, dict):
             return name, params
     raise FarmError(f"weights at {where}: decoder block {block!r} is not [name, layers] or [name, {{...}}]")
-
-
-def config_contradictions(file_config: dict[str, Any], full_config: dict[str, Any]) -> list[str]:
-    """The decoder settings where a job's (completed) config differs from the file's, in words."""
-
-    def norm(v: Any) -> Any:
-        return [norm(x) for x in v] if isinstance(v, list | tuple) else v
-
-    return [
-        f"{k}: the file has {norm(file_config[k])!r}, the job's config {norm(full_config.get(k))!r}"
-        for k in DECODER_KEYS
-        if k in file_config and norm(file_config[k]) != norm(full_config.get(k))
-    ]

@@ -15,11 +15,9 @@ noise a function of position too. Both need the tile's ``origin`` in :meth:`deco
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders import checkpoints as C
-from farm.decoders import ltx_metadata, ltxv_metadata
+from farm.decoders import ltxv_metadata
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
@@ -193,28 +191,9 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # ---- loading -------------------------------------------------------------------------------
 
     @classmethod
-    def check_file_config(cls, spec: DecoderSpec, files: list[Path]) -> None:
-        """Refuse a single file whose own config (its ``config`` metadata, as ltx-video reads it) describes
-        another decoder than the spec's, naming each field and the named config that fits the file."""
-        full = cls._full_config(spec.config)
-        for f in files:
-            if not f.name.endswith(C.SAFETENSORS_SUFFIX):
-                continue
-            vae = ltx_metadata.file_vae_config(f, C.safetensors_header(f)[0])
-            if vae is None:
-                continue
-            file_config = ltxv_metadata.ltxv_decoder_config(vae, str(f))
-            differences = ltxv_metadata.contradictions(file_config, full)
-            if not differences:
-                continue
-            fits = [name for name, config in cls.named_configs.items()
-                    if not ltxv_metadata.contradictions(file_config, cls._full_config(config))]  # fmt: skip
-            hint = (f"the file is {' / '.join(fits)}: use that config" if fits
-                    else "give the file's config as the spec's config")  # fmt: skip
-            raise FarmError(
-                f"weights file {str(f)!r} carries a decoder config that contradicts the job's "
-                f"({spec.config_name or 'custom config'}): " + "; ".join(differences) + f"; {hint}"
-            )
+    def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """An LTX-Video file's own decoder settings, as ltx-video reads its ``config`` metadata."""
+        return ltxv_metadata.ltxv_decoder_config(vae, where)
 
     @classmethod
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> LTXVideoDecoder:

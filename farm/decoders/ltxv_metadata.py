@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from farm.decoders.ltx_metadata import block_settings as _block
 from farm.errors import FarmError
 
 # ltx-video's defaults for keys a file's `vae` config leaves out (CausalVideoAutoencoder.from_config)
@@ -120,27 +121,3 @@ def ltxv_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:
 
 def _layers(params: dict[str, Any]) -> int:
     return int(params.get("num_layers", 1))
-
-
-def _block(block: Any, where: str) -> tuple[str, dict[str, Any]]:
-    """One block entry → (name, settings): ltx-video takes ``[name, n_layers]`` or ``[name, {...}]``."""
-    if isinstance(block, list | tuple) and len(block) == 2 and isinstance(block[0], str):
-        name, params = block
-        if isinstance(params, int) and not isinstance(params, bool):
-            return name, {"num_layers": params}
-        if isinstance(params, dict):
-            return name, params
-    raise FarmError(f"weights at {where}: decoder block {block!r} is not [name, layers] or [name, {{...}}]")
-
-
-def contradictions(file_config: dict[str, Any], full_config: dict[str, Any]) -> list[str]:
-    """The decoder settings where a job's (completed) config differs from the file's, in words."""
-
-    def norm(v: Any) -> Any:
-        return [norm(x) for x in v] if isinstance(v, list | tuple) else v
-
-    return [
-        f"{k}: the file has {norm(v)!r}, the job's config {norm(full_config.get(k))!r}"
-        for k, v in file_config.items()
-        if norm(v) != norm(full_config.get(k))
-    ]
