@@ -172,11 +172,16 @@ def min_latent_block(full: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def decode_with_noise(
-    model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int
-) -> torch.Tensor:
-    """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's."""
+    model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int,
+    tokens: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
+    in runs of frames of about `tokens` tokens (`farm.decoders.ltx2_diffusion_chunked`)."""
+    from farm.decoders import ltx2_diffusion_chunked as chunked
+
+    tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder
-    context = decoder.forward_stage_4(decoder.forward_stages_1_to_3(z))
+    context = chunked.context(decoder, z, tokens)
     shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
              context.shape[3] * decoder.patch_size)  # fmt: skip
-    return decoder.denoise(context, noise(shape, origin), steps)
+    return chunked.denoise(decoder, context, noise(shape, origin), steps, tokens)

@@ -33,13 +33,12 @@ BLOCK_K = 64
 
 @functools.cache
 def available() -> bool:
-    """Whether the kernel can run: Triton importable (on CUDA, or its interpreter on the CPU)."""
-    try:
-        import triton  # noqa: F401
-        import triton.language  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the kernel can run: Triton installed (for CUDA, or its interpreter on the CPU). Triton is
+    imported only when the kernel is first built: its interpreter is chosen by ``TRITON_INTERPRET`` at
+    import."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
 
 
 def interpreted() -> bool:
@@ -53,7 +52,10 @@ def usable_on(device: Any) -> bool:
     return interpreted() or torch.device(device).type == "cuda"
 
 
-def query_tile(grid: tuple[int, int, int], kernel: tuple[int, int, int], queries: int) -> tuple[int, int, int]:
+Shape = tuple[int, int, int]
+
+
+def query_tile(grid: Shape, kernel: Shape, queries: int) -> Shape:
     """The tile of `queries` queries (powers of two an axis) whose halo holds the fewest keys per query."""
     best: tuple[float, tuple[int, int, int]] | None = None
     sizes = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -76,7 +78,7 @@ def _kernel() -> Any:
 
     @triton.jit
     def na3d_forward(
-        Q, K, V, O,
+        Q, K, V, O,  # noqa: E741
         sqb, sqt, sqh, sqw, sqn,
         skb, skt, skh, skw, skn,
         svb, svt, svh, svw, svn,
@@ -91,8 +93,8 @@ def _kernel() -> Any:
         bn = tl.program_id(1)
         b = bn // heads
         n = bn % heads
-        tiles_h = tl.cdiv(height, BH)
-        tiles_w = tl.cdiv(width, BW)
+        tiles_h = (height + BH - 1) // BH
+        tiles_w = (width + BW - 1) // BW
         t0 = (tile // (tiles_h * tiles_w)) * BT + q_offset  # in the key grid's frames
         h0 = ((tile // tiles_w) % tiles_h) * BH
         w0 = (tile % tiles_w) * BW
@@ -140,8 +142,10 @@ def _kernel() -> Any:
             kh = hh0 + (lin // halo_w) % halo_h
             kw = hw0 + lin % halo_w
             kv_mask = k_valid[:, None] & d_valid[None, :]
-            k = tl.load(k_base + (kt * skt + kh * skh + kw * skw)[:, None] + d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(v_base + (kt * svt + kh * svh + kw * svw)[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            k_rows = k_base + kt * skt + kh * skh + kw * skw
+            v_rows = v_base + kt * svt + kh * svh + kw * svw
+            k = tl.load(k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
             if IEEE:
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
@@ -164,7 +168,8 @@ def _kernel() -> Any:
             m_i = m_new
         out = acc / l_i[:, None]
         o_rows = O + b * sob + (qt - q_offset) * sot + qh * soh + qw * sow + n * son
-        tl.store(o_rows[:, None] + d[None, :], out.to(O.dtype.element_ty), mask=q_valid[:, None] & d_valid[None, :])
+        o_mask = q_valid[:, None] & d_valid[None, :]
+        tl.store(o_rows[:, None] + d[None, :], out.to(O.dtype.element_ty), mask=o_mask)
 
     return na3d_forward
 
