@@ -90,7 +90,7 @@ def _kernel() -> Any:
         IEEE: tl.constexpr,
     ):  # fmt: skip
         tile = tl.program_id(0)
-        bn = tl.program_id(1)
+        bn = tl.program_id(1)  # offsets along t and b in int64: a stage-5 grid passes 2**31 elements
         b = bn // heads
         n = bn % heads
         tiles_h = (height + BH - 1) // BH
@@ -124,10 +124,10 @@ def _kernel() -> Any:
 
         d = tl.arange(0, BLOCK_D)
         d_valid = d < D
-        q_rows = Q + b * sqb + (qt - q_offset) * sqt + qh * sqh + qw * sqw + n * sqn
+        q_rows = Q + b.to(tl.int64) * sqb + (qt - q_offset).to(tl.int64) * sqt + qh * sqh + qw * sqw + n * sqn
         q = tl.load(q_rows[:, None] + d[None, :], mask=q_valid[:, None] & d_valid[None, :], other=0.0)
-        k_base = K + b * skb + n * skn
-        v_base = V + b * svb + n * svn
+        k_base = K + b.to(tl.int64) * skb + n * skn
+        v_base = V + b.to(tl.int64) * svb + n * svn
 
         m_i = tl.full([BLOCK_Q], -1.0e30, tl.float32)
         l_i = tl.zeros([BLOCK_Q], tl.float32)
@@ -142,8 +142,8 @@ def _kernel() -> Any:
             kh = hh0 + (lin // halo_w) % halo_h
             kw = hw0 + lin % halo_w
             kv_mask = k_valid[:, None] & d_valid[None, :]
-            k_rows = k_base + kt * skt + kh * skh + kw * skw
-            v_rows = v_base + kt * svt + kh * svh + kw * svw
+            k_rows = k_base + kt.to(tl.int64) * skt + kh * skh + kw * skw
+            v_rows = v_base + kt.to(tl.int64) * svt + kh * svh + kw * svw
             k = tl.load(k_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
             v = tl.load(v_rows[:, None] + d[None, :], mask=kv_mask, other=0.0)
             if IEEE:
@@ -167,7 +167,7 @@ def _kernel() -> Any:
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         out = acc / l_i[:, None]
-        o_rows = O + b * sob + (qt - q_offset) * sot + qh * soh + qw * sow + n * son
+        o_rows = O + b.to(tl.int64) * sob + (qt - q_offset).to(tl.int64) * sot + qh * soh + qw * sow + n * son
         o_mask = q_valid[:, None] & d_valid[None, :]
         tl.store(o_rows[:, None] + d[None, :], out.to(O.dtype.element_ty), mask=o_mask)
 
