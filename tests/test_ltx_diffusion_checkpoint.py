@@ -49,8 +49,9 @@ def lightricks_file(path, spec, cls, model, *, prefix: str = "", config: dict | 
         elif name.startswith("decoder.diff_blocks.") and any(g in name for g in GATED):
             out[name] = value
         else:
-            out[name.replace("t_embedder.timestep_embedder.linear_1.", "t_embedder.mlp.0.")
-                    .replace("t_embedder.timestep_embedder.linear_2.", "t_embedder.mlp.2.")] = value  # fmt: skip
+            for module, reference in (("linear_1.", "mlp.0."), ("linear_2.", "mlp.2.")):
+                name = name.replace("t_embedder.timestep_embedder." + module, "t_embedder." + reference)
+            out[name] = value
     for block in range(len(model.decoder.diff_blocks)):
         for projection, suffix in C._LTX_DIFFUSION_GATES.items():
             stem = f"decoder.diff_blocks.{block}"
