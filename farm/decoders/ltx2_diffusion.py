@@ -68,11 +68,20 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         "ltx2-diffusion-tiny": (2, 2),
     }
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2-diffusion": 2, "ltx2-diffusion-tiny": 2}
-    # Peak above the weights per output pixel-frame at 2-byte dtypes, and one whole-shot decode: measured
-    # on an H200 (`benchmarks/bench_ltx2_shipped.py`, docs/performance.md). Stage 5's activations dominate.
+    # Peak above the weights per output pixel-frame at 2-byte dtypes (the tiny config's estimate), and one
+    # whole-shot decode, measured on an H200 (docs/performance.md).
     bytes_per_pixel_frame: ClassVar[float] = 360.0
+    # The real config's peak, decoding in runs of frames (`ltx2_diffusion_chunked`): a fixed part (a run's
+    # temporaries), bytes per output pixel-frame (the residual stream and the context, whole) and per pixel
+    # of one frame (a run's key frames reach a window beyond it), fitted to bf16 decodes on an H200
+    # (`benchmarks/bench_ltx2_diffusion_reference.py --steps sizes`; 57-121 frames, 352x608 to 2176x1920:
+    # within 13 %) and recorded as float32 terms, as every adapter's are.
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltx2-diffusion": {"const_bytes": 8742847584.0, "bytes_per_pixel": 144.28,
+                           "bytes_per_frame_pixel": 7459.8},  # fmt: skip
+    }
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
-        "ltx2-diffusion": ("h200", (121, 704, 1216), 6.09),
+        "ltx2-diffusion": ("h200", (121, 704, 1216), 3.77),
     }
 
     # ---- shapes --------------------------------------------------------------------------------
