@@ -260,6 +260,8 @@ def step_sizes() -> dict:
 def _worker_reset() -> int:
     import torch
 
+    if not torch.cuda.is_available():  # an I/O worker
+        return 0
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     return torch.cuda.memory_allocated()
@@ -268,7 +270,7 @@ def _worker_reset() -> int:
 def _worker_peak() -> int:
     import torch
 
-    return torch.cuda.max_memory_allocated()
+    return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
 def step_render(which: str) -> dict:
@@ -291,7 +293,7 @@ def step_render(which: str) -> dict:
         peaks = client.run(_worker_peak)
     return {"wall_s": wall, "frames_written": stats.frames_written, "tiles": stats.tiles_total,
             "failed": [f"{s.shot}: {s.error}" for s in stats.failed],
-            "worker_peak_gib": [p / 2**30 for p in peaks.values()],
+            "worker_peak_gib": max(p / 2**30 for p in peaks.values()),
             "plan": (plan.stdout + plan.stderr).strip().splitlines()[-12:]}  # fmt: skip
 
 
