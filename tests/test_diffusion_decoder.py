@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import farm.run.render as fr
-from farm.decoders import load_decoder
+from farm.decoders import load_decoder, ltx2_diffusion
 from farm.decoders import ltx2_diffusion_chunked as chunked
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import (
@@ -168,9 +168,11 @@ def test_decode_equals_diffusers_flex_attention_with_the_same_noise():
         decoder.decode(z)
 
 
-def test_noise_is_a_function_of_the_pixel_position():
+def test_noise_is_a_function_of_the_pixel_position(monkeypatch):
     decoder = load_decoder(SPEC)
     whole = decoder.noise((1, 3, 17, 96, 128), (0, 0, 0))
+    monkeypatch.setattr(ltx2_diffusion, "NOISE_ELEMENTS", 3 * 96 * 128 * 2)  # drawn 2 frames at a time
+    assert torch.equal(decoder.noise((1, 3, 17, 96, 128), (0, 0, 0)), whole)
     part = decoder.noise((1, 3, 9, 64, 64), (1, 1, 2))  # latent frame 1, row 1, column 2
     assert torch.equal(part, whole[:, :, 8:17, 32:96, 64:128])
     other = load_decoder({**SPEC, "decode_noise_seed": 5}).noise((1, 3, 9, 64, 64), (1, 1, 2))

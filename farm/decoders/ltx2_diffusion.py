@@ -47,6 +47,10 @@ LTX2_DIFFUSION_TINY = {
     "decoder_stage5_kernel": [3, 3, 3],
     "decoder_t_emb_dim": 16,
 }
+# Noise values drawn at once (float64, with int64 hash temporaries of the same count).
+NOISE_ELEMENTS = 1 << 25
+
+
 class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2-diffusion"
     named_configs: ClassVar[dict[str, dict[str, Any]]] = {
@@ -136,9 +140,16 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         g = self.geometry
         f0, y0, x0 = origin[0] * g.temporal_scale, origin[1] * g.spatial_scale, origin[2] * g.spatial_scale
         seed = hash_seed(int(self.spec.extra.get("decode_noise_seed", 0)), 0x7D1FF)
-        coords = [torch.arange(channels), torch.arange(f0, f0 + frames), torch.arange(y0, y0 + height),
-                  torch.arange(x0, x0 + width)]  # fmt: skip
-        return position_noise(seed, coords, self.device)[None].to(self.torch_dtype)
+        out = torch.empty((1, channels, frames, height, width), dtype=self.torch_dtype, device=self.device)
+        # a few frames at a time: the hash's int64 and float64 temporaries of a 4K shot's every pixel would
+        # take several times its decode's memory
+        step = max(1, NOISE_ELEMENTS // (channels * height * width))
+        rows, columns = torch.arange(y0, y0 + height), torch.arange(x0, x0 + width)
+        for a in range(0, frames, step):
+            b = min(frames, a + step)
+            coords = [torch.arange(channels), torch.arange(f0 + a, f0 + b), rows, columns]
+            out[0, :, a:b] = position_noise(seed, coords, self.device)
+        return out
 
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         if origin is None:
