@@ -17,8 +17,11 @@ frame gives one frame).
 Attention: diffusers' FlexAttention path without ``torch.compile`` materialises every score (it runs out
 of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
 takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
-inward at the borders, as NATTEN and the flex mask define it) as blocks of queries against their keys'
-halo through fused SDPA kernels (`farm.decoders.neighborhood_attention`), on every device.
+inward at the borders, as NATTEN and the flex mask define it) as one fused Triton kernel on CUDA devices
+(`farm.decoders.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
+kernels (`farm.decoders.neighborhood_attention`), and decodes each stage in runs of frames
+(`farm.decoders.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and context and one
+run's temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
 """
 
 from __future__ import annotations
