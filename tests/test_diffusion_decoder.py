@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import farm.run.render as fr
-from farm.decoders import load_decoder
+from farm.decoders import load_decoder, ltx2_diffusion
+from farm.decoders import ltx2_diffusion_chunked as chunked
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import (
     axis_blocks,
@@ -121,6 +122,39 @@ def test_plans_never_cut_blocks_smaller_than_the_attention_window():
     assert rows[4] >= 2  # 22 rows in 4 tiles: only with overlap enough for 7 rows a tile
 
 
+def diffusers_decode(model, z, noise, origin, steps):
+    """diffusers' own `LTX2VideoDiffusionDecoder3d.forward`, given farm's noise for its generator's."""
+    decoder = model.decoder
+    context = decoder.forward_stage_4(decoder.forward_stages_1_to_3(z))
+    shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
+             context.shape[3] * decoder.patch_size)  # fmt: skip
+    return decoder.denoise(context, noise(shape, origin), steps)
+
+
+@pytest.mark.parametrize("steps", [1, 2])
+def test_runs_of_frames_decode_as_the_whole_grid(monkeypatch, steps):
+    """The decode a few frames at a time (each run's attention against its windows' key frames, its
+    residual added once no later run reads the old values) equals diffusers' whole-grid forward."""
+    decoder = load_decoder({**SPEC, "decode_steps": steps})
+    model = LTX2DiffusionDecoder.build(decoder.spec)
+    z = torch.randn(1, 8, 3, 3, 4, generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        want = diffusers_decode(model, z, decoder.noise, (0, 0, 0), steps)
+        monkeypatch.setattr(chunked, "MIN_CHUNK_FRAMES", 1)
+        for tokens in (1, 200, 1000):  # runs of 1 frame (the windows' halos span 3 runs), 2-4 frames, 17
+            got = decode_with_noise(model, z, decoder.noise, (0, 0, 0), steps, tokens=tokens)
+            assert torch.allclose(got, want, atol=1e-5), tokens
+
+
+def test_runs_add_their_residual_after_every_reader():
+    assert chunked.key_frames(0, 4, 17, 3) == (0, 5)
+    assert chunked.key_frames(4, 8, 17, 3) == (3, 9)
+    assert chunked.key_frames(16, 17, 17, 11) == (6, 17)  # the last frames' windows shift inward
+    assert chunked.runs(17, 8) == [(0, 8), (8, 16), (16, 17)]
+    assert chunked.chunk_frames(121, 272, 480) == 16 and chunked.chunk_frames(121, 544, 960) == 8
+    assert chunked.chunk_frames(5, 4, 4) == 5
+
+
 def test_decode_equals_diffusers_flex_attention_with_the_same_noise():
     decoder = load_decoder(SPEC)
     z = torch.randn(8, 3, 3, 4, generator=torch.Generator().manual_seed(1))
@@ -128,15 +162,17 @@ def test_decode_equals_diffusers_flex_attention_with_the_same_noise():
     assert got.shape == (3, 17, 96, 128)
     model = LTX2DiffusionDecoder.build(decoder.spec)  # diffusers' own FlexAttention processors
     with torch.inference_mode():
-        want = (decode_with_noise(model, z[None], decoder.noise, (0, 0, 0), 1)[0] + 1) / 2
+        want = (diffusers_decode(model, z[None], decoder.noise, (0, 0, 0), 1)[0] + 1) / 2
     assert torch.allclose(got, want, atol=1e-5)
     with pytest.raises(FarmError, match="needs the tile origin"):
         decoder.decode(z)
 
 
-def test_noise_is_a_function_of_the_pixel_position():
+def test_noise_is_a_function_of_the_pixel_position(monkeypatch):
     decoder = load_decoder(SPEC)
     whole = decoder.noise((1, 3, 17, 96, 128), (0, 0, 0))
+    monkeypatch.setattr(ltx2_diffusion, "NOISE_ELEMENTS", 3 * 96 * 128 * 2)  # drawn 2 frames at a time
+    assert torch.equal(decoder.noise((1, 3, 17, 96, 128), (0, 0, 0)), whole)
     part = decoder.noise((1, 3, 9, 64, 64), (1, 1, 2))  # latent frame 1, row 1, column 2
     assert torch.equal(part, whole[:, :, 8:17, 32:96, 64:128])
     other = load_decoder({**SPEC, "decode_noise_seed": 5}).noise((1, 3, 9, 64, 64), (1, 1, 2))

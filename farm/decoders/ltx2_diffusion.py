@@ -17,8 +17,11 @@ frame gives one frame).
 Attention: diffusers' FlexAttention path without ``torch.compile`` materialises every score (it runs out
 of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
 takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
-inward at the borders, as NATTEN and the flex mask define it) as blocks of queries against their keys'
-halo through fused SDPA kernels (`farm.decoders.neighborhood_attention`), on every device.
+inward at the borders, as NATTEN and the flex mask define it) as one fused Triton kernel on CUDA devices
+(`farm.decoders.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
+kernels (`farm.decoders.neighborhood_attention`), and decodes each stage in runs of frames
+(`farm.decoders.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and context and one
+run's temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ LTX2_DIFFUSION_TINY = {
     "decoder_stage5_kernel": [3, 3, 3],
     "decoder_t_emb_dim": 16,
 }
+# Noise values drawn at once (float64, with int64 hash temporaries of the same count).
+NOISE_ELEMENTS = 1 << 25
+
+
 class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "ltx2-diffusion"
     named_configs: ClassVar[dict[str, dict[str, Any]]] = {
@@ -68,11 +75,20 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         "ltx2-diffusion-tiny": (2, 2),
     }
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2-diffusion": 2, "ltx2-diffusion-tiny": 2}
-    # Peak above the weights per output pixel-frame at 2-byte dtypes, and one whole-shot decode: measured
-    # on an H200 (`benchmarks/bench_ltx2_shipped.py`, docs/performance.md). Stage 5's activations dominate.
+    # Peak above the weights per output pixel-frame at 2-byte dtypes (the tiny config's estimate), and one
+    # whole-shot decode, measured on an H200 (docs/performance.md).
     bytes_per_pixel_frame: ClassVar[float] = 360.0
+    # The real config's peak, decoding in runs of frames (`ltx2_diffusion_chunked`): a fixed part (a run's
+    # temporaries), bytes per output pixel-frame (the residual stream and the context, whole) and per pixel
+    # of one frame (a run's key frames reach a window beyond it), fitted to bf16 decodes on an H200
+    # (`benchmarks/bench_ltx2_diffusion_reference.py --steps sizes`; 57-121 frames, 352x608 to 2176x1920:
+    # within 13 %) and recorded as float32 terms, as every adapter's are.
+    memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
+        "ltx2-diffusion": {"const_bytes": 8742847584.0, "bytes_per_pixel": 144.28,
+                           "bytes_per_frame_pixel": 7459.8},  # fmt: skip
+    }
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
-        "ltx2-diffusion": ("h200", (121, 704, 1216), 6.09),
+        "ltx2-diffusion": ("h200", (121, 704, 1216), 3.77),
     }
 
     # ---- shapes --------------------------------------------------------------------------------
@@ -127,9 +143,16 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
         g = self.geometry
         f0, y0, x0 = origin[0] * g.temporal_scale, origin[1] * g.spatial_scale, origin[2] * g.spatial_scale
         seed = hash_seed(int(self.spec.extra.get("decode_noise_seed", 0)), 0x7D1FF)
-        coords = [torch.arange(channels), torch.arange(f0, f0 + frames), torch.arange(y0, y0 + height),
-                  torch.arange(x0, x0 + width)]  # fmt: skip
-        return position_noise(seed, coords, self.device)[None].to(self.torch_dtype)
+        out = torch.empty((1, channels, frames, height, width), dtype=self.torch_dtype, device=self.device)
+        # a few frames at a time: the hash's int64 and float64 temporaries of a 4K shot's every pixel would
+        # take several times its decode's memory
+        step = max(1, NOISE_ELEMENTS // (channels * height * width))
+        rows, columns = torch.arange(y0, y0 + height), torch.arange(x0, x0 + width)
+        for a in range(0, frames, step):
+            b = min(frames, a + step)
+            coords = [torch.arange(channels), torch.arange(f0 + a, f0 + b), rows, columns]
+            out[0, :, a:b] = position_noise(seed, coords, self.device)
+        return out
 
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         if origin is None:
@@ -172,11 +195,16 @@ def min_latent_block(full: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def decode_with_noise(
-    model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int
-) -> torch.Tensor:
-    """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's."""
+    model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int,
+    tokens: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
+    in runs of frames of about `tokens` tokens (`farm.decoders.ltx2_diffusion_chunked`)."""
+    from farm.decoders import ltx2_diffusion_chunked as chunked
+
+    tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder
-    context = decoder.forward_stage_4(decoder.forward_stages_1_to_3(z))
+    context = chunked.context(decoder, z, tokens)
     shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
              context.shape[3] * decoder.patch_size)  # fmt: skip
-    return decoder.denoise(context, noise(shape, origin), steps)
+    return chunked.denoise(decoder, context, noise(shape, origin), steps, tokens)

@@ -177,8 +177,11 @@ def refuse_missing_statistics(missing: list[str], spec: DecoderSpec, where: str)
 # ---- the check (driver) ------------------------------------------------------------------------
 
 
-def inspect_weights(spec: DecoderSpec, cls: Any) -> tuple[list[Path], C.Layout, dict[str, C.TensorInfo]]:
-    """The weights' files, layout and tensors (headers only)."""
+def inspect_weights(
+    spec: DecoderSpec, cls: Any
+) -> tuple[list[Path], C.Layout, dict[str, C.TensorInfo], dict[str, C.Derived]]:
+    """The weights' files, layout and tensors (headers only), and the tensors derived from others (a
+    Lightricks-layout diffusion decoder's fused and gated projections, `C.ltx_diffusion_tensors`)."""
     path = Path(spec.weights["path"])
     files = C.weight_files(path)
     full = cls._full_config(spec.config)
@@ -187,7 +190,17 @@ def inspect_weights(spec: DecoderSpec, cls: Any) -> tuple[list[Path], C.Layout, 
     layout = C.detect_layout(infos, spec.family, str(path))
     C.check_layout_fits(layout.name, spec.family, full, str(path))
     cls.check_file_config(spec, files)
-    return files, layout, infos
+    derived: dict[str, C.Derived] = {}
+    if layout.name == "ltx-original" and spec.family == "ltx2-diffusion":
+        infos, derived = C.ltx_diffusion_tensors(infos, layout.prefix)
+        mismatches = C.ltx_diffusion_metadata_mismatches(files, full)
+        if mismatches:
+            raise FarmError(
+                f"weights at {path} were saved for another diffusion decoder config: "
+                f"{'; '.join(mismatches)}. "
+                "Use the config the checkpoint names (its safetensors metadata 'config' → 'vae' → 'decoder')"
+            )
+    return files, layout, infos, derived
 
 
 def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
@@ -205,7 +218,7 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
             f"weights at {path} changed since the job was made (content identity {recorded}, now "
             f"{identity}): restore the weights the job was made with, or make the job again"
         )
-    files, layout, infos = inspect_weights(spec, cls)
+    files, layout, infos, _ = inspect_weights(spec, cls)
     full = cls._full_config(spec.config)
     expected = expected_tensors(spec, cls)
     names = {k: layout.prefix + C.original_name(k, layout.name, spec.family, full) for k in expected}
@@ -269,6 +282,19 @@ def _ltx2_3_up_blocks(name: str) -> str:
     return name
 
 
+def read_derived(fh: Any, how: C.Derived) -> Any:
+    """A tensor a file holds as part of another (`C.Derived`): its third of a fused projection, its rows
+    scaled by a static gate in float32 (as ltx-core folds them)."""
+    tensor = fh.get_tensor(how.base)
+    if how.part is not None:
+        tensor = tensor.chunk(3, dim=0)[how.part].contiguous()
+    if how.gate is not None:
+        gate = fh.get_tensor(how.gate).float()
+        folded = gate[:, None] * tensor.float() if tensor.ndim == 2 else gate * tensor.float()
+        tensor = folded.to(tensor.dtype)
+    return tensor
+
+
 def read_decoder_state(
     spec: DecoderSpec, cls: Any, expected: dict[str, tuple[int, ...]], device: str, dtype: Any
 ) -> dict[str, Any]:
@@ -277,7 +303,7 @@ def read_decoder_state(
     import torch
 
     path = str(spec.weights["path"])
-    files, layout, infos = inspect_weights(spec, cls)
+    files, layout, infos, derived = inspect_weights(spec, cls)
     found = converted_names(layout, spec.family, infos)
     full = cls._full_config(spec.config)
     names = {k: found.get(k) or layout.prefix + C.original_name(k, layout.name, spec.family, full)
@@ -306,7 +332,8 @@ def read_decoder_state(
         try:
             with safe_open(str(f), framework="pt", device=str(device)) as fh:
                 for name, k in by_name.items():
-                    state[k] = fh.get_tensor(name).to(dtype=dtype, copy=copy)
+                    tensor = read_derived(fh, derived[name]) if name in derived else fh.get_tensor(name)
+                    state[k] = tensor.to(dtype=dtype, copy=copy)
         except (SafetensorError, OSError, ValueError) as exc:
             raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
     return state
