@@ -24,6 +24,7 @@ from farm.planning.tiling import (
     assign_round_robin,
     plan_shot,
 )
+from farm.store.claims import shape_problem
 from farm.store.job import Job
 
 if TYPE_CHECKING:
@@ -293,6 +294,9 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
         problem = None
         raw_fps = info.attrs.get("fps", info.fps)
         shape = info.latent_shape
+        if info.problem is not None:
+            errors[name] = FarmError(info.problem)
+            continue
         if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
             raw = info.attrs.get("rate", raw_fps)
             problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
@@ -304,6 +308,8 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
                        "as float16 or float32")  # fmt: skip
         elif len(shape) != 4:
             problem = f"latent has shape {tuple(shape)}; expected 4 dimensions [C, F, H, W]"
+        elif claim := shape_problem(shape, info.latent_chunks, np.dtype(info.latent_dtype).itemsize):
+            problem = claim  # refused by what it claims, before any plan or read sized by the claim
         elif shape[0] != channels:
             problem = (f"latent has {shape[0]} channels but the decoder ({job.spec.describe()}) takes "
                        f"{channels}; the latent and the decoder spec do not match")  # fmt: skip

@@ -79,6 +79,7 @@ from farm.run.resume import (
     apply_restarts,
     latent_identities,
     record_identity,
+    recorded_identity,
     recorded_layout,
     render_identities,
     render_identity,
@@ -88,6 +89,7 @@ from farm.run.resume import (
 from farm.run.validate import check_distinct_paths, check_render_options
 from farm.store.job import Job, open_job
 from farm.store.lock import output_lock, reads_one_version_of_the_job
+from farm.store.ownership import check_no_foreign_files, check_no_links
 from farm.store.output import (
     Output,
     check_writable,
@@ -356,11 +358,25 @@ def _before_cluster(
     fresh_join = joins and not out.frames_zarr.exists()
     plan_first = not (fresh_join and options.tiles == AUTO)
     plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
+    check_out_tree(job, out, names, video, restart)
     hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
     checked = None
     if not fresh_join:
         checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
     return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+
+
+def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSettings, restart: bool) -> None:
+    """Before anything is written: no link where farm keeps its files, no file farm did not write where
+    it would write one (`farm.store.ownership`)."""
+    from farm.media.sequences import FORMATS
+
+    check_no_links(out, names)
+    check_no_foreign_files(
+        out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.enabled,
+        sequence_ext=FORMATS[video.sequence].ext if video.sequence else None,
+        sound=sound_shots(job, names, video), sound_suffix="." + video.audio_format,
+    )  # fmt: skip
 
 
 def _on_cluster(
