@@ -90,3 +90,117 @@ def test_files_farm_did_not_write_are_not_overwritten(job, tmp_path, path, video
     # --restart is the user's consent: the render gets past the check (and on to the cluster)
     with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):
         fr.render(job, out, scheduler=NOWHERE, options=TILES, video=video, restart=True, **QUIET)
+
+
+def test_a_done_marker_follows_the_umask(tmp_path):
+    from farm.store.output import mark_done
+
+    old = os.umask(0o022)
+    try:
+        mark_done(tmp_path / "done" / "00000", {"chunks": {}})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "done" / "00000").stat().st_mode & 0o777 == 0o644
+
+
+# ---- job stores that claim what they do not hold -------------------------------------------------
+
+
+def bad_job(tmp_path: Path, shots: int = 2) -> Path:
+    path = tmp_path / "job.zarr"
+    synth(path, decoder="ltx2-tiny", shots=shots, frames=9, height=64, width=64, seed=3)
+    return path
+
+
+def edit_json(path: Path, edit) -> None:
+    import json
+
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+
+
+def test_a_chunk_shape_beyond_the_array_is_refused_by_its_claim(tmp_path):
+    job = bad_job(tmp_path, shots=1)
+
+    def claim(meta):
+        meta["chunk_grid"]["configuration"]["chunk_shape"] = [8, 2, 4096, 8192]
+
+    edit_json(job / "shot000" / "latent" / "zarr.json", claim)
+    with pytest.raises(FarmError, match="more than the array") as refused:
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+    assert "shot000" in str(refused.value)
+
+
+def zstd_frame_claiming(size: int) -> bytes:
+    """A zstd frame header that declares `size` unpacked bytes (8-byte content size), then junk."""
+    return b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + size.to_bytes(8, "little") + b"\0" * 64
+
+
+@pytest.mark.parametrize("frame", [zstd_frame_claiming(2 * 2**30), b"\x28\xb5\x2f\xfd\x00\x50" + b"\0" * 64])
+def test_a_chunk_that_claims_to_unpack_beyond_its_chunk_is_refused_unread(tmp_path, frame):
+    """The job-store bomb: a small zstd chunk that inflates far beyond its chunk (or does not say how
+    far) fails its shot by name before any cluster; the other shot goes on (here: on to the cluster)."""
+    from farm.run.resume import latent_identities
+    from farm.store.job import open_job
+
+    job = bad_job(tmp_path)
+    chunk = next(p for p in sorted((job / "shot001" / "latent").rglob("*")) if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(frame)
+    hashes, errors = latent_identities(open_job(job), ["shot000", "shot001"])
+    assert set(hashes) == {"shot000"} and "unpacked" in str(errors["shot001"])
+    with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):  # shot000 goes on
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001", "shot000"],
+                  **QUIET)  # fmt: skip
+    with pytest.raises(FarmError, match="unpacked"):
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+
+
+@pytest.mark.parametrize("frames", [10**6, 10**9])
+def test_a_shape_claim_beyond_the_maxima_is_refused_at_once(tmp_path, frames):
+    import time
+
+    from farm.planning.jobplan import plan_job
+    from farm.store.job import open_job
+
+    job = bad_job(tmp_path, shots=1)
+
+    def claim(meta):
+        meta["shape"][1] = frames
+
+    edit_json(job / "shot000" / "latent" / "zarr.json", claim)
+    started = time.perf_counter()
+    with pytest.raises(FarmError, match="latent frames"):
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+    with pytest.raises(FarmError, match="latent frames"):
+        plan_job(open_job(job), TILES, 1)
+    assert time.perf_counter() - started < 5
+
+
+def test_deep_attributes_fail_their_shot_only(tmp_path):
+    from farm.store.job import open_job
+
+    job = bad_job(tmp_path)
+    meta = job / "shot001" / "zarr.json"
+    meta.write_text(meta.read_text()[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    opened = open_job(job)
+    assert opened.shots["shot001"].problem and "nests too deep" in opened.shots["shot001"].problem
+    with pytest.raises(FarmError, match="nests too deep"):
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+    with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):  # shot000 goes on
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+
+
+def test_a_shot_folder_that_leaves_the_store_fails_by_name(tmp_path):
+    import shutil
+
+    from farm.store.job import open_job
+
+    job = bad_job(tmp_path)
+    outside = tmp_path / "outside"
+    shutil.move(job / "shot001", outside)
+    os.symlink(outside, job / "shot001")
+    problem = open_job(job).shots["shot001"].problem
+    assert problem and "outside the job store" in problem
+    with pytest.raises(FarmError, match="outside the job store"):
+        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)

@@ -87,6 +87,7 @@ from farm.run.resume import (
     sound_shots,
 )
 from farm.run.validate import check_distinct_paths, check_render_options
+from farm.store.claims import check_chunk_files
 from farm.store.job import Job, open_job
 from farm.store.lock import output_lock, reads_one_version_of_the_job
 from farm.store.ownership import check_no_foreign_files, check_no_links
@@ -516,9 +517,25 @@ def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dic
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
     errors = check_shots(job, names, decoder_class(job.spec).latent_channels_for(job.spec.config))
+    errors.update(chunk_claims(job, [n for n in names if n not in errors]))
     if errors and len(errors) == len(names):
         raise next(iter(errors.values()))
     return [n for n in names if n not in errors], errors
+
+
+def chunk_claims(job: Job, names: Sequence[str]) -> dict[str, FarmError]:
+    """An error for each named shot whose latent chunks claim to unpack beyond their chunk size
+    (`farm.store.claims.check_chunk_files`: their headers only, before the cluster and the hash)."""
+    import zarr
+
+    errors = {}
+    for name in names:
+        try:
+            latent = job.path / name / "latent"
+            check_chunk_files(latent, zarr.open_array(store=str(latent), mode="r"), name)
+        except FarmError as exc:
+            errors[name] = exc
+    return errors
 
 
 def _prepare_outputs(
