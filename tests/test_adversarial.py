@@ -204,3 +204,35 @@ def test_a_shot_folder_that_leaves_the_store_fails_by_name(tmp_path):
     assert problem and "outside the job store" in problem
     with pytest.raises(FarmError, match="outside the job store"):
         fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+
+
+# ---- every refusal before any cluster and any task -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def too_large(tmp_path_factory) -> Path:
+    """One LTX-2 shot of 121x1408x2432: a whole-frame tile is estimated at ~46 GiB (more than any
+    machine this suite runs on has, CPU or GPU)."""
+    path = tmp_path_factory.mktemp("too-large") / "job.zarr"
+    synth(path, decoder="ltx2", shots=1, frames=121, height=1408, width=2432, seed=1)
+    return path
+
+
+def test_a_tile_too_large_for_this_machine_starts_no_local_cluster(too_large, tmp_path, monkeypatch):
+    def no_cluster(**_):
+        raise AssertionError("a cluster was started for a render that cannot fit")
+
+    monkeypatch.setattr(fr, "connect", no_cluster)
+    with pytest.raises(FarmError, match="estimated to need"):
+        fr.render(too_large, tmp_path / "out", workers=1, options=TILES, **QUIET)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tile_too_large_submits_nothing_to_a_shared_cluster(too_large, tmp_path, cluster3):
+    def transitions(dask_scheduler=None):
+        return [str(t[0]) for t in dask_scheduler.transition_log]
+
+    with pytest.raises(FarmError, match="estimated to need"):
+        fr.render(too_large, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
+                  render_id="refusedfit", **QUIET)  # fmt: skip
+    assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusedfit" in key]

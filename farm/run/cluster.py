@@ -183,6 +183,24 @@ def detect_gpus() -> int:
     return int(count.value)
 
 
+def local_gpu_memory(count: int | None = None) -> int | None:
+    """Total memory of the smallest of this machine's first `count` CUDA devices (all by default), read
+    from the CUDA driver without importing torch: the GPUs a local CUDA cluster would run on. None
+    without GPUs (a local cluster then decodes on CPU workers)."""
+    gpus = detect_gpus()
+    if not gpus:
+        return None
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    sizes = []
+    for index in range(min(gpus, count or gpus)):
+        device, total = ctypes.c_int(0), ctypes.c_size_t(0)
+        if libcuda.cuDeviceGet(ctypes.byref(device), index) != 0:
+            continue
+        if libcuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 and total.value:
+            sizes.append(int(total.value))
+    return min(sizes) if sizes else None
+
+
 def _torch_has_cuda() -> bool:
     """Whether the installed torch is a CUDA build, read from its ``version.py`` without importing it."""
     spec = importlib.util.find_spec("torch")

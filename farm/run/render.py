@@ -60,6 +60,7 @@ from farm.run.cluster import (
     check_worker_paths,
     connect,
     joins_running_cluster,
+    local_gpu_memory,
     smallest_gpu_memory,
     smallest_memory_limit,
 )
@@ -176,8 +177,10 @@ def render(
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
     timecodes = shot_timecodes(job, video.timecode)
-    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
-                            joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
+    joins = joins_running_cluster(scheduler, scheduler_file, workers)
+    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock, joins=joins)
+    if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
+        check_fits(early.plans, job.spec, local_gpu_memory(workers))
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
@@ -190,6 +193,8 @@ def render(
         check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
+        gpu_bytes = smallest_gpu_memory(client, decode_workers)
+        check_fits(early.plans, job.spec, gpu_bytes)  # before any task: a refusal submits nothing
         render_id = render_id or uuid.uuid4().hex[:8]
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
                                           render_id=render_id, priority=priority)  # fmt: skip
@@ -202,7 +207,7 @@ def render(
         )  # fmt: skip
         assigned = assign_round_robin(points.pending, n_workers)
         first_reads.read(assigned)  # unless read before the hash was in
-        window = _budget_window(client, decode_workers, plans, job, video, window, log)
+        window = _budget_window(client, decode_workers, gpu_bytes, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
         clock.mark("size the window, start the outputs")
@@ -572,16 +577,16 @@ def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotP
 def _budget_window(
     client: Client,
     decode_workers: Sequence[str],
+    gpu_bytes: int | None,
     plans: Sequence[ShotPlan],
     job: Job,
     video: VideoSettings,
     window: int | None,
     log: Callable[[str], None],
 ) -> int | None:
-    """The window (the user's, or the default for the workers' GPUs), after warning where the plan may
-    not fit the workers' GPU or host memory."""
+    """The window (the user's, or the default for the workers' GPUs: the smallest has `gpu_bytes`),
+    after warning where the plan may not fit the workers' GPU or host memory."""
     n_workers = len(decode_workers)
-    gpu_bytes = smallest_gpu_memory(client, decode_workers)
     check_fits(plans, job.spec, gpu_bytes)
     warning = memory_warning(plans, job.spec, gpu_bytes)
     if warning:
