@@ -274,6 +274,8 @@ def _add_cancel_command(add: AddCommand) -> None:
     p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
     _add_cluster_options(p, local=False)
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop")
+    p.add_argument("--force", action="store_true",
+                   help="cancel it even when another user started it")  # fmt: skip
 
 
 def _add_cluster_options(p: argparse.ArgumentParser, *, local: bool) -> None:
@@ -631,7 +633,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from farm import submit
 
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
-    return submit.cancel(args.id, address, wait=args.wait)
+    return submit.cancel(args.id, address, wait=args.wait, force=args.force)
 
 
 COMMANDS = {

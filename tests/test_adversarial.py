@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import farm.run.render as fr
@@ -76,7 +75,10 @@ def test_the_lock_is_never_taken_through_a_link(tmp_path):
 
 @pytest.mark.parametrize(
     ("path", "video"),
-    [("videos/shot000.mp4", VideoSettings()), ("sequences/shot000/shot000.0001.png", VideoSettings(sequence="png8"))],
+    [
+        ("videos/shot000.mp4", VideoSettings()),
+        ("sequences/shot000/shot000.0001.png", VideoSettings(sequence="png8")),
+    ],
 )
 def test_files_farm_did_not_write_are_not_overwritten(job, tmp_path, path, video):
     out = tmp_path / "out"
@@ -145,7 +147,9 @@ def test_a_chunk_that_claims_to_unpack_beyond_its_chunk_is_refused_unread(tmp_pa
     from farm.store.job import open_job
 
     job = bad_job(tmp_path)
-    chunk = next(p for p in sorted((job / "shot001" / "latent").rglob("*")) if p.is_file() and p.name != "zarr.json")
+    chunk = next(
+        p for p in sorted((job / "shot001" / "latent").rglob("*")) if p.is_file() and p.name != "zarr.json"
+    )
     chunk.write_bytes(frame)
     hashes, errors = latent_identities(open_job(job), ["shot000", "shot001"])
     assert set(hashes) == {"shot000"} and "unpacked" in str(errors["shot001"])
@@ -236,3 +240,113 @@ def test_a_tile_too_large_submits_nothing_to_a_shared_cluster(too_large, tmp_pat
         fr.render(too_large, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
                   render_id="refusedfit", **QUIET)  # fmt: skip
     assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusedfit" in key]
+
+
+# ---- a farm page fit for a shared network ---------------------------------------------------------
+
+
+def test_workflow_arguments_are_not_published():
+    import dask.config
+
+    from farm.submit import published_args
+
+    args = ["--api-token=s3cret", "--password", "hunter2", "shots.txt", "-5"]
+    assert published_args(args) == ["(5 arguments)"]
+    with dask.config.set({"farm.page-arguments": "masked"}):
+        masked = published_args(args)
+    assert masked == ["--api-token=***", "--password", "***", "***", "***"]
+    assert not any(secret in " ".join(masked) for secret in ("s3cret", "hunter2", "shots.txt"))
+
+
+@pytest.fixture
+def page(cluster3):
+    from farm.dashboard import monitor
+
+    link = monitor.install(cluster3)
+    assert link is not None
+    return link
+
+
+def http_status(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=20) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("refresh", ["%C2%B2", "9" * 5000, "-1", "1e3"])
+def test_bad_query_parameters_are_a_400_not_a_500(page, refresh):
+    assert http_status(f"{page}?refresh={refresh}") == 400
+    assert http_status(f"{page}?refresh=5") == 200
+
+
+def test_the_page_forgets_finished_renders_and_workflows_beyond_its_limits(page, cluster3):
+    import json
+    import time
+    import urllib.request
+
+    import dask.config
+
+    now = time.time()
+    for i in range(12):
+        cluster3.set_metadata(["farm", "renders", f"old-{i}"], {
+            "state": "done", "started": now - 100 + i, "updated": now - 100 + i, "job": "j", "out": "o",
+            "shots": {},
+        })  # fmt: skip
+        cluster3.set_metadata(["farm", "submissions", f"sub-{i}"], {
+            "script": "/home/someone/secret/wf.py", "args": ["(1 argument)"], "state": "done",
+            "started": now - 100 + i, "finished": now - 99 + i, "host": "node7", "pid": 4242, "user": "ann",
+            "log": ["x" * 5000],
+        })  # fmt: skip
+    cluster3.set_metadata(["farm", "renders", "ancient"], {"state": "failed", "started": now - 7200,
+                                                           "updated": now - 7200, "shots": {}})  # fmt: skip
+    with dask.config.set({"farm.page-keep-renders": 5, "farm.page-keep-hours": 1}):
+        from farm.dashboard.monitor import PRUNE_EVERY_S
+
+        time.sleep(0.1)
+        deadline = time.time() + PRUNE_EVERY_S + 5
+        while True:
+            with urllib.request.urlopen(page.replace("/farm", "/farm/api/renders.json"), timeout=20) as r:
+                snap = json.loads(r.read())
+            mine = [r["render"] for r in snap["renders"] if r["render"].startswith(("old-", "ancient"))]
+            if len(mine) <= 5 or time.time() > deadline:
+                break
+            time.sleep(1)
+    assert set(mine) == {f"old-{i}" for i in range(7, 12)}
+    subs = [s for s in snap["submissions"] if s["submission"].startswith("sub-")]
+    assert {s["submission"] for s in subs} == {f"sub-{i}" for i in range(7, 12)}
+    for s in subs:
+        assert "host" not in s and "pid" not in s and s["script"] == "wf.py" and s["user"] == "ann"
+        assert all(len(line) <= 300 for line in s["log"])
+
+
+# ---- owners -------------------------------------------------------------------------------------
+
+
+def test_cancelling_another_users_render_needs_force(cluster3):
+    import time
+
+    from farm import submit
+
+    address = cluster3.scheduler.address
+    record = {"state": "running", "started": time.time(), "updated": time.time(), "shots": {},
+              "owner": {"user": "someone-else", "host": "node7"}}  # fmt: skip
+    cluster3.set_metadata(["farm", "renders", "theirs-1"], record)
+    with pytest.raises(FarmError, match="someone-else@node7.*--force"):
+        submit.cancel("theirs-1", address, log=lambda _: None)
+    assert cluster3.get_metadata(["farm", "cancelled"], default={}).get("theirs-1") is None
+    mine = {**record, "owner": {"user": submit.current_user(), "host": "here"}}
+    cluster3.set_metadata(["farm", "renders", "mine-1"], mine)
+    assert submit.cancel("mine-1", address, log=lambda _: None, quiet_for=0.1) == 0
+    assert submit.cancel("theirs-1", address, log=lambda _: None, quiet_for=0.1, force=True) == 0
+    # a submitted workflow's renders belong to whoever submitted it
+    cluster3.set_metadata(
+        ["farm", "submissions", "s9"], {"state": "done", "user": "someone-else", "host": "h"}
+    )
+    cluster3.set_metadata(["farm", "renders", "s9.1-job"], mine)
+    with pytest.raises(FarmError, match="someone-else"):
+        submit.cancel("s9.1-job", address, log=lambda _: None)

@@ -91,7 +91,6 @@ from farm.run.validate import check_distinct_paths, check_render_options
 from farm.store.claims import check_chunk_files
 from farm.store.job import Job, open_job
 from farm.store.lock import output_lock, reads_one_version_of_the_job
-from farm.store.ownership import check_no_foreign_files, check_no_links
 from farm.store.output import (
     Output,
     check_writable,
@@ -100,6 +99,7 @@ from farm.store.output import (
     remove_stale_temporaries,
     removed_if_left_empty,
 )
+from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -224,7 +224,8 @@ def render(
                         client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
                         render_id=render_id, outputs_ready=outputs.result, stream=stream,
                         latents_ahead=first_reads.futures,
-                        describe={"job": str(job.path), "out": str(out.root), "batches": layout},
+                        describe={"job": str(job.path), "out": str(out.root), "batches": layout,
+                                  "owner": owner()},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
@@ -234,6 +235,15 @@ def render(
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def owner() -> dict[str, str]:
+    """Who started a render: user and host (`farm cancel` refuses other users' renders without --force)."""
+    import socket
+
+    from farm.submit import current_user
+
+    return {"user": current_user(), "host": socket.gethostname()}
 
 
 def _targets(

@@ -49,12 +49,16 @@ def shape_problem(shape: Sequence[int], chunks: Sequence[int] | None, itemsize: 
                 f"{MAX_LATENT_SIDE} of each")  # fmt: skip
     size = math.prod(shape) * itemsize
     if size > MAX_LATENT_BYTES:
-        return f"latent claims {human(size)}; farm renders at most {human(MAX_LATENT_BYTES)} of latent per shot"
+        return (
+            f"latent claims {human(size)}; farm renders at most {human(MAX_LATENT_BYTES)} of latent per shot"
+        )
     if chunks is not None:
         chunk = math.prod(chunks) * itemsize
         if chunk > max(size, CHUNK_BYTES_FLOOR):
-            return (f"latent declares chunks of {tuple(chunks)} ({human(chunk)}), more than the array "
-                    f"{tuple(shape)} holds ({human(size)}); rewrite it with chunks within its shape")  # fmt: skip
+            return (
+                f"latent declares chunks of {tuple(chunks)} ({human(chunk)}), more than the array "
+                f"{tuple(shape)} holds ({human(size)}); rewrite it with chunks within its shape"
+            )
     return None
 
 
@@ -91,14 +95,16 @@ def check_chunk_files(latent_dir: Path, arr: Any, shot: str) -> None:
     unknown = [n for n in names if n not in BOUNDED | SIZE_KEEPING]
     if unknown:
         raise FarmError(
-            f"shot {shot!r}: latent uses the codec(s) {unknown}, whose unpacked size farm cannot bound before "
-            f"reading; store it uncompressed or with zstd or blosc (as farm ingest does)"
+            f"shot {shot!r}: latent uses the codec(s) {unknown}, whose unpacked size farm cannot bound "
+            "before reading; store it uncompressed or with zstd or blosc (as farm ingest does)"
         )
     compressors = [n for n in names if n in BOUNDED]
     if not compressors:
         return
     if len(compressors) > 1:
-        raise FarmError(f"shot {shot!r}: latent is compressed twice ({compressors}); store it with one compressor")
+        raise FarmError(
+            f"shot {shot!r}: latent is compressed twice ({compressors}); store it with one compressor"
+        )
     limit = math.prod(arr.chunks) * arr.dtype.itemsize
     for folder, _, files in os.walk(latent_dir):
         for name in files:

@@ -26,9 +26,9 @@ import numpy as np
 from farm.decoders import DecoderSpec, spec_from_json
 from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
 from farm.errors import FarmError
-from farm.store.claims import shape_problem
 from farm.media.names import check_name
 from farm.media.rates import read_rate
+from farm.store.claims import shape_problem
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -201,8 +201,10 @@ def open_shot_group(path: Path, name: str) -> Any:
     folder = path / name
     for inside in (folder, folder / "latent", folder / "audio"):
         if not inside.resolve().is_relative_to(path.resolve()):
-            raise FarmError(f"shot {name!r}: {str(inside)!r} leads outside the job store (to "
-                            f"{str(inside.resolve())!r}); a job store's shots are its own folders")  # fmt: skip
+            raise FarmError(
+                f"shot {name!r}: {str(inside)!r} leads outside the job store (to {str(inside.resolve())!r}); "
+                "a job store's shots are its own folders"
+            )
     try:
         meta = json.loads((folder / "zarr.json").read_bytes())
         if not isinstance(meta, dict) or meta.get("node_type") != "group":

@@ -66,7 +66,8 @@ def check_no_links(out: Output, shots: Iterable[str]) -> None:
         where = found[0]
         raise FarmError(
             f"output {str(out.root)!r}: {str(where)!r} is a symbolic link (to {os.readlink(where)!r}) where "
-            "farm keeps its own files; farm writes only inside OUT and never through a link. Nothing was changed: remove the link or use a new --out"
+            "farm keeps its own files; farm writes only inside OUT and never through a link. Nothing was "
+            "changed: remove the link or use a new --out"
         )
 
 
@@ -91,8 +92,8 @@ def check_no_foreign_files(
 ) -> None:  # fmt: skip
     """Refuse to render a shot over files farm did not write: where OUT holds no record of the shot
     (`recorded(shot)` is None, `farm.run.resume.recorded_identity`), whatever already sits in its final
-    places is the user's (`sound`: the shots whose sound is written). A shot whose record names no image sequence owns no images either. `restart`
-    allows replacing them."""
+    places is the user's (`sound`: the shots whose sound is written). A shot whose record names no image
+    sequence owns no images either. `restart` allows replacing them."""
     if restart:
         return
     for shot in shots:
@@ -108,7 +109,7 @@ def check_no_foreign_files(
         if found:
             raise FarmError(
                 f"output {str(out.root)!r}: {str(found[0])!r} is already there and farm did not write it "
-                f"(OUT holds no farm render of shot {shot!r} that made it); farm does not overwrite files it "
-                "did not write. Nothing was changed: move it away, use a new --out, or --restart to replace it"
+                f"(OUT holds no farm render of shot {shot!r} that made it); farm does not overwrite files "
+                "it did not write. Nothing was changed: move it away, use a new --out, or --restart to "
+                "replace it"
             )
-
