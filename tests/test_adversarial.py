@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import farm.run.render as fr
@@ -350,3 +351,108 @@ def test_cancelling_another_users_render_needs_force(cluster3):
     cluster3.set_metadata(["farm", "renders", "s9.1-job"], mine)
     with pytest.raises(FarmError, match="someone-else"):
         submit.cancel("s9.1-job", address, log=lambda _: None)
+
+
+# ---- weights checked whole, by a pickle reader that builds nothing ---------------------------------
+
+
+def cut_safetensors(tmp_path: Path) -> tuple[Path, int]:
+    """A .safetensors file cut at half its bytes (its header whole): (path, bytes missing)."""
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "vae.safetensors"
+    save_file({"decoder.conv_in.weight": np.ones((64, 64, 3), np.float32)}, str(path))
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    return path, size - size // 2
+
+
+def one_line_refusal(result, *words: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def test_a_safetensors_file_cut_short_is_refused_by_synth_ingest_and_render(tmp_path):
+    import json
+
+    from helpers import farm
+
+    cut, missing = cut_safetensors(tmp_path)
+    made = farm("synth", str(tmp_path / "a.zarr"), "--decoder", "ltx2-tiny", "--weights", str(cut))
+    one_line_refusal(made, str(cut), "cut short", f"{missing} bytes missing")
+    assert not (tmp_path / "a.zarr").exists()
+    latent = tmp_path / "latent.npy"
+    np.save(latent, np.zeros((8, 2, 4, 4), np.float32))
+    ingested = farm("ingest", str(tmp_path / "b.zarr"), str(latent), "--decoder", "ltx2-tiny",
+                    "--weights", str(cut), "--latents", "denormalized")  # fmt: skip
+    one_line_refusal(ingested, str(cut), f"{missing} bytes missing")
+    job = bad_job(tmp_path, shots=1)  # random weights, then pointed at the cut file
+    meta = json.loads((job / "zarr.json").read_text())
+    meta["attributes"]["farm"]["decoder"]["weights"] = {"path": str(cut)}
+    (job / "zarr.json").write_text(json.dumps(meta))
+    rendered = farm("render", str(job), "--out", str(tmp_path / "out"), "--scheduler", NOWHERE)
+    one_line_refusal(rendered, str(cut), f"{missing} bytes missing")
+
+
+def torch_zip(tmp_path: Path, tensors: dict) -> Path:
+    import torch
+
+    path = tmp_path / "vae.pt"
+    torch.save(tensors, path)
+    return path
+
+
+def rewrite_member(path: Path, edit) -> None:
+    """Rewrite a zip archive with each member's bytes passed through `edit(name, data)`."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        members = [(i, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for info, data in members:
+            z.writestr(info.filename, edit(info.filename, data))
+
+
+def test_a_pt_archive_with_a_short_member_is_refused_with_what_is_missing(tmp_path):
+    import torch
+
+    from farm.decoders.checkpoints import read_tensor_infos
+
+    path = torch_zip(tmp_path, {"decoder.conv_in.weight": torch.ones(1000)})
+    rewrite_member(path, lambda name, data: data[:1000] if "/data/" in name else data)
+    with pytest.raises(FarmError, match="cut short: 3000 bytes missing") as refused:
+        read_tensor_infos([path])
+    assert str(path) in str(refused.value)
+
+
+def test_a_pt_storage_far_larger_than_its_tensors_is_refused_unread(tmp_path):
+    import torch
+
+    from farm.decoders.checkpoints import read_tensor_infos
+
+    big = torch.zeros(2**21)  # 8 MiB of storage behind 96 floats
+    path = torch_zip(tmp_path, {"decoder.conv_in.weight": big[:96]})
+    with pytest.raises(FarmError, match="declares 8388608 bytes for tensors of 384 bytes"):
+        read_tensor_infos([path])
+    fine = torch_zip(tmp_path, {"decoder.conv_in.weight": big[:96].clone()})
+    assert read_tensor_infos([fine])["decoder.conv_in.weight"].shape == (96,)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"ctorch._utils\n_rebuild_tensor_v2\n)R.", b"ctorch\nFloatStorage\n)R.",
+     b"}(X\x01\x00\x00\x00aQ\x8c\x01xu."],  # fmt: skip
+    ids=["rebuild-without-arguments", "storage-called", "bad-persistent-id"],
+)
+def test_a_crafted_pickle_is_refused_in_one_line(tmp_path, payload):
+    import torch
+
+    from farm.decoders.checkpoints import read_tensor_infos
+
+    path = torch_zip(tmp_path, {"decoder.conv_in.weight": torch.ones(4)})
+    rewrite_member(path, lambda name, data: payload if name.endswith("data.pkl") else data)
+    with pytest.raises(FarmError, match="not a torch checkpoint farm can read") as refused:
+        read_tensor_infos([path])
+    assert "\n" not in str(refused.value)
