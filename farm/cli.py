@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -591,13 +592,40 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"
+    if os.path.lexists(job_path) and not _made_by_demo(job_path):
+        raise FarmError(
+            f"farm demo --out {str(root)!r}: {str(job_path)!r} is already there and farm demo did not make it; "
+            "nothing was changed. Give the demo another --out (or a new folder)"
+        )
     job = synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=128, width=192, overwrite=True)
+    _mark_demo(job_path)
     print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
     stats = render(
         job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
         on_progress=_progress_bar(args.started), log=logs.message,
     )  # fmt: skip
     return _report(stats, out)
+
+
+DEMO_MARK = "farm demo"  # the job store's attrs farm.made_by: a later demo may replace it
+
+
+def _made_by_demo(job_path: Path) -> bool:
+    """Whether the job store at `job_path` is one `farm demo` made (its root attributes say so)."""
+    import json
+
+    try:
+        meta = json.loads((job_path / "zarr.json").read_text())
+        return bool(meta["attributes"]["farm"]["made_by"] == DEMO_MARK) and not job_path.is_symlink()
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+
+
+def _mark_demo(job_path: Path) -> None:
+    import zarr
+
+    root = zarr.open_group(store=str(job_path), mode="r+")
+    root.attrs["farm"] = {**dict(root.attrs["farm"]), "made_by": DEMO_MARK}
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:

@@ -456,3 +456,37 @@ def test_a_crafted_pickle_is_refused_in_one_line(tmp_path, payload):
     with pytest.raises(FarmError, match="not a torch checkpoint farm can read") as refused:
         read_tensor_infos([path])
     assert "\n" not in str(refused.value)
+
+
+# ---- one line for every error a user can cause -----------------------------------------------------
+
+
+@pytest.mark.parametrize("fps", ["1/1000000000", "1000000007/1000000006", "0.001"])
+def test_absurd_or_inexact_rates_are_refused_at_synth_and_ingest(tmp_path, fps):
+    from farm.store.job import write_shot
+
+    with pytest.raises(FarmError, match="from 1/100 to 1000"):
+        synth(tmp_path / "a.zarr", decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64, fps=fps)
+    job = bad_job(tmp_path, shots=1)
+    with pytest.raises(FarmError, match="from 1/100 to 1000"):
+        write_shot(job, "extra", np.zeros((8, 2, 2, 2), np.float32), fps=fps)
+
+
+def test_install_hints_name_the_distribution():
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    files = [*(root / "farm").rglob("*.py"), *(root / "docs").glob("*.md"), root / "README.md"]
+    texts = [p.read_text() for p in files]
+    assert not [m for t in texts for m in re.findall(r"install ['\"]?farm\[", t)]
+
+
+def test_demo_refuses_to_replace_a_job_store_it_did_not_make(tmp_path):
+    from helpers import farm
+
+    theirs = tmp_path / "job.zarr"
+    synth(theirs, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64, seed=9)
+    before = tree(theirs)
+    result = farm("demo", "--out", str(tmp_path), "--workers", "1")
+    one_line_refusal(result, str(theirs), "did not make")
+    assert tree(theirs) == before

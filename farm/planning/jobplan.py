@@ -12,7 +12,7 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
-from farm.media.rates import parse_timecode
+from farm.media.rates import RANGE_TEXT, parse_timecode
 from farm.planning.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.planning.tiling import (
     AXES,
@@ -299,8 +299,8 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
             continue
         if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
             raw = info.attrs.get("rate", raw_fps)
-            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
-                       f"(0, {MAX_FPS:g}] (or 'rate' to a ratio such as \"24000/1001\")")  # fmt: skip
+            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute (or 'rate', a ratio such as "
+                       f"\"24000/1001\") to frames per second {RANGE_TEXT}")  # fmt: skip
         elif (timecode_problem := _timecode_problem(info)) is not None:
             problem = timecode_problem
         elif not _floating(info.latent_dtype):
