@@ -594,8 +594,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     job_path, out = root / "job.zarr", root / "render"
     if os.path.lexists(job_path) and not _made_by_demo(job_path):
         raise FarmError(
-            f"farm demo --out {str(root)!r}: {str(job_path)!r} is already there and farm demo did not make it; "
-            "nothing was changed. Give the demo another --out (or a new folder)"
+            f"farm demo --out {str(root)!r}: {str(job_path)!r} is already there and farm demo did not make "
+            "it; nothing was changed. Give the demo another --out (or a new folder)"
         )
     job = synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=128, width=192, overwrite=True)
     _mark_demo(job_path)
@@ -625,7 +625,9 @@ def _mark_demo(job_path: Path) -> None:
     import zarr
 
     root = zarr.open_group(store=str(job_path), mode="r+")
-    root.attrs["farm"] = {**dict(root.attrs["farm"]), "made_by": DEMO_MARK}
+    meta = root.attrs["farm"]
+    assert isinstance(meta, dict)  # synth has just written it
+    root.attrs["farm"] = {**meta, "made_by": DEMO_MARK}
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
