@@ -90,9 +90,10 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
-    from farm.run.tls import check_tls
+    from farm.run.tls import check_tls, check_tls_to
 
     check_tls(("client",))
+    check_tls_to(address)
     try:
         return Client(address, set_as_default=False, timeout="10s")
     except (OSError, TimeoutError, ValueError, RuntimeError) as exc:  # RuntimeError: tcp:// under TLS

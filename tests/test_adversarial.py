@@ -490,3 +490,17 @@ def test_demo_refuses_to_replace_a_job_store_it_did_not_make(tmp_path):
     result = farm("demo", "--out", str(tmp_path), "--workers", "1")
     one_line_refusal(result, str(theirs), "did not make")
     assert tree(theirs) == before
+
+
+def test_a_client_without_tls_settings_is_told_before_it_connects_to_a_tls_scheduler(job, tmp_path):
+    import time
+
+    from farm import submit
+
+    started = time.perf_counter()
+    with pytest.raises(FarmError, match="speaks TLS, but this client cannot") as refused:
+        fr.render(job, tmp_path / "out", scheduler="tls://127.0.0.1:9", options=TILES, **QUIET)
+    assert "distributed.comm.tls.ca-file is not set" in str(refused.value)
+    with pytest.raises(FarmError, match="speaks TLS"):
+        submit.client_for("tls://127.0.0.1:9")
+    assert time.perf_counter() - started < 5

@@ -495,7 +495,7 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
-    from farm.run.tls import check_tls
+    from farm.run.tls import check_tls, check_tls_to
 
     check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
@@ -509,10 +509,12 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         kwargs: dict[str, Any] = {"scheduler_file": scheduler_file}
         address = _scheduler_file_address(scheduler_file)
         if address:  # else Client's own message for a file that is not a scheduler file
+            check_tls_to(address)
             probe_scheduler(address, where)
     else:
         where = f"a scheduler at {scheduler}"
         kwargs = {"address": scheduler}
+        check_tls_to(str(scheduler))
         probe_scheduler(str(scheduler), where)
     try:
         return Client(**kwargs)
