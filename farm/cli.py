@@ -428,8 +428,7 @@ def _report(stats, out: Path) -> int:
     for shot in stats.shots.values():
         if shot.video:
             print(f"  video:  {shot.video}")
-    for shot in stats.failed:
-        message = shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
+    for message in failure_lines(stats.failed):
         LOGGER.error(message)
     if stats.cancelled:
         names = ", ".join(repr(s.shot) for s in stats.cancelled)
@@ -439,6 +438,21 @@ def _report(stats, out: Path) -> int:
         LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
+
+
+def failure_lines(failed: list) -> list[str]:
+    """One line per failed shot's error; shots that failed with the same error (a full disk) share one."""
+    by_error: dict[str, list[str]] = {}
+    for shot in failed:
+        if f"shot {shot.shot!r}" in shot.error:
+            by_error[shot.error] = []
+        else:
+            by_error.setdefault(shot.error, []).append(shot.shot)
+    lines = []
+    for error, shots in by_error.items():
+        names = ", ".join(repr(s) for s in shots)
+        lines.append(error if not shots else f"{'shot' if len(shots) == 1 else 'shots'} {names}: {error}")
+    return lines
 
 
 def cmd_synth(args: argparse.Namespace) -> int:

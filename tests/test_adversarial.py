@@ -504,3 +504,64 @@ def test_a_client_without_tls_settings_is_told_before_it_connects_to_a_tls_sched
     with pytest.raises(FarmError, match="speaks TLS"):
         submit.client_for("tls://127.0.0.1:9")
     assert time.perf_counter() - started < 5
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 4 MiB file system of its own (tmpfs; needs the right to mount, else the test is skipped)."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(disk)]
+    mounted = subprocess.run(command, capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a small file system here")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    with open(disk / "filler", "wb") as fh, pytest.raises(OSError):
+        while True:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+
+
+def test_a_full_disk_on_a_worker_is_one_line_naming_the_disk(full_disk, tmp_path):
+    from farm.errors import FarmRuntimeError
+    from farm.planning.tiling import Batch
+    from farm.store.job import open_job
+    from farm.store.output import prepare_output
+    from farm.worker.tasks import BlendedFrames, write_batch
+
+    out = Output(full_disk / "out")
+    prepare_output(out, open_job(bad_job(tmp_path, shots=1)), [("shot000", (9, 64, 64), 8)])
+    fill(full_disk)
+    frames = np.random.default_rng(0).integers(0, 255, (8, 64, 64, 3), dtype=np.uint8)
+    with pytest.raises(FarmRuntimeError, match="is full on") as refused:
+        write_batch(out, Batch("shot000", 0, 0, 8, (0,)), BlendedFrames(frames))
+    assert str(out.root) in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_farm_errors_on_workers_leave_no_traceback_and_shots_sharing_one_share_a_line():
+    import logging
+
+    from farm.cli import failure_lines
+    from farm.run.graph import ShotOutcome
+    from farm.worker.transport_plugin import _FarmErrorsInOneLine
+
+    def compute_failed(exception: str) -> logging.LogRecord:
+        text = "Compute Failed\nKey: %s\nState: %s\nTask: %s\nException: %r\nTraceback: %r\n"
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, text,
+                                 ("k", "executing", "task", exception, "  File ..."), None)  # fmt: skip
+
+    keep = _FarmErrorsInOneLine()
+    assert not keep.filter(compute_failed("FarmRuntimeError('the disk holding ... is full')"))
+    assert keep.filter(compute_failed("ZeroDivisionError('division by zero')"))
+    full = "the disk holding '/o' is full on node7; finished batches are kept"
+    failed = [ShotOutcome(s, 0, error=full) for s in ("a", "b", "c")]
+    failed.append(ShotOutcome("d", 0, error="shot 'd': latent holds NaN"))
+    assert failure_lines(failed) == [f"shots 'a', 'b', 'c': {full}", "shot 'd': latent holds NaN"]

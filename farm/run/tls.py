@@ -11,14 +11,14 @@ from farm.errors import FarmError
 
 
 def tls_problems(
-    roles: tuple[str, ...] = ("scheduler", "worker", "client"), *, needed: bool = False
+    roles: tuple[str, ...] = ("scheduler", "worker", "client"), *, required: bool = False
 ) -> list[str]:
-    """What Dask's TLS settings lack when they require encryption, or when `needed` (a ``tls://``
+    """What Dask's TLS settings lack when they require encryption, or when `required` (a ``tls://``
     address) (nothing otherwise): the CA file and each role's certificate, and every file they name must
     exist."""
     import dask
 
-    if not needed and not dask.config.get("distributed.comm.require-encryption", default=False):
+    if not required and not dask.config.get("distributed.comm.require-encryption", default=False):
         return []
     def setting(name: str) -> Any:  # through dask.config.get: "ca-file" and "ca_file" alike
         return dask.config.get(f"distributed.comm.tls.{name}", default=None)
@@ -42,7 +42,7 @@ def check_tls_to(address: str) -> None:
     usable TLS settings (Dask would otherwise fail after its connect timeout, in a long traceback)."""
     if not address.startswith("tls://"):
         return
-    problems = tls_problems(("client",), needed=True)
+    problems = tls_problems(("client",), required=True)
     if problems:
         raise FarmError(
             f"the scheduler at {address} speaks TLS, but this client cannot: " + "; ".join(problems)

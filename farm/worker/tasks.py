@@ -23,7 +23,7 @@ from dask.sizeof import sizeof
 
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
-from farm.errors import FarmError
+from farm.errors import FarmError, FarmRuntimeError
 from farm.media.files import fsync_all, fsync_path
 from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
@@ -600,6 +600,34 @@ def _to_host(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def disk_full_in_one_line(task: Callable[..., Any]) -> Callable[..., Any]:
+    """`task(out, ...)` with a full disk (ENOSPC, EDQUOT) as one line naming the host, the file and what
+    is safe, instead of a traceback through Zarr or the encoder: finished batches are kept, a rerun with
+    space renders only what is missing."""
+    import errno
+
+    @functools.wraps(task)
+    def run(out: Output, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return task(out, *args, **kwargs)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the zarrs writer's "(os error 28)"
+            full = (errno.ENOSPC, errno.EDQUOT)
+            if isinstance(exc, OSError) and exc.errno not in full:
+                raise
+            if not isinstance(exc, OSError) and not any(f"(os error {n})" in str(exc) for n in full):
+                raise
+            filename = getattr(exc, "filename", None)
+            where = f" writing {filename}" if filename else ""
+            raise FarmRuntimeError(
+                f"the disk holding {str(out.root)!r} is full on {socket.gethostname()}{where}; finished "
+                "batches are kept: free space there and run the render again (it renders only what is "
+                "missing)"
+            ) from None
+
+    return run
+
+
+@disk_full_in_one_line
 def write_batch(out: Output, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
     """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
@@ -609,6 +637,7 @@ def write_batch(out: Output, batch: Batch, frames: BlendedFrames, durable: bool 
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def encode_batch(
     out: Output,
     batch: Batch,
@@ -634,6 +663,7 @@ def encode_batch(
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def write_sequence(
     out: Output, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
     timecode: str | None = None,
@@ -650,6 +680,7 @@ def write_sequence(
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out, batch.shot)
@@ -681,6 +712,7 @@ def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
     return pixels.clamp_(0.0, 1.0).mul_(255.0).round_().to(torch.uint8)
 
 
+@disk_full_in_one_line
 def finish_shot(
     out: Output,
     shot: str,
