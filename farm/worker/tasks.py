@@ -601,7 +601,7 @@ def _to_host(tensor: torch.Tensor) -> np.ndarray:
 
 
 def disk_full_in_one_line(task: Callable[..., Any]) -> Callable[..., Any]:
-    """`task(out, ...)` with a full disk (ENOSPC, EDQUOT) as one line naming the host, the file and what
+    """`task(out, ...)` with a full disk (ENOSPC, EDQUOT) as one line naming the disk, the host and what
     is safe, instead of a traceback through Zarr or the encoder: finished batches are kept, a rerun with
     space renders only what is missing."""
     import errno
@@ -616,13 +616,12 @@ def disk_full_in_one_line(task: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             if not isinstance(exc, OSError) and not any(f"(os error {n})" in str(exc) for n in full):
                 raise
-            filename = getattr(exc, "filename", None)
-            where = f" writing {filename}" if filename else ""
-            raise FarmRuntimeError(
-                f"the disk holding {str(out.root)!r} is full on {socket.gethostname()}{where}; finished "
-                "batches are kept: free space there and run the render again (it renders only what is "
-                "missing)"
-            ) from None
+        # raised outside the handler, so it carries no context: an encoder's own error type (PyAV's)
+        # need not travel to the client, which then gets this one whole
+        raise FarmRuntimeError(
+            f"the disk holding {str(out.root)!r} is full on {socket.gethostname()}; finished batches are "
+            "kept: free space there and run the render again (it renders only what is missing)"
+        )
 
     return run
 
