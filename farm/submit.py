@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from farm.dashboard.monitor import FINAL_STATES
 from farm.errors import FarmError
+from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import workers_info
 from farm.workflow import (
@@ -121,16 +122,6 @@ def _publish(client: Client, submission: str, record: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------------
 # Foreground
 # --------------------------------------------------------------------------------------------------
-
-
-def current_user() -> str:
-    """This process' user name (what a render or workflow records as its owner)."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a container)
-        return str(os.getuid())
 
 
 def published_args(args: Sequence[str]) -> list[str]:

@@ -332,6 +332,7 @@ def test_cancelling_another_users_render_needs_force(cluster3):
     import time
 
     from farm import submit
+    from farm.owner import current_user
 
     address = cluster3.scheduler.address
     record = {"state": "running", "started": time.time(), "updated": time.time(), "shots": {},
@@ -340,7 +341,7 @@ def test_cancelling_another_users_render_needs_force(cluster3):
     with pytest.raises(FarmError, match="someone-else@node7.*--force"):
         submit.cancel("theirs-1", address, log=lambda _: None)
     assert cluster3.get_metadata(["farm", "cancelled"], default={}).get("theirs-1") is None
-    mine = {**record, "owner": {"user": submit.current_user(), "host": "here"}}
+    mine = {**record, "owner": {"user": current_user(), "host": "here"}}
     cluster3.set_metadata(["farm", "renders", "mine-1"], mine)
     assert submit.cancel("mine-1", address, log=lambda _: None, quiet_for=0.1) == 0
     assert submit.cancel("theirs-1", address, log=lambda _: None, quiet_for=0.1, force=True) == 0

@@ -33,6 +33,7 @@ from farm.errors import FarmError
 from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.media.rates import start_timecode
 from farm.media.settings import VideoSettings
+from farm.owner import owner
 from farm.planning.budgets import (
     check_fits,
     default_window,
@@ -235,15 +236,6 @@ def render(
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
-
-
-def owner() -> dict[str, str]:
-    """Who started a render: user and host (`farm cancel` refuses other users' renders without --force)."""
-    import socket
-
-    from farm.submit import current_user
-
-    return {"user": current_user(), "host": socket.gethostname()}
 
 
 def _targets(
