@@ -566,3 +566,17 @@ def test_farm_errors_on_workers_leave_no_traceback_and_shots_sharing_one_share_a
     failed = [ShotOutcome(s, 0, error=full) for s in ("a", "b", "c")]
     failed.append(ShotOutcome("d", 0, error="shot 'd': latent holds NaN"))
     assert failure_lines(failed) == [f"shots 'a', 'b', 'c': {full}", "shot 'd': latent holds NaN"]
+
+
+def test_a_latent_pt_whose_storage_dwarfs_its_tensor_is_refused_at_ingest(tmp_path):
+    import torch
+
+    from farm.inputs.ingest import ingest
+
+    latent = torch.zeros(2**21)[: 8 * 2 * 2 * 3].reshape(8, 2, 2, 3)  # 96 floats in 8 MiB of storage
+    torch.save(latent, tmp_path / "shot.pt")
+    job = bad_job(tmp_path, shots=1)  # the files follow the job's decoder
+    with pytest.raises(FarmError, match="declares 8388608 bytes for tensors of 384 bytes"):
+        ingest(job, [str(tmp_path / "shot.pt")])
+    torch.save(latent.clone(), tmp_path / "whole.pt")
+    ingest(job, [str(tmp_path / "whole.pt")])

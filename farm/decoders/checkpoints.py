@@ -186,6 +186,22 @@ def torch_pickle_tensors(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     return {str(k): (v.shape, v.dtype) for k, v in obj.items() if isinstance(v, _Tensor)}
 
 
+def check_torch_storages(path: Path) -> None:
+    """`check_storages` for any ``torch.save`` zip (a latent file too: a tensor, a list or a dict of them),
+    before ``torch.load`` allocates them; a file whose pickle this reader cannot follow is left to the
+    loader, which refuses it in its own words."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            unpickler = _HeaderUnpickler(z.open(pkl))
+            unpickler.load()
+            storages = unpickler.storages
+            check_storages(path, z, pkl.removesuffix("data.pkl"), storages)
+    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError,
+            TypeError, AttributeError, IndexError, KeyError, RecursionError):  # fmt: skip
+        return
+
+
 def check_storages(path: Path, z: zipfile.ZipFile, root: str, storages: dict[str, _Storage]) -> None:
     """Every storage of a torch checkpoint is whole and no larger than its tensors use: its member
     ``<root>data/<key>`` holds its bytes (the archive not cut short), and it holds no more than its
