@@ -46,13 +46,17 @@ def links_in(folder: Path) -> Iterable[Path]:
     if _is_link(folder):
         yield folder
         return
-    if not folder.is_dir():
-        return
-    for parent, dirs, files in os.walk(folder, followlinks=False):
-        for name in dirs + files:
-            path = Path(parent) / name
-            if _is_link(path):
-                yield path
+    folders = [folder]
+    while folders:  # scandir's entries know whether they are links: no call per file
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                yield Path(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
 
 
 def check_no_links(out: Output, shots: Iterable[str]) -> None:
