@@ -580,3 +580,12 @@ def test_a_latent_pt_whose_storage_dwarfs_its_tensor_is_refused_at_ingest(tmp_pa
         ingest(job, [str(tmp_path / "shot.pt")])
     torch.save(latent.clone(), tmp_path / "whole.pt")
     ingest(job, [str(tmp_path / "whole.pt")])
+
+
+def test_ingest_refuses_a_latent_beyond_the_maxima_before_reading_it(tmp_path):
+    from farm.inputs.ingest import ingest
+
+    job = bad_job(tmp_path, shots=1)
+    np.lib.format.open_memmap(tmp_path / "long.npy", mode="w+", dtype=np.float32, shape=(8, 20_000, 2, 2))
+    with pytest.raises(FarmError, match="20000 latent frames; farm renders at most 16384"):
+        ingest(job, [str(tmp_path / "long.npy")])

@@ -54,6 +54,7 @@ from farm.errors import FarmError
 from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
 from farm.media.files import exchange
 from farm.planning.tiling import MIN_SPATIAL_CHUNK, Geometry
+from farm.store.claims import shape_problem
 from farm.store.job import check_shot_name
 
 DEFAULT_FPS = 24.0
@@ -163,6 +164,9 @@ def check_latent_shape(shape: Sequence[int], target: Target, where: str) -> None
             f"{where}: latent [C, F, H, W] = {list(shape)} is too small: the decoder needs at least 1 latent "
             f"frame and {MIN_SPATIAL_CHUNK} latent rows and columns"
         )
+    claim = shape_problem(shape, None, 4)  # as float32, what ingest stores: before its data is read
+    if claim:
+        raise FarmError(f"{where}: {claim}")
 
 
 def check_pixel_size(shape: Sequence[int], geometry: Geometry, *, frames: int | None, height: int | None,
