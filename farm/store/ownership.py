@@ -95,7 +95,8 @@ def check_no_foreign_files(
     video: bool, sound: Collection[str], sound_suffix: str, restart: bool,
 ) -> None:  # fmt: skip
     """Refuse to render a shot over files farm did not write: where OUT holds no record of the shot
-    (`recorded(shot)` is None, `farm.run.resume.recorded_identity`), whatever already sits in its final
+    (`recorded(shot)` is None, `farm.run.resume.recorded_identity`) and no folder of its done markers
+    (a shot whose record was damaged is `farm.run.resume`'s to refuse), whatever already sits in its final
     places is the user's (`sound`: the shots whose sound is written). A shot whose record names no image
     sequence owns no images either. `restart` allows replacing them."""
     if restart:
@@ -103,7 +104,7 @@ def check_no_foreign_files(
     for shot in shots:
         identity = recorded(shot)
         outputs = (identity or {}).get("outputs") or {}
-        if identity is None:
+        if identity is None and not out.done_dir(shot).exists():  # no record, no marker: farm never began it
             found = foreign_files(out, shot, sequence_ext=sequence_ext, video=video,
                                   sound_suffix=sound_suffix if shot in sound else None)  # fmt: skip
         elif sequence_ext and not outputs.get("sequence"):
