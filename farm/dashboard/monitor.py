@@ -173,7 +173,7 @@ class FarmMonitor(SchedulerPlugin):
         self.counts: dict[str, _TaskCounts] = {}
         self.workers: dict[str, str] = {}  # address -> name, of the workers seen join
         self.worker_events: collections.deque[dict[str, Any]] = collections.deque(maxlen=WORKER_EVENTS)
-        self._pruned = 0.0  # when `prune` last ran
+        self._pruner: Any = None  # the periodic `prune`, while the plugin runs
 
     # -- plugin hooks -------------------------------------------------------------------------------
 
@@ -193,9 +193,19 @@ class FarmMonitor(SchedulerPlugin):
             app.add_handlers(r".*$", handlers)
         _register_collector()
         _MONITORS.add(self)
+        from tornado.ioloop import PeriodicCallback
+
+        self._pruner = PeriodicCallback(self._prune_quietly, PRUNE_EVERY_S * 1000)
+        self._pruner.start()
+
+    def _prune_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # housekeeping must never disturb the scheduler
+            self.prune(time.time())
 
     async def close(self) -> None:
         _MONITORS.discard(self)
+        if self._pruner is not None:
+            self._pruner.stop()
 
     def add_worker(self, scheduler: Any, worker: str) -> None:
         ws = scheduler.workers.get(worker)
@@ -237,10 +247,8 @@ class FarmMonitor(SchedulerPlugin):
     def prune(self, now: float) -> None:
         """Forget finished renders and workflows beyond `farm.page-keep-renders` (the newest kept) or
         older than `farm.page-keep-hours`, with their thumbnails and task counts: a long-lived cluster's
-        page, JSON and metrics stay bounded. Runs at most every `PRUNE_EVERY_S`."""
-        if now - self._pruned < PRUNE_EVERY_S:
-            return
-        self._pruned = now
+        page, JSON and metrics stay bounded. Runs on the scheduler every `PRUNE_EVERY_S` (no request
+        changes anything)."""
         meta = getattr(self.scheduler, "task_metadata", {}).get("farm", {})
         keep, hours = page_limits()
         live = self.live_renders()
@@ -272,8 +280,6 @@ class FarmMonitor(SchedulerPlugin):
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """Every render and submission the scheduler knows of, with derived rates (JSON-able)."""
         now = time.time() if now is None else now
-        with contextlib.suppress(Exception):  # pruning must never break the page
-            self.prune(now)
         meta = getattr(self.scheduler, "task_metadata", {}).get("farm", {})
         records = dict(meta.get("renders", {}))
         cancelled = dict(meta.get("cancelled", {}))
