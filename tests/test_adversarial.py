@@ -163,8 +163,6 @@ def test_a_chunk_that_claims_to_unpack_beyond_its_chunk_is_refused_unread(tmp_pa
 
 @pytest.mark.parametrize("frames", [10**6, 10**9])
 def test_a_shape_claim_beyond_the_maxima_is_refused_at_once(tmp_path, frames):
-    import time
-
     from farm.planning.jobplan import plan_job
     from farm.store.job import open_job
 
@@ -174,12 +172,10 @@ def test_a_shape_claim_beyond_the_maxima_is_refused_at_once(tmp_path, frames):
         meta["shape"][1] = frames
 
     edit_json(job / "shot000" / "latent" / "zarr.json", claim)
-    started = time.perf_counter()
-    with pytest.raises(FarmError, match="latent frames"):
+    with pytest.raises(FarmError, match="latent frames; farm renders at most 16384"):
         fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
-    with pytest.raises(FarmError, match="latent frames"):
+    with pytest.raises(FarmError, match="latent frames; farm renders at most 16384"):
         plan_job(open_job(job), TILES, 1)
-    assert time.perf_counter() - started < 5
 
 
 def test_deep_attributes_fail_their_shot_only(tmp_path):
@@ -494,17 +490,13 @@ def test_demo_refuses_to_replace_a_job_store_it_did_not_make(tmp_path):
 
 
 def test_a_client_without_tls_settings_is_told_before_it_connects_to_a_tls_scheduler(job, tmp_path):
-    import time
-
     from farm import submit
 
-    started = time.perf_counter()
     with pytest.raises(FarmError, match="speaks TLS, but this client cannot") as refused:
         fr.render(job, tmp_path / "out", scheduler="tls://127.0.0.1:9", options=TILES, **QUIET)
     assert "distributed.comm.tls.ca-file is not set" in str(refused.value)
     with pytest.raises(FarmError, match="speaks TLS"):
         submit.client_for("tls://127.0.0.1:9")
-    assert time.perf_counter() - started < 5
 
 
 @pytest.fixture
