@@ -71,12 +71,20 @@ def codec_names(arr: Any) -> list[str]:
     return ["bytes", *found, *(str(getattr(f, "codec_id", "")) for f in meta.filters or ())]
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+NOT_A_FRAME = -1  # `declared_unpacked_size` of bytes that are no compressed frame at all
+
+
 def declared_unpacked_size(head: bytes, codec: str) -> int | None:
-    """The bytes a compressed chunk says it unpacks to (None: it does not say)."""
+    """The bytes a compressed chunk says it unpacks to: None when it does not say (a zstd frame without
+    its content size, a skippable frame), `NOT_A_FRAME` for bytes that are not the codec's (a damaged
+    chunk: its decoder fails on it without unpacking anything, and the read names it)."""
     if codec == "blosc":
-        return struct.unpack_from("<I", head, 4)[0] if len(head) >= 16 else None
-    if len(head) < 6 or head[:4] != b"\x28\xb5\x2f\xfd":  # zstd frame magic
+        return struct.unpack_from("<I", head, 4)[0] if len(head) >= 16 else NOT_A_FRAME
+    if len(head) >= 4 and head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:  # zstd skippable frame
         return None
+    if len(head) < 6 or head[:4] != ZSTD_MAGIC:
+        return NOT_A_FRAME
     descriptor = head[4]
     fcs_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
     at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
@@ -114,6 +122,8 @@ def check_chunk_files(latent_dir: Path, arr: Any, shot: str) -> None:
             with open(path, "rb") as fh:
                 head = fh.read(32)
             size = declared_unpacked_size(head, compressors[0])
+            if size == NOT_A_FRAME:
+                continue
             if size is None or size > limit:
                 said = "does not declare its unpacked size" if size is None else f"declares {human(size)}"
                 raise FarmError(

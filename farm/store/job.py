@@ -149,10 +149,11 @@ def open_job(path: str | os.PathLike) -> Job:
     if meta.get("audio_decoder") is not None:
         audio_spec = parse_audio_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
     shots = {}
+    roots = shot_roots(path, meta.get("view_of"))
     for name in shot_folders(path):
         check_shot_name(name)
         try:
-            group = open_shot_group(path, name)
+            group = open_shot_group(path, name, roots)
         except FarmError as exc:
             shots[name] = unreadable_shot(name, str(exc))
             continue
@@ -190,17 +191,27 @@ def shot_folders(path: Path) -> list[str]:
     return [e.name for e in entries if os.path.lexists(os.path.join(e.path, "zarr.json"))]
 
 
-def open_shot_group(path: Path, name: str) -> Any:
+def shot_roots(path: Path, view_of: Any) -> tuple[Path, ...]:
+    """Where a job store's shot folders may lead: the store itself and, for a view (a store whose shots
+    link to another's, ``"view_of"`` in its farm attributes: ``workflows/render_folder.py`` makes them),
+    the farm job store it names."""
+    roots = [path.resolve()]
+    if isinstance(view_of, str) and (Path(view_of) / "zarr.json").is_file():
+        roots.append(Path(view_of).resolve())
+    return tuple(roots)
+
+
+def open_shot_group(path: Path, name: str, roots: tuple[Path, ...] | None = None) -> Any:
     """A shot's Zarr group (None when the entry is an array, not a group), or a FarmError saying why the
-    shot cannot be read: a folder that leaves the job store (a link to elsewhere), metadata that is not
-    JSON or nests beyond reason."""
+    shot cannot be read: a folder that leaves the job store (a link to elsewhere; `roots`: where shots
+    may lead, `shot_roots`), metadata that is not JSON or nests beyond reason."""
     import json
 
     import zarr
 
     folder = path / name
     for inside in (folder, folder / "latent", folder / "audio"):
-        if not inside.resolve().is_relative_to(path.resolve()):
+        if not any(inside.resolve().is_relative_to(root) for root in roots or (path.resolve(),)):
             raise FarmError(
                 f"shot {name!r}: {str(inside)!r} leads outside the job store (to {str(inside.resolve())!r}); "
                 "a job store's shots are its own folders"
