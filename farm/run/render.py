@@ -16,6 +16,7 @@ them for the tools and tests that take a render's parts from one place.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import uuid
@@ -23,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from farm import keys, logs
 from farm.dashboard.monitor import dashboard_link
@@ -180,11 +183,11 @@ def render(
     timecodes = shot_timecodes(job, video.timecode)
     joins = joins_running_cluster(scheduler, scheduler_file, workers)
     early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock, joins=joins)
-    if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
-        check_fits(early.plans, job.spec, local_gpu_memory(workers))
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
+    if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
+        check_fits(early.plans, job.spec, local_gpu_memory(workers))
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
@@ -533,13 +536,13 @@ def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dic
 def chunk_claims(job: Job, names: Sequence[str]) -> dict[str, FarmError]:
     """An error for each named shot whose latent chunks claim to unpack beyond their chunk size
     (`farm.store.claims.check_chunk_files`: their headers only, before the cluster and the hash)."""
-    import zarr
-
     errors = {}
     for name in names:
+        info = job.shots[name]
+        chunk = info.latent_chunks or info.latent_shape
+        chunk_bytes = math.prod(chunk) * np.dtype(info.latent_dtype or "float32").itemsize
         try:
-            latent = job.path / name / "latent"
-            check_chunk_files(latent, zarr.open_array(store=str(latent), mode="r"), name)
+            check_chunk_files(job.path / name / "latent", info.latent_codecs, chunk_bytes, name)
         except FarmError as exc:
             errors[name] = exc
     return errors

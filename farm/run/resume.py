@@ -17,7 +17,7 @@ import numpy as np
 
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
-from farm.store.claims import check_chunk_files
+from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.job import Job
 from farm.store.output import (
     Output,
@@ -45,7 +45,8 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
     import zarr
 
     arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
-    check_chunk_files(job.path / shot / "latent", arr, shot)  # no chunk unpacks beyond its claim
+    # no chunk unpacks beyond its claim
+    check_chunk_files(job.path / shot / "latent", codec_names(arr), array_chunk_bytes(arr), shot)
     try:
         latent = np.asarray(arr[...])
     except Exception:  # codec and store errors of many types: find the first block that fails

@@ -62,6 +62,11 @@ def shape_problem(shape: Sequence[int], chunks: Sequence[int] | None, itemsize: 
     return None
 
 
+def array_chunk_bytes(arr: Any) -> int:
+    """Bytes of one chunk of a Zarr array, unpacked."""
+    return math.prod(arr.chunks) * arr.dtype.itemsize
+
+
 def codec_names(arr: Any) -> list[str]:
     """The names of a Zarr array's codecs ("bytes", "zstd", ...), format 3 or 2."""
     meta = arr.metadata
@@ -95,11 +100,10 @@ def declared_unpacked_size(head: bytes, codec: str) -> int | None:
     return value + 256 if width == 2 else value
 
 
-def check_chunk_files(latent_dir: Path, arr: Any, shot: str) -> None:
+def check_chunk_files(latent_dir: Path, names: Sequence[str], chunk_bytes: int, shot: str) -> None:
     """Refuse a latent whose stored chunks could unpack beyond their declared chunk size: every chunk
-    file's compressed frame declares its unpacked size, at most the chunk's bytes; codecs that cannot
-    say are refused by name. Reads 32 bytes per chunk file."""
-    names = codec_names(arr)
+    file's compressed frame declares its unpacked size, at most `chunk_bytes`; codecs (`names`,
+    `codec_names`) that cannot say are refused by name. Reads 32 bytes per chunk file."""
     unknown = [n for n in names if n not in BOUNDED | SIZE_KEEPING]
     if unknown:
         raise FarmError(
@@ -113,7 +117,7 @@ def check_chunk_files(latent_dir: Path, arr: Any, shot: str) -> None:
         raise FarmError(
             f"shot {shot!r}: latent is compressed twice ({compressors}); store it with one compressor"
         )
-    limit = math.prod(arr.chunks) * arr.dtype.itemsize
+    limit = chunk_bytes
     for folder, _, files in os.walk(latent_dir):
         for name in files:
             if name == "zarr.json" or name.startswith("."):

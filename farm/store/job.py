@@ -28,7 +28,7 @@ from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_
 from farm.errors import FarmError
 from farm.media.names import check_name
 from farm.media.rates import read_rate
-from farm.store.claims import shape_problem
+from farm.store.claims import codec_names, shape_problem
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -52,6 +52,7 @@ class ShotInfo:
     timecode: str | None = None  # the start timecode of the shot's first frame, as stored
     problem: str | None = None  # why the shot's metadata cannot be read (that shot fails, by name)
     latent_chunks: tuple[int, ...] | None = None  # the latent's declared chunk shape
+    latent_codecs: tuple[str, ...] = ()  # the latent's codecs by name (farm.store.claims.codec_names)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,7 @@ def open_job(path: str | os.PathLike) -> Job:
             rate=read_rate({"fps": 24, **group.attrs}),
             timecode=str(group.attrs["timecode"]) if "timecode" in group.attrs else None,
             latent_chunks=declared_chunks(latent),
+            latent_codecs=tuple(codec_names(latent)),
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")
