@@ -79,6 +79,8 @@ def _latent_block(arr: Any, shot: str, job: Job, start: int) -> np.ndarray:
 def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
     import zarr
 
+    if not out.shot_group(shot).exists():
+        return None  # nothing recorded (and no exception from zarr to pay for per shot)
     try:
         group = zarr.open_group(store=str(out.shot_group(shot)), mode="r")
     except Exception:  # no such group yet: nothing recorded
