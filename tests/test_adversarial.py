@@ -581,3 +581,20 @@ def test_ingest_refuses_a_latent_beyond_the_maxima_before_reading_it(tmp_path):
     np.lib.format.open_memmap(tmp_path / "long.npy", mode="w+", dtype=np.float32, shape=(8, 20_000, 2, 2))
     with pytest.raises(FarmError, match="20000 latent frames; farm renders at most 16384"):
         ingest(job, [str(tmp_path / "long.npy")])
+
+
+def test_a_render_whose_latents_cannot_be_read_submits_nothing_to_a_shared_cluster(tmp_path, cluster3):
+    from farm.store.job import write_shot
+
+    def transitions(dask_scheduler=None):
+        return [str(t[0]) for t in dask_scheduler.transition_log]
+
+    job = bad_job(tmp_path, shots=1)
+    nan = np.zeros((8, 2, 2, 2), np.float32)
+    nan[:, 1] = np.nan
+    write_shot(job, "shot000", nan, fps=24)
+    with pytest.raises(FarmError, match="NaN or Inf"):
+        fr.render(job, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
+                  render_id="refusednan", **QUIET)  # fmt: skip
+    assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusednan" in key]
+    assert not (tmp_path / "out").exists()

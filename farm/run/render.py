@@ -199,6 +199,8 @@ def render(
         n_workers = len(decode_workers)
         gpu_bytes = smallest_gpu_memory(client, decode_workers)
         check_fits(early.plans, job.spec, gpu_bytes)  # before any task: a refusal submits nothing
+        if early.checked is None:  # a fresh OUT on a running cluster: its latents were hashed meanwhile
+            refuse_if_no_shot_hashed(early)
         render_id = render_id or uuid.uuid4().hex[:8]
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
                                           render_id=render_id, priority=priority)  # fmt: skip
@@ -375,6 +377,14 @@ def _before_cluster(
     if not fresh_join:
         checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
     return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+
+
+def refuse_if_no_shot_hashed(early: BeforeCluster) -> None:
+    """Wait for the latents' hash and refuse, before anything is submitted, a render none of whose shots
+    could be read (every latent unreadable or not finite): a refused render leaves the cluster as it was."""
+    hashes, unreadable = early.hashing.result()
+    if not any(name in hashes for name in early.names):
+        raise next(iter({**early.shot_errors, **unreadable}.values()))
 
 
 def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSettings, restart: bool) -> None:
