@@ -72,8 +72,8 @@ def codec_names(arr: Any) -> list[str]:
     meta = arr.metadata
     if hasattr(meta, "codecs"):
         return [str(c.to_dict().get("name", type(c).__name__)) for c in meta.codecs]
-    found = [str(getattr(meta.compressor, "codec_id", "")) for _ in [0] if meta.compressor is not None]
-    return ["bytes", *found, *(str(getattr(f, "codec_id", "")) for f in meta.filters or ())]
+    compressor = [] if meta.compressor is None else [str(getattr(meta.compressor, "codec_id", ""))]
+    return ["bytes", *compressor, *(str(getattr(f, "codec_id", "")) for f in meta.filters or ())]
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
