@@ -598,3 +598,27 @@ def test_a_render_whose_latents_cannot_be_read_submits_nothing_to_a_shared_clust
                   render_id="refusednan", **QUIET)  # fmt: skip
     assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusednan" in key]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_worker_never_writes_into_a_folder_that_became_a_link(tmp_path):
+    from farm.planning.tiling import Batch
+    from farm.store.job import open_job
+    from farm.store.output import prepare_output
+    from farm.worker.tasks import BlendedFrames, encode_batch, write_batch
+
+    out = Output(tmp_path / "out")
+    prepare_output(out, open_job(bad_job(tmp_path, shots=1)), [("shot000", (9, 64, 64), 8)])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    segments = out.segments_dir("shot000")
+    segments.rmdir()
+    os.symlink(elsewhere, segments)  # swapped in after the render's own check
+    batch, frames = Batch("shot000", 0, 0, 8, (0,)), BlendedFrames(np.zeros((8, 64, 64, 3), np.uint8))
+    with pytest.raises(FarmError, match="became a symbolic link"):
+        encode_batch(out, batch, frames, 24.0, VideoSettings(), {})
+    frames_dir = out.frames_array("shot000")
+    os.rename(frames_dir, tmp_path / "frames-moved")
+    os.symlink(tmp_path / "frames-moved", frames_dir)
+    with pytest.raises(FarmError, match="became a symbolic link"):
+        write_batch(out, batch, frames)
+    assert not list(elsewhere.iterdir())

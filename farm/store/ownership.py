@@ -75,6 +75,21 @@ def check_no_links(out: Output, shots: Iterable[str]) -> None:
         )
 
 
+def check_folders_not_links(out: Output, *folders: Path) -> None:
+    """Refuse to write into any of `folders` (under OUT) when it, or a folder between it and OUT, is a
+    symbolic link: checked again where a worker writes, after the render's own check of OUT."""
+    for folder in folders:
+        part = folder
+        while part != out.root and out.root in part.parents:
+            if _is_link(part):
+                raise FarmError(
+                    f"output {str(out.root)!r}: {str(part)!r} became a symbolic link (to "
+                    f"{os.readlink(part)!r}) during the render; farm never writes through a link. Remove it "
+                    "and run again"
+                )
+            part = part.parent
+
+
 def foreign_files(out: Output, shot: str, *, sequence_ext: str | None, video: bool,
                   sound_suffix: str | None) -> list[Path]:  # fmt: skip
     """The files in this shot's final places (its video, sound file, image-sequence folder) that exist,

@@ -31,6 +31,7 @@ from farm.media.yuv import rgb_to_yuv420
 from farm.planning.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 from farm.store.job import read_audio_latent, read_latent
 from farm.store.output import (
+    VALID,
     Output,
     batch_record,
     file_record,
@@ -39,6 +40,7 @@ from farm.store.output import (
     video_record,
     write_frames,
 )
+from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
 
@@ -632,6 +634,7 @@ def write_batch(out: Output, batch: Batch, frames: BlendedFrames, durable: bool 
     t0 = time.perf_counter()
     check_visible(str(out.root), "output folder")
     check_owner(out, batch.shot)
+    check_folders_not_links(out, out.frames_array(batch.shot))
     write_frames(out, batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
@@ -654,6 +657,7 @@ def encode_batch(
     if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
         rgb = levels_uint8(rgb)
     segment = out.segment(batch.shot, batch.index)
+    check_folders_not_links(out, segment.parent)
     encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
                    metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
     if video.durable:
@@ -671,6 +675,7 @@ def write_sequence(
     check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
     folder = out.sequence_dir(batch.shot)
+    check_folders_not_links(out, folder)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
                            exr_values=video.exr_values, timecode=timecode)  # fmt: skip
@@ -683,6 +688,7 @@ def write_sequence(
 def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out, batch.shot)
+    check_folders_not_links(out, out.done_dir(batch.shot), out.shot_group(batch.shot) / VALID)
     mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
     mark_done(out.done_marker(batch.shot, batch.index), record)
@@ -735,6 +741,7 @@ def finish_shot(
     missing = [str(s) for s in segments if not s.exists()]
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
+    check_folders_not_links(out, out.videos_dir, out.done_dir(shot))
     join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
     if durable:
         fsync_all([out.video(shot)], [out.video(shot).parent])
@@ -766,6 +773,7 @@ def decode_audio(
     samples = samples_for_frames(frames, fps, decoder.sample_rate)
     levels = to_levels(fit_length(waveform, samples))
     path = out.audio_file(shot, audio_suffix(fmt))
+    check_folders_not_links(out, path.parent, out.done_dir(shot))
     write_audio(path, levels, decoder.sample_rate, fmt)
     if durable:
         fsync_all([path], [path.parent])
