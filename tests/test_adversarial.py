@@ -622,3 +622,12 @@ def test_a_worker_never_writes_into_a_folder_that_became_a_link(tmp_path):
     with pytest.raises(FarmError, match="became a symbolic link"):
         write_batch(out, batch, frames)
     assert not list(elsewhere.iterdir())
+
+
+def test_the_page_shows_outputs_relative_to_out():
+    from farm.dashboard.monitor import summarize
+
+    shots = {"a": {"batches_total": 1, "batches_written": 1, "video": "/shows/ep01/out/videos/a.mp4"}}
+    record = {"out": "/shows/ep01/out", "shots": shots}
+    shot = summarize("r1", record, None, {}, False, 0.0)["shots"][0]
+    assert shot["video"] == "videos/a.mp4"

@@ -143,6 +143,13 @@ def batches_on_disk(record: Mapping[str, Any]) -> dict[str, int] | None:
         return None
 
 
+def relative_to_out(path: Any, out: Any) -> Any:
+    """A path inside OUT as the page shows it: relative to OUT (the render's row names OUT once)."""
+    if isinstance(path, str) and isinstance(out, str) and path.startswith(out.rstrip("/") + "/"):
+        return path[len(out.rstrip("/")) + 1 :]
+    return path
+
+
 def thumbnail_url(render_id: str, shot: str) -> str:
     """A shot's thumbnail, relative to the dashboard's root (`farm.dashboard.thumbnails` makes it)."""
     return f"{THUMBNAIL_PATH}/{quote(render_id, safe='')}/{quote(shot, safe='')}.png"
@@ -418,7 +425,7 @@ def _summarize_shot(
         "frames_written": shot_frames,
         "frames_per_second": (shot_frames / elapsed) if shot_frames else None,
         "task_errors": counts.errors.get(name, 0),
-        "video": shot.get("video"),
+        "video": relative_to_out(shot.get("video"), record.get("out")),
         "error": shot.get("error"),
         "batches": batch_states(layout, counts.batches.get(name, {}), total),
         "thumbnail": thumbnail_url(render_id, name) if name in thumbnails else None,
