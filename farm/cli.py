@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -277,6 +278,8 @@ def _add_cancel_command(add: AddCommand) -> None:
     p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
     _add_cluster_options(p, local=False)
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop")
+    p.add_argument("--force", action="store_true",
+                   help="cancel it even when another user started it")  # fmt: skip
 
 
 def _add_cluster_options(p: argparse.ArgumentParser, *, local: bool) -> None:
@@ -429,8 +432,7 @@ def _report(stats, out: Path) -> int:
     for shot in stats.shots.values():
         if shot.video:
             print(f"  video:  {shot.video}")
-    for shot in stats.failed:
-        message = shot.error if f"shot {shot.shot!r}" in shot.error else f"shot {shot.shot!r}: {shot.error}"
+    for message in failure_lines(stats.failed):
         LOGGER.error(message)
     if stats.cancelled:
         names = ", ".join(repr(s.shot) for s in stats.cancelled)
@@ -440,6 +442,21 @@ def _report(stats, out: Path) -> int:
         LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
+
+
+def failure_lines(failed: list) -> list[str]:
+    """One line per failed shot's error; shots that failed with the same error (a full disk) share one."""
+    by_error: dict[str, list[str]] = {}
+    for shot in failed:
+        if f"shot {shot.shot!r}" in shot.error:
+            by_error[shot.error] = []
+        else:
+            by_error.setdefault(shot.error, []).append(shot.shot)
+    lines = []
+    for error, shots in by_error.items():
+        names = ", ".join(repr(s) for s in shots)
+        lines.append(error if not shots else f"{'shot' if len(shots) == 1 else 'shots'} {names}: {error}")
+    return lines
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
@@ -599,13 +616,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"
+    if os.path.lexists(job_path) and not _made_by_demo(job_path):
+        raise FarmError(
+            f"farm demo --out {str(root)!r}: {str(job_path)!r} is already there and farm demo did not make "
+            "it; nothing was changed. Give the demo another --out (or a new folder)"
+        )
     job = synth(job_path, decoder="ltx2-tiny", shots=2, frames=33, height=128, width=192, overwrite=True)
+    _mark_demo(job_path)
     print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
     stats = render(
         job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
         on_progress=_progress_bar(args.started), log=logs.message,
     )  # fmt: skip
     return _report(stats, out)
+
+
+DEMO_MARK = "farm demo"  # the job store's attrs farm.made_by: a later demo may replace it
+
+
+def _made_by_demo(job_path: Path) -> bool:
+    """Whether the job store at `job_path` is one `farm demo` made (its root attributes say so)."""
+    import json
+
+    try:
+        meta = json.loads((job_path / "zarr.json").read_text())
+        return bool(meta["attributes"]["farm"]["made_by"] == DEMO_MARK) and not job_path.is_symlink()
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return False
+
+
+def _mark_demo(job_path: Path) -> None:
+    import zarr
+
+    root = zarr.open_group(store=str(job_path), mode="r+")
+    meta = root.attrs["farm"]
+    assert isinstance(meta, dict)  # synth has just written it
+    root.attrs["farm"] = {**meta, "made_by": DEMO_MARK}
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
@@ -641,7 +687,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from farm import submit
 
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
-    return submit.cancel(args.id, address, wait=args.wait)
+    return submit.cancel(args.id, address, wait=args.wait, force=args.force)
 
 
 COMMANDS = {

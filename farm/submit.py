@@ -29,12 +29,13 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.dashboard.monitor import FINAL_STATES
 from farm.errors import FarmError
+from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import workers_info
 from farm.workflow import (
@@ -90,9 +91,10 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
-    from farm.run.tls import check_tls
+    from farm.run.tls import check_tls, check_tls_to
 
     check_tls(("client",))
+    check_tls_to(address)
     try:
         return Client(address, set_as_default=False, timeout="10s")
     except (OSError, TimeoutError, ValueError, RuntimeError) as exc:  # RuntimeError: tcp:// under TLS
@@ -122,6 +124,25 @@ def _publish(client: Client, submission: str, record: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+def published_args(args: Sequence[str]) -> list[str]:
+    """What the farm page may show of a workflow's arguments (`farm.page-arguments`): by default none
+    (``["(3 arguments)"]``); ``masked``: option names with every value as ``***`` (``--api-token=***``),
+    since arguments may carry tokens and passwords and the page is read by everyone who reaches it."""
+    from farm import config
+
+    if not args:
+        return []
+    if str(config.get("page-arguments")) != "masked":
+        return [f"({len(args)} argument{'s' if len(args) != 1 else ''})"]
+    shown = []
+    for arg in args:
+        if arg.startswith("-") and not arg.lstrip("-")[:1].isdigit():
+            shown.append(arg.split("=", 1)[0] + ("=***" if "=" in arg else ""))
+        else:
+            shown.append("***")
+    return shown
+
+
 def run_foreground(
     script: str | os.PathLike,
     args: Sequence[str],
@@ -140,8 +161,9 @@ def run_foreground(
     try:
         page = install(client)
         _publish(client, submission, {
-            "script": str(path), "args": list(args), "priority": priority, "detached": False,
+            "script": str(path), "args": published_args(args), "priority": priority, "detached": False,
             "state": "running", "started": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+            "user": current_user(),
         })  # fmt: skip
         log(f"farm: submission {submission}: running {path} against {address}" +
             (f"; farm page {page}" if page else ""))  # fmt: skip
@@ -328,9 +350,9 @@ def submit_detached(
         if not workers:
             raise FarmError(f"the cluster at {address} has no workers to run the workflow on")
         _publish(client, submission, {
-            "script": str(path), "args": list(args), "priority": priority, "detached": True,
+            "script": str(path), "args": published_args(args), "priority": priority, "detached": True,
             "state": "queued", "started": time.time(), "host": socket.gethostname(), "log": [],
-            "log_count": 0,
+            "log_count": 0, "user": current_user(),
         })  # fmt: skip
         # Restricted to the workers there are (any of them, or others later): restricted tasks skip the
         # scheduler's queue, so the driver starts as soon as a thread is free, even on a busy cluster.
@@ -406,6 +428,36 @@ def _release_on_scheduler(dask_scheduler: Any, target: str, release: bool = True
     return {"tasks": matched, "released": len(keys), "drivers": drivers}
 
 
+def owners_of(meta: Mapping[str, Any], renders: Sequence[str], submissions: Sequence[str]) -> dict[str, str]:
+    """Who started each of these renders and submissions (id → "user@host"): a submission's own record,
+    and for a render of a submitted workflow (``s1.2-job``) its submission's; a render's own record
+    otherwise. Ids without an owner recorded are left out."""
+    subs, recs = dict(meta.get("submissions", {})), dict(meta.get("renders", {}))
+    records: dict[str, Any] = {sid: subs.get(sid) for sid in submissions}
+    for rid in renders:
+        parent = next((sid for sid in subs if sid != rid and render_matches(rid, sid)), None)
+        records[rid] = subs.get(parent) if parent else (recs.get(rid) or {}).get("owner")
+    return {rid: f"{who['user']}@{who.get('host', '?')}" for rid, who in records.items()
+            if isinstance(who, Mapping) and who.get("user")}  # fmt: skip
+
+
+def check_owners(
+    meta: Mapping[str, Any], renders: Sequence[str], submissions: Sequence[str], target: str
+) -> None:
+    """Refuse to cancel what another user started (this guards against mistakes, not malice: anyone
+    who can reach the scheduler can run code on it, Dask's model; docs/monitoring.md)."""
+    me = current_user()
+    others = {
+        rid: who for rid, who in owners_of(meta, renders, submissions).items() if who.split("@")[0] != me
+    }
+    if others:
+        rid, who = next(iter(others.items()))
+        raise FarmError(
+            f"{target!r}: {rid} was started by {who}, not by {me}; nothing was cancelled. Cancel someone "
+            "else's render only with --force"
+        )
+
+
 def _flag_cancelled(client: Client, target: str) -> None:
     client.set_metadata(["farm", "cancelled", target], {"at": time.time(), "host": socket.gethostname()})
 
@@ -426,8 +478,11 @@ def cancel(
     log: Callable[[str], None] = print,
     poll: float = 0.2,
     quiet_for: float = 1.0,
+    force: bool = False,
 ) -> int:
     """Cancel render or submission `target` on the cluster at `address`; 0 when it stopped in `wait` s.
+
+    A render or workflow another user started is refused unless `force` (`check_owners`).
 
     Keeps releasing the target's tasks until none have appeared for `quiet_for` seconds (a driver may
     submit a few more before it notices), and waits for a detached driver of the target to end.
@@ -444,6 +499,8 @@ def cancel(
                 f"no render or submission {target!r} on the cluster at {address}; known ids: "
                 + (", ".join(known[-20:]) if known else "none")
             )
+        if not force:
+            check_owners(meta, renders, submissions, target)
         # First the flag (workflows check it when their render returns), then release the tasks.
         _flag_cancelled(client, target)
         released = 0

@@ -200,7 +200,12 @@ def test_farm_cluster_beyond_loopback_without_tls_warns():
     assert "without TLS" in warning and "require-encryption" in warning and "127.0.0.1" in warning
     assert exposure_warning("node7.studio", "tcp")
     assert exposure_warning("127.0.0.1", "tcp") is None and exposure_warning("localhost", "ucx") is None
-    assert exposure_warning("0.0.0.0", "tls") is None
+    import dask.config
+
+    assert "plain HTTP" in exposure_warning("0.0.0.0", "tls")  # the comm is TLS, the dashboard is not
+    assert exposure_warning("127.0.0.1", "tls") is None
+    with dask.config.set({"distributed.scheduler.dashboard.tls": {"cert": "c.pem", "key": "k.pem"}}):
+        assert exposure_warning("0.0.0.0", "tls") is None
 
 
 def test_a_stale_task_writes_nothing_into_a_shot_a_newer_render_owns(job, finished, cluster3):

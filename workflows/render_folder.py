@@ -186,7 +186,8 @@ def job_view(job: Path, dtype: str, views: Path) -> Path:
     view = child_path(views, job.name.removesuffix(".zarr"), f".{dtype}.zarr", what="job name")
     view.mkdir(parents=True, exist_ok=True)
     meta = json.loads((job / "zarr.json").read_text())
-    meta.setdefault("attributes", {})["farm"] = {**meta["attributes"]["farm"], "decoder": raw}
+    meta.setdefault("attributes", {})["farm"] = {**meta["attributes"]["farm"], "decoder": raw,
+                                                 "view_of": str(job.resolve())}  # its shots may lead there
     (view / "zarr.json").write_text(json.dumps(meta, indent=2))
     for old in view.iterdir():
         if old.is_symlink():

@@ -31,6 +31,8 @@ import collections
 import contextlib
 import html
 import json
+import os
+import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping
@@ -62,6 +64,31 @@ THUMBNAIL_PATH = "farm/thumbnail"
 STALE_AFTER_S = 30.0
 WORKER_EVENTS = 50  # workers joining and leaving, the latest kept for the page
 FINAL_STATES = frozenset({"done", "failed", "cancelled", "interrupted"})
+
+
+# What the page and its JSON show of a submitted workflow: never its pid, host, full path or raw
+# arguments (`farm.submit.published_args` publishes them hidden or masked); its owner's user name.
+SUBMISSION_FIELDS = ("script", "args", "priority", "detached", "state", "started", "finished", "exit_code",
+                     "log_count", "user")  # fmt: skip
+LOG_LINE_CHARS = 300
+PRUNE_EVERY_S = 10.0
+
+
+def page_limits() -> tuple[int, float]:
+    """(`farm.page-keep-renders`, `farm.page-keep-hours`), as this process' configuration sets them."""
+    from farm import config
+
+    try:
+        return max(0, int(config.get("page-keep-renders"))), max(0.0, float(config.get("page-keep-hours")))
+    except (TypeError, ValueError, KeyError):
+        return 50, 24.0
+
+
+def forgotten(finished: list[tuple[float, str]], keep: int, hours: float, now: float) -> list[str]:
+    """Of finished entries (time, id), those to forget: all but the newest `keep`, and any older than
+    `hours`."""
+    newest_first = sorted(finished, reverse=True)
+    return [rid for i, (t, rid) in enumerate(newest_first) if i >= keep or now - t > hours * 3600]
 
 
 @dataclass
@@ -116,6 +143,13 @@ def batches_on_disk(record: Mapping[str, Any]) -> dict[str, int] | None:
         return None
 
 
+def relative_to_out(path: Any, out: Any) -> Any:
+    """A path inside OUT as the page shows it: relative to OUT (the render's row names OUT once)."""
+    if isinstance(path, str) and isinstance(out, str) and path.startswith(out.rstrip("/") + "/"):
+        return path[len(out.rstrip("/")) + 1 :]
+    return path
+
+
 def thumbnail_url(render_id: str, shot: str) -> str:
     """A shot's thumbnail, relative to the dashboard's root (`farm.dashboard.thumbnails` makes it)."""
     return f"{THUMBNAIL_PATH}/{quote(render_id, safe='')}/{quote(shot, safe='')}.png"
@@ -146,6 +180,7 @@ class FarmMonitor(SchedulerPlugin):
         self.counts: dict[str, _TaskCounts] = {}
         self.workers: dict[str, str] = {}  # address -> name, of the workers seen join
         self.worker_events: collections.deque[dict[str, Any]] = collections.deque(maxlen=WORKER_EVENTS)
+        self._pruner: Any = None  # the periodic `prune`, while the plugin runs
 
     # -- plugin hooks -------------------------------------------------------------------------------
 
@@ -165,9 +200,19 @@ class FarmMonitor(SchedulerPlugin):
             app.add_handlers(r".*$", handlers)
         _register_collector()
         _MONITORS.add(self)
+        from tornado.ioloop import PeriodicCallback
+
+        self._pruner = PeriodicCallback(self._prune_quietly, PRUNE_EVERY_S * 1000)
+        self._pruner.start()
+
+    def _prune_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # housekeeping must never disturb the scheduler
+            self.prune(time.time())
 
     async def close(self) -> None:
         _MONITORS.discard(self)
+        if self._pruner is not None:
+            self._pruner.stop()
 
     def add_worker(self, scheduler: Any, worker: str) -> None:
         ws = scheduler.workers.get(worker)
@@ -206,6 +251,39 @@ class FarmMonitor(SchedulerPlugin):
                 live.add(render)
         return live
 
+    def prune(self, now: float) -> None:
+        """Forget finished renders and workflows beyond `farm.page-keep-renders` (the newest kept) or
+        older than `farm.page-keep-hours`, with their thumbnails and task counts: a long-lived cluster's
+        page, JSON and metrics stay bounded. Runs on the scheduler every `PRUNE_EVERY_S` (no request
+        changes anything)."""
+        meta = getattr(self.scheduler, "task_metadata", {}).get("farm", {})
+        keep, hours = page_limits()
+        live = self.live_renders()
+        cancelled = dict(meta.get("cancelled", {}))
+        renders = meta.get("renders", {})
+        finished = [
+            (float(rec.get("updated") or 0) if isinstance(rec, dict) else 0.0, rid)
+            for rid, rec in list(renders.items())
+            if not isinstance(rec, dict)
+            or _render_state(rid, rec, cancelled, rid in live, now) in FINAL_STATES
+        ]
+        for rid in forgotten(finished, keep, hours, now):
+            renders.pop(rid, None)
+            meta.get("thumbnails", {}).pop(rid, None)
+            meta.get("cancelled", {}).pop(rid, None)
+            self.counts.pop(rid, None)
+        subs = meta.get("submissions", {})
+        done = [
+            (float(sub.get("finished") or sub.get("started") or 0) if isinstance(sub, dict) else 0.0, sid)
+            for sid, sub in list(subs.items())
+            if not isinstance(sub, dict) or sub.get("state") not in ("running", "queued")
+        ]
+        for sid in forgotten(done, keep, hours, now):
+            subs.pop(sid, None)
+        for rid in [r for r in self.counts if r not in renders and r not in live]:
+            if now - self.counts[rid].last_seen > hours * 3600:
+                self.counts.pop(rid, None)
+
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """Every render and submission the scheduler knows of, with derived rates (JSON-able)."""
         now = time.time() if now is None else now
@@ -225,8 +303,9 @@ class FarmMonitor(SchedulerPlugin):
         for sid, sub in dict(meta.get("submissions", {})).items():
             if not isinstance(sub, dict):
                 continue
-            entry = {"submission": sid, **{k: v for k, v in sub.items() if k != "log"}}
-            entry["log"] = list(sub.get("log", []))[-8:]
+            entry = {"submission": sid, **{k: sub[k] for k in SUBMISSION_FIELDS if k in sub}}
+            entry["script"] = os.path.basename(str(sub.get("script", "")))  # no paths of the submitter's
+            entry["log"] = [str(line)[:LOG_LINE_CHARS] for line in list(sub.get("log", []))[-8:]]
             if entry.get("state") == "running" and is_cancelled(sid, cancelled):
                 entry["state"] = "cancelling"
             submissions.append(entry)
@@ -277,6 +356,7 @@ def summarize(
         "render": render_id,
         "job": record.get("job"),
         "out": record.get("out"),
+        "user": (record.get("owner") or {}).get("user") if isinstance(record.get("owner"), Mapping) else None,
         "priority": int(record.get("priority", 0)),
         "state": state,
         "started": record.get("started"),
@@ -345,7 +425,7 @@ def _summarize_shot(
         "frames_written": shot_frames,
         "frames_per_second": (shot_frames / elapsed) if shot_frames else None,
         "task_errors": counts.errors.get(name, 0),
-        "video": shot.get("video"),
+        "video": relative_to_out(shot.get("video"), record.get("out")),
         "error": shot.get("error"),
         "batches": batch_states(layout, counts.batches.get(name, {}), total),
         "thumbnail": thumbnail_url(render_id, name) if name in thumbnails else None,
@@ -401,6 +481,8 @@ class _ThumbnailHandler(_Handler):
 class _PageHandler(_Handler):
     def get(self) -> None:
         refresh = self.get_argument("refresh", "2")
+        if not re.fullmatch(r"[0-9]{1,5}", refresh):  # ASCII digits only ("²".isdigit() is true)
+            raise web.HTTPError(400, "refresh must be a whole number of seconds, 0 to 99999")
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.write(render_page(self.monitor.snapshot(), refresh=refresh, prefix=self.monitor.prefix))
 
@@ -547,7 +629,7 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
     """The farm page: the submitted workflows and the workers' comings and goings first, then a section
     per render, a row per shot."""
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>farm</title>"]
-    if refresh.isdigit() and int(refresh) > 0:
+    if re.fullmatch(r"[0-9]{1,5}", refresh) and int(refresh) > 0:
         out.append(f"<meta http-equiv='refresh' content='{int(refresh)}'>")
     out.append(f"<style>{STYLE}</style></head><body>")
     renders = snapshot.get("renders", [])
@@ -569,7 +651,10 @@ def render_page(snapshot: Mapping[str, Any], refresh: str = "2", prefix: str = "
     for r in renders:
         rid = html.escape(r["render"])
         out.append(f"<h2 id='render-{rid}'>render {rid}</h2>")
-        out.append(f"<div class='sub'>job {html.escape(str(r['job']))} → {html.escape(str(r['out']))}</div>")
+        by = f" · started by {html.escape(str(r['user']))}" if r.get("user") else ""
+        out.append(
+            f"<div class='sub'>job {html.escape(str(r['job']))} → {html.escape(str(r['out']))}{by}</div>"
+        )
         out.append(f"<table class='render' data-render='{rid}'><tr>")
         heads = ["state", "priority", "tiles decoded", "batches written", "frames", "frames/s", "elapsed",
                  "ETA", "failures"]  # fmt: skip

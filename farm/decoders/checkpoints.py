@@ -97,9 +97,18 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
     return header, n
 
 
+# Bytes per element of safetensors' dtypes and torch's storage types (by their names here).
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+            "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,
+            "Bool": 1}  # fmt: skip
+# A storage may hold more than its tensors use (a view of a larger tensor), up to this much more.
+STORAGE_SLACK_BYTES = 2**20
+
+
 class _Storage:
-    def __init__(self, dtype: str) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: str, key: str, numel: int) -> None:
+        self.dtype, self.key, self.numel = dtype, key, numel
+        self.used = 0  # elements its tensors reach (offset + span), the most of them
 
 
 class _Tensor:
@@ -108,8 +117,16 @@ class _Tensor:
         self.dtype = storage.dtype
 
 
-def _rebuild_tensor(storage: _Storage, _offset: int, size: Iterable[int], *_rest: Any) -> _Tensor:
-    return _Tensor(storage, size)
+def _rebuild_tensor(storage: _Storage, offset: int, size: Iterable[int], stride: Iterable[int] = (),
+                    *_rest: Any) -> _Tensor:  # fmt: skip
+    if not isinstance(storage, _Storage):
+        raise pickle.UnpicklingError("a tensor without a storage")
+    tensor = _Tensor(storage, size)
+    strides = [int(s) for s in stride] or [1] * len(tensor.shape)
+    reach = sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=False))
+    span = 0 if 0 in tensor.shape else 1 + reach
+    storage.used = max(storage.used, int(offset) + span)
+    return tensor
 
 
 def _rebuild_parameter(data: _Tensor, *_rest: Any) -> _Tensor:
@@ -136,7 +153,16 @@ class _HeaderUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not a tensor or a plain value")
 
     def persistent_load(self, pid: Any) -> _Storage:  # ('storage', storage type, key, location, numel)
-        return _Storage(str(pid[1]))
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and isinstance(pid[4], int) and pid[4] >= 0):
+            raise pickle.UnpicklingError(f"a storage reference {str(pid)[:80]} is not torch's")
+        key = str(pid[2])
+        if key not in self.storages:
+            self.storages[key] = _Storage(str(pid[1]), key, pid[4])
+        return self.storages[key]
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self.storages: dict[str, _Storage] = {}
 
 
 def torch_pickle_tensors(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -145,17 +171,99 @@ def torch_pickle_tensors(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     try:
         with zipfile.ZipFile(path) as z:
             pkl = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
-            obj = _HeaderUnpickler(z.open(pkl)).load()
-    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError) as exc:
+            unpickler = _HeaderUnpickler(z.open(pkl))
+            obj = unpickler.load()
+            check_storages(path, z, pkl.removesuffix("data.pkl"), unpickler.storages)
+    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError,
+            TypeError, AttributeError, IndexError, KeyError, RecursionError) as exc:  # fmt: skip
+        # the last five: a crafted pickle calling what it names with the wrong arguments
         raise FarmError(
             f"weights file {str(path)!r} is not a torch checkpoint farm can read "
-            f"({exc or type(exc).__name__}); expected a torch.save zip file of a state dict (tensors only)"
+            f"({type(exc).__name__}: {str(exc)[:200] or 'no detail'}); expected a torch.save zip file of a "
+            "state dict (tensors only)"
         ) from None
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         obj = obj["state_dict"]
     if not isinstance(obj, dict):
         raise FarmError(f"weights file {str(path)!r} holds a {type(obj).__name__}, not a state dict")
     return {str(k): (v.shape, v.dtype) for k, v in obj.items() if isinstance(v, _Tensor)}
+
+
+def check_torch_storages(path: Path) -> None:
+    """`check_storages` for any ``torch.save`` zip (a latent file too: a tensor, a list or a dict of them),
+    before ``torch.load`` allocates them; a file whose pickle this reader cannot follow is left to the
+    loader, which refuses it in its own words."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            unpickler = _HeaderUnpickler(z.open(pkl))
+            unpickler.load()
+            storages = unpickler.storages
+            check_storages(path, z, pkl.removesuffix("data.pkl"), storages)
+    except (OSError, zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError,
+            TypeError, AttributeError, IndexError, KeyError, RecursionError):  # fmt: skip
+        return
+
+
+def check_storages(path: Path, z: zipfile.ZipFile, root: str, storages: dict[str, _Storage]) -> None:
+    """Every storage of a torch checkpoint is whole and no larger than its tensors use: its member
+    ``<root>data/<key>`` holds its bytes (the archive not cut short), and it holds no more than its
+    tensors reach (beyond `STORAGE_SLACK_BYTES`: a small file may not unpack into a large storage)."""
+    size = path.stat().st_size
+    for key, storage in storages.items():
+        name = f"{root}data/{key}"
+        try:
+            info = z.getinfo(name)
+        except KeyError:
+            raise FarmError(f"weights file {str(path)!r}: storage {key} has no member {name!r}") from None
+        need = storage.numel * ITEMSIZE.get(storage.dtype, 1)
+        used = storage.used * ITEMSIZE.get(storage.dtype, 1)
+        if need - used > STORAGE_SLACK_BYTES:
+            raise FarmError(
+                f"weights file {str(path)!r}: storage {key} declares {need} bytes for tensors of {used} "
+                "bytes; refused unread (a small file may not unpack into a large storage). Save the tensors "
+                "themselves (clone() before torch.save)"
+            )
+        end = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + info.compress_size
+        if info.file_size < need or end > size:
+            missing = max(need - info.file_size, end - size)
+            raise FarmError(
+                f"weights file {str(path)!r} is cut short: {missing} bytes missing (storage {key} needs "
+                f"{need} bytes, member {name!r} declares {info.file_size} and the archive is {size} bytes)"
+            )
+
+
+def check_safetensors_data(path: Path, header: dict[str, Any], header_bytes: int) -> None:
+    """Every tensor's declared bytes lie inside the file and match its shape and dtype."""
+    data = path.stat().st_size - 8 - header_bytes
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        offsets: list[int] = entry.get("data_offsets") or []
+        shape: list[int] = entry.get("shape") or []
+        valid = (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                 and 0 <= offsets[0] <= offsets[1] and isinstance(shape, list)
+                 and all(isinstance(s, int) and s >= 0 for s in shape))  # fmt: skip
+        if not valid:
+            raise FarmError(
+                f"weights file {str(path)!r}: header entry {name!r} has no valid data_offsets or shape"
+            )
+        itemsize = ITEMSIZE.get(str(entry.get("dtype")))
+        count = 1
+        for s in shape:
+            count *= s
+        if itemsize is not None and offsets[1] - offsets[0] != count * itemsize:
+            raise FarmError(
+                f"weights file {str(path)!r}: tensor {name!r} of shape {tuple(shape)} ({entry.get('dtype')}) "
+                f"declares {offsets[1] - offsets[0]} bytes, not {count * itemsize}"
+            )
+        end = max(end, offsets[1])
+    if end > data:
+        raise FarmError(
+            f"weights file {str(path)!r} is cut short: {end - data} bytes missing (its tensors need {end} "
+            f"bytes of data after the header, the file holds {max(data, 0)})"
+        )
 
 
 def read_tensor_infos(files: list[Path]) -> dict[str, TensorInfo]:
@@ -166,7 +274,8 @@ def read_tensor_infos(files: list[Path]) -> dict[str, TensorInfo]:
             for name, (shape, dtype) in torch_pickle_tensors(f).items():
                 infos[name] = TensorInfo(shape, dtype, f)
             continue
-        header, _ = safetensors_header(f)
+        header, header_bytes = safetensors_header(f)
+        check_safetensors_data(f, header, header_bytes)
         for name, entry in header.items():
             if name == "__metadata__":
                 continue

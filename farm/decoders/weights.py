@@ -210,7 +210,7 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
     if spec.random_weights:
         return spec
     path = str(spec.weights["path"])
-    files = C.weight_files(Path(path))
+    files, layout, infos, _ = inspect_weights(spec, cls)  # first: a file cut short says so
     identity = C.content_identity(files)
     recorded = spec.weights.get("identity")
     if recorded is not None and recorded != identity:
@@ -218,7 +218,6 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
             f"weights at {path} changed since the job was made (content identity {recorded}, now "
             f"{identity}): restore the weights the job was made with, or make the job again"
         )
-    files, layout, infos, _ = inspect_weights(spec, cls)
     full = cls._full_config(spec.config)
     expected = expected_tensors(spec, cls)
     names = {k: layout.prefix + C.original_name(k, layout.name, spec.family, full) for k in expected}

@@ -54,6 +54,7 @@ from farm.errors import FarmError
 from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
 from farm.media.files import exchange
 from farm.planning.tiling import MIN_SPATIAL_CHUNK, Geometry
+from farm.store.claims import shape_problem
 from farm.store.job import check_shot_name
 
 DEFAULT_FPS = 24.0
@@ -165,6 +166,9 @@ def check_latent_shape(shape: Sequence[int], target: Target, where: str) -> None
             f"{where}: latent [C, F, H, W] = {list(shape)} is too small: the decoder needs at least "
             f"{least_f} latent frame(s) and {least_h} latent rows and {least_w} columns"
         )
+    claim = shape_problem(shape, None, 4)  # as float32, what ingest stores: before its data is read
+    if claim:
+        raise FarmError(f"{where}: {claim}")
 
 
 def check_pixel_size(shape: Sequence[int], geometry: Geometry, *, frames: int | None, height: int | None,

@@ -219,6 +219,9 @@ def _torch_load(path: Path) -> Any:
 
     import torch
 
+    from farm.decoders.checkpoints import check_torch_storages
+
+    check_torch_storages(path)  # a short member, or a storage far larger than its tensors: refused unread
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

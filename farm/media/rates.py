@@ -27,6 +27,11 @@ from typing import Any
 from farm.errors import FarmError
 
 MAX_RATE = 1000
+# The slowest rate, and the largest numerator or denominator, a video's time base carries exactly (FFmpeg
+# refuses 1/1000000000 and cannot mux 1000000007/1000000006; 999999/1000 and 120000/1001 are exact).
+MIN_RATE = Fraction(1, 100)
+MAX_TERM = 1_000_000
+RANGE_TEXT = "from 1/100 to 1000, as a number or a ratio of whole numbers up to 1000000"
 _NTSC_TOLERANCE = 0.005
 _TIMECODE = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})([:;.,])(\d{2,3})$")
 
@@ -50,8 +55,13 @@ def parse_rate(value: Any, where: str = "--fps") -> Fraction:
             rate = Fraction(-1)
     if not 0 < rate <= MAX_RATE:
         raise FarmError(
-            f"{where} {value!r} is invalid; give frames per second in (0, {MAX_RATE}] as a number or a "
-            "ratio: 24, 25, 24000/1001 (23.976), 30000/1001 (29.97)"
+            f"{where} {value!r} is invalid; give frames per second {RANGE_TEXT}: 24, 25, 24000/1001 "
+            "(23.976), 30000/1001 (29.97)"
+        )
+    if rate < MIN_RATE or max(rate.numerator, rate.denominator) > MAX_TERM:
+        raise FarmError(
+            f"{where} {value!r} ({rate_text(rate)}) is beyond what a video's time base carries exactly; give "
+            f"frames per second {RANGE_TEXT}: 24, 25, 24000/1001 (23.976), 30000/1001 (29.97)"
         )
     return rate
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
-from farm.media.rates import parse_timecode
+from farm.media.rates import RANGE_TEXT, parse_timecode
 from farm.planning.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.planning.tiling import (
     AXES,
@@ -24,6 +24,7 @@ from farm.planning.tiling import (
     assign_round_robin,
     plan_shot,
 )
+from farm.store.claims import shape_problem
 from farm.store.job import Job
 
 if TYPE_CHECKING:
@@ -293,10 +294,13 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
         problem = None
         raw_fps = info.attrs.get("fps", info.fps)
         shape = info.latent_shape
+        if info.problem is not None:
+            errors[name] = FarmError(info.problem)
+            continue
         if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
             raw = info.attrs.get("rate", raw_fps)
-            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute to a number in "
-                       f"(0, {MAX_FPS:g}] (or 'rate' to a ratio such as \"24000/1001\")")  # fmt: skip
+            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute (or 'rate', a ratio such as "
+                       f"\"24000/1001\") to frames per second {RANGE_TEXT}")  # fmt: skip
         elif (timecode_problem := _timecode_problem(info)) is not None:
             problem = timecode_problem
         elif not _floating(info.latent_dtype):
@@ -304,6 +308,8 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
                        "as float16 or float32")  # fmt: skip
         elif len(shape) != 4:
             problem = f"latent has shape {tuple(shape)}; expected 4 dimensions [C, F, H, W]"
+        elif claim := shape_problem(shape, info.latent_chunks, np.dtype(info.latent_dtype).itemsize):
+            problem = claim  # refused by what it claims, before any plan or read sized by the claim
         elif shape[0] != channels:
             problem = (f"latent has {shape[0]} channels but the decoder ({job.spec.describe()}) takes "
                        f"{channels}; the latent and the decoder spec do not match")  # fmt: skip

@@ -183,6 +183,24 @@ def detect_gpus() -> int:
     return int(count.value)
 
 
+def local_gpu_memory(count: int | None = None) -> int | None:
+    """Total memory of the smallest of this machine's first `count` CUDA devices (all by default), read
+    from the CUDA driver without importing torch: the GPUs a local CUDA cluster would run on. None
+    without GPUs (a local cluster then decodes on CPU workers)."""
+    gpus = detect_gpus()
+    if not gpus:
+        return None
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    sizes = []
+    for index in range(min(gpus, count or gpus)):
+        device, total = ctypes.c_int(0), ctypes.c_size_t(0)
+        if libcuda.cuDeviceGet(ctypes.byref(device), index) != 0:
+            continue
+        if libcuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 and total.value:
+            sizes.append(int(total.value))
+    return min(sizes) if sizes else None
+
+
 def _torch_has_cuda() -> bool:
     """Whether the installed torch is a CUDA build, read from its ``version.py`` without importing it."""
     spec = importlib.util.find_spec("torch")
@@ -477,7 +495,7 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
-    from farm.run.tls import check_tls
+    from farm.run.tls import check_tls, check_tls_to
 
     check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
@@ -491,10 +509,12 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         kwargs: dict[str, Any] = {"scheduler_file": scheduler_file}
         address = _scheduler_file_address(scheduler_file)
         if address:  # else Client's own message for a file that is not a scheduler file
+            check_tls_to(address)
             probe_scheduler(address, where)
     else:
         where = f"a scheduler at {scheduler}"
         kwargs = {"address": scheduler}
+        check_tls_to(str(scheduler))
         probe_scheduler(str(scheduler), where)
     try:
         return Client(**kwargs)

@@ -63,19 +63,36 @@ def exposure_warning(host: str, protocol: str) -> str | None:
     code on the workers (Dask runs what clients send)."""
     import ipaddress
 
-    if protocol == "tls":
-        return None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:  # a host name: it may resolve to anything
         loopback = False
     if loopback:
         return None
+    if protocol == "tls":
+        return dashboard_exposure(host)
     return (
         f"listening on {host} without TLS: anyone who can reach the scheduler's port can run code on the "
         "workers as this user. Require TLS: set distributed.comm.require-encryption: true and "
         "distributed.comm.tls.{ca-file,scheduler,worker,client} in the Dask configuration of every node "
         "(docs/clusters.md, 'TLS on a multi-node farm'), or listen on 127.0.0.1"
+    )
+
+
+def dashboard_exposure(host: str) -> str | None:
+    """A warning when the comm is TLS but the dashboard (the farm page, its JSON, ``/metrics``) is plain
+    HTTP beyond loopback: Dask serves it over TLS only with ``distributed.scheduler.dashboard.tls.cert``
+    and ``.key`` set."""
+    import dask.config
+
+    tls = dask.config.get("distributed.scheduler.dashboard.tls", {}) or {}
+    if tls.get("cert") and tls.get("key"):
+        return None
+    return (
+        f"the comm is TLS but the dashboard (the farm page, its JSON, /metrics) is plain HTTP on {host}: "
+        "anyone on the network can read it. Serve it over TLS (distributed.scheduler.dashboard.tls.cert and "
+        ".key), put it behind a TLS proxy, or keep it on 127.0.0.1 (docs/clusters.md, 'The dashboard on a "
+        "shared network')"
     )
 
 

@@ -16,6 +16,7 @@ them for the tools and tests that take a render's parts from one place.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 import uuid
@@ -23,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from farm import keys, logs
 from farm.dashboard.monitor import dashboard_link
@@ -33,6 +36,7 @@ from farm.errors import FarmError
 from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.media.rates import start_timecode
 from farm.media.settings import VideoSettings
+from farm.owner import owner
 from farm.planning.budgets import (
     check_fits,
     default_window,
@@ -60,6 +64,7 @@ from farm.run.cluster import (
     check_worker_paths,
     connect,
     joins_running_cluster,
+    local_gpu_memory,
     smallest_gpu_memory,
     smallest_memory_limit,
 )
@@ -79,6 +84,7 @@ from farm.run.resume import (
     apply_restarts,
     latent_identities,
     record_identity,
+    recorded_identity,
     recorded_layout,
     render_identities,
     render_identity,
@@ -86,6 +92,7 @@ from farm.run.resume import (
     sound_shots,
 )
 from farm.run.validate import check_distinct_paths, check_render_options
+from farm.store.claims import check_chunk_files
 from farm.store.job import Job, open_job
 from farm.store.lock import output_lock, reads_one_version_of_the_job
 from farm.store.output import (
@@ -96,6 +103,7 @@ from farm.store.output import (
     remove_stale_temporaries,
     removed_if_left_empty,
 )
+from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -173,11 +181,13 @@ def render(
         scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
     )  # fmt: skip
     timecodes = shot_timecodes(job, video.timecode)
-    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock,
-                            joins=joins_running_cluster(scheduler, scheduler_file, workers))  # fmt: skip
+    joins = joins_running_cluster(scheduler, scheduler_file, workers)
+    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
+    if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
+        check_fits(early.plans, job.spec, local_gpu_memory(workers))
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
@@ -187,6 +197,10 @@ def render(
         check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
         decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
         n_workers = len(decode_workers)
+        gpu_bytes = smallest_gpu_memory(client, decode_workers)
+        check_fits(early.plans, job.spec, gpu_bytes)  # before any task: a refusal submits nothing
+        if early.checked is None:  # a fresh OUT on a running cluster: its latents were hashed meanwhile
+            refuse_if_no_shot_hashed(early)
         render_id = render_id or uuid.uuid4().hex[:8]
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
                                           render_id=render_id, priority=priority)  # fmt: skip
@@ -199,7 +213,7 @@ def render(
         )  # fmt: skip
         assigned = assign_round_robin(points.pending, n_workers)
         first_reads.read(assigned)  # unless read before the hash was in
-        window = _budget_window(client, decode_workers, plans, job, video, window, log)
+        window = _budget_window(client, decode_workers, gpu_bytes, plans, job, video, window, log)
         outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
                                 priority=priority, client=client, io_workers=io_workers)  # fmt: skip
         clock.mark("size the window, start the outputs")
@@ -216,7 +230,8 @@ def render(
                         client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
                         render_id=render_id, outputs_ready=outputs.result, stream=stream,
                         latents_ahead=first_reads.futures,
-                        describe={"job": str(job.path), "out": str(out.root), "batches": layout},
+                        describe={"job": str(job.path), "out": str(out.root), "batches": layout,
+                                  "owner": owner()},
                     )  # fmt: skip
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
@@ -356,11 +371,33 @@ def _before_cluster(
     fresh_join = joins and not out.frames_zarr.exists()
     plan_first = not (fresh_join and options.tiles == AUTO)
     plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
+    check_out_tree(job, out, names, video, restart)
     hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
     checked = None
     if not fresh_join:
         checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
     return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+
+
+def refuse_if_no_shot_hashed(early: BeforeCluster) -> None:
+    """Wait for the latents' hash and refuse, before anything is submitted, a render none of whose shots
+    could be read (every latent unreadable or not finite): a refused render leaves the cluster as it was."""
+    hashes, unreadable = early.hashing.result()
+    if not any(name in hashes for name in early.names):
+        raise next(iter({**early.shot_errors, **unreadable}.values()))
+
+
+def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSettings, restart: bool) -> None:
+    """Before anything is written: no link where farm keeps its files, no file farm did not write where
+    it would write one (`farm.store.ownership`)."""
+    from farm.media.sequences import FORMATS
+
+    check_no_links(out, names)
+    check_no_foreign_files(
+        out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.enabled,
+        sequence_ext=FORMATS[video.sequence].ext if video.sequence else None,
+        sound=sound_shots(job, names, video), sound_suffix="." + video.audio_format,
+    )  # fmt: skip
 
 
 def _on_cluster(
@@ -500,9 +537,25 @@ def _usable_shots(job: Job, shots: Sequence[str] | None) -> tuple[list[str], dic
     if unknown:
         raise FarmError(f"shots {unknown} are not in the job {str(job.path)!r}; shots: {sorted(job.shots)}")
     errors = check_shots(job, names, decoder_class(job.spec).latent_channels_for(job.spec.config))
+    errors.update(chunk_claims(job, [n for n in names if n not in errors]))
     if errors and len(errors) == len(names):
         raise next(iter(errors.values()))
     return [n for n in names if n not in errors], errors
+
+
+def chunk_claims(job: Job, names: Sequence[str]) -> dict[str, FarmError]:
+    """An error for each named shot whose latent chunks claim to unpack beyond their chunk size
+    (`farm.store.claims.check_chunk_files`: their headers only, before the cluster and the hash)."""
+    errors = {}
+    for name in names:
+        info = job.shots[name]
+        chunk = info.latent_chunks or info.latent_shape
+        chunk_bytes = math.prod(chunk) * np.dtype(info.latent_dtype or "float32").itemsize
+        try:
+            check_chunk_files(job.path / name / "latent", info.latent_codecs, chunk_bytes, name)
+        except FarmError as exc:
+            errors[name] = exc
+    return errors
 
 
 def _prepare_outputs(
@@ -539,16 +592,16 @@ def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotP
 def _budget_window(
     client: Client,
     decode_workers: Sequence[str],
+    gpu_bytes: int | None,
     plans: Sequence[ShotPlan],
     job: Job,
     video: VideoSettings,
     window: int | None,
     log: Callable[[str], None],
 ) -> int | None:
-    """The window (the user's, or the default for the workers' GPUs), after warning where the plan may
-    not fit the workers' GPU or host memory."""
+    """The window (the user's, or the default for the workers' GPUs: the smallest has `gpu_bytes`),
+    after warning where the plan may not fit the workers' GPU or host memory."""
     n_workers = len(decode_workers)
-    gpu_bytes = smallest_gpu_memory(client, decode_workers)
     check_fits(plans, job.spec, gpu_bytes)
     warning = memory_warning(plans, job.spec, gpu_bytes)
     if warning:

@@ -19,6 +19,7 @@ from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
+from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.job import Job
 from farm.store.output import (
     Output,
@@ -46,6 +47,8 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
     import zarr
 
     arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
+    # no chunk unpacks beyond its claim
+    check_chunk_files(job.path / shot / "latent", codec_names(arr), array_chunk_bytes(arr), shot)
     try:
         latent = np.asarray(arr[...])
     except Exception:  # codec and store errors of many types: find the first block that fails
@@ -78,6 +81,8 @@ def _latent_block(arr: Any, shot: str, job: Job, start: int) -> np.ndarray:
 def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
     import zarr
 
+    if not out.shot_group(shot).exists():
+        return None  # nothing recorded (and no exception from zarr to pay for per shot)
     try:
         group = zarr.open_group(store=str(out.shot_group(shot)), mode="r")
     except Exception:  # no such group yet: nothing recorded

@@ -10,12 +10,15 @@ from typing import Any
 from farm.errors import FarmError
 
 
-def tls_problems(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> list[str]:
-    """What Dask's TLS settings lack when they require encryption (nothing when they do not): the CA
-    file and each role's certificate, and every file they name must exist."""
+def tls_problems(
+    roles: tuple[str, ...] = ("scheduler", "worker", "client"), *, required: bool = False
+) -> list[str]:
+    """What Dask's TLS settings lack when they require encryption, or when `required` (a ``tls://``
+    address) (nothing otherwise): the CA file and each role's certificate, and every file they name must
+    exist."""
     import dask
 
-    if not dask.config.get("distributed.comm.require-encryption", default=False):
+    if not required and not dask.config.get("distributed.comm.require-encryption", default=False):
         return []
     def setting(name: str) -> Any:  # through dask.config.get: "ca-file" and "ca_file" alike
         return dask.config.get(f"distributed.comm.tls.{name}", default=None)
@@ -32,6 +35,20 @@ def tls_problems(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> 
         elif not Path(path).is_file():
             found.append(f"distributed.comm.tls.{name} names {path}, which is not a file")
     return found
+
+
+def check_tls_to(address: str) -> None:
+    """A FarmError, before connecting, when `address` is a ``tls://`` scheduler and this client has no
+    usable TLS settings (Dask would otherwise fail after its connect timeout, in a long traceback)."""
+    if not address.startswith("tls://"):
+        return
+    problems = tls_problems(("client",), required=True)
+    if problems:
+        raise FarmError(
+            f"the scheduler at {address} speaks TLS, but this client cannot: " + "; ".join(problems)
+            + ". Give this machine the farm's Dask TLS settings (docs/clusters.md, 'TLS on a multi-node "
+            "farm')"
+        )
 
 
 def check_tls(roles: tuple[str, ...] = ("scheduler", "worker", "client")) -> None:

@@ -130,7 +130,7 @@ def check_video_settings(video: VideoSettings) -> None:
         if video.sequence == "exr" and not exr_available():
             raise FarmError(
                 "--sequence exr needs the 'openexr' package, which is not installed here; install it "
-                "(pip install 'farm[exr]') on every worker, or choose png16"
+                "(pip install 'farm-decode[exr]') on every worker, or choose png16"
             )
     if not video.enabled or not codec.rate_control:
         return

@@ -28,6 +28,7 @@ from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_
 from farm.errors import FarmError
 from farm.media.names import check_name
 from farm.media.rates import read_rate
+from farm.store.claims import codec_names, shape_problem
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -49,6 +50,9 @@ class ShotInfo:
     audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent [C, T, M], when it has sound
     rate: Fraction | None = None  # the exact frame rate (farm.media.rates); None when the fps is not valid
     timecode: str | None = None  # the start timecode of the shot's first frame, as stored
+    problem: str | None = None  # why the shot's metadata cannot be read (that shot fails, by name)
+    latent_chunks: tuple[int, ...] | None = None  # the latent's declared chunk shape
+    latent_codecs: tuple[str, ...] = ()  # the latent's codecs by name (farm.store.claims.codec_names)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,9 @@ def write_shot(
     check_shot_name(name)
     if latent.ndim != 4:
         raise FarmError(f"shot {name!r}: latent has {latent.ndim} dimensions; expected 4 [C, F, H, W]")
+    claim = shape_problem(latent.shape, None, latent.dtype.itemsize)
+    if claim:
+        raise FarmError(f"shot {name!r}: {claim}")
     rate = parse_rate(fps, where=f"shot {name!r}: fps")
     clock: dict[str, Any] = {"fps": float(rate), "rate": rate_text(rate)}
     if timecode is not None:
@@ -143,8 +150,16 @@ def open_job(path: str | os.PathLike) -> Job:
     if meta.get("audio_decoder") is not None:
         audio_spec = parse_audio_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
     shots = {}
-    for name, group in sorted(root.groups()):
+    roots = shot_roots(path, meta.get("view_of"))
+    for name in shot_folders(path):
         check_shot_name(name)
+        try:
+            group = open_shot_group(path, name, roots)
+        except FarmError as exc:
+            shots[name] = unreadable_shot(name, str(exc))
+            continue
+        if group is None:
+            continue  # an array beside the shots, not a shot
         latent = group.get("latent")
         if not isinstance(latent, zarr.Array):
             raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
@@ -160,10 +175,76 @@ def open_job(path: str | os.PathLike) -> Job:
             else None,
             rate=read_rate({"fps": 24, **group.attrs}),
             timecode=str(group.attrs["timecode"]) if "timecode" in group.attrs else None,
+            latent_chunks=declared_chunks(latent),
+            latent_codecs=tuple(codec_names(latent)),
         )
     if not shots:
         raise FarmError(f"job store {str(path)!r} holds no shots")
     return Job(path=path, spec=spec, shots=shots, audio=audio_spec)
+
+
+def shot_folders(path: Path) -> list[str]:
+    """The names of the job store's entries that hold Zarr metadata (its shots), sorted; read from the
+    folder, so one shot's unreadable metadata fails that shot only (`open_shot_group`)."""
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError as exc:
+        raise FarmError(f"cannot read the job store {str(path)!r}: {exc.strerror or exc}") from None
+    return [e.name for e in entries if os.path.lexists(os.path.join(e.path, "zarr.json"))]
+
+
+def shot_roots(path: Path, view_of: Any) -> tuple[Path, ...]:
+    """Where a job store's shot folders may lead: the store itself and, for a view (a store whose shots
+    link to another's, ``"view_of"`` in its farm attributes: ``workflows/render_folder.py`` makes them),
+    the farm job store it names."""
+    roots = [path.resolve()]
+    if isinstance(view_of, str) and (Path(view_of) / "zarr.json").is_file():
+        roots.append(Path(view_of).resolve())
+    return tuple(roots)
+
+
+def open_shot_group(path: Path, name: str, roots: tuple[Path, ...] | None = None) -> Any:
+    """A shot's Zarr group (None when the entry is an array, not a group), or a FarmError saying why the
+    shot cannot be read: a folder that leaves the job store (a link to elsewhere; `roots`: where shots
+    may lead, `shot_roots`), metadata that is not JSON or nests beyond reason."""
+    import json
+
+    import zarr
+
+    folder = path / name
+    for inside in (folder, folder / "latent", folder / "audio"):
+        if not any(inside.resolve().is_relative_to(root) for root in roots or (path.resolve(),)):
+            raise FarmError(
+                f"shot {name!r}: {str(inside)!r} leads outside the job store (to {str(inside.resolve())!r}); "
+                "a job store's shots are its own folders"
+            )
+    try:
+        meta = json.loads((folder / "zarr.json").read_bytes())
+        if not isinstance(meta, dict) or meta.get("node_type") != "group":
+            return None
+        return zarr.open_group(store=str(folder), mode="r")
+    except RecursionError:
+        raise FarmError(f"shot {name!r}: {str(folder / 'zarr.json')!r} nests too deep to read; rewrite its "
+                        "attributes") from None  # fmt: skip
+    except Exception as exc:  # unreadable or damaged metadata: zarr and json raise many types
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise FarmError(f"shot {name!r}: {str(folder / 'zarr.json')!r} cannot be read "
+                        f"({type(exc).__name__}: {first[:200]})") from None  # fmt: skip
+
+
+def declared_chunks(arr: Any) -> tuple[int, ...] | None:
+    """An array's declared chunk shape (None where its grid has none: farm's claims check then refuses
+    its codecs instead, `farm.store.claims`)."""
+    try:
+        return tuple(int(c) for c in arr.chunks)
+    except Exception:  # irregular grids and others: zarr raises several types
+        return None
+
+
+def unreadable_shot(name: str, problem: str) -> ShotInfo:
+    """A shot whose metadata cannot be read: it fails by name (`farm.planning.jobplan.check_shots`)."""
+    return ShotInfo(name=name, latent_shape=(0, 0, 0, 0), latent_dtype="", fps=math.nan, attrs={},
+                    problem=problem)  # fmt: skip
 
 
 def read_fps(value: Any) -> float:

@@ -13,6 +13,7 @@ never lock two different files of the same path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -55,8 +56,14 @@ def output_lock(out_root: Path) -> Iterator[None]:
         raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
     while True:
         try:
-            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            # never through a link: truncating and writing the owner record would hit its target
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FarmError(
+                    f"output {str(out_root)!r}: {str(path)!r} is a symbolic link where farm keeps its lock; "
+                    "farm never writes through a link. Remove the link"
+                ) from None
             raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

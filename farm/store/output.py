@@ -42,7 +42,7 @@ import numpy as np
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
 from farm.errors import FarmError
-from farm.media.files import fsync_all, fsync_path, run_side_by_side, temp_file
+from farm.media.files import fsync_all, fsync_path, process_umask, run_side_by_side, temp_file
 from farm.media.names import child_path, is_farm_temporary
 
 if TYPE_CHECKING:
@@ -321,7 +321,7 @@ def check_writable(out: Output) -> None:
         out.videos_dir.mkdir(exist_ok=True)
         probe = out.write_probe
         probe.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
         probe.unlink()
     except OSError as exc:
         raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
@@ -448,6 +448,7 @@ def mark_done(path: Path, record: dict | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_file(path)
     try:
+        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600: markers are read by colleagues too
         with os.fdopen(fd, "wb") as fh:
             fh.write(json.dumps(record).encode() if record else b"")
             fh.flush()

@@ -23,7 +23,7 @@ from dask.sizeof import sizeof
 
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
-from farm.errors import FarmError
+from farm.errors import FarmError, FarmRuntimeError
 from farm.media.files import fsync_all, fsync_path
 from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
@@ -31,6 +31,7 @@ from farm.media.yuv import rgb_to_yuv420
 from farm.planning.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
 from farm.store.job import read_audio_latent, read_latent
 from farm.store.output import (
+    VALID,
     Output,
     batch_record,
     file_record,
@@ -39,6 +40,7 @@ from farm.store.output import (
     video_record,
     write_frames,
 )
+from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
 
@@ -600,15 +602,44 @@ def _to_host(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def disk_full_in_one_line(task: Callable[..., Any]) -> Callable[..., Any]:
+    """`task(out, ...)` with a full disk (ENOSPC, EDQUOT) as one line naming the disk, the host and what
+    is safe, instead of a traceback through Zarr or the encoder: finished batches are kept, a rerun with
+    space renders only what is missing."""
+    import errno
+
+    @functools.wraps(task)
+    def run(out: Output, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return task(out, *args, **kwargs)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the zarrs writer's "(os error 28)"
+            full = (errno.ENOSPC, errno.EDQUOT)
+            if isinstance(exc, OSError) and exc.errno not in full:
+                raise
+            if not isinstance(exc, OSError) and not any(f"(os error {n})" in str(exc) for n in full):
+                raise
+        # raised outside the handler, so it carries no context: an encoder's own error type (PyAV's)
+        # need not travel to the client, which then gets this one whole
+        raise FarmRuntimeError(
+            f"the disk holding {str(out.root)!r} is full on {socket.gethostname()}; finished batches are "
+            "kept: free space there and run the render again (it renders only what is missing)"
+        )
+
+    return run
+
+
+@disk_full_in_one_line
 def write_batch(out: Output, batch: Batch, frames: BlendedFrames, durable: bool = True) -> float:
     """Write a blended batch into the shot's Zarr frames (fsync'd when `durable`); returns seconds spent."""
     t0 = time.perf_counter()
     check_visible(str(out.root), "output folder")
     check_owner(out, batch.shot)
+    check_folders_not_links(out, out.frames_array(batch.shot))
     write_frames(out, batch.shot, batch.start, frames.rgb, durable=durable)
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def encode_batch(
     out: Output,
     batch: Batch,
@@ -626,6 +657,7 @@ def encode_batch(
     if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
         rgb = levels_uint8(rgb)
     segment = out.segment(batch.shot, batch.index)
+    check_folders_not_links(out, segment.parent)
     encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
                    metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
     if video.durable:
@@ -634,6 +666,7 @@ def encode_batch(
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def write_sequence(
     out: Output, batch: Batch, frames: BlendedFrames, video: VideoSettings, fps: Any = None,
     timecode: str | None = None,
@@ -642,6 +675,7 @@ def write_sequence(
     check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
     folder = out.sequence_dir(batch.shot)
+    check_folders_not_links(out, folder)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
                            exr_values=video.exr_values, timecode=timecode)  # fmt: skip
@@ -650,9 +684,11 @@ def write_sequence(
     return time.perf_counter() - t0
 
 
+@disk_full_in_one_line
 def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outputs: Any) -> dict[str, Any]:
     """Record the batch as done: runs only after its frames, segment and images are all in place."""
     check_owner(out, batch.shot)
+    check_folders_not_links(out, out.done_dir(batch.shot), out.shot_group(batch.shot) / VALID)
     mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
     mark_done(out.done_marker(batch.shot, batch.index), record)
@@ -681,6 +717,7 @@ def to_uint8_(pixels: torch.Tensor) -> torch.Tensor:
     return pixels.clamp_(0.0, 1.0).mul_(255.0).round_().to(torch.uint8)
 
 
+@disk_full_in_one_line
 def finish_shot(
     out: Output,
     shot: str,
@@ -704,6 +741,7 @@ def finish_shot(
     missing = [str(s) for s in segments if not s.exists()]
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
+    check_folders_not_links(out, out.videos_dir, out.done_dir(shot))
     join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
     if durable:
         fsync_all([out.video(shot)], [out.video(shot).parent])
@@ -735,6 +773,7 @@ def decode_audio(
     samples = samples_for_frames(frames, fps, decoder.sample_rate)
     levels = to_levels(fit_length(waveform, samples))
     path = out.audio_file(shot, audio_suffix(fmt))
+    check_folders_not_links(out, path.parent, out.done_dir(shot))
     write_audio(path, levels, decoder.sample_rate, fmt)
     if durable:
         fsync_all([path], [path.parent])

@@ -9,6 +9,7 @@ torch when its first decode needs it.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,26 @@ class FarmTransportPlugin(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         register_when_torch_loads()
+        quiet_farm_errors()
+
+
+class _FarmErrorsInOneLine(logging.Filter):
+    """Drops a worker's "Compute Failed" record (a traceback) for a task that raised farm's own one-line
+    error: the render reports it to its user, by shot, in words; other failures keep their traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Compute Failed"):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        exception = str(args[3]) if len(args) > 3 else ""
+        return not exception.startswith(("FarmError(", "FarmRuntimeError("))
+
+
+def quiet_farm_errors() -> None:
+    """Install `_FarmErrorsInOneLine` on this process' Dask worker logger (once)."""
+    worker_log = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _FarmErrorsInOneLine) for f in worker_log.filters):
+        worker_log.addFilter(_FarmErrorsInOneLine())
 
 
 def _register() -> None:
