@@ -17,6 +17,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
+from farm.decoders.ltx2_audio import superseded_sound
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.job import Job
@@ -113,10 +114,17 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
     ``video codec: OUT has h264, this render prores_hq``."""
     out = []
     superseded = superseded_config(recorded.get("decoder"), FAMILIES)
+    sound = superseded_sound(recorded)
+    if sound:
+        out.append(f"OUT was decoded with {sound}")
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
             continue
+        if key == "outputs" and sound and isinstance(old, dict) and isinstance(new, dict):
+            old, new = ({k: v for k, v in d.items() if k != "audio"} for d in (old, new))
+            if old == new:
+                continue
         if key == "decoder" and superseded:
             out.append(f"OUT was decoded with {superseded}")
         elif key == "latents":
