@@ -239,3 +239,27 @@ def test_sound_decoded_with_the_old_tiny_config_is_superseded():
     why = superseded_sound(recorded)
     assert why is not None and "'ltx2-audio-tiny' revision 1, superseded by revision 2" in why
     assert identity_differences(recorded, current) == [f"OUT was decoded with {why}"]
+
+
+def test_a_job_holding_latents_of_the_old_tiny_config_is_refused_before_rendering(tmp_path):
+    """Audio latents shaped for revision 1 of `ltx2-audio-tiny` ([4, T, 4]) in a job: the render refuses
+    the shot before any cluster starts, saying what the audio config takes."""
+    import zarr
+
+    from farm.inputs.ingest import ingest
+    from farm.media.settings import VideoSettings
+    from farm.run.resume import audio_identity
+    from farm.store.job import AUDIO_DIMS, open_job
+
+    shot = tmp_path / "a.safetensors"
+    save_file({"video": torch.zeros(8, 2, 3, 4), "audio": torch.zeros(2, 9, 16)}, str(shot))
+    job = tmp_path / "j.zarr"
+    ingest(job, [shot], tensor="video", audio_tensor="audio", latents="denormalized",
+           decoder={"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}},
+           audio_decoder={"config": "ltx2-audio-tiny", "weights": {"random_seed": 0}})  # fmt: skip
+    audio_identity(open_job(job), "a", VideoSettings())  # the current shape: accepted
+    root = zarr.open_group(store=str(job), mode="r+", zarr_format=3)
+    root["a"].create_array("audio", shape=(4, 9, 4), dtype="float32", overwrite=True,
+                           dimension_names=AUDIO_DIMS)  # fmt: skip
+    with pytest.raises(FarmError, match=r"shot 'a': audio latent has shape \[4, 9, 4\].*C = 2 and M = 16"):
+        audio_identity(open_job(job), "a", VideoSettings())
