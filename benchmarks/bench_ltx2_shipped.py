@@ -44,7 +44,7 @@ SHOT = (121, 704, 1216)  # pixel frames, height, width
 LATENT = (128, 16, 22, 38)
 AUDIO_LATENT = (8, 126, 16)
 # --tiny: the same steps on tiny configs and a small shot (a check of the script itself, e.g. on a CPU)
-TINY = {"shot": (17, 128, 192), "latent": (8, 3, 4, 6), "audio_latent": (4, 18, 4)}
+TINY = {"shot": (17, 128, 192), "latent": (8, 3, 4, 6), "audio_latent": (2, 18, 16)}
 # diffusers' ladder: latent frames, rows, columns (the shot's channels), smallest first
 # (its windows need 3x7x7 latent units; diffusers' scores grow with the square of its tokens)
 LADDER = ((3, 7, 7), (3, 7, 10), (3, 8, 12), (3, 10, 14))

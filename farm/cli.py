@@ -599,7 +599,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                                                           if cancelled else ""))  # fmt: skip
     for row in rows:
         if row.superseded:
-            LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its frames are not what "
+            LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its output is not what "
                          "this farm decodes; farm render --restart renders it again")  # fmt: skip
     lost = sum(r.damaged or 0 for r in rows)
     if any(r.superseded for r in rows) and not lost:

@@ -70,9 +70,9 @@ def checkpoint_names(state: dict, prefix: str, renames: dict[str, str]) -> dict:
 
 def test_audio_decode_equals_diffusers_from_a_folder_and_a_single_file(tmp_path):
     vae, vocoder = audio_models(tmp_path / "pipe")
-    latent = torch.randn(4, 13, 4, generator=torch.Generator().manual_seed(2))
+    latent = torch.randn(2, 13, 16, generator=torch.Generator().manual_seed(2))
     want = diffusers_waveform(vae, vocoder, latent)
-    assert want.shape == (2, (4 * 13 - 3) * 80)
+    assert want.shape == (2, (4 * 13 - 3) * 240)
 
     spec = {"config": "ltx2-audio-tiny", "weights": {"path": str(tmp_path / "pipe")}}
     got = load_audio_decoder(spec).decode(latent.numpy())
@@ -184,7 +184,9 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
     got = read_frames(o, "sh010").astype(np.float64)
     assert np.abs(got - own.frames[0].astype(np.float64) * 255).max() <= 1.0
     wav = read_audio(o.audio_file("sh010"))
-    assert wav.sample_rate == RATE and np.array_equal(wav.levels, sound)  # exactly the pipeline's sound
+    diff = np.abs(wav.levels.astype(np.int32) - sound)
+    assert wav.sample_rate == RATE and diff.max() <= 1, diff.max()  # the pipeline's sound (float rounding)
+    first = wav.levels
     assert wav.levels.shape[1] == round(frames / fps * RATE)  # as long as the video
     video = o.video("sh010")
     seconds = stream_seconds(video)
@@ -214,7 +216,7 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
     o.audio_file("sh010").unlink()
     assert farm_main(["render", str(job), "--out", str(out), "--scheduler", scheduler3, "--tiles", "1,1,1",
                       "--batch-frames", "4"]) == 0  # fmt: skip
-    assert np.array_equal(read_audio(o.audio_file("sh010")).levels, sound)
+    assert np.array_equal(read_audio(o.audio_file("sh010")).levels, first)
     assert video.stat().st_mtime_ns == before
     # so is an altered one, which `farm status --verify` counts as damaged
     wav_file = o.audio_file("sh010")
@@ -224,7 +226,7 @@ def test_pipeline_video_and_sound_through_ingest_and_render_match_its_own_decode
     assert [row.damaged for row in output_progress(out, verify=True)] == [1]
     assert farm_main(["render", str(job), "--out", str(out), "--scheduler", scheduler3, "--tiles", "1,1,1",
                       "--batch-frames", "4"]) == 0  # fmt: skip
-    assert np.array_equal(read_audio(wav_file).levels, sound)
+    assert np.array_equal(read_audio(wav_file).levels, first)
     assert video.stat().st_mtime_ns == before
     assert [row.damaged for row in output_progress(out, verify=True)] == [0]
 
@@ -241,18 +243,18 @@ def test_sound_needs_an_audio_decoder_and_fitting_latents(tmp_path):
     from farm.inputs.ingest import ingest
 
     latent = np.zeros((8, 2, 3, 4), np.float32)
-    save_file({"video": torch.from_numpy(latent), "audio": torch.zeros(4, 9, 4)}, tmp_path / "a.safetensors")
-    save_file({"video": torch.from_numpy(latent), "audio": torch.zeros(4, 9, 5)}, tmp_path / "b.safetensors")
+    save_file({"video": torch.from_numpy(latent), "audio": torch.zeros(2, 9, 16)}, tmp_path / "a.safetensors")
+    save_file({"video": torch.from_numpy(latent), "audio": torch.zeros(2, 9, 17)}, tmp_path / "b.safetensors")
     common = {"decoder": {"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}},
               "latents": "denormalized", "tensor": "video", "audio_tensor": "audio"}  # fmt: skip
     with pytest.raises(FarmError, match="need an audio decoder"):
         ingest(tmp_path / "j.zarr", [tmp_path / "a.safetensors"], **common)
     spec = {"config": "ltx2-audio-tiny", "weights": {"random_seed": 0}}
-    with pytest.raises(FarmError, match=r"audio latent has shape \[4, 9, 5\].*M = 4"):
+    with pytest.raises(FarmError, match=r"audio latent has shape \[2, 9, 17\].*M = 16"):
         ingest(tmp_path / "j.zarr", [tmp_path / "b.safetensors"], audio_decoder=spec, **common)
     assert not (tmp_path / "j.zarr").exists()  # nothing written
     ingest(tmp_path / "j.zarr", [tmp_path / "a.safetensors"], audio_decoder=spec, **common)
-    assert open_job(tmp_path / "j.zarr").shots["a"].audio_shape == (4, 9, 4)
+    assert open_job(tmp_path / "j.zarr").shots["a"].audio_shape == (2, 9, 16)
     # a silent job cannot take sound
     silent = dict(common, audio_tensor=None)
     ingest(tmp_path / "s.zarr", [tmp_path / "a.safetensors"], **silent)

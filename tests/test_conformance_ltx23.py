@@ -136,8 +136,9 @@ def ltx_core_models(config: dict) -> tuple[torch.nn.Module, torch.nn.Module, tor
 
 def seeded_weights(video: torch.nn.Module, audio: torch.nn.Module, vocoder: torch.nn.Module) -> None:
     """Weights no decoder would get right by accident: the latent statistics, the snake activations and the
-    bandwidth extension's STFT and mel bases all random, and the first stage loud enough that part of its
-    waveform lies beyond [-1, 1] (where ltx-core clamps it)."""
+    bandwidth extension's STFT and mel bases (where the models have them) all random, and the first stage
+    loud enough that part of its waveform lies beyond [-1, 1] (where ltx-core clamps it, or LTX-2's tanh
+    bends it)."""
     with torch.no_grad():
         for model in (video, audio):
             for name, buffer in model.named_buffers():
@@ -151,7 +152,8 @@ def seeded_weights(video: torch.nn.Module, audio: torch.nn.Module, vocoder: torc
         for name, param in vocoder.named_parameters():
             if name.endswith((".alpha", ".beta")):
                 param.copy_(torch.randn_like(param) * 0.3)
-        vocoder.vocoder.conv_post.weight.mul_(LOUDNESS)
+        # the first stage: LTX-2.3's `vocoder.vocoder`, LTX-2's vocoder itself
+        getattr(vocoder, "vocoder", vocoder).conv_post.weight.mul_(LOUDNESS)
 
 
 def original_layout(video: torch.nn.Module, audio: torch.nn.Module, vocoder: torch.nn.Module) -> dict:

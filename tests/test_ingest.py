@@ -328,8 +328,8 @@ def tiny_pipeline(family: str, vae_dir: Path):
             vae.latents_std.copy_(torch.rand(8) + 0.5)
         heads = {"num_attention_heads": 2, "attention_head_dim": 8}
         transformer = d.LTX2VideoTransformer3DModel(
-            in_channels=8, out_channels=8, **heads, cross_attention_dim=16, audio_in_channels=16,
-            audio_out_channels=16, audio_num_attention_heads=2, audio_attention_head_dim=8,
+            in_channels=8, out_channels=8, **heads, cross_attention_dim=16, audio_in_channels=32,
+            audio_out_channels=32, audio_num_attention_heads=2, audio_attention_head_dim=8,
             audio_cross_attention_dim=16, num_layers=1, caption_channels=16)  # fmt: skip
         connectors = LTX2TextConnectors(
             caption_channels=16, text_proj_in_factor=2, video_connector_num_attention_heads=2,
@@ -337,11 +337,11 @@ def tiny_pipeline(family: str, vae_dir: Path):
             video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=2,
             audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
             audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32)  # fmt: skip
-        audio_vae = d.AutoencoderKLLTX2Audio(base_channels=16, ch_mult=(1, 2), num_res_blocks=1,
-                                             latent_channels=4, mel_bins=16, output_channels=2)  # fmt: skip
-        vocoder = LTX2Vocoder(in_channels=32, hidden_channels=8, upsample_kernel_sizes=[4, 4],
-                              upsample_factors=[2, 2], resnet_kernel_sizes=[3],
-                              resnet_dilations=[[1]])  # fmt: skip
+        from farm.decoders.ltx2_audio import LTX2_AUDIO_TINY
+
+        # LTX-2's sound at farm's tiny widths: 2 latent channels x 16 latent mel bins = 32 audio channels
+        audio_vae = d.AutoencoderKLLTX2Audio(**LTX2_AUDIO_TINY["audio_vae"])
+        vocoder = LTX2Vocoder(**LTX2_AUDIO_TINY["vocoder"])
         cls, parts = d.LTX2Pipeline, {"text_encoder": None, "tokenizer": None, "connectors": connectors,
                                       "audio_vae": audio_vae, "vocoder": vocoder}  # fmt: skip
         prompt = {"prompt_embeds": torch.randn(1, 4, 32), "prompt_attention_mask": torch.ones(1, 4),

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -46,14 +47,33 @@ DTYPES = ("float32", "bfloat16", "float16")
 # The audio VAE's time and mel compression (diffusers' LATENT_DOWNSAMPLE_FACTOR).
 LATENT_DOWNSAMPLE = 4
 
-# Same classes as the real model, a few channels; the vocoder's upsampling (10 x 8) makes 8 kHz sound
-# from 100 mel frames per second, a rate AAC encodes.
+# LTX-2's sound as released: diffusers' conversion script's configs for 2.0
+# (`scripts/convert_ltx2_to_diffusers.py`: `get_ltx2_audio_vae_config`, `get_ltx2_vocoder_config`, "2.0"),
+# which are also what Lightricks' own decoder builds from the released file's `config` metadata (ltx-core's
+# `AudioDecoderConfigurator`: `audio_vae` → model.params.ddconfig, preprocessing.stft; `VocoderConfigurator`:
+# the flat `vocoder` config, HiFi-GAN blocks "1", tanh and a bias at the end, 24 kHz). They equal diffusers'
+# constructor defaults (0.42.1), which this name resolved to before; written out, they no longer follow them.
+LTX2_AUDIO = {
+    "audio_vae": {"base_channels": 128, "output_channels": 2, "ch_mult": [1, 2, 4], "num_res_blocks": 2,
+                  "attn_resolutions": None, "in_channels": 2, "resolution": 256, "latent_channels": 8,
+                  "norm_type": "pixel", "causality_axis": "height", "dropout": 0.0,
+                  "mid_block_add_attention": False, "sample_rate": 16000, "mel_hop_length": 160,
+                  "is_causal": True, "mel_bins": 64, "double_z": True},
+    "vocoder": {"in_channels": 128, "hidden_channels": 1024, "out_channels": 2,
+                "upsample_kernel_sizes": [16, 15, 8, 4, 4], "upsample_factors": [6, 5, 2, 2, 2],
+                "resnet_kernel_sizes": [3, 7, 11], "resnet_dilations": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],
+                "act_fn": "leaky_relu", "leaky_relu_negative_slope": 0.1, "antialias": False,
+                "final_act_fn": "tanh", "final_bias": True, "output_sampling_rate": 24000},
+}  # fmt: skip
+# LTX-2's structure at small widths: causal along the mel axis, pixel norm, no attention, 16 kHz mel frames
+# (hop 160) and 24 kHz stereo from HiFi-GAN blocks with leaky ReLU, tanh and a final bias. The mel bins stay
+# the released 64, as Lightricks' vocoder fixes its input at 2 x 64; the audio VAE's latent statistics span
+# base_channels = latent_channels x mel_bins / 4 values in ltx-core, as in the real one.
 LTX2_AUDIO_TINY = {
-    "audio_vae": {"base_channels": 16, "ch_mult": [1, 2], "num_res_blocks": 1, "latent_channels": 4,
-                  "mel_bins": 16, "output_channels": 2},
-    "vocoder": {"in_channels": 32, "hidden_channels": 8, "upsample_kernel_sizes": [20, 16],
-                "upsample_factors": [10, 8], "resnet_kernel_sizes": [3], "resnet_dilations": [[1]],
-                "output_sampling_rate": 8000},
+    "audio_vae": {**LTX2_AUDIO["audio_vae"], "base_channels": 32, "ch_mult": [1, 2], "num_res_blocks": 1,
+                  "latent_channels": 2},
+    "vocoder": {**LTX2_AUDIO["vocoder"], "hidden_channels": 32, "upsample_kernel_sizes": [16, 15, 16],
+                "upsample_factors": [6, 5, 8], "resnet_kernel_sizes": [3], "resnet_dilations": [[1, 3, 5]]},
 }  # fmt: skip
 # LTX-2.3's sound: the audio VAE of LTX-2 and a vocoder with bandwidth extension, as diffusers' conversion
 # script writes them (`scripts/convert_ltx2_to_diffusers.py`, `get_ltx2_audio_vae_config("2.3")`,
@@ -93,11 +113,28 @@ LTX2_3_AUDIO_TINY = {
                 "bwe_resnet_dilations": [[1, 3, 5]]},
 }  # fmt: skip
 NAMED_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
-    "ltx2-audio": {"audio_vae": {}, "vocoder": {}},  # diffusers' defaults are LTX-2's
+    "ltx2-audio": LTX2_AUDIO,
     "ltx2-audio-tiny": LTX2_AUDIO_TINY,
     "ltx2.3-audio": LTX2_3_AUDIO,
     "ltx2.3-audio-tiny": LTX2_3_AUDIO_TINY,
 }
+
+
+class AudioConfigs:
+    """The named audio configs' revisions, in the form `farm.decoders.base`'s revision helpers read."""
+
+    family = FAMILY
+    # Revision 1 of `ltx2-audio-tiny` took 16 mel bins and played 8 kHz: not LTX-2's structure, and a vocoder
+    # Lightricks' decoder cannot build (it takes 2 x 64 mel bins). Every spec naming it carries its revision,
+    # so a sound decoded with the old one is never resumed or called finished silently.
+    config_revisions: dict[str, int] = {"ltx2-audio-tiny": 2}
+    config_revision_notes: dict[str, str] = {
+        "ltx2-audio-tiny": "now LTX-2's sound structure at small widths (64 mel bins, 24 kHz); revision 1 "
+        "took 16 mel bins and played 8 kHz"
+    }
+
+
+AUDIO_FAMILIES = {FAMILY: AudioConfigs}
 # The constructor defaults (diffusers 0.42.1) the timing needs when a config leaves them out.
 _VAE_DEFAULTS = {"latent_channels": 8, "mel_bins": 64, "sample_rate": 16000, "mel_hop_length": 160,
                  "output_channels": 2, "causality_axis": "height"}  # fmt: skip
@@ -146,14 +183,16 @@ class AudioSpec:
     config: dict[str, dict[str, Any]]  # {"audio_vae": {...}, "vocoder": {...}} constructor arguments
     weights: dict[str, Any]
     dtype: str = "float32"
+    revision: int | None = None  # the named config's revision, for those farm has revised
 
     @property
     def random_weights(self) -> bool:
         return "random_seed" in self.weights
 
     def to_json(self) -> dict[str, Any]:
+        revision = {} if self.revision is None else {CONFIG_REVISION: self.revision}
         return {"family": FAMILY, "config": self.config_name or self.config, "weights": self.weights,
-                "dtype": self.dtype}  # fmt: skip
+                "dtype": self.dtype, **revision}  # fmt: skip
 
     def describe(self) -> str:
         weights = (f"RANDOM weights (seed {self.weights['random_seed']})" if self.random_weights
@@ -203,6 +242,17 @@ class AudioSpec:
         return samples
 
 
+def superseded_sound(identity: Any) -> str | None:
+    """Why a render identity's sound (``outputs`` → ``audio`` → ``decoder``) was decoded with an earlier
+    revision of a named audio config than farm decodes now, or None."""
+    outputs = identity.get("outputs") if isinstance(identity, dict) else None
+    audio = outputs.get("audio") if isinstance(outputs, dict) else None
+    if not isinstance(audio, dict):
+        return None
+    why = superseded_config(audio.get("decoder"), AUDIO_FAMILIES)
+    return why
+
+
 def samples_for_frames(frames: int, fps: float, sample_rate: int) -> int:
     """Samples of sound that last as long as `frames` video frames at `fps`."""
     return int(round(frames * sample_rate / fps))
@@ -246,7 +296,11 @@ def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
     dtype = raw.get("dtype", "float32")
     if dtype not in DTYPES:
         raise FarmError(f"{where}: dtype {dtype!r} is not supported; use one of {list(DTYPES)}")
-    return AudioSpec(name, resolved, dict(weights), dtype)
+    given = raw.get(CONFIG_REVISION)
+    if name is None and given is not None:
+        raise FarmError(f"{where}: 'config_revision' is for named configs only; remove it")
+    revision = named_config_revision(AudioConfigs, name, given, where) if name is not None else {}
+    return AudioSpec(name, resolved, dict(weights), dtype, revision.get(CONFIG_REVISION))
 
 
 def resolve_audio_spec(decoder: str | dict[str, Any] | AudioSpec, weights: str | None = None,
@@ -446,11 +500,13 @@ def check_audio_weights(spec: AudioSpec) -> None:
             f"{spec.describe()} is {wants}; use the audio config of the checkpoint's model "
             f"({'ltx2.3-audio' if file_bwe else 'ltx2-audio'})"
         )
-    _refuse_contradicted_vocoder(path, metadata.get("config"), spec)
+    _refuse_contradicted_config(path, metadata.get("config"), spec)
 
 
-def _refuse_contradicted_vocoder(path: Path, text: str | None, spec: AudioSpec) -> None:
-    """Refuse an audio config whose vocoder is not the one the file's `config` metadata describes."""
+def _refuse_contradicted_config(path: Path, text: str | None, spec: AudioSpec) -> None:
+    """Refuse an audio config whose audio VAE or vocoder is not the one the file's `config` metadata
+    describes."""
+    from farm.decoders.ltx2_audio_vae_config import audio_vae_contradictions
     from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
 
     try:
@@ -459,10 +515,11 @@ def _refuse_contradicted_vocoder(path: Path, text: str | None, spec: AudioSpec) 
         return  # not LTX's metadata: the tensors alone are checked
     if not isinstance(file_config, dict):
         return
-    found = vocoder_contradictions(file_config, spec.config.get("vocoder", {}), spec.bandwidth_extension)
+    found = audio_vae_contradictions(file_config, spec.config.get("audio_vae", {}))
+    found += vocoder_contradictions(file_config, spec.config.get("vocoder", {}), spec.bandwidth_extension)
     if found:
         raise FarmError(
             f"{path}: its config metadata contradicts {spec.describe()}: " + "; ".join(found[:4])
             + ("; …" if len(found) > 4 else "") + ". Use the audio config of the checkpoint's model, or give "
-            "the vocoder's arguments as the file says them"
+            "the audio VAE's and vocoder's arguments as the file says them"
         )  # fmt: skip

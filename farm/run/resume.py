@@ -17,6 +17,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
+from farm.decoders.ltx2_audio import check_audio_latent, superseded_sound
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
@@ -118,10 +119,17 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
     ``video codec: OUT has h264, this render prores_hq``."""
     out = []
     superseded = superseded_config(recorded.get("decoder"), FAMILIES)
+    sound = superseded_sound(recorded)
+    if sound:
+        out.append(f"OUT was decoded with {sound}")
     for key in sorted(set(recorded) | set(current)):
         old, new = recorded.get(key), current.get(key)
         if old == new:
             continue
+        if key == "outputs" and sound and isinstance(old, dict) and isinstance(new, dict):
+            old, new = ({k: v for k, v in d.items() if k != "audio"} for d in (old, new))
+            if old == new:
+                continue
         if key == "decoder" and superseded:
             out.append(f"OUT was decoded with {superseded}")
         elif key == "latents":
@@ -200,6 +208,8 @@ def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
 
     assert job.audio is not None
     latent = read_audio_latent(job.path, shot)
+    # a job made with an earlier revision of its audio config may hold latents the current one cannot take
+    check_audio_latent(tuple(latent.shape), job.audio, f"shot {shot!r}")
     if not np.isfinite(latent).all():
         raise FarmError(f"shot {shot!r}: audio latent holds NaN or Inf; re-export the latents")
     digest = hashlib.sha256(np.ascontiguousarray(latent).data).hexdigest()

@@ -41,6 +41,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
+from farm.decoders.ltx2_audio import superseded_sound
 from farm.errors import FarmError
 from farm.media.files import fsync_all, fsync_path, process_umask, run_side_by_side, temp_file
 from farm.media.names import child_path, is_farm_temporary
@@ -765,7 +766,7 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
             video = video_ok
         finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
         cancelled = not finished and out.cancelled_marker(name).exists()
-        superseded = superseded_config(identity.get("decoder"), FAMILIES)
+        superseded = superseded_config(identity.get("decoder"), FAMILIES) or superseded_sound(identity)
         progress.append(ShotProgress(name, len(marked), batches, frames, video, bool(identity) and finished,
                                      damaged, cancelled, superseded))  # fmt: skip
     return progress
