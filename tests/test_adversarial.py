@@ -288,7 +288,9 @@ def test_the_page_forgets_finished_renders_and_workflows_beyond_its_limits(page,
 
     import dask.config
 
-    now = time.time()
+    # the newest records on the cluster (other tests' renders on it are older), so that the count limit
+    # keeps exactly the last five of these whatever ran before
+    now = time.time() + 1000
     for i in range(12):
         cluster3.set_metadata(["farm", "renders", f"old-{i}"], {
             "state": "done", "started": now - 100 + i, "updated": now - 100 + i, "job": "j", "out": "o",
@@ -299,8 +301,9 @@ def test_the_page_forgets_finished_renders_and_workflows_beyond_its_limits(page,
             "started": now - 100 + i, "finished": now - 99 + i, "host": "node7", "pid": 4242, "user": "ann",
             "log": ["x" * 5000],
         })  # fmt: skip
-    cluster3.set_metadata(["farm", "renders", "ancient"], {"state": "failed", "started": now - 7200,
-                                                           "updated": now - 7200, "shots": {}})  # fmt: skip
+    ancient = time.time() - 7200
+    cluster3.set_metadata(["farm", "renders", "ancient"], {"state": "failed", "started": ancient,
+                                                           "updated": ancient, "shots": {}})  # fmt: skip
     with dask.config.set({"farm.page-keep-renders": 5, "farm.page-keep-hours": 1}):
         from farm.dashboard.monitor import PRUNE_EVERY_S
 
