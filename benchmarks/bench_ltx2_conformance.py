@@ -18,7 +18,7 @@ The latent frames a temporal tile of the real config needs before and after a se
 Then PSNR (uint8 levels) of each against ltx-core's untiled decode. Needs ltx-core (1.0.0 from the
 package index, ``pip install --no-deps ltx-core einops``: it pins an older torch)::
 
-    python benchmarks/bench_ltx2_conformance.py --out conformance.json [--dtype bfloat16] [--steps ...]
+    python benchmarks/bench_ltx2_conformance.py --out conformance.json [--version 2.3] [--dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ RELEASED_VAE = {
     "spatial_padding_mode": "reflect",
     "decoder_base_channels": 128,
 }
+# LTX-2.3's video VAE as its file's metadata gives it (four stages, no residual upsamplers, zero padding)
+RELEASED_VAE_23 = {
+    **RELEASED_VAE,
+    "decoder_blocks": [
+        ["res_x", {"num_layers": 4}], ["compress_space", {"multiplier": 2}],
+        ["res_x", {"num_layers": 6}], ["compress_time", {"multiplier": 2}],
+        ["res_x", {"num_layers": 4}], ["compress_all", {"multiplier": 1}],
+        ["res_x", {"num_layers": 2}], ["compress_all", {"multiplier": 2}],
+        ["res_x", {"num_layers": 2}],
+    ],
+    "spatial_padding_mode": "zeros",
+}  # fmt: skip
 TINY_VAE = {**RELEASED_VAE, "latent_channels": 8, "decoder_base_channels": 4,
             "decoder_blocks": [[n, {**c, "num_layers": 1} if n == "res_x" else c]
                                for n, c in RELEASED_VAE["decoder_blocks"]]}  # fmt: skip
@@ -175,11 +187,11 @@ def step_farm(args, path: Path, latent_file: Path, out: Path, causal: bool) -> d
     import torch
 
     from farm.decoders import decoder_class, spec_from_json
-    from farm.decoders.ltx2 import LTX2_RELEASED, LTX2_TINY
+    from farm.decoders.ltx2 import LTX2Decoder
 
-    config: Any = "ltx2-tiny" if args.tiny else "ltx2"
+    config: Any = "ltx2-tiny" if args.tiny else "ltx2.3" if args.version == "2.3" else "ltx2"
     if causal:
-        config = {**(LTX2_TINY if args.tiny else LTX2_RELEASED), "decoder_causal": True}
+        config = {**LTX2Decoder.named_configs[config], "decoder_causal": True}
     spec = spec_from_json({"family": "ltx2", "config": config, "weights": {"path": str(path)},
                            "dtype": args.dtype, "latents": "normalized"})  # fmt: skip
     cls = decoder_class(spec)
@@ -224,6 +236,7 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--weights", help="a real LTX-2 single file (default: write one with RANDOM weights)")
+    p.add_argument("--version", choices=("2.0", "2.3"), default="2.0", help="LTX-2 or LTX-2.3's video VAE")
     p.add_argument("--tiny", action="store_true", help="ltx2-tiny and a small shot (a check of the script)")
     p.add_argument("--work", help="folder for the file, latent and frames (default: a temporary one)")
     p.add_argument("--timeout", type=int, default=300)
@@ -242,11 +255,13 @@ def main() -> int:
     import numpy as np
 
     if not args.weights:
-        write_file(path, TINY_VAE if args.tiny else RELEASED_VAE, args.seed)
+        released = RELEASED_VAE_23 if args.version == "2.3" else RELEASED_VAE
+        write_file(path, TINY_VAE if args.tiny else released, args.seed)
     shape = (8, 3, 4, 6) if args.tiny else LATENT
     np.save(latent_file, np.random.default_rng(args.seed).standard_normal(shape).astype(np.float32))
     argv = ["--dtype", args.dtype, "--device", args.device, "--repeats", str(args.repeats),
-            "--work", str(work), "--weights", str(path), *(["--tiny"] if args.tiny else [])]  # fmt: skip
+            "--work", str(work), "--weights", str(path), "--version", args.version,
+            *(["--tiny"] if args.tiny else [])]  # fmt: skip
     rows = [run_step(s, argv, args.timeout) for s in args.steps.split(",")]
     reference = np.load(work / "ltx-core.npy") if (work / "ltx-core.npy").exists() else None
     for row in rows:
@@ -258,7 +273,8 @@ def main() -> int:
 
     import torch
 
-    result = {"shot": list(SHOT), "latent": list(shape), "dtype": args.dtype, "device": args.device,
+    result = {"version": args.version, "shot": list(SHOT), "latent": list(shape), "dtype": args.dtype,
+              "device": args.device,
               "weights": args.weights or f"RANDOM (seed {args.seed})", "machine": platform.node(),
               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
               "date": time.strftime("%Y-%m-%d"), "rows": rows}  # fmt: skip
