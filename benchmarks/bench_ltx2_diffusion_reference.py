@@ -5,7 +5,7 @@ into ltx-core's modules) and decode the same latent in bf16; farm is given ltx-c
 generator's draw for the same shape), so the outputs differ only by arithmetic. Each step runs in a
 process of its own under a timeout:
 
-* ``kernel``: the fused Triton neighbourhood attention (`farm.decoders.na_triton`) against the blocked
+* ``kernel``: the fused Triton neighbourhood attention (`farm.decoders.device.na_triton`) against the blocked
   SDPA path on the GPU: largest error (float32 and bf16) on a small grid, and times at stage 5's shape
   (121x176x304, 4 heads of 64, 11x11x11) for a few kernel configurations;
 * ``decode:704``, ``decode:1088``: 121 frames at 704x1216 and 1088x1920: ltx-core ``combined`` and
@@ -75,7 +75,7 @@ def _first_and_warm(fn: Any) -> dict:
 def step_kernel() -> dict:
     import torch
 
-    from farm.decoders import na_triton
+    from farm.decoders.device import na_triton
     from farm.decoders.neighborhood_attention import neighborhood_attention as blocked
 
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -13,7 +13,7 @@ import torch
 
 import farm.run.render as fr
 from farm.decoders import load_decoder, ltx2_diffusion
-from farm.decoders import ltx2_diffusion_chunked as chunked
+from farm.decoders.device import ltx2_diffusion_chunked as chunked
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
 from farm.decoders.neighborhood_attention import (
     axis_blocks,

@@ -18,9 +18,10 @@ Attention: diffusers' FlexAttention path without ``torch.compile`` materialises 
 of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
 takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
 inward at the borders, as NATTEN and the flex mask define it) as one fused Triton kernel on CUDA devices
-(`farm.decoders.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
+(`farm.decoders.device.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
 kernels (`farm.decoders.neighborhood_attention`), and decodes each stage in runs of frames
-(`farm.decoders.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and context and one
+(`farm.decoders.device.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and
+context and one
 run's temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
 """
 
@@ -199,8 +200,8 @@ def decode_with_noise(
     tokens: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
-    in runs of frames of about `tokens` tokens (`farm.decoders.ltx2_diffusion_chunked`)."""
-    from farm.decoders import ltx2_diffusion_chunked as chunked
+    in runs of frames of about `tokens` tokens (`farm.decoders.device.ltx2_diffusion_chunked`)."""
+    from farm.decoders.device import ltx2_diffusion_chunked as chunked
 
     tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder

@@ -9,7 +9,8 @@ materialised: no halo copies of K and V, no bias tensor; memory is the output al
 
 Queries may be a run of frames inside a larger key grid (``q_frame_offset``): a chunk of frames attends to
 the keys of its windows, which is how a decode holds one chunk's Q/K/V at a time
-(`farm.decoders.ltx2_diffusion_chunked`). A window is computed against the key grid's own frames; a caller
+(`farm.decoders.device.ltx2_diffusion_chunked`). A window is computed against the key grid's own
+frames; a caller
 gives the key frames ``[s(t0), s(t1 - 1) + k)`` of the whole grid, and the windows are then the whole grid's.
 
 Triton runs on CUDA devices, and on the CPU under ``TRITON_INTERPRET=1`` (numpy; the tests check the kernel
