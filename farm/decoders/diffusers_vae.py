@@ -108,6 +108,14 @@ class DiffusersVideoDecoder:
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {}
     # Extra spec fields the adapter reads: name → (accepted types, what to write in an error message).
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {}
+    # How the family's latents reach farm (`farm.inputs` builds its tables from these, so a family is
+    # declared in one place): diffusers pipeline classes whose VAE this adapter decodes → (the latents
+    # their ``output_type="latent"`` returns, "normalized" or "denormalized"; packed as a token sequence),
+    # what ComfyUI's .latent files hold for the family (None: ComfyUI saves none farm reads), and the
+    # words of a ComfyUI workflow's node types and model file names that point to the family.
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {}
+    comfyui_latents: ClassVar[str | None] = None
+    comfyui_words: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: DecoderSpec, model: Any, device: str) -> None:
         import torch

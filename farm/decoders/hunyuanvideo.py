@@ -47,6 +47,13 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         "hunyuanvideo-tiny": HUNYUANVIDEO_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLHunyuanVideo"
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
+        name: ("normalized", False)
+        for name in ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline",
+                     "HunyuanSkyreelsImageToVideoPipeline")
+    }  # fmt: skip
+    comfyui_latents: ClassVar[str | None] = "denormalized"
+    comfyui_words: ClassVar[tuple[str, ...]] = ("hunyuan",)
     # No exact split exists: the GroupNorms' statistics span the whole tile, so every frame of a tile
     # depends on all of its frames. Context frames bring a later tile's statistics (and its causally
     # masked attention) closer to the whole shot's: measured at the tiny config, 8 frames of context make

@@ -97,6 +97,12 @@ class LTX2Decoder(DiffusersVideoDecoder):
         "ltx2.3": LTX2_3, "ltx2.3-tiny": LTX2_3_TINY,
     }  # fmt: skip
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
+        name: ("denormalized", False)
+        for name in ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline")
+    }
+    comfyui_latents: ClassVar[str | None] = "normalized"
+    comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv", "ltx-2", "ltx2")  # ComfyUI's LTX-2 nodes are LTXV…
     # Revision 1 of both names was diffusers' constructor defaults: a decoder causal in time, which decodes
     # the released weights to other frames (13 dB from ltx-core's decode of the same latent).
     config_revisions: ClassVar[dict[str, int]] = {"ltx2": 2, "ltx2-tiny": 2}

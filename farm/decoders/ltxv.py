@@ -111,6 +111,14 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         "ltxv-0.9.5-tiny": LTXV_095_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLLTXVideo"
+    # LTXPipeline and its image-to-video sibling return latents packed as tokens [B, S, D]
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
+        "LTXPipeline": ("normalized", True),
+        "LTXImageToVideoPipeline": ("normalized", True),
+        "LTXConditionPipeline": ("normalized", False),
+    }
+    comfyui_latents: ClassVar[str | None] = "normalized"
+    comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv",)
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # Non-causal convolutions: a frame depends on latent frames both ways. Measured receptive fields: tiny
     # configs to errors below 0.01 levels (float32, CPU); real ones to the float32 noise floor of an H200

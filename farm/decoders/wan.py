@@ -80,6 +80,12 @@ class WanDecoder(DiffusersVideoDecoder):
         "wan2.2-tiny": WAN22_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLWan"
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
+        name: ("normalized", False)
+        for name in ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline")
+    }
+    comfyui_latents: ClassVar[str | None] = "denormalized"
+    comfyui_words: ClassVar[tuple[str, ...]] = ("wan",)
     # Causal: each causal convolution caches two frames, and their chain reaches 37 latent frames back at
     # the real configs (an H200 decodes frame by frame bit-identically beyond it), 24 (wan-tiny) and 22
     # (wan2.2-tiny) at the tiny ones (errors after a seam below 0.01 levels, float32 on a CPU).

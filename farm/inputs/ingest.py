@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from farm.decoders import DecoderSpec, decoder_class, spec_from_json
+from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
 from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, resolve_audio_spec
 from farm.errors import FarmError
@@ -58,9 +58,12 @@ from farm.store.claims import shape_problem
 from farm.store.job import check_shot_name
 
 DEFAULT_FPS = 24.0
-# What ComfyUI's .latent files hold per decoder family (see the module docstring).
-COMFYUI_CONVENTION = {"ltx2": "normalized", "ltxv": "normalized", "wan": "denormalized",
-                      "hunyuanvideo": "denormalized"}  # fmt: skip
+# What ComfyUI's .latent files hold per decoder family (see the module docstring), as each adapter says.
+COMFYUI_CONVENTION: dict[str, str] = {
+    family: convention
+    for family, cls in FAMILIES.items()
+    if (convention := getattr(cls, "comfyui_latents", None))
+}
 NAME_FIELDS = ("stem", "index", "n", "key")
 
 

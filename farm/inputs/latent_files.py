@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from farm.decoders import FAMILIES
 from farm.errors import FarmError
 
 FORMATS = {
@@ -43,11 +44,27 @@ COMFYUI_LEGACY_SCALE = 1.0 / 0.18215  # ComfyUI's LoadLatent, for files without 
 # Which farm decoder families a ComfyUI workflow points to (a hint, checked against --decoder): words in
 # its node types and in the model files its loaders name. "Empty…Latent…" nodes are left out: ComfyUI's
 # Wan examples start from EmptyHunyuanLatentVideo.
-COMFYUI_FAMILY_WORDS = {"ltxv": ("ltxv", "ltx2"), "ltx-2": ("ltx2",), "ltx2": ("ltx2",),
-                        "hunyuan": ("hunyuanvideo",), "wan": ("wan",)}  # fmt: skip
+# Each adapter declares its words (`comfyui_words`); a word may point to several families.
+COMFYUI_FAMILY_WORDS: dict[str, tuple[str, ...]] = {
+    word: tuple(f for f, c in FAMILIES.items() if word in getattr(c, "comfyui_words", ()))
+    for word in sorted({w for c in FAMILIES.values() for w in getattr(c, "comfyui_words", ())})
+}
 COMFYUI_MODEL_INPUTS = ("vae_name", "unet_name", "ckpt_name", "model_name")
-# Latent channels of the published models → the families that have them.
-CHANNEL_FAMILIES = {128: ("ltxv", "ltx2"), 16: ("wan", "hunyuanvideo"), 48: ("wan",)}
+
+
+def _channel_families() -> dict[int, tuple[str, ...]]:
+    """Latent channels of the released models (every named config but the tiny ones) → their families."""
+    out: dict[int, list[str]] = {}
+    for family, cls in FAMILIES.items():
+        for name, config in cls.named_configs.items():
+            channels = cls.latent_channels_for(config)
+            if not name.endswith("-tiny") and family not in out.setdefault(channels, []):
+                out[channels].append(family)
+    return {c: tuple(f) for c, f in out.items()}
+
+
+# Latent channels of the published models → the families that have them (a hint in refusals).
+CHANNEL_FAMILIES = _channel_families()
 
 
 def supported() -> str:

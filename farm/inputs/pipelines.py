@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from farm.decoders import FAMILIES
 from farm.errors import FarmError
 from farm.planning.tiling import Geometry
 
@@ -38,24 +39,11 @@ class PipelineConvention:
     packed: bool  # True: [B, S, D] token sequence (LTX-Video); False: [B, C, F, H, W]
 
 
-_LTXV_PACKED = PipelineConvention("ltxv", "normalized", True)
-_LTXV = PipelineConvention("ltxv", "normalized", False)
-_LTX2 = PipelineConvention("ltx2", "denormalized", False)
-_WAN = PipelineConvention("wan", "normalized", False)
-_HUNYUAN = PipelineConvention("hunyuanvideo", "normalized", False)
+# Every pipeline class an adapter declares (`pipeline_conventions`), with its family.
 PIPELINES: dict[str, PipelineConvention] = {
-    "LTXPipeline": _LTXV_PACKED,
-    "LTXImageToVideoPipeline": _LTXV_PACKED,
-    "LTXConditionPipeline": _LTXV,
-    "LTX2Pipeline": _LTX2,
-    "LTX2ImageToVideoPipeline": _LTX2,
-    "LTX2ConditionPipeline": _LTX2,
-    "WanPipeline": _WAN,
-    "WanImageToVideoPipeline": _WAN,
-    "WanVideoToVideoPipeline": _WAN,
-    "HunyuanVideoPipeline": _HUNYUAN,
-    "HunyuanVideoImageToVideoPipeline": _HUNYUAN,
-    "HunyuanSkyreelsImageToVideoPipeline": _HUNYUAN,
+    name: PipelineConvention(family, latents, packed)
+    for family, cls in FAMILIES.items()
+    for name, (latents, packed) in getattr(cls, "pipeline_conventions", {}).items()
 }
 
 
