@@ -377,7 +377,7 @@ def one_line_refusal(result, *words: str) -> None:
 def test_a_safetensors_file_cut_short_is_refused_by_synth_ingest_and_render(tmp_path):
     import json
 
-    from helpers import farm
+    from tests.helpers import farm
 
     cut, missing = cut_safetensors(tmp_path)
     made = farm("synth", str(tmp_path / "a.zarr"), "--decoder", "ltx2-tiny", "--weights", str(cut))
@@ -482,7 +482,7 @@ def test_install_hints_name_the_distribution():
 
 
 def test_demo_refuses_to_replace_a_job_store_it_did_not_make(tmp_path):
-    from helpers import farm
+    from tests.helpers import farm
 
     theirs = tmp_path / "job.zarr"
     synth(theirs, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64, seed=9)
