@@ -41,14 +41,5 @@ class Geometry:
         f, h, w = latent_fhw
         return (self.pixel_frames(f), h * self.spatial_scale, w * self.spatial_scale)
 
-    def smallest_shot(self) -> tuple[int, int, int]:
-        """The fewest latent frames, rows and columns a shot may have: one decode call of the whole shot
-        must reach `min_block`."""
-        return self.min_block
-
-    def pixels_of_smallest_shot(self) -> tuple[int, int, int]:
-        """`smallest_shot` in pixel frames, rows and columns."""
-        return self.pixel_shape(self.min_block)
-
     def without_context(self) -> Geometry:
         return replace(self, context=0, lookahead=0)

@@ -81,11 +81,7 @@ LTX2_AUDIO_TINY = {
 # unbounded (`final_act_fn: None`), while Lightricks' own decoder (ltx-core's `VocoderConfigurator`) clamps
 # it to [-1, 1] before the extension (the file's `use_tanh_at_final: false` with the final activation on).
 LTX2_3_AUDIO = {
-    "audio_vae": {"base_channels": 128, "output_channels": 2, "ch_mult": [1, 2, 4], "num_res_blocks": 2,
-                  "attn_resolutions": None, "in_channels": 2, "resolution": 256, "latent_channels": 8,
-                  "norm_type": "pixel", "causality_axis": "height", "dropout": 0.0,
-                  "mid_block_add_attention": False, "sample_rate": 16000, "mel_hop_length": 160,
-                  "is_causal": True, "mel_bins": 64, "double_z": True},
+    "audio_vae": LTX2_AUDIO["audio_vae"],
     "vocoder": {"in_channels": 128, "hidden_channels": 1536, "out_channels": 2,
                 "upsample_kernel_sizes": [11, 4, 4, 4, 4, 4], "upsample_factors": [5, 2, 2, 2, 2, 2],
                 "resnet_kernel_sizes": [3, 7, 11], "resnet_dilations": [[1, 3, 5], [1, 3, 5], [1, 3, 5]],

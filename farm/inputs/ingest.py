@@ -162,7 +162,7 @@ def check_latent_shape(shape: Sequence[int], target: Target, where: str) -> None
             f"[{spec.config_name or 'custom config'}] takes {target.channels}{hint}; is the axis order "
             f"[B, C, F, H, W] and the decoder right?"
         )
-    least_f, least_h, least_w = target.geometry.smallest_shot()
+    least_f, least_h, least_w = target.geometry.min_block  # one decode call of the whole shot
     least_h, least_w = max(least_h, MIN_SPATIAL_CHUNK), max(least_w, MIN_SPATIAL_CHUNK)
     if f < least_f or h < least_h or w < least_w:
         raise FarmError(

@@ -95,7 +95,7 @@ def synth(
                 f"{name} {value} cannot be produced by {decoder}: use a multiple of {g.spatial_scale} "
                 f"(e.g. {max(1, value // g.spatial_scale) * g.spatial_scale})"
             )
-    least = g.pixels_of_smallest_shot()
+    least = g.pixel_shape(g.min_block)  # the smallest shot: one decode call of it
     for name, value, low in (("--frames", frames, least[0]), ("--height", height, least[1]),
                              ("--width", width, least[2])):  # fmt: skip
         if value < low:

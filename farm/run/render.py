@@ -193,14 +193,8 @@ def render(
         output_lock(out.root),
         connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
     ):
-        check_writable(out)
-        check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
-        decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
+        decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early)
         n_workers = len(decode_workers)
-        gpu_bytes = smallest_gpu_memory(client, decode_workers)
-        check_fits(early.plans, job.spec, gpu_bytes)  # before any task: a refusal submits nothing
-        if early.checked is None:  # a fresh OUT on a running cluster: its latents were hashed meanwhile
-            refuse_if_no_shot_hashed(early)
         render_id = render_id or uuid.uuid4().hex[:8]
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
                                           render_id=render_id, priority=priority)  # fmt: skip
@@ -241,6 +235,22 @@ def render(
     stats = _add_outcomes(stats, plans, shot_errors, out, video)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
+
+
+def _checked_cluster(
+    client: Client, job: Job, out: Output, early: BeforeCluster
+) -> tuple[list[str], list[str], int | None]:
+    """The cluster's decode workers, its I/O workers and the smallest GPU memory among the former, once
+    OUT is writable, the workers see the job's and OUT's paths, and the plans fit: every refusal before
+    any task is submitted."""
+    check_writable(out)
+    check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
+    decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
+    gpu_bytes = smallest_gpu_memory(client, decode_workers)
+    check_fits(early.plans, job.spec, gpu_bytes)
+    if early.checked is None:  # a fresh OUT on a running cluster: its latents were hashed meanwhile
+        refuse_if_no_shot_hashed(early)
+    return decode_workers, io_workers, gpu_bytes
 
 
 def _targets(
