@@ -141,7 +141,7 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
           gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None):  # fmt: skip
     """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
     from farm.media.settings import VideoSettings
-    from farm.run.graph import Driver, RenderTargets
+    from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers
 
     workers = [f"tcp://10.0.0.{0 if one_host else i}:{1 + i}" for i in range(n_workers)]
     io_workers = [f"tcp://10.0.1.{i}:1" for i in range(n_io)]
@@ -156,9 +156,9 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
     def outputs_ready() -> None:
         client.submitted.append({"kind": "outputs-ready", "key": ("outputs-ready",)})
 
-    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
-                    completions=FifoCompletions, outputs_ready=outputs_ready if gate else None,
-                    latents_ahead=latents_ahead)  # fmt: skip
+    options = DriverOptions("r", completions=FifoCompletions, outputs_ready=outputs_ready if gate else None,
+                            latents_ahead=latents_ahead)  # fmt: skip
+    driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
     stats = driver.run()
     return schedule, client, stats, workers, io_workers
 
@@ -503,7 +503,7 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
     """Without video or images, each batch's write and mark are one task (no round trip between them),
     keyed as its mark and placed where the write would go."""
     from farm.media.settings import VideoSettings
-    from farm.run.graph import Driver, RenderTargets
+    from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers
     from farm.worker.tasks import write_and_mark_batch
 
     plans = job([TileGrid()] * 2, 1, frames=9, batch_frames=8)
@@ -514,8 +514,8 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
                             fps={p.shot: 24.0 for p in plans}, video=VideoSettings(enabled=False),
                             metadata={}, finish=None,
                             total_batches={p.shot: len(p.batches) for p in plans})  # fmt: skip
-    stats = Driver(client, plans, schedule, workers, io_workers, targets, render_id="r",
-                   completions=FifoCompletions).run()  # fmt: skip
+    options = DriverOptions("r", completions=FifoCompletions)
+    stats = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options).run()
     assert stats.batches_written == len(schedule.blends) and not stats.failed
     kinds = [s["kind"] for s in client.submitted]
     assert keys.WRITE_BATCH not in kinds and keys.ENCODE_SEGMENT not in kinds

@@ -50,6 +50,17 @@ from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP
 from farm.decoders.memory import MemoryModel
 from farm.errors import FarmError
 from farm.planning.costmodel import CostModel
+from farm.planning.render_state import (
+    BatchWritten,
+    Event,
+    FinishShot,
+    OutputsOpened,
+    RenderState,
+    Started,
+    SubmitBlend,
+    SubmitDecode,
+    WorkersJoined,
+)
 from farm.planning.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
 from farm.planning.tiling import (
     ChunkSize,
@@ -318,6 +329,7 @@ def predict(
     window: int | None = None,
     geometry: Geometry | None = None,
     n_io: int = 0,
+    joins: Sequence[tuple[float, int]] = (),
 ) -> Prediction:
     """Simulate `plans` (tiles assigned to worker slots, as `plan_job` returns them) on `n_workers`.
 
@@ -338,11 +350,20 @@ def predict(
     node's disk, which takes one batch at a time. A shot's finishing task runs on the least busy worker
     after its last batch.
 
+    The policy is `farm.planning.render_state.RenderState`, the state machine `farm.run.graph` runs:
+    `joins` (``(seconds, workers)`` pairs) adds decode workers mid-render as a render adopts them (shots
+    not started move to them, the window widens); utilisation then counts them from the start.
+
     ``decode_makespan_s`` is the same simulation with blends, writes, encodes and shot finishing
     taking no time: decode and gather, the part that tiling decides.
     """
     if n_workers < 1:
         raise FarmError(f"need at least one worker to predict for; got {n_workers}")
+    for at, count in joins:
+        if at < 0 or count < 1:
+            raise FarmError(
+                f"a worker join needs a time of at least 0 s and at least 1 worker; got ({at}, {count})"
+            )
     cache: dict[Any, _ShotTasks] = {}
     shots = []
     for plan in plans:
@@ -352,24 +373,28 @@ def predict(
             cache[key] = _shot_tasks(plan, cost_model, memory, geometry or plan_geometry(plan))
         shots.append(cache[key])
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
-    full = _simulate(shots, schedule, cost_model, output=True)
-    decode_only = _simulate(shots, schedule, cost_model, output=False)
+    full = _simulate(shots, schedule, cost_model, output=True, joins=joins)
+    decode_only = _simulate(shots, schedule, cost_model, output=False, joins=joins)
+    n_all = n_workers + sum(count for _, count in joins)
     slots = [tuple(t.worker % n_workers for t in plan.tiles) for plan in plans]
-    peaks = [0] * n_workers
+    peaks = [0] * n_all
     for s, slot in zip(shots, slots, strict=True):
         for k, w in enumerate(slot):
             peaks[w] = max(peaks[w], s.tile_peak[k])
+    for kind, p, k, w in full["trace"]:  # tiles of shots moved to a joined worker peak there too
+        if kind == "decode" and w >= n_workers:
+            peaks[w] = max(peaks[w], shots[p].tile_peak[k])
     decoded = sum(sum(s.tile_volume) for s in shots)
     volume = sum(s.latent_volume for s in shots)
     span = max(full["makespan"], 1e-12)
     return Prediction(
-        n_workers=n_workers,
+        n_workers=n_all,
         makespan_s=full["makespan"],
         decode_makespan_s=decode_only["makespan"],
         decode_busy_s=full["decode_busy"],
         busy_s=full["busy"],
-        utilisation=full["decode_busy"] / (n_workers * span),
-        thread_utilisation=full["busy"] / (n_workers * max(1, cost_model.threads_per_worker) * span),
+        utilisation=full["decode_busy"] / (n_all * span),
+        thread_utilisation=full["busy"] / (n_all * max(1, cost_model.threads_per_worker) * span),
         redundancy=decoded / volume if volume else 1.0,
         tiles=sum(len(s.tile_seconds) for s in shots),
         transfer_bytes=int(full["transfer_bytes"]),
@@ -378,11 +403,17 @@ def predict(
 
 
 def _simulate(
-    shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool
+    shots: Sequence[_ShotTasks],
+    schedule: Schedule,
+    cost: CostModel,
+    *,
+    output: bool,
+    joins: Sequence[tuple[float, int]] = (),
 ) -> dict[str, Any]:
     """Discrete-event replay of `schedule` (see :func:`predict`); ``trace`` lists the tasks in the order
-    they became ready: ``(kind, shot, position, worker)``, I/O workers numbered after the decode ones."""
-    sim = _Simulation(shots, schedule, cost, output=output)
+    they became ready: ``(kind, shot, position, worker)``, I/O workers numbered after the decode ones
+    (those joining included)."""
+    sim = _Simulation(shots, schedule, cost, output=output, joins=joins)
     return sim.run()
 
 
@@ -393,9 +424,20 @@ class _Simulation:
     blend)`` (its frames reached its I/O worker), ``("finish", shot)`` with positions
     in ``schedule.decodes`` / ``schedule.blends``."""
 
-    def __init__(self, shots: Sequence[_ShotTasks], schedule: Schedule, cost: CostModel, *, output: bool):
+    def __init__(
+        self,
+        shots: Sequence[_ShotTasks],
+        schedule: Schedule,
+        cost: CostModel,
+        *,
+        output: bool,
+        joins: Sequence[tuple[float, int]] = (),
+    ):
         self.shots, self.schedule, self.cost, self.output = shots, schedule, cost, output
-        n, n_io = schedule.n_decode, schedule.n_io
+        self.state = RenderState(schedule, [len(s.batch_tiles) for s in shots])
+        # decode workers that join mid-render have their places from the start, idle until they join
+        self.live = schedule.n_decode
+        n, n_io = schedule.n_decode + sum(count for _, count in joins), schedule.n_io
         self.n = n
         self.link = cost.link() if cost.links else None
         self.per_node = max(1, cost.workers_per_node)
@@ -417,14 +459,13 @@ class _Simulation:
         self.node_bound = cost.output_streams_per_node < self.per_node * per_worker
         self.events: list[tuple] = []  # (time, seq, worker, task)
         self.seq = 0
+        for at, count in joins:
+            self.seq += 1
+            heapq.heappush(self.events, (at, self.seq, 0, ("join", count)))
         self.arrived = [0] * len(schedule.blends)
+        self.blend_slot = [b.slot for b in schedule.blends]  # where each blend runs (moved by joins)
         self.stages_left = [len(self.stages)] * len(schedule.blends)
-        self.unwritten = schedule.releases()
-        self.step_of = {d.unit: i for i, d in enumerate(schedule.decodes)}
-        self.held = 0
-        self.batches_left = [len(s.batch_tiles) for s in shots]
         self.totals = {"decode_busy": 0.0, "busy": 0.0, "transfer_bytes": 0.0}
-        self.cursor = 0
         self.touched: set[int] = set()
         self.trace: list[tuple[str, int, int, int]] = []
 
@@ -445,13 +486,19 @@ class _Simulation:
             blend = self.schedule.blends[i]
             self.trace.append((kind, blend.shot, blend.batch, w))
 
-    def submit(self) -> None:
-        decodes = self.schedule.decodes
-        while self.cursor < len(decodes) and self.held < self.schedule.window:
-            step = decodes[self.cursor]
-            self.cursor += 1
-            self.held += 1
-            self.push_ready(step.slot, Priority.DECODE + step.priority, ("decode", self.cursor - 1))
+    def apply(self, event: Event) -> None:
+        """Hand `event` to the render's state machine and carry out its instructions on the clock: a
+        decode becomes ready on its slot, a blend is noted where it will run once its pieces are there, a
+        finish goes to the least busy worker; releases only free the window, which the state keeps."""
+        for instruction in self.state.handle(event):
+            if isinstance(instruction, SubmitDecode):
+                priority = Priority.DECODE + self.schedule.decodes[instruction.step].priority
+                self.push_ready(instruction.slot, priority, ("decode", instruction.step))
+            elif isinstance(instruction, SubmitBlend):
+                self.blend_slot[instruction.blend] = instruction.slot
+            elif isinstance(instruction, FinishShot) and self.output and self.cost.shot_overhead_s > 0:
+                least = min(range(self.live), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
+                self.push_ready(least, Priority.FINISH, ("finish", instruction.shot))
 
     def seconds(self, task: tuple) -> float:
         kind, i = task
@@ -510,29 +557,15 @@ class _Simulation:
         bisect.insort(busy, (at, at + seconds))
         return at + seconds
 
-    def batch_done(self, j: int) -> None:
-        blend = self.schedule.blends[j]
-        for tile, segment in blend.pieces:
-            unit = (blend.shot, tile, segment)
-            self.unwritten[unit] -= 1
-            if self.unwritten[unit] == 0:
-                self.held -= 1
-        p = blend.shot
-        self.batches_left[p] -= 1
-        if self.batches_left[p] == 0 and self.output and self.cost.shot_overhead_s > 0:
-            least = min(range(self.n), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
-            self.push_ready(least, Priority.FINISH, ("finish", p))
-        self.submit()
-
     def arrive(self, j: int) -> None:
         self.arrived[j] += 1
         blend = self.schedule.blends[j]
         if self.arrived[j] < len(blend.pieces):
             return
         if self.output:
-            self.push_ready(blend.slot, Priority.BLEND, ("blend", j))
+            self.push_ready(self.blend_slot[j], Priority.BLEND, ("blend", j))
         else:
-            self.batch_done(j)
+            self.apply(BatchWritten(j))
 
     def decoded(self, w: int, i: int, now: float) -> None:
         """Send a decode's pieces to where their batches blend (one transfer at a time into each)."""
@@ -540,7 +573,7 @@ class _Simulation:
         hw = self.shots[step.shot].tile_hw[step.tile]
         for b, frames in zip(step.feeds, step.feed_frames, strict=True):
             j = self.blend_at[(step.shot, b)]
-            t = self.schedule.blends[j].slot
+            t = self.blend_slot[j]
             if t == w or self.link is None:
                 self.arrive(j)
                 continue
@@ -570,6 +603,10 @@ class _Simulation:
 
     def finished(self, w: int, task: tuple, now: float) -> None:
         kind, i = task
+        if kind == "join":
+            self.live += i
+            self.apply(WorkersJoined(i))
+            return
         if kind == "arrive":
             self.arrive(i)
             return
@@ -584,21 +621,23 @@ class _Simulation:
             if self.stages:
                 self.blended(w, i, now)
             else:
-                self.batch_done(i)
+                self.apply(BatchWritten(i))
         elif kind in ("write", "encode"):
             self.stages_left[i] -= 1
             if self.stages_left[i] == 0:
-                self.batch_done(i)
+                self.apply(BatchWritten(i))
 
     def run(self) -> dict[str, Any]:
-        self.submit()
+        self.apply(Started())
+        self.apply(OutputsOpened())
         for w in range(len(self.ready)):
             self.start(w, 0.0)
         self.touched.clear()
         makespan = 0.0
         while self.events:
             now, _, w, task = heapq.heappop(self.events)
-            makespan = max(makespan, now)
+            if task[0] != "join":  # a worker joining after the last task ends no later
+                makespan = max(makespan, now)
             self.finished(w, task, now)
             for i in sorted(self.touched):
                 self.start(i, now)

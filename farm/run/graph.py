@@ -20,13 +20,31 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from farm import config, keys, logs
 from farm.errors import FarmError
+from farm.planning.render_state import (
+    BatchWritten,
+    CancelShot,
+    FinishShot,
+    Instruction,
+    OutputsOpened,
+    Release,
+    RenderCancelled,
+    RenderState,
+    ShotFailed,
+    ShotFinished,
+    Started,
+    SubmitAudio,
+    SubmitBlend,
+    SubmitDecode,
+    WorkerLeft,
+    WorkersJoined,
+)
 from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
@@ -167,9 +185,9 @@ def run_graph(
     render_id = render_id or uuid.uuid4().hex[:8]
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
     gpus = functools.partial(gpus_seen, client, workers)
-    driver = Driver(client, plans, schedule, workers, io_workers, targets, render_id=render_id, gpus=gpus,
-                    priority=priority, describe=describe or {}, outputs_ready=outputs_ready,
-                    latents_ahead=latents_ahead)  # fmt: skip
+    options = DriverOptions(render_id, priority, describe or {}, outputs_ready=outputs_ready, gpus=gpus,
+                            latents_ahead=latents_ahead)  # fmt: skip
+    driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
     return driver.run(on_progress)
 
 
@@ -228,6 +246,9 @@ def ahead_key(plan: ShotPlan, step: DecodeStep) -> tuple[str, int, int]:
     return (plan.shot, plan.tiles[step.tile].index, step.segment)
 
 
+CANCELLED = "cancelled (farm cancel); finished batches are kept"  # a cancelled shot's error
+
+
 def _as_completed() -> Any:
     from distributed import as_completed
 
@@ -236,14 +257,44 @@ def _as_completed() -> Any:
     return as_completed(with_results=True, raise_errors=False)
 
 
-class Driver:
-    """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client: submits its decodes in order
-    through the window, each batch's blend and outputs right after the decode that completes it, releases a
-    decoded tile once every batch it feeds is written, and joins a shot's video after its last batch.
+@dataclass(frozen=True)
+class RenderWorkers:
+    """The cluster's workers a render uses, each list sorted by address (`split_workers`): decode slot
+    ``k`` is ``decode[k]``, I/O slot ``j`` is ``io[j]``."""
+
+    decode: Sequence[str]
+    io: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """How a driver runs beside its schedule: its render's name and priority, what it publishes, and the
+    hooks it waits on or takes results from.
 
     `completions` makes the iterator of finished ``(future, result)`` pairs (``distributed.as_completed``;
-    tests of the policy pass their own beside a fake client). Progress publishing and `farm cancel`
-    polling run on a thread of their own (:class:`Watcher`), so the loop only reacts to finished tasks.
+    tests of the driver pass their own beside a fake client). `outputs_ready` waits until the output
+    arrays exist; `gpus` says which GPUs each decode worker sees (`ipc.visible_gpus`); `latents_ahead`
+    holds `read_first_latents`' futures by `ahead_key`."""
+
+    render_id: str
+    priority: int = 0
+    describe: dict[str, Any] = field(default_factory=dict)
+    completions: Callable[[], Any] = _as_completed
+    outputs_ready: Callable[[], Any] | None = None
+    gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None
+    latents_ahead: dict[tuple[str, int, int], Any] | None = None
+
+
+class Driver:
+    """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client, a shell around its
+    :class:`~farm.planning.render_state.RenderState`: finished futures go in as events (a batch written,
+    a shot failed or finished, workers joined, a cancel), and the instructions that come out are carried
+    out here (`carry_out`: decodes, blends, sound and shot finishing submitted, decoded tiles' futures let
+    go). The policy (window, releases, finishing, joins) is the state machine's, which the planner's
+    simulator runs too.
+
+    Progress publishing, `farm cancel` polling and noticing workers that join or leave run on a thread of
+    their own (:class:`Watcher`), so the loop only reacts to finished tasks.
     """
 
     def __init__(
@@ -251,55 +302,79 @@ class Driver:
         client: Client,
         plans: Sequence[ShotPlan],
         schedule: Schedule,
-        workers: Sequence[str],
-        io_workers: Sequence[str],
+        workers: RenderWorkers,
         targets: RenderTargets,
-        *,
-        render_id: str,
-        priority: int = 0,
-        describe: dict[str, Any] | None = None,
-        completions: Callable[[], Any] = _as_completed,
-        outputs_ready: Callable[[], Any] | None = None,
-        gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None,
-        latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+        options: DriverOptions,
     ) -> None:
         self.client, self.plans, self.schedule, self.targets = client, list(plans), schedule, targets
-        self.workers, self.io_workers = list(workers), list(io_workers)
-        self.render_id, self.base = render_id, Priority.base(priority)
+        self.workers, self.io_workers = list(workers.decode), list(workers.io)
+        self.render_id, self.base = options.render_id, Priority.base(options.priority)
         self.stats = RenderStats(
             tiles_total=len(schedule.decodes),
             batches_total=len(schedule.blends),
             shots={p.shot: ShotOutcome(p.shot, len(p.batches)) for p in plans},
             window=schedule.window,
-            render_id=render_id,
+            render_id=options.render_id,
         )
-        self.publisher = ProgressPublisher(client, render_id, priority, describe or {})
+        self.publisher = ProgressPublisher(client, options.render_id, options.priority, options.describe)
         # the settings workers read (farm.WORKER_SETTINGS) that this process sets: they go with each task
         self.settings = config.worker_settings()
-        self.futures = completions()
+        self.futures = options.completions()
         self.meaning: dict[Any, tuple[str, Any]] = {}
         self.decoded: dict[tuple[int, int, int], Any] = {}  # step unit → decode future, while held
         self.pieces: dict[tuple[int, int, int, int], Any] = {}  # (*unit, batch) → piece future
-        self.unwritten = schedule.releases()  # step unit → batches it feeds not yet written
         self.frames_of = {d.unit: d.frames for d in schedule.decodes}  # step unit → tile-local frames
         self.last_segment = {(d.shot, d.tile): d.segment for d in schedule.decodes}  # decodes run in order
         self.carried: dict[tuple[int, int], Any] = {}  # (shot, tile) → decode future its next segment takes
-        self.batches_left = [len(p.batches) for p in plans]
+        self.blend_index = {(b.shot, b.batch): j for j, b in enumerate(schedule.blends)}
         # pieces blended on another decode worker that can open them go by CUDA IPC handle
-        self.shared = shared_over_ipc(schedule, self.workers, gpus)
-        self.failed: set[int] = set()
-        self.cursor = 0
-        self.outputs_ready = outputs_ready
-        self.deferred: list[BlendStep] = []  # blends held back until the outputs exist
-        self.latents_ahead = dict(latents_ahead or {})  # `ahead_key` → its `read_first_latents` future
+        self.shared = shared_over_ipc(schedule, self.workers, options.gpus)
+        self.outputs_ready = options.outputs_ready
+        self.latents_ahead = dict(options.latents_ahead or {})  # `ahead_key` → its read-ahead future
         self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
-        self.window = schedule.window  # grows as decode workers join (`adopt`)
-        self.moved: dict[int, int] = {}  # shot → the slot of a worker that joined mid-render, its new home
+        sound = targets.sound
+        self.state = RenderState(
+            schedule,
+            [len(p.batches) for p in plans],
+            sound=[p for p, plan in enumerate(plans) if sound and plan.shot in sound.decode],
+            pinned={piece[0] for piece in self.shared},  # their pieces go between given workers
+            carried={p for p, plan in enumerate(plans) if plan.chunk.carry},
+            outputs_open=options.outputs_ready is None,
+        )
         self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
+
+    @property
+    def failed(self) -> set[int]:
+        """Shots that failed or were cancelled (positions in `plans`)."""
+        return self.state.failed
+
+    @property
+    def moved(self) -> Mapping[int, int]:
+        """Shots moved to a decode worker that joined mid-render: shot → its slot."""
+        return self.state.moved
+
+    # -- carrying out the state machine's instructions ------------------------------------------------
+
+    def carry_out(self, instructions: Sequence[Instruction]) -> None:
+        for instruction in instructions:
+            if isinstance(instruction, SubmitDecode):
+                self.submit_decode(self.schedule.decodes[instruction.step], instruction.slot)
+            elif isinstance(instruction, SubmitBlend):
+                self.submit_blend(self.schedule.blends[instruction.blend])
+            elif isinstance(instruction, SubmitAudio):
+                self.submit_audio(instruction.shot)
+            elif isinstance(instruction, Release):
+                self.release(instruction.unit)
+            elif isinstance(instruction, FinishShot):
+                self.submit_finish(instruction.shot)
+            elif isinstance(instruction, CancelShot):
+                self.record_failure(instruction.shot, FarmError(CANCELLED))
+                self.stats.shots[self.plans[instruction.shot].shot].cancelled = True
+        self.stats.max_tiles_held = self.state.max_held
 
     # -- submitting ---------------------------------------------------------------------------------
 
-    def submit_decode(self, step: DecodeStep) -> None:
+    def submit_decode(self, step: DecodeStep, slot: int) -> None:
         plan = self.plans[step.shot]
         tile = plan.tiles[step.tile]
         cuts = _cuts(plan, step)
@@ -311,13 +386,14 @@ class Driver:
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
             ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
-            workers=[self.workers[self.moved.get(step.shot, step.slot)]], allow_other_workers=True,
-            retries=t.retries,
+            workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
         self.decoded[step.unit] = decode
-        if carried:
-            self._carry_on(step, decode)
+        if carried and step.segment < self.last_segment[(step.shot, step.tile)]:
+            # the next segment takes the whole result as an argument, not a task that picks the state
+            # out of it: that would add a scheduler round trip between two segments, GPU idle
+            self.carried[(step.shot, step.tile)] = decode
         for b, (index, _) in zip(step.feeds, cuts, strict=True):
             cut = share_piece if (*step.unit, b) in self.shared else take_piece
             self.pieces[(*step.unit, b)] = self.submit(
@@ -326,18 +402,6 @@ class Driver:
                 priority=self.base + Priority.PIECE,
             )  # fmt: skip
         decode.add_done_callback(self._count_decode)  # a failed decode surfaces through its blends
-        self.stats.max_tiles_held = max(self.stats.max_tiles_held, len(self.decoded))
-
-    def _carry_on(self, step: DecodeStep, decode: Any) -> None:
-        """Hand a carried segment's decode (its result holds the decoder state) to the tile's next
-        segment, and let go of the previous segment's if it fed nothing still to write (its state was
-        all it was for). The next segment takes the whole result as an argument, not a task that picks
-        the state out of it: that would add a scheduler round trip between two segments, GPU idle."""
-        if step.segment < self.last_segment[(step.shot, step.tile)]:
-            self.carried[(step.shot, step.tile)] = decode
-        before = (step.shot, step.tile, step.segment - 1)
-        if step.segment > 0 and self.unwritten.get(before) == 0:
-            self.release(before)
 
     def submit_blend(self, step: BlendStep) -> None:
         plan, t = self.plans[step.shot], self.targets
@@ -422,55 +486,20 @@ class Driver:
         self.futures.add(done)
         self.meaning[done.key] = ("finish", shot)
 
-    def fill_window(self) -> None:
-        decodes = self.schedule.decodes
-        while self.cursor < len(decodes) and len(self.decoded) < self.window:
-            step = decodes[self.cursor]
-            self.cursor += 1
-            if step.shot in self.failed:
-                continue
-            self.submit_decode(step)
-            for i in step.blends:
-                if self.outputs_ready is None:
-                    self.submit_blend(self.schedule.blends[i])
-                else:
-                    self.deferred.append(self.schedule.blends[i])
-
     def adopt(self, joined: Sequence[str]) -> None:
-        """Decode workers that joined mid-render take work: every shot not started yet that one slot
-        decodes and blends whole moves, round-robin, to the new slots, and the window grows by a
-        worker's share, so their first decodes start at once."""
+        """Decode workers that joined mid-render take work (`RenderState`'s `WorkersJoined`)."""
         with self.lock:
             old = len(self.workers)
             self.workers.extend(joined)
-            self.window += -(-self.schedule.window // old) * len(joined)
-            started = {d.shot for d in self.schedule.decodes[: self.cursor]}
-            slots: dict[int, set[int]] = {}
-            for d in self.schedule.decodes:
-                slots.setdefault(d.shot, set()).add(d.slot)
-            for b in self.schedule.blends:
-                slots.setdefault(b.shot, set()).add(b.slot)
-            shared = {piece[0] for piece in self.shared}
-            waiting = [p for p in dict.fromkeys(d.shot for d in self.schedule.decodes[self.cursor :])
-                       if p not in started and p not in self.failed and p not in shared
-                       and p not in self.moved and len(slots[p]) == 1]  # fmt: skip
-            for i, shot in enumerate(waiting):
-                turn = (i + old) % len(self.workers)  # the new slots take the next shots first
-                if turn >= old:  # the new slots' turns; the others keep their shots
-                    self.moved[shot] = turn
+            instructions = self.state.handle(WorkersJoined(len(joined)))
             logs.LOGGER.debug("%d decode worker(s) joined: %d shot(s) moved to them", len(joined),
                               sum(1 for s in self.moved.values() if s >= old))  # fmt: skip
-            self.fill_window()
+            self.carry_out(instructions)
 
-    def open_outputs(self) -> None:
-        """Wait for the outputs to exist, then submit the blends held back meanwhile, in order."""
-        if self.outputs_ready is not None:
-            self.outputs_ready()
-            self.outputs_ready = None
-        for step in self.deferred:
-            if step.shot not in self.failed:
-                self.submit_blend(step)
-        self.deferred.clear()
+    def worker_left(self, slot: int) -> None:
+        """The decode worker on `slot` left: shots moved to it and not started go back to their slots."""
+        with self.lock:
+            self.carry_out(self.state.handle(WorkerLeft(slot)))
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """`Client.submit`, the task run under the worker settings this process sets (`settings`)."""
@@ -486,18 +515,18 @@ class Driver:
         for key in [k for k in self.pieces if k[:3] == unit]:
             del self.pieces[key]
 
+    def record_failure(self, shot: int, error: BaseException) -> None:
+        """Note why `shot` stopped, and drop the decoder state its next segments would have taken."""
+        message = str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
+        self.stats.shots[self.plans[shot].shot].error = message
+        for key in [k for k in self.carried if k[0] == shot]:  # no later segment of it will be submitted
+            del self.carried[key]
+
     def fail_shot(self, shot: int, error: BaseException) -> None:
         if shot in self.failed:
             return
-        self.failed.add(shot)
-        name = self.plans[shot].shot
-        message = str(error) if isinstance(error, FarmError) else f"{type(error).__name__}: {error}"
-        self.stats.shots[name].error = message
-        for unit in list(self.decoded):
-            if unit[0] == shot:
-                self.release(unit)
-        for key in [k for k in self.carried if k[0] == shot]:  # no later segment of it will be submitted
-            del self.carried[key]
+        self.record_failure(shot, error)
+        self.carry_out(self.state.handle(ShotFailed(shot)))
 
     def batch_written(self, step: BlendStep, result: dict[str, Any]) -> None:
         stats = self.stats
@@ -508,14 +537,7 @@ class Driver:
         shot = stats.shots[self.plans[step.shot].shot]
         shot.batches_written += 1
         shot.frames_written += result["frames"]
-        for tile, segment in step.pieces:
-            unit = (step.shot, tile, segment)
-            self.unwritten[unit] -= 1
-            if self.unwritten[unit] == 0:
-                self.release(unit)
-        self.batches_left[step.shot] -= 1
-        if self.batches_left[step.shot] == 0:
-            self.submit_finish(step.shot)
+        self.carry_out(self.state.handle(BatchWritten(self.blend_index[(step.shot, step.batch)])))
 
     def _count_decode(self, fut: Any) -> None:  # runs on the client's thread: one increment, no locks
         if fut.status == "finished":
@@ -533,12 +555,12 @@ class Driver:
                 self.fail_shot(what.shot, _exception(fut))
             else:
                 self.batch_written(what, result)
-            self.fill_window()
         elif kind == "finish":
             if fut.status != "finished":
                 self.fail_shot(what, _exception(fut))
             else:
                 self.stats.shots[self.plans[what].shot].video = result["video"]
+                self.carry_out(self.state.handle(ShotFinished(what)))
         elif kind == "audio":
             if fut.status != "finished":
                 self.fail_shot(what, _exception(fut))
@@ -546,29 +568,20 @@ class Driver:
                 self.stats.shots[self.plans[what].shot].audio = result["audio"]
 
     def cancel_all(self) -> None:
-        for p, plan in enumerate(self.plans):
-            if not self.stats.shots[plan.shot].video and p not in self.failed:
-                self.fail_shot(p, FarmError("cancelled (farm cancel); finished batches are kept"))
-                self.stats.shots[plan.shot].cancelled = True
+        self.carry_out(self.state.handle(RenderCancelled()))
         self.futures.clear()
 
     def run(self, on_progress: ProgressCallback | None = None) -> RenderStats:
         started = time.perf_counter()
-        sound = self.targets.sound
-        decode_sound = [p for p, plan in enumerate(self.plans) if sound and plan.shot in sound.decode]
-        for p, plan in enumerate(self.plans):
-            if not plan.batches and p not in decode_sound:  # resumed after its last batch: only the video
-                self.submit_finish(p)
-        self.fill_window()  # the first window's decodes start while the outputs are being made
-        # then the scheduler round trips: the farm page shows the render from its start, nothing done
+        self.carry_out(self.state.handle(Started()))  # the first window's decodes start while the
+        # outputs are being made; then the scheduler round trips: the farm page shows the render from its
+        # start, nothing done
         self.publisher.publish(self.stats)
         if on_progress:
             on_progress(self.stats)  # the totals before anything is done: a progress bar from the start
-        self.open_outputs()
-        for p in decode_sound:  # written into OUT: once the render owns its shots there
-            self.submit_audio(p)
-            if not self.plans[p].batches:
-                self.submit_finish(p)
+        if self.outputs_ready is not None:
+            self.outputs_ready()
+        self.carry_out(self.state.handle(OutputsOpened()))  # blends held back, then the shots' sound
         watcher = Watcher(self)
         watcher.start()
         try:
@@ -642,19 +655,24 @@ class Watcher(threading.Thread):
                 self.cancelled.set()
                 d.futures.clear()
                 return
-            joined = self.joined_decode_workers()
+            joined, left = self.decode_workers_changed()
+            for slot in left:
+                d.worker_left(slot)
             if joined:
                 d.adopt(joined)
 
-    def joined_decode_workers(self) -> list[str]:
-        """Decode workers the scheduler has that the driver does not use yet (none on any error)."""
+    def decode_workers_changed(self) -> tuple[list[str], list[int]]:
+        """Decode workers the scheduler has that the driver does not use yet, and the slots of those it
+        used that the scheduler no longer has (none of either on any error)."""
         d = self.driver
         try:
             info = workers_info(d.client)
         except Exception:  # monitoring must never break a render
-            return []
+            return [], []
         known = set(d.workers) | set(d.io_workers)
-        return sorted(a for a, i in info.items() if a not in known and not is_io_worker(i))
+        joined = sorted(a for a, i in info.items() if a not in known and not is_io_worker(i))
+        left = [slot for slot, a in enumerate(d.workers) if a not in info and slot not in d.state.left]
+        return joined, left
 
     def stop(self) -> None:
         self.stopped.set()
