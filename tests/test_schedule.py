@@ -138,8 +138,10 @@ class FifoCompletions:
 
 
 def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_shot: str | None = None,
-          gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None):  # fmt: skip
-    """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one."""
+          gate: bool = False, one_host: bool = False, latents_ahead: dict | None = None,
+          joined: list[str] | None = None):  # fmt: skip
+    """Run the driver on a fake client; workers on hosts of their own, or with `one_host` all on one;
+    `joined` decode workers join once the first window is out (while the outputs are made)."""
     from farm.media.settings import VideoSettings
     from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers
 
@@ -155,7 +157,10 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
 
     def outputs_ready() -> None:
         client.submitted.append({"kind": "outputs-ready", "key": ("outputs-ready",)})
+        if joined:
+            driver.adopt(joined)
 
+    gate = gate or bool(joined)
     options = DriverOptions("r", completions=FifoCompletions, outputs_ready=outputs_ready if gate else None,
                             latents_ahead=latents_ahead)  # fmt: skip
     driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
@@ -547,3 +552,23 @@ def test_a_split_shots_tiles_start_together_on_their_workers() -> None:
             assert submitted_with[k] == max(position[(blend.shot, t, s)] for t, s in blend.pieces)
         _, _, stats, _, _ = drive(plans, n_workers, 1)
         assert stats.batches_written == len(plans[0].batches) and not stats.failed
+
+
+@pytest.mark.parametrize("n_workers, joined", [(1, 1), (2, 1), (2, 2)])
+def test_driver_and_simulator_move_the_same_shots_to_a_joined_worker(n_workers: int, joined: int) -> None:
+    """A decode worker joining mid-render: the driver (adopting it) and the simulator (`predict`'s
+    joins) run one state machine, so the same decodes go to the same workers."""
+    plans = job([TileGrid()] * 5 + [TileGrid((1, 1, 2), (0, 0, 2))] + [TileGrid()] * 3, n_workers)
+    new = [f"tcp://10.0.9.{i}:1" for i in range(joined)]
+    schedule, client, stats, workers, _ = drive(plans, n_workers, 0, window=2, joined=new)
+    assert stats.batches_written == len(schedule.blends) and not stats.failed
+    slot = {w: k for k, w in enumerate(workers + new)}
+    by_driver = sorted((s["key"][2], s["key"][3], slot[s["worker"]])
+                       for s in client.submitted if s["kind"] == keys.DECODE_TILE)  # fmt: skip
+    cost = costmodel.load("ltx2-tiny-cpu")
+    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
+    trace = _simulate(shots, schedule, cost, output=True, joins=[(0.0, joined)])["trace"]
+    by_simulator = sorted((plans[p].shot, plans[p].tiles[k].index, w)
+                          for kind, p, k, w in trace if kind == "decode")  # fmt: skip
+    assert by_driver == by_simulator
+    assert {w for *_, w in by_driver} == set(range(n_workers + joined))  # the joined workers decode
