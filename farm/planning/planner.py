@@ -418,11 +418,13 @@ def _simulate(
 
 
 class _Simulation:
-    """The state of one replay. Workers ``0 … n_decode-1`` decode and blend; I/O workers follow them and
-    run only writes and encodes (``IO_WORKER_THREADS`` each). Tasks: ``("decode", step)``,
-    ``("blend" | "write" | "encode", blend)``, ``("arrive", blend)`` (its pieces are there), ``("sent",
-    blend)`` (its frames reached its I/O worker), ``("finish", shot)`` with positions
-    in ``schedule.decodes`` / ``schedule.blends``."""
+    """The state of one replay: the cost model's clock and workers around the render's own state
+    machine (`state`), which says what to submit and when a tile leaves the window. Workers ``0 …
+    n_decode-1`` decode and blend, those joining mid-render (`joins`) follow, idle until they join; I/O
+    workers follow them and run only writes and encodes (``IO_WORKER_THREADS`` each). Tasks:
+    ``("decode", step)``, ``("blend" | "write" | "encode", blend)``, ``("arrive", blend)`` (its pieces
+    are there), ``("sent", blend)`` (its frames reached its I/O worker), ``("finish", shot)`` with
+    positions in ``schedule.decodes`` / ``schedule.blends``, and ``("join", workers)``."""
 
     def __init__(
         self,

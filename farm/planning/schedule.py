@@ -3,9 +3,9 @@
 It says, for shot plans whose tiles are assigned to worker slots: the order decode tasks are submitted
 in and the slot each runs on, where each batch is blended and where its writes and encodes run, the
 named priorities, the window of decoded tiles held at once, and when a decoded tile is released (once
-every batch it feeds is written). `farm.run.graph` runs a schedule on a Dask cluster;
-`farm.planning.planner`'s simulator replays the same schedule to predict its makespan, so a change of
-policy here changes both.
+every batch it feeds is written). `farm.planning.render_state` runs a schedule as a state machine, which
+`farm.run.graph` drives on a Dask cluster and `farm.planning.planner`'s simulator on a simulated clock to
+predict its makespan, so a change of policy here or there changes both.
 
 Slots are positions, not addresses: decode slot ``k`` is the k-th decode worker (sorted by address),
 I/O slot ``j`` the j-th I/O worker. Nothing here imports Dask or torch.

@@ -6,11 +6,13 @@ elsewhere), which takes them out of the scheduler's root-task queuing: this modu
 into every batch it feeds. Blends run as soon as all their pieces exist; a shot's video is joined
 once its last batch is written.
 
-The policy (order, slots, priorities, window, releases) is a `farm.planning.schedule.Schedule`; this module
-only runs it. Task keys read as what they are in the dashboard (`farm.keys`): ``("decode-tile", render,
-shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot, k)``, ``("write-batch", …)``,
-``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render, shot)`` and, for a shot with
-sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its video's join then muxes).
+The policy is a `farm.planning.schedule.Schedule` (order, slots, priorities) run by a
+`farm.planning.render_state.RenderState` (window, releases, finishing, workers joining); this module feeds
+it Dask's results and carries out its instructions. Task keys read as what they are in the dashboard
+(`farm.keys`): ``("decode-tile", render, shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot,
+k)``, ``("write-batch", …)``, ``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render,
+shot)`` and, for a shot with sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its
+video's join then muxes).
 """
 
 from __future__ import annotations
