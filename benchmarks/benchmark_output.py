@@ -52,11 +52,11 @@ def noise_frames(frames: int, height: int, width: int, seed: int = 0) -> np.ndar
 
 def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
     """A durable batch written whole, then its chunk files and folders fsync'd one after another (farm's
-    write until 2026-12-01), to measure against `farm.store.output.write_frames`."""
+    write until 2026-12-01), to measure against `farm.store.frames.write_frames`."""
     import zarr
 
     from farm.media.files import fsync_path
-    from farm.store.output import chunk_files, chunk_folders
+    from farm.store.frames import chunk_files, chunk_folders
 
     path = out.frames_array(shot)
     arr = zarr.open_array(store=str(path), mode="r+")
@@ -71,7 +71,8 @@ def _write_serial(out: Any, shot: str, start: int, frames: np.ndarray) -> None:
 def _zarr_writer(args: tuple) -> tuple[float, float]:
     """One writer process: write `batches` of farm's batches into its own shot of the output."""
     root, shot, batches, height, width, durable, pipeline = args
-    from farm.store.output import Output, write_frames
+    from farm.store.frames import write_frames
+    from farm.store.output import Output
 
     if pipeline == "zarrs":
         import zarr
@@ -91,7 +92,7 @@ def _zarr_writer(args: tuple) -> tuple[float, float]:
 def zarr_ceiling(folder: Path, procs: int, frames_total: int, height: int, width: int,
                  durable: bool | str, pipeline: str) -> dict[str, Any]:  # fmt: skip
     """Aggregate frames/s of `procs` processes writing `frames_total` frames of farm batches."""
-    from farm.store.output import create_frames_array
+    from farm.store.frames import create_frames_array
 
     shutil.rmtree(folder, ignore_errors=True)
     batches = max(1, frames_total // (BATCH * procs))
@@ -122,7 +123,8 @@ def _encoder(args: tuple) -> tuple[float, float]:
     from farm.media.files import fsync_path
     from farm.media.video import encode_segment
     from farm.media.yuv import rgb_to_yuv420
-    from farm.store.output import Output, write_frames
+    from farm.store.frames import write_frames
+    from farm.store.output import Output
 
     rgb = noise_frames(BATCH, height, width, seed=i)
     planes = rgb_to_yuv420(torch.from_numpy(rgb).permute(3, 0, 1, 2).float().div(255)).numpy()
@@ -146,7 +148,7 @@ def encode_ceiling(
     """Aggregate frames/s of `procs` processes encoding farm's segments, `threads` each (0: x264's);
     with `zarr`, each process also writes every batch to Zarr first, durable (the ceiling of a render
     that writes both, on one host's cores)."""
-    from farm.store.output import create_frames_array
+    from farm.store.frames import create_frames_array
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

@@ -36,7 +36,8 @@ def profile(work: Path, shots: int, frames: int, height: int, width: int, repeat
     from farm.planning.jobplan import plan_shots
     from farm.planning.options import PlanOptions
     from farm.run.resume import record_identity, render_identities, render_identity
-    from farm.store.output import Output, prepare_output
+    from farm.store.frames import prepare_output
+    from farm.store.output import Output
 
     job = synth(work / f"job-{shots}.zarr", decoder="ltx2", shots=shots, frames=frames, height=height,
                 width=width, overwrite=True)  # fmt: skip

@@ -583,7 +583,7 @@ def _plan_io_workers(model: Any, n_workers: int) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from farm.store.output import output_progress
+    from farm.store.progress import output_progress
 
     rows = output_progress(args.out, verify=args.verify)
     state = f"{'video':<9}  damaged" if args.verify else "video"

@@ -196,7 +196,8 @@ def ingest_and_render(
     from farm.inputs.ingest import ingest
     from farm.planning.options import PlanOptions
     from farm.run.render import render
-    from farm.store.output import Output, read_frames
+    from farm.store.frames import read_frames
+    from farm.store.output import Output
 
     np.save(tmp_path / "shot.npy", latent)
     job = tmp_path / "job.zarr"

@@ -96,7 +96,7 @@ def test_files_farm_did_not_write_are_not_overwritten(job, tmp_path, path, video
 
 
 def test_a_done_marker_follows_the_umask(tmp_path):
-    from farm.store.output import mark_done
+    from farm.store.markers import mark_done
 
     old = os.umask(0o022)
     try:
@@ -529,8 +529,8 @@ def fill(disk: Path) -> None:
 def test_a_full_disk_on_a_worker_is_one_line_naming_the_disk(full_disk, tmp_path):
     from farm.errors import FarmRuntimeError
     from farm.planning.tiling import Batch
+    from farm.store.frames import prepare_output
     from farm.store.job import open_job
-    from farm.store.output import prepare_output
     from farm.worker.tasks import BlendedFrames, write_batch
 
     out = Output(full_disk / "out")
@@ -605,8 +605,8 @@ def test_a_render_whose_latents_cannot_be_read_submits_nothing_to_a_shared_clust
 
 def test_a_worker_never_writes_into_a_folder_that_became_a_link(tmp_path):
     from farm.planning.tiling import Batch
+    from farm.store.frames import prepare_output
     from farm.store.job import open_job
-    from farm.store.output import prepare_output
     from farm.worker.tasks import BlendedFrames, encode_batch, write_batch
 
     out = Output(tmp_path / "out")

@@ -25,8 +25,10 @@ from farm.errors import FarmError
 from farm.inputs.pipelines import spec_from_pipeline
 from farm.media.audio import fit_length, read_audio, to_levels
 from farm.media.video import encode_segment, join_segments, probe
+from farm.store.frames import read_frames
 from farm.store.job import open_job
-from farm.store.output import Output, output_progress, read_frames
+from farm.store.output import Output
+from farm.store.progress import output_progress
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ingest import tiny_pipeline  # noqa: E402  (the tiny LTX-2 pipeline the ingest tests build)

@@ -11,7 +11,8 @@ import pytest
 
 from farm.media import video
 from farm.run.cluster import cpu_count, io_workers_beside_gpus
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 from tests.helpers import CAUSAL_LTX2_TINY, farm
 
 

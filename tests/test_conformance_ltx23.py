@@ -34,7 +34,8 @@ from farm.decoders.ltx2_audio import (
 )
 from farm.errors import FarmError
 from farm.media.audio import fit_length, read_audio, to_levels
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 
 pytest.importorskip("einops", reason="ltx-core's VAE modules import einops (tests/references.txt)")
 pytest.importorskip("ltx_core", reason="the reference decoder: pip install --no-deps -r tests/references.txt")

@@ -41,7 +41,8 @@ from farm.decoders.ltx2_audio import (  # noqa: E402
 )
 from farm.errors import FarmError  # noqa: E402
 from farm.media.audio import fit_length, read_audio, to_levels  # noqa: E402
-from farm.store.output import Output, read_frames  # noqa: E402
+from farm.store.frames import read_frames  # noqa: E402
+from farm.store.output import Output  # noqa: E402
 from tests.helpers import LTX2_TINY_FILE_CONFIG  # noqa: E402
 
 # LTX-2's audio VAE and vocoder in the form of the released file's `config` metadata (the audio VAE's keys

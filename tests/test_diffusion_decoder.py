@@ -26,7 +26,8 @@ from farm.errors import FarmError
 from farm.inputs.synthetic import synth
 from farm.planning import costmodel, planner
 from farm.planning.tiling import ChunkSize, TileGrid, plan_shot
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 
 pytestmark = pytest.mark.model
 SPEC = {"family": "ltx2-diffusion", "config": "ltx2-diffusion-tiny", "weights": {"random_seed": 0}}

@@ -14,7 +14,8 @@ import zarr
 
 from farm.media.names import is_farm_temporary
 from farm.planning.tiling import Batch
-from farm.store.output import Output, chunk_files, create_frames_array, write_frames
+from farm.store.frames import chunk_files, create_frames_array, write_frames
+from farm.store.output import Output
 from farm.worker.tasks import (
     BlendedFrames,
     VideoSettings,
@@ -181,7 +182,8 @@ def test_fast_codecs_write_what_zarr_python_reads(tmp_path: Path, pipeline: str)
     script = textwrap.dedent(f"""
         import numpy as np, zarr
         from pathlib import Path
-        from farm.store.output import Output, write_frames, use_fast_codecs
+        from farm.store.frames import use_fast_codecs, write_frames
+        from farm.store.output import Output
         rgb = np.random.default_rng(1).integers(0, 256, (16, 16, 24, 3), dtype=np.uint8)
         write_frames(Output(Path({str(out.root)!r})), "a", 0, rgb)
         print(zarr.config.get("codec_pipeline.path"))
@@ -202,8 +204,8 @@ def test_latents_are_read_through_zarr_pythons_pipeline_on_a_worker_that_writes_
     the same values, and leave the process' choice as it was."""
     pytest.importorskip("zarrs")
     from farm.inputs.synthetic import synth
+    from farm.store.frames import ZARRS_PIPELINE
     from farm.store.job import ZARR_PYTHON_PIPELINE, read_latent
-    from farm.store.output import ZARRS_PIPELINE
 
     job = tmp_path / "job.zarr"
     synth(job, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=96, seed=2)
@@ -232,7 +234,7 @@ def test_frame_chunks_hold_at_most_frame_chunk_mib_and_whole_batches(tmp_path: P
     one batch of large frames is several chunks written side by side; the frames read back the same."""
     from farm.errors import FarmError
     from farm.run.validate import check_video_settings
-    from farm.store.output import chunk_frames
+    from farm.store.frames import chunk_frames
 
     hd = 1088 * 1920 * 3
     assert [chunk_frames(8, hd, mib) for mib in (64, 16, 8, 4)] == [8, 2, 1, 1]

@@ -20,8 +20,9 @@ import farm.run.render as fr
 from farm.decoders import decoder_class
 from farm.media.settings import VideoSettings
 from farm.planning import planner
+from farm.store.frames import read_frames
 from farm.store.job import create_job, open_job, write_shot
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 
 FRAMES_ONLY = VideoSettings(enabled=False)
 # decoder → latent frames, rows, columns of the test shot (long enough that a later tile's context does

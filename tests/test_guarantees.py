@@ -20,7 +20,8 @@ import zarr
 import farm.run.render as fr
 from farm.errors import FarmError
 from farm.media.settings import VideoSettings
-from farm.store.output import Output, output_progress
+from farm.store.output import Output
+from farm.store.progress import output_progress
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)

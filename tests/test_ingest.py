@@ -20,8 +20,9 @@ from farm.cli import main as farm_main
 from farm.errors import FarmError
 from farm.inputs.ingest import ingest
 from farm.inputs.pipelines import PIPELINES
+from farm.store.frames import read_frames
 from farm.store.job import open_job
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 
 C = 8  # ltx2-tiny latent channels
 SHAPE = (C, 2, 3, 4)  # [C, F, H, W]: 9 frames of 96x128

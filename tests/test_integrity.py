@@ -21,7 +21,9 @@ import farm.run.render as fr
 from farm import cli
 from farm.errors import FarmError
 from farm.media.settings import VideoSettings
-from farm.store.output import Output, output_progress, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
+from farm.store.progress import output_progress
 
 QUIET = {"log": lambda _: None}
 TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
@@ -517,7 +519,7 @@ def small_disk(tmp_path):
 def test_a_rerun_writes_over_the_empty_chunks_a_failed_batch_left(job, tmp_path, scheduler3):
     """A batch whose write failed (a full disk) leaves 0-byte chunk files, in its frames and in the
     shot's valid array, and no done marker: the rerun renders it again without reading them back."""
-    from farm.store.output import VALID, chunk_files
+    from farm.store.frames import VALID, chunk_files
 
     out = tmp_path / "out"
     assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed

@@ -14,7 +14,8 @@ import numpy as np
 
 import farm.run.render as fr
 from farm.media.video import encode_segment
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 
 
 def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:

@@ -18,7 +18,9 @@ import pytest
 
 import farm.run.render as fr
 from farm.dashboard import monitor
-from farm.store.output import Output, output_progress, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
+from farm.store.progress import output_progress
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 

@@ -10,7 +10,8 @@ import pytest
 
 from farm.errors import FarmError
 from farm.media.names import check_name, child_path
-from farm.store.output import Output, mark_done, remove_stale_temporaries
+from farm.store.markers import mark_done
+from farm.store.output import Output, remove_stale_temporaries
 
 HOSTILE = [
     "",

@@ -535,7 +535,7 @@ def test_worker_settings_set_by_the_render_reach_workers_started_elsewhere(plain
     assert client.submit(on_worker, "launch-lead", pure=False).result() == 0  # for that task only
     os.environ["FARM_ZARRS"] = "0"  # the older variable still turns zarrs off
     try:
-        from farm.store.output import _zarrs_setting
+        from farm.store.frames import _zarrs_setting
 
         assert _zarrs_setting() is False
     finally:

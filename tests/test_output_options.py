@@ -9,7 +9,8 @@ import farm.run.render as fr
 from farm.errors import FarmError
 from farm.media import sequences, video
 from farm.media.settings import VideoSettings
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 from tests.helpers import assert_same_video
 
 QUIET = {"log": lambda _: None}

@@ -25,8 +25,9 @@ import farm.run.render as fr
 from farm.errors import FarmError
 from farm.media import video as farm_video
 from farm.media.settings import VideoSettings
+from farm.store.frames import read_frames
 from farm.store.lock import output_lock
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 
 SHOTS = ("shot000", "shot001")
 FRAMES = 17

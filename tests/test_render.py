@@ -11,8 +11,9 @@ import farm.run.render as fr
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.media import video
 from farm.media.settings import VideoSettings
+from farm.store.frames import read_frames
 from farm.store.job import open_job
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 from tests.helpers import assert_same_video, save_weights
 
 

@@ -16,8 +16,9 @@ import zarr
 
 import farm.run.render as fr
 from farm.errors import FarmError
+from farm.store.frames import read_frames
 from farm.store.job import open_job, write_shot
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 from tests.helpers import CAUSAL_LTX2_TINY, assert_same_video, farm
 
 OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)

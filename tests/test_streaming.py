@@ -10,8 +10,9 @@ import farm.run.render as fr
 from farm.inputs.synthetic import synth
 from farm.media.settings import VideoSettings
 from farm.planning.tiling import ChunkSize
+from farm.store.frames import read_frames
 from farm.store.job import open_job
-from farm.store.output import Output, read_frames
+from farm.store.output import Output
 from tests.helpers import CAUSAL_LTX2_TINY
 
 # 33 frames (5 latent frames of ltx2-tiny), 8-frame batches: 3 temporal chunks of 2 latent frames,

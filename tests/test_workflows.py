@@ -22,7 +22,9 @@ from distributed import Client
 
 import farm.run.render as fr
 from farm.run.cluster import workers_info
-from farm.store.output import Output, output_progress, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
+from farm.store.progress import output_progress
 from tests.helpers import workers_paused
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,8 @@ import zarr
 
 import farm.run.render as fr
 from farm.media.settings import VideoSettings
-from farm.store.output import Output, read_frames
+from farm.store.frames import read_frames
+from farm.store.output import Output
 
 xr = pytest.importorskip("xarray")
 QUIET = {"log": lambda _: None}

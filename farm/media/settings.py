@@ -6,6 +6,7 @@ Pure: no I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from farm import config
 
@@ -42,6 +43,19 @@ class VideoSettings:
     # shots with sound (LTX-2 audio latents in the job): OUT/audio/<shot>.<format> and a track in the video
     audio: bool = True
     audio_format: str = "wav"  # "wav" or "flac" (farm.media.audio.FORMATS)
+
+    def identity(self) -> dict[str, Any]:
+        """What a render identity records of these settings (its "outputs"): the outputs asked for and
+        the settings their bytes depend on. Output kinds read what is asked for from it."""
+        return {
+            "video": self.codec if self.enabled else None,
+            "sequence": self.sequence,
+            "first_frame": self.first_frame if self.sequence else None,
+            "frames_dtype": self.frames_dtype,
+            # only when not the default, so outputs rendered before the option existed still resume
+            **({"exr_values": self.exr_values}
+               if self.sequence == "exr" and self.exr_values != "display" else {}),  # fmt: skip
+        }
 
     # farm.media.video is imported where it is used: it imports PyAV, which planning never needs
     @property

@@ -51,25 +51,21 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.store.output import Output
+from farm.store.output_kinds import SOUND, VIDEO
 from farm.worker.ipc import can_open, gpus_seen, one_host
 from farm.worker.tasks import (
     Placement,
     VideoSettings,
     blend_batch,
-    decode_audio,
     decode_tile,
-    encode_batch,
-    finish_shot,
     mark_batch,
     prepare_decoder,
     read_latent_ahead,
     segment_latent_frames,
     share_piece,
     take_piece,
-    write_and_mark_batch,
-    write_batch,
-    write_sequence,
 )
+from farm.worker.writers import SHOT_WRITERS, ShotWriting, batch_writers
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -426,32 +422,28 @@ class Driver:
             "allow_other_workers": True,
             "priority": self.base + Priority.OUTPUT,
         }
-        if not t.video.enabled and not t.video.sequence:  # Zarr only: written and marked in one task
-            mark = self.submit(write_and_mark_batch, t.out, batch, frames, t.video.durable,
-                                      key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
+        writers = batch_writers(t.video)
+        writing = ShotWriting(t.video, t.fps[plan.shot], t.metadata, t.timecodes.get(plan.shot))
+        alone = writers[0].alone if len(writers) == 1 else None
+        if alone is not None:  # the batch's only output: written and marked in one task
+            only = writers[0]
+            mark = self.submit(alone, t.out, batch, frames, *only.args(writing),
+                               key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
             self.futures.add(mark)
             self.meaning[mark.key] = ("blend", step)
             return
-        written = self.submit(
-            write_batch, t.out, batch, frames, t.video.durable, key=(keys.WRITE_BATCH, *name), **where
-        )
-        encoded: Any = 0.0
-        if t.video.enabled:
-            encoded = self.submit(
-                encode_batch, t.out, batch, frames, t.fps[plan.shot], t.video, t.metadata,
-                key=(keys.ENCODE_SEGMENT, *name), **where,
-            )  # fmt: skip
-        extra = []
-        if t.video.sequence:
-            extra.append(self.submit(
-                write_sequence, t.out, batch, frames, t.video, t.fps[plan.shot],
-                timecode=t.timecodes.get(plan.shot),
-                key=(keys.WRITE_SEQUENCE, *name), **where,
-            ))  # fmt: skip
+        seconds: dict[str, Any] = {"write_s": 0.0, "encode_s": 0.0}
+        others = []
+        for writer in writers:
+            written = self.submit(writer.task, t.out, batch, frames, *writer.args(writing),
+                                  key=(writer.key, *name), **where)  # fmt: skip
+            if writer.seconds:
+                seconds[writer.seconds] = written
+            else:
+                others.append(written)
         where["priority"] = self.base + Priority.MARK
-        mark = self.submit(
-            mark_batch, t.out, batch, written, encoded, *extra, key=(keys.MARK_BATCH, *name), **where
-        )
+        mark = self.submit(mark_batch, t.out, batch, seconds["write_s"], seconds["encode_s"], *others,
+                           key=(keys.MARK_BATCH, *name), **where)  # fmt: skip
         self.futures.add(mark)
         self.meaning[mark.key] = ("blend", step)
 
@@ -459,10 +451,11 @@ class Driver:
         """The shot's sound, decoded whole on a decode worker (it is small beside any tile)."""
         plan, t = self.plans[shot], self.targets
         assert t.sound is not None
+        writer = SHOT_WRITERS[SOUND.name]
         done = self.submit(
-            decode_audio, t.job_path, t.sound.spec_json, t.out, plan.shot, plan.pixel_shape[0],
+            writer.task, t.job_path, t.sound.spec_json, t.out, plan.shot, plan.pixel_shape[0],
             t.fps[plan.shot], t.sound.format, t.video.durable,
-            key=(keys.DECODE_AUDIO, self.render_id, plan.shot),
+            key=(writer.key, self.render_id, plan.shot),
             workers=[self.workers[shot % len(self.workers)]], allow_other_workers=True, retries=t.retries,
             priority=self.base + Priority.FINISH,
         )  # fmt: skip
@@ -472,18 +465,19 @@ class Driver:
 
     def submit_finish(self, shot: int) -> None:
         plan, t = self.plans[shot], self.targets
-        if not t.video.enabled or (t.finish is not None and plan.shot not in t.finish):
+        writer = SHOT_WRITERS[VIDEO.name]
+        if not writer.kind.asked(t.video.identity()) or (t.finish is not None and plan.shot not in t.finish):
             return  # Zarr only, or a frame-range render whose shot still has other batches to do
         sound = None
         if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
             sound = str(t.out.audio_file(plan.shot, "." + t.sound.format))
         waits = [self.sounds.pop(shot)] if shot in self.sounds else []
         done = self.submit(
-            finish_shot, t.out, plan.shot, t.total_batches[plan.shot],
+            writer.task, t.out, plan.shot, t.total_batches[plan.shot],
             {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
             *waits,
             durable=t.video.durable, sound=sound,
-            key=(keys.FINISH_SHOT, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
+            key=(writer.key, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
         )  # fmt: skip
         self.futures.add(done)
         self.meaning[done.key] = ("finish", shot)

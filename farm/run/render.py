@@ -8,7 +8,7 @@ plans, joins or starts a cluster, runs the graph and reports each shot's outcome
 34
 
 The pieces it puts together live in the modules named for them (`farm.planning.options`,
-`farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.output`,
+`farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.frames`,
 `farm.planning.plan_table`, `farm.inputs.synthetic`); the names in ``__all__`` are re-exported from
 them for the tools and tests that take a render's parts from one place.
 """
@@ -93,16 +93,11 @@ from farm.run.resume import (
 )
 from farm.run.validate import check_distinct_paths, check_render_options
 from farm.store.claims import check_chunk_files
+from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
 from farm.store.lock import output_lock, reads_one_version_of_the_job
-from farm.store.output import (
-    Output,
-    check_writable,
-    mark_done,
-    prepare_output,
-    remove_stale_temporaries,
-    removed_if_left_empty,
-)
+from farm.store.markers import mark_done
+from farm.store.output import Output, check_writable, remove_stale_temporaries, removed_if_left_empty
 from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:

@@ -21,17 +21,16 @@ from farm.decoders.ltx2_audio import check_audio_latent, superseded_sound
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
+from farm.store.frames import FORMAT, clear_unfinished, fast_codecs
 from farm.store.job import Job
-from farm.store.output import (
-    Output,
-    audio_done,
-    clear_unfinished,
-    fast_codecs,
+from farm.store.output import Output, os_errors_in_one_line
+from farm.store.output_kinds import (
+    SOUND,
+    VIDEO,
+    batch_checks,
     forget_damaged,
-    os_errors_in_one_line,
     restart_shot,
     verified_batches,
-    video_done,
 )
 
 if TYPE_CHECKING:
@@ -222,18 +221,7 @@ def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dic
         "latents": latents if latents is not None else latent_identity(job, plan.shot),
         "decoder": job.spec.to_json(),
         "plan": plan_identity(plan),
-        "outputs": {
-            "video": video.codec if video.enabled else None,
-            "sequence": video.sequence,
-            "first_frame": video.first_frame if video.sequence else None,
-            "frames_dtype": video.frames_dtype,
-            # only when not the default, so outputs rendered before the option existed still resume
-            **(
-                {"exr_values": video.exr_values}
-                if video.sequence == "exr" and video.exr_values != "display"
-                else {}
-            ),
-        },
+        "outputs": video.identity(),
     }
     if sound_shots(job, [plan.shot], video):  # only shots with sound: outputs rendered without still resume
         identity["outputs"]["audio"] = audio_identity(job, plan.shot, video)
@@ -341,15 +329,16 @@ def resume_points(
             points.restarts[plan.shot] = None  # set up by a render that stopped before recording it
             done = set()
         else:
-            video_ok = video and video_done(out, plan.shot)
-            done, damaged = verified_batches(out, plan.shot, need_segment=video and not video_ok)
-            sound_done = sound_done or audio_done(out, plan.shot, sound_suffix)
+            video_ok = video and VIDEO.intact(out, plan.shot)
+            joined = [VIDEO.name] if video_ok or not video else []  # no segments to check: joined, or none
+            done, damaged = verified_batches(out, plan.shot, batch_checks(joined))
+            sound_done = sound_done or SOUND.intact(out, plan.shot, sound_suffix)
             video_kept = video_ok and not damaged  # joined and intact: at most its sound is missing
             if video_kept and sound_done:
                 continue
             if video_ok and damaged:  # frames to render again, and a video to join again from segments gone
                 done, damaged = set(), done | damaged
-            video_lost = video and not video_kept and out.video_done_marker(plan.shot).exists()
+            video_lost = video and not video_kept and VIDEO.marker(out, plan.shot).exists()
             if damaged or video_lost:
                 points.damaged[plan.shot] = (damaged, video_lost)
                 lost = [f"{len(damaged)} finished batch(es)"] if damaged else []
@@ -402,7 +391,7 @@ def apply_restarts(out: Output, points: ResumePoints) -> None:
         for shot, recorded in points.restarts.items():
             restart_shot(out, shot, recorded)
         for shot, (batches, video) in points.damaged.items():
-            forget_damaged(out, shot, batches, video)
+            forget_damaged(out, shot, batches, [VIDEO.name] if video else [])
         for plan in points.pending:
             if plan.shot not in points.restarts:
                 clear_unfinished(out, plan.shot, [(b.start, b.stop) for b in plan.batches])
@@ -412,8 +401,6 @@ def check_output_identity(out: Output) -> None:
     """OUT's frames.zarr, when there is one, must be a farm render's (root metadata readable, attribute
     'farm' of this format): anything else is refused, never resumed or written into."""
     import zarr
-
-    from farm.store.output import FORMAT
 
     if not out.frames_zarr.exists():
         return
@@ -430,7 +417,7 @@ def check_output_identity(out: Output) -> None:
 
 
 def _has_finished_work(out: Output, shot: str) -> bool:
-    return bool(out.batches_done(shot)) or out.video_done_marker(shot).exists()
+    return bool(out.batches_done(shot)) or VIDEO.marker(out, shot).exists()
 
 
 def _frames_readable(out: Output, shot: str) -> bool:

@@ -259,7 +259,7 @@ def read_fps(value: Any) -> float:
 
 
 # zarr-python's own codec pipeline. A worker that has written frames runs the `zarrs` pipeline for its
-# Zarr I/O (`farm.store.output.use_fast_codecs`), which is faster for whole chunks but slower for the part of
+# Zarr I/O (`farm.store.frames.use_fast_codecs`), which is faster for whole chunks but slower for the part of
 # a chunk a carried segment reads: 13-15 ms against 6-10 ms for 4-5 latent frames of a 704x1216 shot on
 # this project's 2-core CPU machine (docs/performance.md). A shot's first read is on
 # its GPU's critical path.

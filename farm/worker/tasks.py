@@ -29,17 +29,11 @@ from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
 from farm.media.yuv import rgb_to_yuv420
 from farm.planning.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
+from farm.store.frames import VALID, mark_valid, write_frames
 from farm.store.job import read_audio_latent, read_latent
-from farm.store.output import (
-    VALID,
-    Output,
-    batch_record,
-    file_record,
-    mark_done,
-    mark_valid,
-    video_record,
-    write_frames,
-)
+from farm.store.markers import file_record, mark_done
+from farm.store.output import Output
+from farm.store.output_kinds import batch_record
 from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
@@ -745,7 +739,7 @@ def finish_shot(
     join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
     if durable:
         fsync_all([out.video(shot)], [out.video(shot).parent])
-    mark_done(out.video_done_marker(shot), video_record(out, shot))
+    mark_done(out.video_done_marker(shot), file_record(out.video(shot)))
     for s in segments:
         s.unlink(missing_ok=True)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}

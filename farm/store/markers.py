@@ -1,0 +1,76 @@
+"""Done markers under OUT/.farm/done: written durably once what they mark is in place, holding what
+they mark (the sha256 of files), and read back to tell whether those files are still unchanged.
+
+A marker is trusted only while what it records is still on disk unchanged: a missing, truncated or
+altered file is rendered again (`farm.store.output_kinds` says what each kind's marker records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from farm.media.files import fsync_path, process_umask, temp_file
+
+
+def mark_done(path: Path, record: dict | None = None) -> None:
+    """Create a marker file durably (fsync'd) so it only exists once what it marks is in place;
+    `record` (what it marks: checksums) is its JSON content."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = temp_file(path)
+    try:
+        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600: markers are read by colleagues too
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(json.dumps(record).encode() if record else b"")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_path(path.parent)  # the rename itself
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 of a file's bytes; None when there is no such file."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def read_marker(path: Path) -> dict[str, Any] | None:
+    """A done marker's record: {} for a marker without one (written before markers held checksums), None
+    for no marker or one that cannot be read."""
+    try:
+        text = path.read_bytes()
+    except OSError:
+        return None
+    if not text:
+        return {}
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    """What a done marker of one whole file records: its name, sha256 and size."""
+    return {"name": path.name, "sha256": file_digest(path), "size": path.stat().st_size}
+
+
+def file_intact(marker: Path, path: Path) -> bool:
+    """Whether `marker` exists and `path` is, byte for byte, the file it records."""
+    record = read_marker(marker)
+    if record is None:
+        return False
+    if not record:  # a marker without a checksum
+        return path.exists() and path.stat().st_size > 0
+    return record.get("name") == path.name and file_digest(path) == record.get("sha256")

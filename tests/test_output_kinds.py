@@ -1,0 +1,212 @@
+"""The table of output kinds (`farm.store.output_kinds`) on real files: each kind's files, its check
+against what the markers record, its removal; a restart removes exactly the entries' files; and each
+kind has the task that writes it (`farm.worker.writers`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from farm.media.audio import FORMATS as SOUND_FORMATS
+from farm.media.audio import write_audio
+from farm.media.settings import VideoSettings
+from farm.planning.tiling import Batch
+from farm.store.frames import chunk_files, create_frames_array, create_validity
+from farm.store.markers import file_digest, file_record, mark_done
+from farm.store.output import Output
+from farm.store.output_kinds import (
+    ALL_OUTPUTS,
+    BATCH_OUTPUTS,
+    FRAMES,
+    SEGMENT,
+    SEQUENCE,
+    SHOT_OUTPUTS,
+    SOUND,
+    VIDEO,
+    batch_checks,
+    batch_intact,
+    batch_record,
+    forget_damaged,
+    restart_shot,
+    verified_batches,
+)
+from farm.worker.tasks import (
+    BlendedFrames,
+    encode_batch,
+    finish_shot,
+    mark_batch,
+    write_batch,
+    write_sequence,
+)
+from farm.worker.writers import BATCH_WRITERS, SHOT_WRITERS, batch_writers
+
+SHOT, OTHER = "a", "b"
+FRAMES_N, BATCH_N = 16, 8
+# what OUT records for shot "a": a PNG sequence numbered from 1, 16 frames, H.264 video, FLAC sound
+RECORDED = {"outputs": {"video": "h264", "sequence": "png8", "first_frame": 1, "audio": {"format": "flac"}},
+            "plan": {"pixel_shape": [FRAMES_N, 16, 24]}}  # fmt: skip
+
+
+def render_shot(out: Output, shot: str) -> None:
+    """Every kind of a shot written by its own task, as a render writes them: two batches' frames,
+    segments and images, each batch marked; the video joined; the sound written and marked; then the
+    segments encoded again (as a resumed render whose video is re-joined has them beside the video)."""
+    create_frames_array(out.frames_zarr, shot, (FRAMES_N, 16, 24), BATCH_N)
+    create_validity(out, shot, FRAMES_N, BATCH_N)
+    for folder in (out.videos_dir, out.segments_dir(shot)):  # as prepare_output makes them
+        folder.mkdir(parents=True, exist_ok=True)
+    rgb = np.random.default_rng(sum(map(ord, shot))).integers(0, 256, (FRAMES_N, 16, 24, 3), dtype=np.uint8)
+    video = VideoSettings(sequence="png8", preset="ultrafast", first_frame=1)
+    batches = [Batch(shot, k, BATCH_N * k, BATCH_N * (k + 1), (0,)) for k in range(2)]
+
+    def encode_all() -> None:
+        for batch in batches:
+            encode_batch(out, batch, BlendedFrames(rgb[batch.start : batch.stop]), 24.0, video, {})
+
+    for batch in batches:
+        frames = BlendedFrames(rgb[batch.start : batch.stop])
+        write_batch(out, batch, frames)
+        write_sequence(out, batch, frames, video)
+    encode_all()
+    for batch in batches:
+        mark_batch(out, batch, 0.0, 0.0)
+    finish_shot(out, shot, 2, {})
+    sound = out.audio_file(shot, ".flac")
+    write_audio(sound, np.zeros((2, 4800), np.int16), 48000, "flac")
+    mark_done(out.audio_done_marker(shot), file_record(sound))
+    mark_done(out.cancelled_marker(shot))
+    encode_all()
+
+
+@pytest.fixture
+def out(tmp_path: Path) -> Output:
+    out = Output(tmp_path / "out")
+    render_shot(out, SHOT)
+    render_shot(out, OTHER)
+    # files farm did not write, in the folders where the kinds live
+    for path in (out.videos_dir / "notes.txt", out.sequence_dir(SHOT) / "notes.txt",
+                 out.audio_dir / "notes.txt", out.shot_group(SHOT) / "notes.txt"):  # fmt: skip
+        path.write_text("mine")
+    return out
+
+
+def files_under(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*") if p.is_file()}
+
+
+def kind_files(out: Output, kind_name: str, shot: str) -> set[Path]:
+    """What each kind owns of a shot, spelled independently of the table."""
+    return {
+        "frames": {p for p in files_under(out.shot_group(shot)) if p.name != "notes.txt"},
+        "segment": files_under(out.segments_dir(shot)),
+        "sequence": set(out.sequence_dir(shot).glob(f"{shot}.*.png")),
+        "video": {out.videos_dir / f"{shot}.mp4"},
+        "sound": {out.audio_dir / f"{shot}.flac"},
+    }[kind_name]
+
+
+def test_the_table_names_every_kind_once_with_a_writer_task():
+    names = [k.name for k in ALL_OUTPUTS]
+    assert names == ["frames", "segment", "sequence", "video", "sound"]
+    assert {k.scope for k in BATCH_OUTPUTS} == {"batch"} and {k.scope for k in SHOT_OUTPUTS} == {"shot"}
+    assert [w.kind for w in BATCH_WRITERS] == list(BATCH_OUTPUTS)
+    assert [w.kind for w in SHOT_WRITERS.values()] == list(SHOT_OUTPUTS)
+    assert SOUND.every_suffix() == tuple(suffix for suffix, _, _ in SOUND_FORMATS.values())
+
+
+@pytest.mark.parametrize(
+    ("settings", "kinds"),
+    [
+        (VideoSettings(), ["frames", "segment"]),
+        (VideoSettings(enabled=False), ["frames"]),
+        (VideoSettings(sequence="exr"), ["frames", "segment", "sequence"]),
+        (VideoSettings(enabled=False, sequence="png16"), ["frames", "sequence"]),
+    ],
+)
+def test_a_render_writes_the_batch_outputs_its_settings_ask_for(settings, kinds):
+    writers = batch_writers(settings)
+    assert [w.kind.name for w in writers] == kinds
+    assert VIDEO.asked(settings.identity()) is settings.enabled
+    assert SEQUENCE.asked(settings.identity()) is (settings.sequence is not None)
+    assert (writers[0].alone is not None) and FRAMES.asked({})  # frames always; alone with no other
+
+
+def test_a_batch_marker_holds_each_kinds_part_and_each_kind_checks_its_own(out: Output):
+    record = json.loads(out.done_marker(SHOT, 1).read_bytes())
+    assert list(record) == ["chunks", "segment"] and record == batch_record(out, SHOT, 1, 8, 16)
+    import zarr
+
+    array_dir = out.frames_array(SHOT)
+    arr = zarr.open_array(store=str(array_dir), mode="r")
+    chunks = chunk_files(array_dir, arr, 8, 16)
+    assert record["chunks"] == {str(c.relative_to(array_dir)): file_digest(c) for c in chunks}
+    assert record["segment"] == {"name": "00001.mp4", "sha256": file_digest(out.segment(SHOT, 1))}
+    assert all(kind.intact(out, SHOT, 1, record) for kind in BATCH_OUTPUTS)
+
+    chunks[0].write_bytes(chunks[0].read_bytes()[:-1])  # a truncated chunk: the frames' check fails alone
+    out.segment(SHOT, 0).write_bytes(b"not a segment")  # an altered segment: the segment's check fails
+    assert not FRAMES.intact(out, SHOT, 1, record) and SEGMENT.intact(out, SHOT, 1, record)
+    record0 = json.loads(out.done_marker(SHOT, 0).read_bytes())
+    assert FRAMES.intact(out, SHOT, 0, record0) and not SEGMENT.intact(out, SHOT, 0, record0)
+    assert verified_batches(out, SHOT, batch_checks()) == (set(), {0, 1})
+    assert verified_batches(out, SHOT, batch_checks(joined=["video"])) == ({0}, {1})  # segments joined
+    assert batch_intact(out, OTHER, 1, BATCH_OUTPUTS)
+
+
+@pytest.mark.parametrize("kind", SHOT_OUTPUTS, ids=lambda k: k.name)
+def test_a_shot_output_is_intact_only_as_its_marker_records_it(out: Output, kind):
+    path = kind.file(out, SHOT, next(s for s in kind.every_suffix() if kind.file(out, SHOT, s).exists()))
+    assert kind.present(out, SHOT) and not kind.damaged(out, SHOT)
+    assert kind.intact(out, SHOT, path.suffix)
+    path.write_bytes(path.read_bytes()[:-1])
+    assert kind.damaged(out, SHOT) and not kind.intact(out, SHOT, path.suffix) and kind.present(out, SHOT)
+    path.unlink()
+    assert kind.damaged(out, SHOT) and not kind.present(out, SHOT)
+    assert kind.intact(out, OTHER, path.suffix)  # the other shot's is untouched
+
+
+@pytest.mark.parametrize("kind", ALL_OUTPUTS, ids=lambda k: k.name)
+def test_each_kind_removes_exactly_its_own_files(out: Output, kind):
+    expected = kind_files(out, kind.name, SHOT)
+    assert expected and all(p.exists() for p in expected)
+    before = files_under(out.root)
+    kind.remove(out, SHOT, RECORDED)
+    assert before - files_under(out.root) == expected
+
+
+def test_a_restart_removes_exactly_the_entries_files_and_markers(out: Output):
+    owned = set().union(*(kind_files(out, k.name, SHOT) for k in ALL_OUTPUTS))
+    before = files_under(out.root)
+    restart_shot(out, SHOT, RECORDED)
+    removed = before - files_under(out.root)
+    markers = {out.done_marker(SHOT, 0), out.done_marker(SHOT, 1), out.video_done_marker(SHOT),
+               out.audio_done_marker(SHOT), out.cancelled_marker(SHOT)}  # fmt: skip
+    assert owned and removed == owned | markers
+    assert all((folder / "notes.txt").exists()
+               for folder in (out.videos_dir, out.sequence_dir(SHOT), out.audio_dir, out.shot_group(SHOT)))
+
+
+def test_a_restart_takes_the_video_of_this_and_the_recorded_codec_only(out: Output):
+    mov = out.video(SHOT, ".mov")
+    mov.write_bytes(b"a ProRes render's")
+    restart_shot(Output(out.root, ".mp4"), SHOT, RECORDED)  # h264 recorded, h264 now: the .mov stays
+    assert mov.exists() and not out.video(SHOT).exists()
+    restart_shot(Output(out.root, ".mp4"), SHOT, {**RECORDED, "outputs": {"video": "prores_hq"}})
+    assert not mov.exists()
+
+
+def test_forgetting_a_damaged_batch_removes_its_chunks_valid_chunk_and_markers(out: Output):
+    import zarr
+
+    record = json.loads(out.done_marker(SHOT, 1).read_bytes())
+    chunks = {out.frames_array(SHOT) / name for name in record["chunks"]}
+    before = files_under(out.root)
+    forget_damaged(out, SHOT, [1], [VIDEO.name])
+    removed = before - files_under(out.root)
+    valid = zarr.open_array(store=str(out.shot_group(SHOT) / "valid"), mode="r")
+    assert removed == chunks | {out.done_marker(SHOT, 1), out.video_done_marker(SHOT),
+                                out.shot_group(SHOT) / "valid" / "c" / "1"}  # fmt: skip
+    assert not valid[8:].any() and valid[:8].all()
