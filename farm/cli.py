@@ -508,9 +508,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_render(args: argparse.Namespace) -> int:
     from farm.media.settings import VideoSettings
-    from farm.run.render import render
+    from farm.run.render import run_render  # Dask distributed: loaded by the commands that use it
+    from farm.run.request import RenderRequest
 
-    stats = render(
+    request = RenderRequest(
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
@@ -523,63 +524,19 @@ def cmd_render(args: argparse.Namespace) -> int:
         on_progress=_progress_bar(args.started),
         priority=args.priority,
     )  # fmt: skip
-    return _report(stats, Path(args.out))
+    return _report(run_render(request), Path(args.out))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.media.settings import VideoSettings
-    from farm.planning.budgets import check_fits, host_peak_bytes, window_peak_bytes
-    from farm.planning.jobplan import plan_job, predict_render
-    from farm.planning.plan_table import describe_plans
-    from farm.store.job import open_job
+    from farm.run.plan_report import plan_report  # the cost model and the cluster's defaults: farm plan's
 
-    if args.workers is not None and args.workers < 1:
-        raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
-    from farm.run.cluster import local_decode_workers
-
-    args.workers = args.workers if args.workers is not None else local_decode_workers()
-    from farm.planning import planner
-    from farm.planning.costmodel import cost_model
-
-    job = open_job(args.job)
-    options = _plan_options(args)
-    model = cost_model(job.spec, options.cost_model)
-    if args.no_video:
-        model = model.with_(encode_s_per_pixel=0.0)
-    n_io = _plan_io_workers(model, args.workers)
     shots = args.shots.split(",") if args.shots else None
-    plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
-    print(describe_plans(plans, job.spec, args.workers))
-    gpu_bytes = model.worker_memory_bytes
-    check_fits(plans, job.spec, None if model.decode_on_host else gpu_bytes)  # after the table: it shows why
-    # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster starts
-    prediction, window = predict_render(plans, job.spec, model, args.workers, n_io)
-    print(planner.describe(prediction, model))
-    if n_io:
-        print(f"  with {n_io} I/O worker(s) for writes and encodes, as a local GPU cluster on this machine "
-              "starts them (farm.io-workers)")  # fmt: skip
-    if window and gpu_bytes:
-        peak = window_peak_bytes(plans, job.spec, window)
-        gpu = gpu_bytes / 2**30
-        host = host_peak_bytes(plans, window, VideoSettings())
-        print(
-            f"  render's default window on a {gpu:.1f} GiB GPU (the cost model's): {window} decoded tiles "
-            f"per worker, GPU memory per worker at most {peak / 2**30:.2f} GiB, host memory for blended "
-            f"batches at most {host / 2**30:.2f} GiB"
-        )
+    report = plan_report(args.job, _plan_options(args), args.workers, shots, video=not args.no_video)
+    print(report.table())
+    if report.refusal is not None:  # after the table: it shows why
+        raise report.refusal
+    print(report.summary())
     return 0
-
-
-def _plan_io_workers(model: Any, n_workers: int) -> int:
-    """The I/O workers `farm plan` predicts with: none for a CPU cost model, else farm.io-workers or
-    what a local CUDA cluster of `n_workers` GPUs on this machine would start."""
-    from farm import config
-    from farm.run.cluster import cpu_count, io_workers_beside_gpus
-
-    if model.decode_on_host:
-        return 0
-    chosen = config.get("io-workers")
-    return int(chosen) if chosen is not None else io_workers_beside_gpus(n_workers, cpu_count())
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -612,7 +569,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from farm.run.render import PlanOptions, render, synth
+    from farm.inputs.synthetic import synth
+    from farm.planning.options import PlanOptions
+    from farm.run.render import render
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"

@@ -16,7 +16,7 @@ cluster; see `farm.submit`).
 >>> if __name__ == "__main__":                                         # doctest: +SKIP
 ...     sys.exit(workflow.run(main))
 
-`render` is `farm.run.render.render` with the submission's cluster and priority, a render id under the
+`render` is `farm.render` with the submission's cluster and priority, a render id under the
 submission (``<submission>.<n>-<job>``, so ``farm cancel <submission>`` reaches every render it started)
 and a check that stops the workflow with :class:`Cancelled` once the render or its submission is
 cancelled.
@@ -124,7 +124,7 @@ def argv() -> list[str]:
 
 
 def cluster() -> dict[str, str]:
-    """Keyword arguments for `farm.run.render.render` that join the submission's cluster (``{}`` if none)."""
+    """Keyword arguments for `farm.render` that join the submission's cluster (``{}`` if none)."""
     ctx = context()
     return {"scheduler": ctx.scheduler} if ctx.scheduler else {}
 
@@ -172,10 +172,13 @@ def render(
     check_every: float = 0.5,
     **kwargs: Any,
 ):
-    """`farm.run.render.render` for a workflow: joins the submission's cluster unless `kwargs` name one,
-    uses its priority unless given, names the render under the submission, logs through `log`, and
-    raises :class:`Cancelled` when the render or the submission is cancelled (finished batches stay)."""
-    import farm.run.render as fr
+    """`farm.render` for a workflow (one `farm.run.request.RenderRequest`): joins the submission's
+    cluster unless `kwargs` name one, uses its priority unless given, names the render under the
+    submission, logs through `log`, and raises :class:`Cancelled` when the render or the submission is
+    cancelled (finished batches stay)."""
+    # at call time: `import farm.workflow` (a submitted script's first line) stays free of Dask distributed
+    from farm.run.render import run_render
+    from farm.run.request import RenderRequest
 
     ctx = context()
     if not any(kwargs.get(k) is not None for k in ("scheduler", "scheduler_file", "workers")):
@@ -198,8 +201,10 @@ def render(
             if cancelled(stats.render_id):
                 raise Cancelled(f"render {stats.render_id} was cancelled")
 
+    request = RenderRequest(job, out, priority=priority, render_id=render_id or "", on_progress=on_progress,
+                            **kwargs)  # fmt: skip
     try:
-        stats = fr.render(job, out, priority=priority, render_id=render_id, on_progress=on_progress, **kwargs)
+        stats = run_render(request)
     except Cancelled:
         if render_id:
             _mark_cancelled(render_id)
