@@ -395,7 +395,7 @@ def _plan_options(args: argparse.Namespace):
     )
 
 
-def _progress_bar(started: float | None = None):
+def progress_bar(started: float | None = None):
     """A one-line progress bar on a terminal, on stderr (tiles decoded, batches written); nothing
     otherwise. Its clock starts at `started` (the command's start: cluster start-up and set-up count)."""
     from tqdm import tqdm
@@ -521,7 +521,7 @@ def cmd_render(args: argparse.Namespace) -> int:
                             audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
-        on_progress=_progress_bar(args.started),
+        on_progress=progress_bar(args.started),
         priority=args.priority,
     )  # fmt: skip
     return _report(run_render(request), Path(args.out))
@@ -585,7 +585,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
     stats = render(
         job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
-        on_progress=_progress_bar(args.started), log=logs.message,
+        on_progress=progress_bar(args.started), log=logs.message,
     )  # fmt: skip
     return _report(stats, out)
 

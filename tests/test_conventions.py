@@ -233,7 +233,7 @@ def test_progress_bar_shows_totals_and_time_since_the_command_started(monkeypatc
         monkeypatch.setattr(logs.LOGGER, name, getattr(logs.LOGGER, name))
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
     logs.setup(0, stream=terminal)
-    update = cli._progress_bar(time.time() - 16)
+    update = cli.progress_bar(time.time() - 16)
     stats = RenderStats(tiles_total=4, batches_total=8)
     update(stats)  # what the render's driver sends before any task has run
     first = terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]
