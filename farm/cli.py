@@ -14,8 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from farm import config, logs
+from farm import __version__, config, logs
+from farm.decoders import FAMILIES
 from farm.errors import FarmError
+from farm.inputs.ingest import ingest
+from farm.inputs.synthetic import synth
+from farm.media.settings import VideoSettings
+from farm.planning.options import PlanOptions, parse_tiles, parse_triple
+from farm.planning.tiling import ChunkSize
+from farm.run.request import RenderRequest
+from farm.run.validate import check_priority
+from farm.store.output import Output, output_progress
 
 LOGGER = logging.getLogger("farm")
 AddCommand = Callable[..., argparse.ArgumentParser]  # adds a subcommand: add(name, help=...)
@@ -45,14 +54,10 @@ def _verbosity_options(p: argparse.ArgumentParser, default: object) -> None:
 
 
 def _decoder_configs() -> str:
-    from farm.decoders import FAMILIES
-
     return ", ".join(f"{family}: {'/'.join(cls.named_configs)}" for family, cls in FAMILIES.items())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from farm import __version__
-
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster. "
@@ -368,16 +373,12 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
         raise FarmError("give one of --scheduler and --scheduler-file")
     args.args = script_args
     args.priority = args.priority or 0
-    from farm.run.validate import check_priority
 
     check_priority(args.priority)
     return args
 
 
 def _plan_options(args: argparse.Namespace):
-    from farm.planning.options import PlanOptions, parse_tiles, parse_triple
-    from farm.planning.tiling import ChunkSize
-
     chunk = ChunkSize()
     if args.chunk:
         f, h, w = (v or None for v in parse_triple(args.chunk, "--chunk", minimum=0))
@@ -421,8 +422,6 @@ def progress_bar(started: float | None = None):
 
 def _report(stats, out: Path) -> int:
     """The outputs on stdout (what a script reads); failures as errors on stderr."""
-    from farm.store.output import Output
-
     print(
         f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
         f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
@@ -460,8 +459,6 @@ def failure_lines(failed: list) -> list[str]:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from farm.inputs.synthetic import synth
-
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
         width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
@@ -474,7 +471,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from farm.inputs.ingest import ingest
 
     bar = None
 
@@ -507,9 +503,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from farm.media.settings import VideoSettings
-    from farm.run.render import run_render  # Dask distributed: loaded by the commands that use it
-    from farm.run.request import RenderRequest
+    from farm.run.render import run_render  # Dask distributed: this command's alone
 
     request = RenderRequest(
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
@@ -528,7 +522,7 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.run.plan_report import plan_report  # the cost model and the cluster's defaults: farm plan's
+    from farm.run.plan_report import plan_report  # Dask distributed: this command's alone
 
     shots = args.shots.split(",") if args.shots else None
     report = plan_report(args.job, _plan_options(args), args.workers, shots, video=not args.no_video)
@@ -540,8 +534,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from farm.store.output import output_progress
-
     rows = output_progress(args.out, verify=args.verify)
     state = f"{'video':<9}  damaged" if args.verify else "video"
     print(f"{'shot':<24} {'batches':>11} {'frames':>7}  {state}")
@@ -569,9 +561,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from farm.inputs.synthetic import synth
-    from farm.planning.options import PlanOptions
-    from farm.run.render import render
+    from farm.run.render import render  # Dask distributed: this command's alone
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"
@@ -614,7 +604,7 @@ def _mark_demo(job_path: Path) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from farm.run.clusterd import parse_gpus, serve
+    from farm.run.clusterd import parse_gpus, serve  # Dask distributed: this command's alone
 
     return serve(
         gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
@@ -626,7 +616,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from farm import submit
+    from farm import submit  # Dask distributed: this command's alone
 
     args = _split_submit_args(args)
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
@@ -643,7 +633,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from farm import submit
+    from farm import submit  # Dask distributed: this command's alone
 
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
     return submit.cancel(args.id, address, wait=args.wait, force=args.force)

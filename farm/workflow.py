@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError
+from farm.render_ids import is_cancelled
+from farm.run.request import RenderRequest
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -149,7 +151,6 @@ def cancelled(render_id: str | None) -> bool:
     client = ctx.metadata_client()
     if client is None:
         return False
-    from farm.render_ids import is_cancelled
 
     targets = client.get_metadata(["farm", "cancelled"], default={}) or {}
     ids = [i for i in (render_id, ctx.submission) if i]
@@ -176,9 +177,7 @@ def render(
     cluster unless `kwargs` name one, uses its priority unless given, names the render under the
     submission, logs through `log`, and raises :class:`Cancelled` when the render or the submission is
     cancelled (finished batches stay)."""
-    # at call time: `import farm.workflow` (a submitted script's first line) stays free of Dask distributed
-    from farm.run.render import run_render
-    from farm.run.request import RenderRequest
+    from farm.run.render import run_render  # Dask distributed: `import farm.workflow` stays free of it
 
     ctx = context()
     if not any(kwargs.get(k) is not None for k in ("scheduler", "scheduler_file", "workers")):

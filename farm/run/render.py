@@ -32,6 +32,7 @@ from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
 from farm.decoders import decoder_class, decoder_timings
 from farm.errors import FarmError
 from farm.media.rates import start_timecode
+from farm.media.sequences import FORMATS
 from farm.media.settings import VideoSettings
 from farm.owner import owner
 from farm.planning.budgets import (
@@ -389,8 +390,6 @@ def refuse_if_no_shot_hashed(early: BeforeCluster) -> None:
 def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSettings, restart: bool) -> None:
     """Before anything is written: no link where farm keeps its files, no file farm did not write where
     it would write one (`farm.store.ownership`)."""
-    from farm.media.sequences import FORMATS
-
     check_no_links(out, names)
     check_no_foreign_files(
         out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.enabled,
