@@ -276,8 +276,9 @@ def _worker_peak() -> int:
 def step_render(which: str) -> dict:
     import tempfile
 
+    from farm.inputs.synthetic import synth
     from farm.run.cluster import connect
-    from farm.run.render import render, synth
+    from farm.run.render import render
 
     frames, height, width = SHOTS[which]
     work = Path(tempfile.mkdtemp(prefix="farm-diffusion-"))

@@ -236,7 +236,7 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
     import torch
 
     from farm.decoders import decoder_class
-    from farm.run.render import synth_spec
+    from farm.inputs.synthetic import synth_spec
 
     spec = synth_spec(args.decoder)
     cls = decoder_class(spec)
@@ -319,9 +319,13 @@ def part_plain(args: argparse.Namespace, results: dict) -> None:
 
 def part_farm_and_chunk(args: argparse.Namespace, results: dict, work: Path) -> None:
     from farm.decoders import decoder_class
+    from farm.inputs.synthetic import synth
+    from farm.planning.budgets import tile_chunk_volume
+    from farm.planning.jobplan import plan_job
+    from farm.planning.options import PlanOptions
     from farm.planning.tiling import ChunkSize
     from farm.run.cluster import connect
-    from farm.run.render import PlanOptions, plan_job, render, synth, tile_chunk_volume
+    from farm.run.render import render
     from farm.store.job import open_job
 
     sizes = {"frames": args.frames, "height": args.height, "width": args.width}
@@ -512,8 +516,9 @@ def part_two_workers(args: argparse.Namespace, results: dict, work: Path) -> Non
     import torch
     from distributed import Client
 
+    from farm.inputs.synthetic import synth
+    from farm.planning.options import PlanOptions
     from farm.run.cluster import connect, ucx_available
-    from farm.run.render import PlanOptions, synth
     from farm.worker import transport
 
     gpu = torch.cuda.is_available()

@@ -231,7 +231,7 @@ def plain_decode(args: argparse.Namespace) -> dict[str, Any]:
 
     from farm.decoders import load_decoder
     from farm.decoders.reflect_pad import sliced_reflect_padding
-    from farm.run.render import synth_spec
+    from farm.inputs.synthetic import synth_spec
 
     spec = synth_spec(args.decoder).to_json()
     out: dict[str, Any] = {}
@@ -265,9 +265,9 @@ def farm_renders(args: argparse.Namespace, work: Path, results: dict, save: Any)
     import dask
     from bench_clusters import cluster
 
+    from farm.inputs.synthetic import synth
     from farm.media.settings import VideoSettings
     from farm.run.cluster import connect
-    from farm.run.render import synth
 
     job = work / "job.zarr"
     if args.shots:
@@ -422,9 +422,8 @@ def parse_case(case: str) -> tuple[tuple[int, int, int], str, int, str]:
 
 
 def plan_options(tiles: tuple, chunk: str | int, batch_frames: int) -> Any:
-    from farm.planning.options import AUTO
+    from farm.planning.options import AUTO, PlanOptions
     from farm.planning.tiling import ChunkSize
-    from farm.run.render import PlanOptions
 
     frames = int(str(chunk).rstrip("ce"))
     carry, taper = str(chunk).endswith(("c", "e")), not str(chunk).endswith("e")

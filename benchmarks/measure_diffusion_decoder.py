@@ -39,8 +39,8 @@ from measure_seams import (  # noqa: E402
     warmup_errors,
 )
 
+from farm.inputs.synthetic import smooth_latent  # noqa: E402
 from farm.planning.tiling import TileGrid, plan_shot  # noqa: E402
-from farm.run.render import smooth_latent  # noqa: E402
 
 
 def compare(out, ref, seam: int = 0) -> tuple[float, float]:

@@ -55,8 +55,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from farm.decoders.base import SEAM_TARGET_DB  # noqa: E402
+from farm.inputs.synthetic import smooth_latent, synth_spec  # noqa: E402
 from farm.planning.tiling import AXES, ChunkSize, Geometry, ShotPlan, TileGrid, plan_shot  # noqa: E402
-from farm.run.render import smooth_latent, synth_spec  # noqa: E402
 
 # Shipped LTX-2 multi-GPU grids (latent units): 2x2 and 2x4 (height x width) with overlap 4, and the
 # documentation's "8 height tiles, overlap 4".

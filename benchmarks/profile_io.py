@@ -32,7 +32,7 @@ def ltx2_frames(n: int, h: int, w: int) -> np.ndarray:
     import torch
 
     from farm.decoders import load_decoder
-    from farm.run.render import synth_spec
+    from farm.inputs.synthetic import synth_spec
 
     spec = synth_spec("ltx2")
     device = "cuda" if torch.cuda.is_available() else "cpu"

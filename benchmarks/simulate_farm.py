@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from farm.decoders import memory_model  # noqa: E402
 from farm.decoders.memory import MemoryModel  # noqa: E402
+from farm.inputs.synthetic import synth_spec  # noqa: E402
 from farm.planning import costmodel, planner  # noqa: E402
 from farm.planning.tiling import Geometry, TileGrid, assign_round_robin, plan_shot  # noqa: E402
-from farm.run.render import synth_spec  # noqa: E402
 
 G = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
 SHAPES = {"1216x704x121": (128, 16, 22, 38), "1920x1088x121": (128, 16, 34, 60)}
@@ -247,45 +247,48 @@ def cpu_validation(reps: int = 3) -> list[list[str]]:
     import statistics
     import tempfile
 
-    import farm.run.render as fr
+    from farm.inputs.synthetic import synth
+    from farm.planning.jobplan import plan_job
+    from farm.planning.options import PlanOptions
     from farm.run.cluster import connect
+    from farm.run.render import render
 
     model = costmodel.load("ltx2-tiny-cpu")
     rows = []
     with tempfile.TemporaryDirectory(prefix="farm-validate-") as tmp:
         root = Path(tmp)
         jobs = {
-            "1 shot 33x256x384": fr.synth(root / "one.zarr", shots=1, frames=33, height=256, width=384),
-            "4 shots 33x256x384": fr.synth(root / "four.zarr", shots=4, frames=33, height=256, width=384),
+            "1 shot 33x256x384": synth(root / "one.zarr", shots=1, frames=33, height=256, width=384),
+            "4 shots 33x256x384": synth(root / "four.zarr", shots=4, frames=33, height=256, width=384),
         }
         with connect(workers=2) as client:
             address = client.scheduler.address
             quiet = {"scheduler": address, "log": lambda _: None}
-            fr.render(
+            render(
                 jobs["1 shot 33x256x384"].path,
                 root / "warm",
-                options=fr.PlanOptions(tiles=(1, 1, 1)),
+                options=PlanOptions(tiles=(1, 1, 1)),
                 **quiet,
             )
             run = 0
             for case, job in jobs.items():
                 memory = memory_model(job.spec)
-                auto = fr.plan_job(job, fr.PlanOptions(), 2)
+                auto = plan_job(job, PlanOptions(), 2)
                 grids = {p.grid for p in auto}
-                options = [("auto", fr.PlanOptions(tiles=auto[0].grid.tiles, overlap=auto[0].grid.overlap))]
+                options = [("auto", PlanOptions(tiles=auto[0].grid.tiles, overlap=auto[0].grid.overlap))]
                 if len(grids) > 1:
                     options = []  # mixed auto grids cannot be given as one explicit option; skip
                 options += [
-                    ("whole", fr.PlanOptions(tiles=(1, 1, 1))),
-                    ("1x2x2 o0,2,2", fr.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2))),
+                    ("whole", PlanOptions(tiles=(1, 1, 1))),
+                    ("1x2x2 o0,2,2", PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2))),
                 ]
                 for label, opts in options:
-                    plans = fr.plan_job(job, opts, 2)
+                    plans = plan_job(job, opts, 2)
                     pred = planner.predict(plans, 2, model, memory=memory)
                     seconds = []
                     for _ in range(reps):
                         run += 1
-                        stats = fr.render(job.path, root / f"out-{run}", options=opts, **quiet)
+                        stats = render(job.path, root / f"out-{run}", options=opts, **quiet)
                         seconds.append(stats.seconds)
                     measured = statistics.median(seconds)
                     rows.append([

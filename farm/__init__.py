@@ -6,6 +6,7 @@ The Python API, importable from ``farm`` itself (docs/architecture.md):
 >>> farm.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17)        # doctest: +SKIP
 >>> job = farm.open_job("job.zarr")                                          # doctest: +SKIP
 >>> plans = farm.plan(job, farm.PlanOptions(tiles=(1, 2, 2)), n_workers=4)   # doctest: +SKIP
+>>> print(farm.plan_report("job.zarr", n_workers=4).table())                 # doctest: +SKIP
 >>> stats = farm.render("job.zarr", "out", workers=2)                       # doctest: +SKIP
 >>> farm.Output(Path("out")).video("shot000")                                # doctest: +SKIP
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from farm.planning.options import PlanOptions as PlanOptions
     from farm.planning.tiling import ShotPlan as ShotPlan
     from farm.run.graph import RenderStats as RenderStats
+    from farm.run.plan_report import PlanReport as PlanReport
+    from farm.run.plan_report import plan_report as plan_report
     from farm.run.render import render as render
     from farm.store.job import Job as Job
     from farm.store.job import open_job as open_job
@@ -48,6 +51,8 @@ _API = {
     "render": ("farm.run.render", "render"),
     "RenderStats": ("farm.run.graph", "RenderStats"),
     "plan": ("farm.planning.jobplan", "plan_job"),
+    "plan_report": ("farm.run.plan_report", "plan_report"),
+    "PlanReport": ("farm.run.plan_report", "PlanReport"),
     "PlanOptions": ("farm.planning.options", "PlanOptions"),
     "ShotPlan": ("farm.planning.tiling", "ShotPlan"),
     "synth": ("farm.inputs.synthetic", "synth"),

@@ -14,8 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from farm import config, logs
+from farm import __version__, config, logs
+from farm.decoders import FAMILIES
 from farm.errors import FarmError
+from farm.inputs.ingest import ingest
+from farm.inputs.synthetic import synth
+from farm.media.settings import VideoSettings
+from farm.planning.options import PlanOptions, parse_tiles, parse_triple
+from farm.planning.tiling import ChunkSize
+from farm.run.request import RenderRequest
+from farm.run.validate import check_priority
+from farm.store.output import Output
+from farm.store.progress import output_progress
 
 LOGGER = logging.getLogger("farm")
 AddCommand = Callable[..., argparse.ArgumentParser]  # adds a subcommand: add(name, help=...)
@@ -45,14 +55,10 @@ def _verbosity_options(p: argparse.ArgumentParser, default: object) -> None:
 
 
 def _decoder_configs() -> str:
-    from farm.decoders import FAMILIES
-
     return ", ".join(f"{family}: {'/'.join(cls.named_configs)}" for family, cls in FAMILIES.items())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from farm import __version__
-
     parser = argparse.ArgumentParser(
         prog="farm",
         description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster. "
@@ -368,16 +374,12 @@ def _split_submit_args(args: argparse.Namespace) -> argparse.Namespace:
         raise FarmError("give one of --scheduler and --scheduler-file")
     args.args = script_args
     args.priority = args.priority or 0
-    from farm.run.validate import check_priority
 
     check_priority(args.priority)
     return args
 
 
 def _plan_options(args: argparse.Namespace):
-    from farm.planning.options import PlanOptions, parse_tiles, parse_triple
-    from farm.planning.tiling import ChunkSize
-
     chunk = ChunkSize()
     if args.chunk:
         f, h, w = (v or None for v in parse_triple(args.chunk, "--chunk", minimum=0))
@@ -395,7 +397,7 @@ def _plan_options(args: argparse.Namespace):
     )
 
 
-def _progress_bar(started: float | None = None):
+def progress_bar(started: float | None = None):
     """A one-line progress bar on a terminal, on stderr (tiles decoded, batches written); nothing
     otherwise. Its clock starts at `started` (the command's start: cluster start-up and set-up count)."""
     from tqdm import tqdm
@@ -421,8 +423,6 @@ def _progress_bar(started: float | None = None):
 
 def _report(stats, out: Path) -> int:
     """The outputs on stdout (what a script reads); failures as errors on stderr."""
-    from farm.store.output import Output
-
     print(
         f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
         f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
@@ -460,8 +460,6 @@ def failure_lines(failed: list) -> list[str]:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from farm.inputs.synthetic import synth
-
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
         width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
@@ -474,7 +472,6 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from farm.inputs.ingest import ingest
 
     bar = None
 
@@ -507,10 +504,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from farm.media.settings import VideoSettings
-    from farm.run.render import render
+    from farm.run.render import run_render  # Dask distributed: this command's alone
 
-    stats = render(
+    request = RenderRequest(
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
@@ -520,70 +516,25 @@ def cmd_render(args: argparse.Namespace) -> int:
                             audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
-        on_progress=_progress_bar(args.started),
+        on_progress=progress_bar(args.started),
         priority=args.priority,
     )  # fmt: skip
-    return _report(stats, Path(args.out))
+    return _report(run_render(request), Path(args.out))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from farm.media.settings import VideoSettings
-    from farm.planning.budgets import check_fits, host_peak_bytes, window_peak_bytes
-    from farm.planning.jobplan import plan_job, predict_render
-    from farm.planning.plan_table import describe_plans
-    from farm.store.job import open_job
+    from farm.run.plan_report import plan_report  # Dask distributed: this command's alone
 
-    if args.workers is not None and args.workers < 1:
-        raise FarmError(f"--workers {args.workers} is invalid; use 1 or more")
-    from farm.run.cluster import local_decode_workers
-
-    args.workers = args.workers if args.workers is not None else local_decode_workers()
-    from farm.planning import planner
-    from farm.planning.costmodel import cost_model
-
-    job = open_job(args.job)
-    options = _plan_options(args)
-    model = cost_model(job.spec, options.cost_model)
-    if args.no_video:
-        model = model.with_(encode_s_per_pixel=0.0)
-    n_io = _plan_io_workers(model, args.workers)
     shots = args.shots.split(",") if args.shots else None
-    plans = plan_job(job, options, args.workers, shots, n_io=n_io, video=not args.no_video)
-    print(describe_plans(plans, job.spec, args.workers))
-    gpu_bytes = model.worker_memory_bytes
-    check_fits(plans, job.spec, None if model.decode_on_host else gpu_bytes)  # after the table: it shows why
-    # as `farm render` would run it: its memory-budget window, and the I/O workers a local GPU cluster starts
-    prediction, window = predict_render(plans, job.spec, model, args.workers, n_io)
-    print(planner.describe(prediction, model))
-    if n_io:
-        print(f"  with {n_io} I/O worker(s) for writes and encodes, as a local GPU cluster on this machine "
-              "starts them (farm.io-workers)")  # fmt: skip
-    if window and gpu_bytes:
-        peak = window_peak_bytes(plans, job.spec, window)
-        gpu = gpu_bytes / 2**30
-        host = host_peak_bytes(plans, window, VideoSettings())
-        print(
-            f"  render's default window on a {gpu:.1f} GiB GPU (the cost model's): {window} decoded tiles "
-            f"per worker, GPU memory per worker at most {peak / 2**30:.2f} GiB, host memory for blended "
-            f"batches at most {host / 2**30:.2f} GiB"
-        )
+    report = plan_report(args.job, _plan_options(args), args.workers, shots, video=not args.no_video)
+    print(report.table())
+    if report.refusal is not None:  # after the table: it shows why
+        raise report.refusal
+    print(report.summary())
     return 0
 
 
-def _plan_io_workers(model: Any, n_workers: int) -> int:
-    """The I/O workers `farm plan` predicts with: none for a CPU cost model, else farm.io-workers or
-    what a local CUDA cluster of `n_workers` GPUs on this machine would start."""
-    from farm import config
-    from farm.run.cluster import cpu_count, io_workers_beside_gpus
-
-    if model.decode_on_host:
-        return 0
-    chosen = config.get("io-workers")
-    return int(chosen) if chosen is not None else io_workers_beside_gpus(n_workers, cpu_count())
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    from farm.store.progress import output_progress
 
     rows = output_progress(args.out, verify=args.verify)
     state = f"{'video':<9}  damaged" if args.verify else "video"
@@ -612,7 +563,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from farm.run.render import PlanOptions, render, synth
+    from farm.run.render import render  # Dask distributed: this command's alone
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))
     job_path, out = root / "job.zarr", root / "render"
@@ -626,7 +577,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"farm demo: job {job.path} ({len(job.shots)} shots of 33 frames, 192x128, ltx2-tiny)")
     stats = render(
         job_path, out, workers=args.workers, options=PlanOptions(tiles=(2, 1, 2), batch_frames=16),
-        on_progress=_progress_bar(args.started), log=logs.message,
+        on_progress=progress_bar(args.started), log=logs.message,
     )  # fmt: skip
     return _report(stats, out)
 
@@ -655,7 +606,7 @@ def _mark_demo(job_path: Path) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from farm.run.clusterd import parse_gpus, serve
+    from farm.run.clusterd import parse_gpus, serve  # Dask distributed: this command's alone
 
     return serve(
         gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
@@ -667,7 +618,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from farm import submit
+    from farm import submit  # Dask distributed: this command's alone
 
     args = _split_submit_args(args)
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
@@ -684,7 +635,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from farm import submit
+    from farm import submit  # Dask distributed: this command's alone
 
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
     return submit.cancel(args.id, address, wait=args.wait, force=args.force)

@@ -33,11 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm.dashboard.monitor import FINAL_STATES
+from farm import config
+from farm.dashboard.monitor import FINAL_STATES, install
 from farm.errors import FarmError
 from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import workers_info
+from farm.run.tls import check_tls, check_tls_to
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -62,8 +64,6 @@ def new_submission_id() -> str:
 def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
     """The scheduler address from ``--scheduler`` or ``--scheduler-file`` (at most one), else from Dask's
     ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
-    from farm import config
-
     if not scheduler and not scheduler_file:
         scheduler = config.scheduler_address()
     if scheduler and scheduler_file:
@@ -91,7 +91,6 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
 def client_for(address: str) -> Client:
     from distributed import Client
 
-    from farm.run.tls import check_tls, check_tls_to
 
     check_tls(("client",))
     check_tls_to(address)
@@ -128,8 +127,6 @@ def published_args(args: Sequence[str]) -> list[str]:
     """What the farm page may show of a workflow's arguments (`farm.page-arguments`): by default none
     (``["(3 arguments)"]``); ``masked``: option names with every value as ``***`` (``--api-token=***``),
     since arguments may carry tokens and passwords and the page is read by everyone who reaches it."""
-    from farm import config
-
     if not args:
         return []
     if str(config.get("page-arguments")) != "masked":
@@ -153,8 +150,6 @@ def run_foreground(
     log: Callable[[str], None] = print,
 ) -> int:
     """Run `script` here against the cluster at `address`; returns its exit code (130 if interrupted)."""
-    from farm.dashboard.monitor import install
-
     path = _check_script(script)
     submission = submission or new_submission_id()
     client = client_for(address)
@@ -337,7 +332,6 @@ def submit_detached(
     """Start `script` on the cluster at `address` as a detached driver; returns the submission id."""
     from distributed import fire_and_forget
 
-    from farm.dashboard.monitor import install
 
     path = _check_script(script)
     source = path.read_text()

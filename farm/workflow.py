@@ -16,7 +16,7 @@ cluster; see `farm.submit`).
 >>> if __name__ == "__main__":                                         # doctest: +SKIP
 ...     sys.exit(workflow.run(main))
 
-`render` is `farm.run.render.render` with the submission's cluster and priority, a render id under the
+`render` is `farm.render` with the submission's cluster and priority, a render id under the
 submission (``<submission>.<n>-<job>``, so ``farm cancel <submission>`` reaches every render it started)
 and a check that stops the workflow with :class:`Cancelled` once the render or its submission is
 cancelled.
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.errors import FarmError
+from farm.render_ids import is_cancelled
+from farm.run.request import RenderRequest
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -124,7 +126,7 @@ def argv() -> list[str]:
 
 
 def cluster() -> dict[str, str]:
-    """Keyword arguments for `farm.run.render.render` that join the submission's cluster (``{}`` if none)."""
+    """Keyword arguments for `farm.render` that join the submission's cluster (``{}`` if none)."""
     ctx = context()
     return {"scheduler": ctx.scheduler} if ctx.scheduler else {}
 
@@ -149,7 +151,6 @@ def cancelled(render_id: str | None) -> bool:
     client = ctx.metadata_client()
     if client is None:
         return False
-    from farm.render_ids import is_cancelled
 
     targets = client.get_metadata(["farm", "cancelled"], default={}) or {}
     ids = [i for i in (render_id, ctx.submission) if i]
@@ -172,10 +173,11 @@ def render(
     check_every: float = 0.5,
     **kwargs: Any,
 ):
-    """`farm.run.render.render` for a workflow: joins the submission's cluster unless `kwargs` name one,
-    uses its priority unless given, names the render under the submission, logs through `log`, and
-    raises :class:`Cancelled` when the render or the submission is cancelled (finished batches stay)."""
-    import farm.run.render as fr
+    """`farm.render` for a workflow (one `farm.run.request.RenderRequest`): joins the submission's
+    cluster unless `kwargs` name one, uses its priority unless given, names the render under the
+    submission, logs through `log`, and raises :class:`Cancelled` when the render or the submission is
+    cancelled (finished batches stay)."""
+    from farm.run.render import run_render  # Dask distributed: `import farm.workflow` stays free of it
 
     ctx = context()
     if not any(kwargs.get(k) is not None for k in ("scheduler", "scheduler_file", "workers")):
@@ -198,8 +200,10 @@ def render(
             if cancelled(stats.render_id):
                 raise Cancelled(f"render {stats.render_id} was cancelled")
 
+    request = RenderRequest(job, out, priority=priority, render_id=render_id or "", on_progress=on_progress,
+                            **kwargs)  # fmt: skip
     try:
-        stats = fr.render(job, out, priority=priority, render_id=render_id, on_progress=on_progress, **kwargs)
+        stats = run_render(request)
     except Cancelled:
         if render_id:
             _mark_cancelled(render_id)

@@ -12,15 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import farm.run.render as fr
 from farm.errors import FarmError
 from farm.inputs.synthetic import synth
 from farm.media.settings import VideoSettings
+from farm.planning.options import PlanOptions
+from farm.run.render import render
 from farm.store.lock import output_lock
 from farm.store.output import Output
 
 QUIET = {"log": lambda _: None}
-TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+TILES = PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 NOWHERE = "tcp://127.0.0.1:9"  # no scheduler: whatever gets as far as a cluster fails to connect
 
 
@@ -48,7 +49,7 @@ def test_a_link_where_farm_keeps_its_files_is_refused(job, tmp_path, link):
     (out / link).parent.mkdir(parents=True, exist_ok=True)
     os.symlink(victim if link.endswith(("lock", "test")) else elsewhere, out / link)
     with pytest.raises(FarmError, match="symbolic link") as refused:
-        fr.render(job, out, scheduler=NOWHERE, options=TILES, **QUIET)
+        render(job, out, scheduler=NOWHERE, options=TILES, **QUIET)
     assert str(out / link) in str(refused.value) and "\n" not in str(refused.value)
     assert tree(elsewhere) == {"shot000.mp4": b"someone else's file"}
 
@@ -60,7 +61,7 @@ def test_a_link_inside_a_shots_zarr_group_is_refused(job, tmp_path):
     elsewhere.mkdir()
     os.symlink(elsewhere, out / "frames.zarr" / "shot000" / "frames")
     with pytest.raises(FarmError, match="symbolic link"):
-        fr.render(job, out, scheduler=NOWHERE, options=TILES, **QUIET)
+        render(job, out, scheduler=NOWHERE, options=TILES, **QUIET)
 
 
 def test_the_lock_is_never_taken_through_a_link(tmp_path):
@@ -87,12 +88,12 @@ def test_files_farm_did_not_write_are_not_overwritten(job, tmp_path, path, video
     (out / path).write_bytes(b"the user's own")
     before = tree(out)
     with pytest.raises(FarmError, match="did not write") as refused:
-        fr.render(job, out, scheduler=NOWHERE, options=TILES, video=video, **QUIET)
+        render(job, out, scheduler=NOWHERE, options=TILES, video=video, **QUIET)
     assert str(out / path) in str(refused.value) and "--restart" in str(refused.value)
     assert tree(out) == before
     # --restart is the user's consent: the render gets past the check (and on to the cluster)
     with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):
-        fr.render(job, out, scheduler=NOWHERE, options=TILES, video=video, restart=True, **QUIET)
+        render(job, out, scheduler=NOWHERE, options=TILES, video=video, restart=True, **QUIET)
 
 
 def test_a_done_marker_follows_the_umask(tmp_path):
@@ -131,7 +132,7 @@ def test_a_chunk_shape_beyond_the_array_is_refused_by_its_claim(tmp_path):
 
     edit_json(job / "shot000" / "latent" / "zarr.json", claim)
     with pytest.raises(FarmError, match="more than the array") as refused:
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
     assert "shot000" in str(refused.value)
 
 
@@ -155,10 +156,10 @@ def test_a_chunk_that_claims_to_unpack_beyond_its_chunk_is_refused_unread(tmp_pa
     hashes, errors = latent_identities(open_job(job), ["shot000", "shot001"])
     assert set(hashes) == {"shot000"} and "unpacked" in str(errors["shot001"])
     with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):  # shot000 goes on
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001", "shot000"],
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001", "shot000"],
                   **QUIET)  # fmt: skip
     with pytest.raises(FarmError, match="unpacked"):
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
 
 
 @pytest.mark.parametrize("frames", [10**6, 10**9])
@@ -173,7 +174,7 @@ def test_a_shape_claim_beyond_the_maxima_is_refused_at_once(tmp_path, frames):
 
     edit_json(job / "shot000" / "latent" / "zarr.json", claim)
     with pytest.raises(FarmError, match="latent frames; farm renders at most 16384"):
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
     with pytest.raises(FarmError, match="latent frames; farm renders at most 16384"):
         plan_job(open_job(job), TILES, 1)
 
@@ -187,9 +188,9 @@ def test_deep_attributes_fail_their_shot_only(tmp_path):
     opened = open_job(job)
     assert opened.shots["shot001"].problem and "nests too deep" in opened.shots["shot001"].problem
     with pytest.raises(FarmError, match="nests too deep"):
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
     with pytest.raises(FarmError, match="scheduler|connect|127.0.0.1:9"):  # shot000 goes on
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
 
 
 def test_a_shot_folder_that_leaves_the_store_fails_by_name(tmp_path):
@@ -204,7 +205,7 @@ def test_a_shot_folder_that_leaves_the_store_fails_by_name(tmp_path):
     problem = open_job(job).shots["shot001"].problem
     assert problem and "outside the job store" in problem
     with pytest.raises(FarmError, match="outside the job store"):
-        fr.render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
+        render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, shots=["shot001"], **QUIET)
 
 
 # ---- every refusal before any cluster and any task -------------------------------------------------
@@ -223,9 +224,9 @@ def test_a_tile_too_large_for_this_machine_starts_no_local_cluster(too_large, tm
     def no_cluster(**_):
         raise AssertionError("a cluster was started for a render that cannot fit")
 
-    monkeypatch.setattr(fr, "connect", no_cluster)
+    monkeypatch.setattr("farm.run.render.connect", no_cluster)  # where render looks it up
     with pytest.raises(FarmError, match="estimated to need"):
-        fr.render(too_large, tmp_path / "out", workers=1, options=TILES, **QUIET)
+        render(too_large, tmp_path / "out", workers=1, options=TILES, **QUIET)
     assert not (tmp_path / "out").exists()
 
 
@@ -234,7 +235,7 @@ def test_a_tile_too_large_submits_nothing_to_a_shared_cluster(too_large, tmp_pat
         return [str(t[0]) for t in dask_scheduler.transition_log]
 
     with pytest.raises(FarmError, match="estimated to need"):
-        fr.render(too_large, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
+        render(too_large, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
                   render_id="refusedfit", **QUIET)  # fmt: skip
     assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusedfit" in key]
 
@@ -496,7 +497,7 @@ def test_a_client_without_tls_settings_is_told_before_it_connects_to_a_tls_sched
     from farm import submit
 
     with pytest.raises(FarmError, match="speaks TLS, but this client cannot") as refused:
-        fr.render(job, tmp_path / "out", scheduler="tls://127.0.0.1:9", options=TILES, **QUIET)
+        render(job, tmp_path / "out", scheduler="tls://127.0.0.1:9", options=TILES, **QUIET)
     assert "distributed.comm.tls.ca-file is not set" in str(refused.value)
     with pytest.raises(FarmError, match="speaks TLS"):
         submit.client_for("tls://127.0.0.1:9")
@@ -597,7 +598,7 @@ def test_a_render_whose_latents_cannot_be_read_submits_nothing_to_a_shared_clust
     nan[:, 1] = np.nan
     write_shot(job, "shot000", nan, fps=24)
     with pytest.raises(FarmError, match="NaN or Inf"):
-        fr.render(job, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
+        render(job, tmp_path / "out", scheduler=cluster3.scheduler.address, options=TILES,
                   render_id="refusednan", **QUIET)  # fmt: skip
     assert not [key for key in cluster3.run_on_scheduler(transitions) if "refusednan" in key]
     assert not (tmp_path / "out").exists()

@@ -14,12 +14,12 @@ import pytest
 import torch
 import zarr
 
-import farm.inputs.synthetic as fr
 from farm.decoders import FAMILIES, decoder_class, spec_from_json
 from farm.decoders import checkpoints as C
 from farm.decoders import weights as W
 from farm.decoders.diffusers_vae import assert_materialised
 from farm.errors import FarmError
+from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth
 from tests.helpers import LTX2_TINY_FILE_CONFIG, LTXV_TINY_FILE_CONFIGS, farm
 
 pytestmark = pytest.mark.model
@@ -38,7 +38,7 @@ NOT_THE_DECODER = {
 
 def raw_spec(name: str, weights: dict, **over) -> dict:
     extra = {"decode_timestep": 0.05} if name == "ltxv-0.9.1-tiny" else {}
-    return {"family": fr.resolve_decoder(name)[0], "config": name, "weights": weights, **extra, **over}
+    return {"family": resolve_decoder(name)[0], "config": name, "weights": weights, **extra, **over}
 
 
 def source_model(name: str, seed: int = 5):
@@ -118,7 +118,7 @@ CASES = [
 
 def decode(decoder, seed: int = 1) -> torch.Tensor:
     shape = (decoder.latent_channels, 2, 2, 3)
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(seed), shape))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(seed), shape))
     return decoder.decode(z, origin=(0, 0, 0))
 
 
@@ -319,7 +319,7 @@ def test_render_through_a_cluster_and_refuse_changed_weights(tmp_path, scheduler
     frames = {}
     for label, weights in (("folder", tmp_path / "folder"), ("file", path)):
         job = tmp_path / f"{label}.zarr"
-        fr.synth(job, decoder="ltx2-tiny", frames=17, height=64, width=96, seed=2, weights=str(weights))
+        synth(job, decoder="ltx2-tiny", frames=17, height=64, width=96, seed=2, weights=str(weights))
         render(job, tmp_path / f"out-{label}", scheduler=scheduler3)
         group = zarr.open_group(store=str(tmp_path / f"out-{label}" / "frames.zarr"), mode="r")
         frames[label] = {

@@ -125,7 +125,7 @@ def test_render_refuses_weights_for_another_model(job, tmp_path):
     json.dumps(spec)
     import numpy as np
 
-    from farm.run.render import smooth_latent
+    from farm.inputs.synthetic import smooth_latent
     from farm.store.job import write_shot
 
     write_shot(copy, "a", smooth_latent(np.random.default_rng(0), (8, 2, 2, 2)), fps=24)

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 import zarr
 
-import farm.run.render as fr
 from farm import cli, config
+from farm.inputs.synthetic import synth
+from farm.planning.options import PlanOptions
+from farm.run.render import render
 from farm.store.output import Output
 from tests.helpers import farm
 
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CLI_DOC = ROOT / "docs" / "cli.md"  # every command and option
 CONFIG_DOC = ROOT / "docs" / "configuration.md"  # the farm.* settings table
-WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+WHOLE = PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 
 
 def subcommand(name: str) -> argparse.ArgumentParser:
@@ -39,7 +41,7 @@ def options_of(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("conv") / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    synth(path, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
     return path
 
 
@@ -170,7 +172,7 @@ def test_progress_starts_with_the_totals(job, tmp_path, scheduler3):
     def record(stats) -> None:
         calls.append((stats.batches_written, stats.batches_total, stats.tiles_decoded))
 
-    fr.render(job, tmp_path / "p", scheduler=scheduler3, options=WHOLE, log=print, on_progress=record)
+    render(job, tmp_path / "p", scheduler=scheduler3, options=WHOLE, log=print, on_progress=record)
     assert calls[0] == (0, 3, 0) and calls[-1][0] == 3
 
 
@@ -185,7 +187,7 @@ def test_dashboard_serves_status_during_a_render(job, tmp_path, scheduler3):
         with urllib.request.urlopen(link, timeout=30) as response:
             pages.append((response.status, response.read().decode()))
 
-    fr.render(job, tmp_path / "d", scheduler=scheduler3, options=WHOLE, log=messages.append,
+    render(job, tmp_path / "d", scheduler=scheduler3, options=WHOLE, log=messages.append,
               on_progress=fetch_status)  # fmt: skip
     status, body = pages[0]
     assert status == 200 and "Dask needs bokeh" not in body and "bokeh" in body.lower()
@@ -231,7 +233,7 @@ def test_progress_bar_shows_totals_and_time_since_the_command_started(monkeypatc
         monkeypatch.setattr(logs.LOGGER, name, getattr(logs.LOGGER, name))
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
     logs.setup(0, stream=terminal)
-    update = cli._progress_bar(time.time() - 16)
+    update = cli.progress_bar(time.time() - 16)
     stats = RenderStats(tiles_total=4, batches_total=8)
     update(stats)  # what the render's driver sends before any task has run
     first = terminal.getvalue().replace("\r", "\n").strip().splitlines()[-1]

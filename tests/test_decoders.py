@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-import farm.run.render as fr
+import farm
 from farm.decoders import FAMILIES, decoder_class, load_decoder, spec_from_json
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.noise import position_noise
 from farm.errors import FarmError
+from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth_spec
 from farm.planning.tiling import ChunkSize, TileGrid, plan_shot
 from farm.store.job import create_job, write_shot
 from farm.worker.tasks import Placement, blend_batch, decode_tile
@@ -48,7 +49,7 @@ EXTRA = {
 
 
 def raw_spec(name: str, **over) -> dict:
-    family = fr.resolve_decoder(name)[0]
+    family = resolve_decoder(name)[0]
     return {"family": family, "config": name, "weights": {"random_seed": 3}, **EXTRA.get(name, {}), **over}
 
 
@@ -57,7 +58,7 @@ def make_job(tmp_path, name: str, **over):
     channels = decoder_class(spec).latent_channels_for(spec.config)
     path = tmp_path / "job.zarr"
     create_job(path, spec)
-    latent = fr.smooth_latent(np.random.default_rng(5), (channels, *TINY[name]))
+    latent = smooth_latent(np.random.default_rng(5), (channels, *TINY[name]))
     write_shot(path, "s", latent, fps=24.0)
     return path, spec, latent
 
@@ -143,7 +144,7 @@ def test_frame_counts_and_causal_first_frame(name):
     geometry = cls.geometry_for(spec.config)
     assert (geometry.spatial_scale, geometry.temporal_scale, geometry.causal) == (spatial, temporal, True)
     decoder = cls.load(spec, "cpu")
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(1), (decoder.latent_channels, 3, 2, 2)))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(1), (decoder.latent_channels, 3, 2, 2)))
     whole = decoder.decode(z, origin=(0, 0, 0))
     for f in (1, 2, 3):
         out = decoder.decode(z[:, :f].contiguous(), origin=(0, 0, 0))
@@ -181,7 +182,7 @@ def test_normalized_latents_follow_the_pipeline(tmp_path, name):
         source.latents_std.copy_(torch.linspace(0.5, 2.0, c))
     source.save_pretrained(tmp_path / "vae")
     decoder = load_decoder(raw_spec(name, weights={"path": str(tmp_path / "vae")}, latents="normalized"))
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(2), (c, 2, 2, 2)))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(2), (c, 2, 2, 2)))
     cfg = source.config
     if name.startswith("ltxv"):  # LTXPipeline._denormalize_latents
         mean, std = source.latents_mean.view(-1, 1, 1, 1), source.latents_std.view(-1, 1, 1, 1)
@@ -208,7 +209,7 @@ def test_weights_saved_then_loaded_equal_the_source(tmp_path, name, form):
     for key, value in source.state_dict().items():
         if key.startswith(("decoder.", "post_quant_conv.", "latents_")):
             assert torch.equal(value, decoder.model.state_dict()[key]), key
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(3), (decoder.latent_channels, 2, 2, 2)))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(3), (decoder.latent_channels, 2, 2, 2)))
     expected = plain_decode(name, source, z)
     torch.testing.assert_close(decoder.decode(z, origin=(0, 0, 0)), expected, atol=0, rtol=0)
 
@@ -235,17 +236,17 @@ def test_weights_of_another_model_are_refused(tmp_path):
 
 @pytest.mark.parametrize("name", list(TINY))
 def test_random_weights_only_when_asked(name):
-    family = fr.resolve_decoder(name)[0]
+    family = resolve_decoder(name)[0]
     with pytest.raises(FarmError, match="never initialises a decoder with random weights"):
         spec_from_json({"family": family, "config": name})
-    spec = fr.synth_spec(name, seed=4)
+    spec = synth_spec(name, seed=4)
     assert spec.random_weights and "RANDOM weights (seed 4)" in spec.describe()
 
 
 def test_ltxv_decode_noise_is_positional_and_as_the_pipeline_mixes_it():
     spec = spec_from_json(raw_spec("ltxv-0.9.1-tiny", decode_noise_scale=0.25, decode_noise_seed=9))
     decoder = LTXVideoDecoder.load(spec, "cpu")
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(4), (8, 2, 2, 3)))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(4), (8, 2, 2, 3)))
     with pytest.raises(FarmError, match="origin"):
         decoder.decode(z)
     a = decoder.decode(z, origin=(1, 2, 3))
@@ -364,7 +365,7 @@ def test_ltx2_carried_chunks_equal_the_whole_decode(size):
     spec = spec_from_json({**CAUSAL_LTX2_TINY, "weights": {"random_seed": 3}})
     decoder = decoder_class(spec).load(spec, "cpu")
     assert decoder.geometry.carries
-    z = torch.from_numpy(fr.smooth_latent(np.random.default_rng(4), (decoder.latent_channels, 7, 4, 6)))
+    z = torch.from_numpy(smooth_latent(np.random.default_rng(4), (decoder.latent_channels, 7, 4, 6)))
     whole = decoder.decode(z)
     parts, state = [], None
     for start in range(0, 7, size):
@@ -423,9 +424,9 @@ def test_shots_smaller_than_one_decode_call_are_refused_when_the_job_is_made(tmp
     from farm.inputs.ingest import ingest
 
     with pytest.raises(FarmError, match=r"--height 64 is smaller .* use at least 96"):
-        fr.synth(tmp_path / "small.zarr", decoder="ltx2-diffusion-tiny", frames=17, height=64, width=96)
+        farm.synth(tmp_path / "small.zarr", decoder="ltx2-diffusion-tiny", frames=17, height=64, width=96)
     assert not (tmp_path / "small.zarr").exists()
-    fr.synth(tmp_path / "least.zarr", decoder="ltx2-diffusion-tiny", frames=9, height=96, width=96)
+    farm.synth(tmp_path / "least.zarr", decoder="ltx2-diffusion-tiny", frames=9, height=96, width=96)
     spec = decoder_class(spec_from_json(raw_spec("ltx2-diffusion-tiny")))
     c = spec.latent_channels_for(spec.named_configs["ltx2-diffusion-tiny"])
     np.save(tmp_path / "thin.npy", np.zeros((1, c, 2, 2, 3), np.float32))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import farm.run.render as fr
+import farm
 from farm.decoders import load_decoder, ltx2_diffusion
 from farm.decoders.device import ltx2_diffusion_chunked as chunked
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
@@ -194,9 +194,9 @@ def test_steps_come_from_the_spec_or_the_config():
 def test_a_tiled_render_gives_the_same_bytes_on_1_and_3_workers(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
     synth(job, decoder="ltx2-diffusion-tiny", shots=1, frames=9, height=128, width=160, seed=3)
-    options = fr.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=8)
-    one = fr.render(job, tmp_path / "one", workers=1, options=options, log=lambda _: None)
-    three = fr.render(job, tmp_path / "three", scheduler=scheduler3, options=options, log=lambda _: None)
+    options = farm.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=8)
+    one = farm.render(job, tmp_path / "one", workers=1, options=options, log=lambda _: None)
+    three = farm.render(job, tmp_path / "three", scheduler=scheduler3, options=options, log=lambda _: None)
     assert not one.failed and not three.failed and three.tiles_decoded == 4
     a, b = (read_frames(Output(tmp_path / out), "shot000") for out in ("one", "three"))
     assert a.shape == (9, 128, 160, 3) and np.array_equal(a, b)

@@ -16,10 +16,12 @@ import math
 import numpy as np
 import pytest
 
-import farm.run.render as fr
+import farm
 from farm.decoders import decoder_class
+from farm.inputs.synthetic import smooth_latent, synth_spec
 from farm.media.settings import VideoSettings
 from farm.planning import planner
+from farm.planning.jobplan import plan_job
 from farm.store.frames import read_frames
 from farm.store.job import create_job, open_job, write_shot
 from farm.store.output import Output
@@ -33,22 +35,22 @@ SHOTS = {
     "wan-tiny": (56, 2, 2),
     "hunyuanvideo-tiny": (20, 4, 4),
 }
-TEMPORAL = fr.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
+TEMPORAL = farm.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
 
 
 def make_job(tmp_path, name: str):
-    spec = fr.synth_spec(name, seed=3)
+    spec = synth_spec(name, seed=3)
     cls = decoder_class(spec)
     path = tmp_path / f"{name}.zarr"
     create_job(path, spec)
     channels = cls.latent_channels_for(spec.config)
-    latent = fr.smooth_latent(np.random.default_rng(5), (channels, *SHOTS[name]))
+    latent = smooth_latent(np.random.default_rng(5), (channels, *SHOTS[name]))
     write_shot(path, "s", latent, fps=24.0)
     return path, cls.geometry_for(spec.config)
 
 
 def render(job, out, scheduler, options) -> np.ndarray:
-    stats = fr.render(job, out, scheduler=scheduler, options=options, video=FRAMES_ONLY, log=lambda _: None)
+    stats = farm.render(job, out, scheduler=scheduler, options=options, video=FRAMES_ONLY, log=lambda _: None)
     assert not stats.failed
     return read_frames(Output(out), "s").astype(np.float64)
 
@@ -64,7 +66,7 @@ def frame_psnr(a: np.ndarray, b: np.ndarray) -> list[float]:
 
 def seam_frame(job) -> int:
     """First pixel frame of the later temporal tile."""
-    plan = fr.plan_job(open_job(job), TEMPORAL, 1)[0]
+    plan = plan_job(open_job(job), TEMPORAL, 1)[0]
     later = [t for t in plan.tiles if t.grid_pos[0] == 1][0]
     assert later.context > 0 and later.latent[0].start - later.context > 0  # context, not the whole prefix
     return later.pixels[0].start
@@ -74,7 +76,7 @@ def seam_frame(job) -> int:
 def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, scheduler3, name):
     job, geometry = make_job(tmp_path, name)
     seam_frame(job)
-    whole = render(job, tmp_path / "whole", scheduler3, fr.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
+    whole = render(job, tmp_path / "whole", scheduler3, farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
     split = render(job, tmp_path / "split", scheduler3, TEMPORAL)
     assert np.abs(split - whole).max() <= 1.0
 
@@ -82,10 +84,10 @@ def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, s
 def test_hunyuanvideo_temporal_split_is_as_close_as_a_spatial_split(tmp_path, scheduler3):
     job, _ = make_job(tmp_path, "hunyuanvideo-tiny")
     seam = seam_frame(job)
-    whole = render(job, tmp_path / "whole", scheduler3, fr.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
+    whole = render(job, tmp_path / "whole", scheduler3, farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
     split = render(job, tmp_path / "split", scheduler3, TEMPORAL)
     spatial = render(job, tmp_path / "spatial", scheduler3,
-                     fr.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=64))  # fmt: skip
+                     farm.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=64))  # fmt: skip
     assert psnr(split, whole) >= psnr(spatial, whole)
     assert min(frame_psnr(split, whole)[seam:]) >= min(frame_psnr(spatial, whole)[seam:])
 
@@ -115,11 +117,11 @@ def seam_band(plan, axis: int, scale: int) -> np.ndarray:
 
 def seam_psnr(job, out, scheduler, shot: str, overlap: tuple[int, int, int] | None) -> tuple[float, int]:
     """Seam-band PSNR of `shot` split in two against its untiled render (in OUT/whole), and the overlap."""
-    options = fr.PlanOptions(tiles=SPLIT[shot], overlap=overlap, batch_frames=64)
-    plan = fr.plan_job(open_job(job), options, 1, [shot])[0]
+    options = farm.PlanOptions(tiles=SPLIT[shot], overlap=overlap, batch_frames=64)
+    plan = plan_job(open_job(job), options, 1, [shot])[0]
     axis = 1 if shot == "h" else 2
-    fr.render(job, out, scheduler=scheduler, options=options, shots=[shot], video=FRAMES_ONLY,
-              log=lambda _: None)  # fmt: skip
+    farm.render(job, out, scheduler=scheduler, options=options, shots=[shot], video=FRAMES_ONLY,
+                log=lambda _: None)  # fmt: skip
     split = read_frames(Output(out), shot).astype(np.float64)
     whole = read_frames(Output(job.parent / "whole"), shot).astype(np.float64)
     band = seam_band(plan, axis, plan.pixel_shape[axis] // plan.latent_shape[axis + 1])
@@ -131,15 +133,15 @@ def seam_psnr(job, out, scheduler, shot: str, overlap: tuple[int, int, int] | No
 def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, name):
     from farm.decoders.base import SEAM_TARGET_DB
 
-    spec = fr.synth_spec(name, seed=0)
+    spec = synth_spec(name, seed=0)
     cls = decoder_class(spec)
     job = tmp_path / "job.zarr"
     create_job(job, spec)
     for shot, fhw in SPATIAL_SHOTS.items():
-        latent = fr.smooth_latent(np.random.default_rng(0), (cls.latent_channels_for(spec.config), *fhw))
+        latent = smooth_latent(np.random.default_rng(0), (cls.latent_channels_for(spec.config), *fhw))
         write_shot(job, shot, latent, fps=24.0)
-    fr.render(job, tmp_path / "whole", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
-              video=FRAMES_ONLY, log=lambda _: None)  # fmt: skip
+    farm.render(job, tmp_path / "whole", scheduler=scheduler3, options=farm.PlanOptions(tiles=(1, 1, 1)),
+                video=FRAMES_ONLY, log=lambda _: None)  # fmt: skip
     expected = cls.spatial_overlap_for(spec.config)
     assert planner.min_overlap_for(spec)[1:] == (expected, expected)  # where --tiles auto splits
     seams, wide = [], []  # the worse axis counts, as in the measurement

@@ -17,14 +17,16 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.run.render as fr
+import farm
 from farm.errors import FarmError
+from farm.inputs.synthetic import smooth_latent
 from farm.media.settings import VideoSettings
+from farm.planning.jobplan import plan_job
 from farm.store.output import Output
 from farm.store.progress import output_progress
 
 QUIET = {"log": lambda _: None}
-TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+TILES = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 NOWHERE = "tcp://127.0.0.1:9"  # no scheduler: whatever needs a cluster fails to connect
 
 
@@ -40,15 +42,15 @@ def snapshot(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("guarantees") / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64)
+    farm.synth(path, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64)
     return path
 
 
 @pytest.fixture(scope="module")
 def finished(job, tmp_path_factory, scheduler3) -> Path:
     out = tmp_path_factory.mktemp("finished") / "out"
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES,
-                      video=VideoSettings(sequence="png8"), **QUIET)  # fmt: skip
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES,
+                        video=VideoSettings(sequence="png8"), **QUIET)  # fmt: skip
     assert not stats.failed
     return out
 
@@ -62,7 +64,7 @@ def test_refused_commands_touch_nothing(job, finished):
             "video codec: OUT has h264, this render prores_hq",
         ),
         (
-            {"options": fr.PlanOptions(tiles=(1, 1, 1), batch_frames=4)},
+            {"options": farm.PlanOptions(tiles=(1, 1, 1), batch_frames=4)},
             "batch frames: OUT has 8, this render 4",
         ),
         ({"restart": True, "video": VideoSettings(preset="nosuch")}, "--preset 'nosuch' is invalid"),
@@ -77,18 +79,18 @@ def test_refused_commands_touch_nothing(job, finished):
         if "workers" in kwargs:
             del kwargs["scheduler"]
         with pytest.raises(FarmError, match=message):
-            fr.render(job, finished, **kwargs, **QUIET)
+            farm.render(job, finished, **kwargs, **QUIET)
         assert snapshot(finished) == before, kwargs
     # the codec message names the setting in words, not as a dict
     with pytest.raises(FarmError) as refused:
-        fr.render(job, finished, options=TILES, video=VideoSettings(codec="prores_hq", sequence="png8"),
-                  **QUIET)  # fmt: skip
+        farm.render(job, finished, options=TILES, video=VideoSettings(codec="prores_hq", sequence="png8"),
+                    **QUIET)  # fmt: skip
     assert "{" not in str(refused.value) and len(str(refused.value)) < 400
 
 
 def test_a_finished_output_needs_no_cluster(job, finished):
-    stats = fr.render(job, finished, scheduler=NOWHERE, options=TILES, video=VideoSettings(sequence="png8"),
-                      **QUIET)  # fmt: skip
+    stats = farm.render(job, finished, scheduler=NOWHERE, options=TILES, video=VideoSettings(sequence="png8"),
+                        **QUIET)  # fmt: skip
     assert not stats.failed and stats.frames_written == 0
     assert all(s.video for s in stats.shots.values())
 
@@ -99,21 +101,21 @@ def test_option_errors_leave_no_empty_output(job, tmp_path):
                    {"scheduler": NOWHERE}):  # fmt: skip
         out = tmp_path / "new"
         with pytest.raises(FarmError):
-            fr.render(job, out, options=TILES, **kwargs, **QUIET)
+            farm.render(job, out, options=TILES, **kwargs, **QUIET)
         assert not out.exists(), kwargs
 
 
 def test_restart_replaces_exactly_the_outputs_of_the_old_settings(job, tmp_path, scheduler3):
     out = Output(tmp_path / "out")
     render = dict(scheduler=scheduler3, options=TILES, **QUIET)
-    assert not fr.render(job, out.root, video=VideoSettings(sequence="png8"), **render).failed
+    assert not farm.render(job, out.root, video=VideoSettings(sequence="png8"), **render).failed
     mine = [out.videos_dir / "notes.txt", out.sequence_dir("shot000") / "notes.txt", out.root / "README"]
     for path in mine:
         path.write_text("the user's own file")
     old_pngs = sorted(out.sequence_dir("shot000").glob("shot000.*.png"))
     assert [p.name for p in old_pngs][:2] == ["shot000.0001.png", "shot000.0002.png"]
     other = VideoSettings(codec="prores_hq", sequence="png8", first_frame=1001)
-    stats = fr.render(job, out.root, restart=True, video=other, **render)
+    stats = farm.render(job, out.root, restart=True, video=other, **render)
     assert not stats.failed
     for shot in ("shot000", "shot001"):
         assert not out.video(shot, ".mp4").exists() and out.video(shot, ".mov").exists()
@@ -127,7 +129,7 @@ def test_restart_replaces_exactly_the_outputs_of_the_old_settings(job, tmp_path,
 
 def test_frames_status_counts_rendered_frames(job, tmp_path, scheduler3):
     out = tmp_path / "out"
-    fr.render(job, out, scheduler=scheduler3, options=TILES, frames="1-8", **QUIET)
+    farm.render(job, out, scheduler=scheduler3, options=TILES, frames="1-8", **QUIET)
     rows = {r.shot: r for r in output_progress(out)}
     assert (rows["shot000"].frames, rows["shot000"].batches_done, rows["shot000"].batches_total) == (8, 1, 3)
     assert not rows["shot000"].video
@@ -135,14 +137,14 @@ def test_frames_status_counts_rendered_frames(job, tmp_path, scheduler3):
 
 def test_bad_shot_values_fail_their_shot_by_name(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    farm.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     rng = np.random.default_rng(0)
-    good = fr.smooth_latent(rng, (8, 2, 2, 2))
+    good = smooth_latent(rng, (8, 2, 2, 2))
     bad = (
         ("fps-text", good, "abc"),
         ("fps-zero", good, 0),
         ("ints", good.astype(np.int32), 24),
-        ("one-row", fr.smooth_latent(rng, (8, 2, 1, 2)), 24),
+        ("one-row", smooth_latent(rng, (8, 2, 1, 2)), 24),
     )
     for name, latent, fps in bad:
         group = zarr.open_group(store=str(job), mode="r+").require_group(name)
@@ -214,7 +216,7 @@ def test_a_stale_task_writes_nothing_into_a_shot_a_newer_render_owns(job, finish
     from farm.worker.tasks import mark_batch
 
     out = Output(finished)
-    batch = fr.plan_job(open_job(job), TILES, 1, ["shot000"])[0].batches[1]
+    batch = plan_job(open_job(job), TILES, 1, ["shot000"])[0].batches[1]
     out.done_marker("shot000", 1).unlink()
     stale = cluster3.submit(mark_batch, out, batch, 0.0, 0.0,
                             key=("mark-batch", "gone", "shot000", 1))  # fmt: skip

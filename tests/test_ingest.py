@@ -15,11 +15,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-import farm.run.render as fr
+import farm
 from farm.cli import main as farm_main
 from farm.errors import FarmError
 from farm.inputs.ingest import ingest
 from farm.inputs.pipelines import PIPELINES
+from farm.inputs.synthetic import smooth_latent
 from farm.store.frames import read_frames
 from farm.store.job import open_job
 from farm.store.output import Output
@@ -62,8 +63,8 @@ def diffusers_frames(vae_folder: Path, latent: torch.Tensor, normalized: bool) -
 def smooth(seed: int, shape=SHAPE, batch: int | None = None) -> torch.Tensor:
     rng = np.random.default_rng(seed)
     if batch is None:
-        return torch.from_numpy(fr.smooth_latent(rng, shape))
-    return torch.stack([torch.from_numpy(fr.smooth_latent(rng, shape)) for _ in range(batch)])
+        return torch.from_numpy(smooth_latent(rng, shape))
+    return torch.stack([torch.from_numpy(smooth_latent(rng, shape)) for _ in range(batch)])
 
 
 def comfyui_latent(path: Path, tensor: torch.Tensor, prompt: dict | None = None) -> None:
@@ -107,8 +108,8 @@ def test_every_format_ingests_renders_and_matches_diffusers_decode(vae_folder, t
     assert info.shots["sh_010_1"].attrs["source"]["comfyui_format_version"] == 0
     assert info.shots["sh030"].attrs["source"]["dtype"] == "bfloat16"
 
-    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
-                      log=lambda _: None)  # fmt: skip
+    stats = farm.render(job, tmp_path / "out", scheduler=scheduler3,
+                        options=farm.PlanOptions(tiles=(1, 1, 1)), log=lambda _: None)  # fmt: skip
     assert not stats.failed
     expected = {"sh_010_0": tensors["sh 010"][0], "sh_010_1": tensors["sh 010"][1], "sh020": tensors["sh020"],
                 "sh030": tensors["sh030"].bfloat16(), "sh040": tensors["sh040"]}  # fmt: skip
@@ -410,8 +411,8 @@ def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(fami
         add_pipeline_shot(job, twice, pipeline=pipe, name="long", fps=25, **size)
     assert sorted(open_job(job).shots) == ["sh010"]
 
-    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
-                      log=lambda _: None)  # fmt: skip
+    stats = farm.render(job, tmp_path / "out", scheduler=scheduler3,
+                        options=farm.PlanOptions(tiles=(1, 1, 1)), log=lambda _: None)  # fmt: skip
     assert not stats.failed
     got = read_frames(Output(tmp_path / "out"), "sh010").astype(np.float64)
     assert got.shape == own.shape

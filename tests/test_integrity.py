@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.run.render as fr
+import farm
 from farm import cli
 from farm.errors import FarmError
 from farm.media.settings import VideoSettings
@@ -26,7 +26,7 @@ from farm.store.output import Output
 from farm.store.progress import output_progress
 
 QUIET = {"log": lambda _: None}
-TILES = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+TILES = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 NOWHERE = "tcp://127.0.0.1:9"  # no scheduler: whatever needs a cluster fails to connect
 
 
@@ -49,7 +49,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("integrity") / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64)
+    farm.synth(path, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64)
     return path
 
 
@@ -106,14 +106,14 @@ def test_out_may_not_be_inside_or_hold_the_job_store(job, tmp_path, where):
     out = {"same": copy, "inside": copy / "render", "holds": copy.parent}[where]
     before = snapshot(copy.parent)
     with pytest.raises(FarmError, match="choose an output folder outside the job store"):
-        fr.render(copy, out, scheduler=NOWHERE, options=TILES, **QUIET)
+        farm.render(copy, out, scheduler=NOWHERE, options=TILES, **QUIET)
     assert snapshot(copy.parent) == before and not (copy / "render").exists()
 
 
 def test_restart_and_clean_up_remove_only_farm_files(job, tmp_path, scheduler3):
     out = tmp_path / "out"
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(sequence="png8"),
-                      **QUIET)  # fmt: skip
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(sequence="png8"),
+                        **QUIET)  # fmt: skip
     assert not stats.failed
     o = Output(out)
     users = [
@@ -129,8 +129,8 @@ def test_restart_and_clean_up_remove_only_farm_files(job, tmp_path, scheduler3):
     for path in users:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"mine")
-    stats = fr.render(job, out, scheduler=scheduler3, restart=True, video=VideoSettings(sequence="png8"),
-                      options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=16), **QUIET)  # fmt: skip
+    stats = farm.render(job, out, scheduler=scheduler3, restart=True, video=VideoSettings(sequence="png8"),
+                        options=farm.PlanOptions(tiles=(1, 1, 1), batch_frames=16), **QUIET)  # fmt: skip
     assert not stats.failed and stats.batches_written == 4
     assert all(p.read_bytes() == b"mine" for p in users)
     assert read_frames(o, "shot000").shape == (17, 64, 64, 3)
@@ -142,7 +142,7 @@ def test_restart_and_clean_up_remove_only_farm_files(job, tmp_path, scheduler3):
 @pytest.fixture
 def rendered(job, tmp_path, scheduler3) -> tuple[Path, dict[str, np.ndarray]]:
     out = tmp_path / "out"
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
     assert not stats.failed
     return out, {s: read_frames(Output(out), s) for s in ("shot000", "shot001")}
 
@@ -176,7 +176,7 @@ def test_render_repairs_missing_truncated_and_corrupt_outputs(rendered, job, sch
     data[len(data) // 2] ^= 0xFF  # corrupt, same size
     chunk_of(out, "shot001", 1).write_bytes(bytes(data))
     o.video("shot001").unlink()  # a deleted video: its segments are gone too
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
     assert not stats.failed
     assert stats.batches_written == 3 + 3  # every batch: each shot's video is joined again
     for shot in frames:
@@ -200,23 +200,24 @@ def test_a_shot_without_its_identity_is_refused_not_resumed(rendered, job, sched
     (Output(out).shot_group("shot000") / "zarr.json").unlink()
     before = snapshot(out)
     with pytest.raises(FarmError, match="no readable record of what they are a render of"):
-        fr.render(job, out, scheduler=NOWHERE, options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=16),
-                  **QUIET)  # fmt: skip
+        farm.render(job, out, scheduler=NOWHERE, options=farm.PlanOptions(tiles=(1, 1, 1), batch_frames=16),
+                    **QUIET)  # fmt: skip
     assert snapshot(out) == before
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, restart=True, shots=["shot000"], **QUIET)
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, restart=True, shots=["shot000"],
+                        **QUIET)  # fmt: skip
     assert not stats.failed
     np.testing.assert_array_equal(read_frames(Output(out), "shot000"), frames["shot000"])
 
 
 def test_status_of_a_finished_render_without_video(job, tmp_path, scheduler3, capsys):
     out = tmp_path / "out"
-    assert not fr.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(enabled=False),
-                         **QUIET).failed  # fmt: skip
+    assert not farm.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(enabled=False),
+                           **QUIET).failed  # fmt: skip
     code, printed = run_cli(capsys, "status", str(out), "--verify")
     assert code == 0 and "2 of 2 shots finished" in printed
     chunk_of(out, "shot001", 2).unlink()
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(enabled=False),
-                      **QUIET)  # fmt: skip
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, video=VideoSettings(enabled=False),
+                        **QUIET)  # fmt: skip
     assert stats.batches_written == 1 and not stats.failed  # only the damaged batch
     assert all(r.finished for r in output_progress(out, verify=True))
 
@@ -279,8 +280,8 @@ def test_replace_of_a_shot_being_rendered_is_refused(job, tmp_path, scheduler3):
                 ingest(copy, [source], replace=True)
             refusals.append(str(caught.value))
 
-    stats = fr.render(copy, tmp_path / "out", scheduler=scheduler3, options=TILES,
-                      on_progress=replace_meanwhile, **QUIET)  # fmt: skip
+    stats = farm.render(copy, tmp_path / "out", scheduler=scheduler3, options=TILES,
+                        on_progress=replace_meanwhile, **QUIET)  # fmt: skip
     assert refusals and not stats.failed and snapshot(copy) == before
     assert ingest(copy, [source], replace=True).replaced == ["shot000"]  # once the render has ended
 
@@ -419,8 +420,8 @@ def test_a_tile_no_worker_can_hold_is_refused_before_any_decode(tmp_path, capsys
     code, err = run_cli(capsys, "plan", str(job), "--tiles", "1,1,1")
     assert code == 2 and "split it with --tiles F,H,W or bound each decode call with --chunk" in err
     with pytest.raises(FarmError, match="more than this machine has"):
-        fr.render(job, tmp_path / "out", scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1)),
-                  **QUIET)  # fmt: skip
+        farm.render(job, tmp_path / "out", scheduler=scheduler3, options=farm.PlanOptions(tiles=(1, 1, 1)),
+                    **QUIET)  # fmt: skip
     assert not Output(tmp_path / "out").frames_zarr.exists()
 
 
@@ -450,7 +451,7 @@ def test_a_compressed_input_larger_than_it_declares_is_refused_unread(tmp_path, 
         archive.writestr("latent.npy", header.getvalue() + bytes(100_000_000))
     assert bomb.stat().st_size < 200_000
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    farm.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     before = snapshot(job)
     code, err = run_cli(capsys, "ingest", str(job), str(bomb))
     assert code == 2 and "unpacks to 100000" in err and len(err.strip().splitlines()) == 1
@@ -488,8 +489,8 @@ def test_a_lost_scheduler_is_named_within_seconds(job, tmp_path):
                 killed.append(time.monotonic())
 
         with pytest.raises(FarmError, match="lost the scheduler at tcp://127.0.0.1"):
-            fr.render(job, tmp_path / "out", scheduler_file=str(sched_file), options=TILES,
-                      on_progress=kill_the_scheduler, **QUIET)  # fmt: skip
+            farm.render(job, tmp_path / "out", scheduler_file=str(sched_file), options=TILES,
+                        on_progress=kill_the_scheduler, **QUIET)  # fmt: skip
         assert killed and time.monotonic() - killed[0] < 15
     finally:
         for proc in (worker, scheduler):
@@ -522,7 +523,7 @@ def test_a_rerun_writes_over_the_empty_chunks_a_failed_batch_left(job, tmp_path,
     from farm.store.frames import VALID, chunk_files
 
     out = tmp_path / "out"
-    assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
+    assert not farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
     o = Output(out)
     for array_dir in (o.frames_array("shot000"), o.shot_group("shot000") / VALID):
         arr = zarr.open_array(store=str(array_dir), mode="r")
@@ -531,7 +532,7 @@ def test_a_rerun_writes_over_the_empty_chunks_a_failed_batch_left(job, tmp_path,
     o.done_marker("shot000", 2).unlink()
     o.video_done_marker("shot000").unlink()  # a shot with a failed batch has no video joined
     o.video("shot000").unlink()
-    assert not fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
+    assert not farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET).failed
     assert [(row.batches_done, row.damaged) for row in output_progress(out, verify=True)] == [(3, 0), (3, 0)]
     assert zarr.open_array(store=str(o.shot_group("shot000") / VALID), mode="r")[...].all()
 
@@ -540,14 +541,14 @@ def test_a_full_disk_is_one_line_and_the_rerun_completes(job, small_disk, schedu
     disk, grow = small_disk
     out = disk / "out"
     try:
-        stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+        stats = farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
         errors = [s.error or "" for s in stats.failed]
     except FarmError as exc:
         errors = [str(exc)]
     full = ("No space left on device", "is full on")  # while preparing OUT / on a worker, naming the disk
     assert errors and all(any(f in e for f in full) and "\n" not in e for e in errors), errors
     grow()
-    stats = fr.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
     assert not stats.failed
     code, printed = run_cli(capsys, "status", str(out), "--verify")
     assert code == 0 and "2 of 2 shots finished" in printed

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-import farm.run.render as fr
+import farm
 from farm.media.video import encode_segment
 from farm.store.frames import read_frames
 from farm.store.output import Output
@@ -37,7 +37,7 @@ def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
 
 def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64)
+    farm.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64)
     out = tmp_path / "out"
     cases = ((signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"))
     for sig, code, line in cases:
@@ -51,8 +51,8 @@ def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, sche
         assert err.splitlines() == [f"farm: {line}; finished batches are kept, rerun to resume"], err  # after
         # "render id": one line, no worker traceback, no distributed warnings
         assert not (out / ".farm" / "lock").exists()
-    stats = fr.render(job, out, scheduler=scheduler3, options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8),
-                      log=lambda _: None)  # fmt: skip
+    whole_shots = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+    stats = farm.render(job, out, scheduler=scheduler3, options=whole_shots, log=lambda _: None)
     assert not stats.failed and all(Output(out).video(s).exists() for s in ("shot000", "shot001"))
     assert read_frames(Output(out), "shot001").shape == (33, 64, 64, 3)
 

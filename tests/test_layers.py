@@ -5,11 +5,15 @@ imports torch or diffusers at module level; `import farm` loads none of them."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PURE_PACKAGES = ["planning", "store", "decoders", "media", "inputs"]
@@ -97,14 +101,14 @@ import farm
 light = sorted({"distributed", "torch", "diffusers"} & set(sys.modules))
 from farm import render
 from farm.planning.jobplan import plan_job
-from farm.run.render import render as run_render
+from farm.run.render import render as defined_render
 api = {name: getattr(farm, name).__module__ for name in farm.__all__ if name != "__version__"}
 try:
     farm.no_such_name
     missing = None
 except AttributeError as exc:
     missing = str(exc)
-print(json.dumps([light, render is run_render, farm.plan is plan_job, api, missing]))
+print(json.dumps([light, render is defined_render, farm.plan is plan_job, api, missing]))
 """
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
@@ -112,5 +116,67 @@ print(json.dumps([light, render is run_render, farm.plan is plan_job, api, missi
     light, same_render, same_plan, api, missing = json.loads(run.stdout)
     assert light == [] and same_render and same_plan
     assert api["FarmError"] == "farm.errors" and api["Output"] == "farm.store.output"
-    assert {"render", "plan", "synth", "ingest", "Job", "open_job", "Output", "VideoSettings"} <= set(api)
+    assert {"render", "plan", "plan_report", "synth", "ingest", "Job", "open_job", "Output",
+            "VideoSettings"} <= set(api)  # fmt: skip
+    assert api["plan_report"] == "farm.run.plan_report"
     assert missing == "module 'farm' has no attribute 'no_such_name'"
+
+
+def test_the_render_module_exports_only_what_it_defines():
+    """Tests, tools and workflows take a name from ``farm`` or from the module that defines it:
+    `farm.run.render` hands on nothing of other modules'."""
+    import farm.run.render
+
+    assert "render" in farm.run.render.__all__
+    assert {name: getattr(farm.run.render, name).__module__ for name in farm.run.render.__all__} == {
+        name: "farm.run.render" for name in farm.run.render.__all__
+    }
+
+
+# The modules under farm/ that every package may import: the ground floor (docs/architecture.md).
+GROUND = {"farm.errors", "farm.config", "farm.logs", "farm.keys", "farm.render_ids", "farm.owner"}
+
+
+def may_import(package: str) -> set[str]:
+    """The farm packages and modules the "May import" paragraph of `package`'s ``__init__.py`` names."""
+    doc = ast.get_docstring(ast.parse((ROOT / "farm" / package / "__init__.py").read_text())) or ""
+    assert "May import" in doc, f"farm/{package}/__init__.py says nothing of what it may import"
+    paragraph = doc[doc.index("May import") :].split("\n\n")[0]
+    return {name.split("'")[0] for name in re.findall(r"`(farm\.[a-z_]+)", paragraph)}
+
+
+def farm_imports(package: str) -> dict[str, set[str]]:
+    """Each module of `package` (its sub-packages too) and the farm packages or top-level modules it
+    imports anywhere: at module level, inside functions, for type checking alone."""
+    found = {}
+    for path in sorted((ROOT / "farm" / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                is_farm = node.module == "farm"  # from farm import config
+                names.update([f"farm.{a.name}" for a in node.names] if is_farm else [node.module])
+        top = {".".join(name.split(".")[:2]) for name in names if name.startswith("farm.")}
+        found[str(path.relative_to(ROOT))] = top
+    return found
+
+
+def layer_breaches(package: str) -> dict[str, list[str]]:
+    allowed = may_import(package) | GROUND | {f"farm.{package}"}
+    return {path: sorted(names - allowed) for path, names in farm_imports(package).items() if names - allowed}
+
+
+PACKAGES = ["dashboard", "decoders", "inputs", "media", "planning", "run", "store", "worker"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_what_its_init_says_it_may(package):
+    assert may_import(package), f"farm/{package}/__init__.py names no farm package it may import"
+    assert layer_breaches(package) == {}
+
+
+def test_the_layer_check_can_fail():
+    """The media package may import no other farm package; run imports them all."""
+    assert may_import("media") == {"farm.errors", "farm.config"}
+    assert set(farm_imports("run")["farm/run/render.py"]) - may_import("media") - GROUND

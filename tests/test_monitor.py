@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import farm.run.render as fr
+import farm
 from farm.dashboard import monitor
 from farm.store.frames import read_frames
 from farm.store.output import Output
@@ -67,11 +67,11 @@ def metrics(text: str, render: str) -> dict[tuple[str, str], float]:
 def rendered(cluster3, scheduler3, tmp_path_factory):
     """A 2-shot job rendered on the session's 3-worker cluster, with the farm monitor installed."""
     root = tmp_path_factory.mktemp("monitor")
-    fr.synth(root / "job.zarr", decoder="ltx2-tiny", shots=2, frames=25, height=64, width=128, seed=5)
+    farm.synth(root / "job.zarr", decoder="ltx2-tiny", shots=2, frames=25, height=64, width=128, seed=5)
     out = root / "out"
-    options = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8)
-    stats = fr.render(root / "job.zarr", out, scheduler=scheduler3, options=options, render_id="mon-1",
-                      priority=2, log=lambda _: None)  # fmt: skip
+    options = farm.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8)
+    stats = farm.render(root / "job.zarr", out, scheduler=scheduler3, options=options, render_id="mon-1",
+                        priority=2, log=lambda _: None)  # fmt: skip
     assert not stats.failed
     page = monitor.page_link(cluster3.dashboard_link)
     assert page is not None
@@ -170,7 +170,7 @@ def test_a_thumbnail_is_made_when_its_middle_batch_is_written_and_published_when
 
 def test_batch_strips_follow_a_live_render(cluster3, scheduler3, tmp_path):
     """The strips change while the render runs: batches start pending and end done."""
-    fr.synth(tmp_path / "job.zarr", decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=2)
+    farm.synth(tmp_path / "job.zarr", decoder="ltx2-tiny", shots=1, frames=33, height=64, width=64, seed=2)
     page = monitor.page_link(cluster3.dashboard_link)
     seen: list[list[str]] = []
 
@@ -180,9 +180,9 @@ def test_batch_strips_follow_a_live_render(cluster3, scheduler3, tmp_path):
             if r["render"] == "mon-live":
                 seen.append(r["shots"][0]["batches"])
 
-    fr.render(tmp_path / "job.zarr", tmp_path / "out", scheduler=scheduler3, render_id="mon-live",
-              options=fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8), log=lambda _: None,
-              on_progress=look)  # fmt: skip
+    farm.render(tmp_path / "job.zarr", tmp_path / "out", scheduler=scheduler3, render_id="mon-live",
+                options=farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8), log=lambda _: None,
+                on_progress=look)  # fmt: skip
     look(None)
     assert seen and all(len(states) == 5 for states in seen), seen
     assert seen[0] == ["pending"] * 5, seen  # published as the render starts, before any task ran

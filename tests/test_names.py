@@ -84,11 +84,11 @@ def test_no_shot_output_is_taken_for_a_temporary(tmp_path):
 def test_job_stores_refuse_hostile_shot_names(tmp_path):
     import zarr
 
-    import farm.run.render as fr
+    from farm.inputs.synthetic import synth
     from farm.store.job import open_job, write_shot
 
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     for name in ("x.tmp", "-x", ".x"):
         with pytest.raises(FarmError, match="is not allowed"):
             write_shot(job, name, np.zeros((8, 2, 2, 2), np.float32), fps=24.0)

@@ -8,11 +8,14 @@ import re
 import numpy as np
 import pytest
 
-import farm.run.render as fr
+import farm
 from farm.decoders.memory import MemoryModel
 from farm.errors import FarmError
+from farm.inputs.synthetic import synth_spec
 from farm.planning import costmodel, planner
 from farm.planning.costmodel import CostModel, DecodeCost, Link, Sample
+from farm.planning.jobplan import plan_job, plan_shots
+from farm.planning.options import parse_tiles
 from farm.planning.tiling import ChunkSize, Geometry, TileGrid, assign_round_robin, plan_shot
 
 G = Geometry(spatial_scale=32, temporal_scale=8, causal=True)
@@ -97,7 +100,7 @@ def test_memory_model_is_the_decoder_adapters_peak_bytes():
     from farm.decoders import memory_model
     from farm.decoders.ltx2 import LTX2Decoder
 
-    spec = fr.synth_spec("ltx2", dtype="bfloat16")
+    spec = synth_spec("ltx2", dtype="bfloat16")
     mem = memory_model(spec)
     for volume in (0, 10**6, 121 * 704 * 1216):
         assert abs(mem.peak_bytes(volume) - LTX2Decoder.peak_bytes(spec, volume)) <= 1
@@ -109,7 +112,7 @@ def test_every_familys_memory_model_is_its_adapters_peak_bytes(name):
     a linear fit of it once planned 100+ GiB per worker for a tiny shot whose tiles need 0.4 GiB."""
     from farm.decoders import decoder_class, memory_model
 
-    spec = fr.synth_spec(name)
+    spec = synth_spec(name)
     mem, cls = memory_model(spec), decoder_class(spec)
     for pixels in ((1, 1, 1), (25, 160, 250), (33, 256, 384), (129, 720, 1280)):
         assert abs(mem.peak_bytes(pixels) - cls.peak_bytes(spec, pixels)) <= 1
@@ -132,14 +135,14 @@ def test_cost_model_per_family():
     """A family's decode seconds come from its own measured decodes, scaled onto the stored machine model."""
     from farm.planning.costmodel import cost_model
 
-    ltx2, hunyuan = fr.synth_spec("ltx2"), fr.synth_spec("hunyuanvideo")
+    ltx2, hunyuan = synth_spec("ltx2"), synth_spec("hunyuanvideo")
     assert cost_model(ltx2) == H200  # the model was fitted for LTX-2
     scaled = cost_model(hunyuan)
     assert scaled.decoder == "hunyuanvideo" and scaled.links == H200.links
     assert scaled.decode_seconds((33, 512, 768)) == pytest.approx(1.3, rel=1e-6)  # measured on the H200
     assert scaled.decode_seconds((121, 704, 1216)) > 10 * H200.decode_seconds((121, 704, 1216))
-    tiny = cost_model(fr.synth_spec("ltx2-tiny"))
-    assert tiny.name == "ltx2-tiny-cpu" and cost_model(fr.synth_spec("wan-tiny")).decode_on_host
+    tiny = cost_model(synth_spec("ltx2-tiny"))
+    assert tiny.name == "ltx2-tiny-cpu" and cost_model(synth_spec("wan-tiny")).decode_on_host
 
 
 def test_unknown_cost_model_is_a_clear_error():
@@ -369,41 +372,41 @@ def test_batches_decode_whole_shots_and_beat_the_shipped_grids(n_shots):
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     path = tmp_path_factory.mktemp("planner") / "job.zarr"
-    return fr.synth(path, decoder="ltx2-tiny", shots=3, frames=121, height=704, width=1216)
+    return farm.synth(path, decoder="ltx2-tiny", shots=3, frames=121, height=704, width=1216)
 
 
 def test_auto_is_the_default_and_plans_whole_shots_on_one_worker(job):
-    assert fr.PlanOptions().tiles == "auto"
-    auto = fr.plan_job(job, fr.PlanOptions(), 1)
-    explicit = fr.plan_job(job, fr.PlanOptions(tiles=(1, 1, 1)), 1)
+    assert farm.PlanOptions().tiles == "auto"
+    auto = plan_job(job, farm.PlanOptions(), 1)
+    explicit = plan_job(job, farm.PlanOptions(tiles=(1, 1, 1)), 1)
     assert [p.grid for p in auto] == [p.grid for p in explicit] == [TileGrid()] * 3
     assert auto == explicit
 
 
 def test_explicit_tiles_win(job):
-    options = fr.PlanOptions(tiles=(1, 2, 3), overlap=(0, 1, 1))
+    options = farm.PlanOptions(tiles=(1, 2, 3), overlap=(0, 1, 1))
     for n_workers in (1, 2, 8):
-        plans = fr.plan_job(job, options, n_workers)
+        plans = plan_job(job, options, n_workers)
         assert all(p.grid == TileGrid((1, 2, 3), (0, 1, 1)) for p in plans)
 
 
 def test_plan_job_auto_uses_the_worker_count_and_fixed_grids(job):
     # under the H200 model one shot on eight workers is split (the CPU model keeps it whole: its
     # workers share two cores)
-    options = fr.PlanOptions(cost_model="ltx2-h200")
-    one_shot = fr.plan_job(job, options, 8, ["shot000"])
+    options = farm.PlanOptions(cost_model="ltx2-h200")
+    one_shot = plan_job(job, options, 8, ["shot000"])
     assert len(one_shot[0].tiles) > 1
     assert [t.worker for t in one_shot[0].tiles] == list(range(len(one_shot[0].tiles)))
     fixed = {"shot000": TileGrid((1, 1, 2), (0, 0, 4))}
-    kept = fr.plan_job(job, options, 8, ["shot000"], fixed=fixed)
+    kept = plan_job(job, options, 8, ["shot000"], fixed=fixed)
     assert kept[0].grid == fixed["shot000"]
 
 
 def test_parse_tiles():
-    assert fr.parse_tiles("auto") == "auto" and fr.parse_tiles(" AUTO ") == "auto"
-    assert fr.parse_tiles("1,2,2") == (1, 2, 2)
+    assert parse_tiles("auto") == "auto" and parse_tiles(" AUTO ") == "auto"
+    assert parse_tiles("1,2,2") == (1, 2, 2)
     with pytest.raises(FarmError, match="--tiles '2,1' is invalid; give auto or three"):
-        fr.parse_tiles("2,1")
+        parse_tiles("2,1")
 
 
 def test_describe_reports_the_prediction():
@@ -424,30 +427,29 @@ def test_plan_shots_reports_the_shot_that_cannot_be_planned(tmp_path):
     """A shot too narrow for the grid is reported on its own; the others get the plans they get alone."""
     import numpy as np
 
-    import farm.run.render as fr
     from farm.store.job import create_job, open_job, write_shot
 
     path = tmp_path / "job.zarr"
-    spec = fr.synth_spec("ltx2-tiny")
+    spec = synth_spec("ltx2-tiny")
     create_job(path, spec)
     rng = np.random.default_rng(0)
     for name, width in (("wide", 6), ("narrow", 3), ("wide2", 6)):
         write_shot(path, name, rng.standard_normal((8, 3, 4, width)).astype(np.float32), fps=24)
     job = open_job(path)
-    options = fr.PlanOptions(tiles=(1, 1, 3), overlap=(0, 0, 0))
-    plans, errors = fr.plan_shots(job, options)
+    options = farm.PlanOptions(tiles=(1, 1, 3), overlap=(0, 0, 0))
+    plans, errors = plan_shots(job, options)
     assert [p.shot for p in plans] == ["wide", "wide2"]
     assert list(errors) == ["narrow"] and "leave a tile 1 unit wide" in str(errors["narrow"])
-    assert plans == [*fr.plan_job(job, options, 1, ["wide"]), *fr.plan_job(job, options, 1, ["wide2"])]
+    assert plans == [*plan_job(job, options, 1, ["wide"]), *plan_job(job, options, 1, ["wide2"])]
     # For a cluster of two workers (a render's plan once connected): the same shot fails alone, and the
     # others' tiles go round-robin over both workers across shots, as one plan of them would place them.
-    on_two, errors_two = fr.plan_shots(job, options, n_workers=2)
-    assert list(errors_two) == ["narrow"] and on_two == fr.plan_job(job, options, 2, ["wide", "wide2"])
+    on_two, errors_two = plan_shots(job, options, n_workers=2)
+    assert list(errors_two) == ["narrow"] and on_two == plan_job(job, options, 2, ["wide", "wide2"])
     assert [t.worker for p in on_two for t in p.tiles] == [0, 1, 0, 1, 0, 1]
     # Every shot plannable: one call for all of them, the same plans as one by one.
-    auto = fr.PlanOptions()
-    together, none = fr.plan_shots(job, auto, ["wide", "wide2"])
-    alone = [*fr.plan_job(job, auto, 1, ["wide"]), *fr.plan_job(job, auto, 1, ["wide2"])]
+    auto = farm.PlanOptions()
+    together, none = plan_shots(job, auto, ["wide", "wide2"])
+    alone = [*plan_job(job, auto, 1, ["wide"]), *plan_job(job, auto, 1, ["wide2"])]
     assert none == {} and together == alone
 
 
@@ -465,16 +467,16 @@ def test_auto_tiles_carry_a_lone_ltx2_shot_where_the_gpu_cost_model_says_it_pays
 
     causal = {"family": "ltx2", "config": {**LTX2_RELEASED, "decoder_causal": True}, "dtype": "bfloat16"}
     shot = {"frames": 121, "height": 704, "width": 1216}
-    one = fr.synth(tmp_path / "one.zarr", decoder=causal, shots=1, **shot)
-    many = fr.synth(tmp_path / "many.zarr", decoder=causal, shots=8, **shot)
-    released = fr.synth(tmp_path / "released.zarr", decoder="ltx2", shots=1, **shot)
-    assert plan_job(released, fr.PlanOptions(tiles=AUTO, batch_frames=8), 1, n_io=5)[0].chunk == ChunkSize()
-    auto = fr.PlanOptions(tiles=AUTO, batch_frames=8)
+    one = farm.synth(tmp_path / "one.zarr", decoder=causal, shots=1, **shot)
+    many = farm.synth(tmp_path / "many.zarr", decoder=causal, shots=8, **shot)
+    released = farm.synth(tmp_path / "released.zarr", decoder="ltx2", shots=1, **shot)
+    assert plan_job(released, farm.PlanOptions(tiles=AUTO, batch_frames=8), 1, n_io=5)[0].chunk == ChunkSize()
+    auto = farm.PlanOptions(tiles=AUTO, batch_frames=8)
     (plan,) = plan_job(one, auto, 1, n_io=5)
     assert plan.chunk == AUTO_CARRY and plan_identity(plan)["carry"] == "tapered"
     assert all(p.chunk == ChunkSize() for p in plan_job(many, auto, 1, n_io=5))
     assert plan_job(one, replace(auto, chunk=ChunkSize(frames=4)), 1)[0].chunk == ChunkSize(frames=4)
     assert plan_job(one, replace(auto, cost_model="ltx2-tiny-cpu"), 1)[0].chunk == ChunkSize()
     assert plan_job(one, auto, 1, fixed_chunks={"shot000": ChunkSize()})[0].chunk == ChunkSize()
-    ltxv = fr.synth(tmp_path / "ltxv.zarr", decoder="ltxv", shots=1, frames=121, height=704, width=1216)
+    ltxv = farm.synth(tmp_path / "ltxv.zarr", decoder="ltxv", shots=1, frames=121, height=704, width=1216)
     assert plan_job(ltxv, auto, 1, n_io=5)[0].chunk == ChunkSize()

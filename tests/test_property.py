@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import farm.run.render as fr
+import farm
 from farm.errors import FarmError
 from farm.media import video as farm_video
 from farm.media.settings import VideoSettings
@@ -38,7 +38,7 @@ STEPS = ("render", "render-part", "refused-settings", "refused-option", "restart
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("property") / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=2, frames=FRAMES, height=64, width=64, seed=5)
+    farm.synth(path, decoder="ltx2-tiny", shots=2, frames=FRAMES, height=64, width=64, seed=5)
     return path
 
 
@@ -46,12 +46,12 @@ def job(tmp_path_factory) -> Path:
 def reference(job, tmp_path_factory, scheduler3) -> dict[str, np.ndarray]:
     """Frames of an uninterrupted render: whole-shot tiles give the same frames at any batch size."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    fr.render(job, out, scheduler=scheduler3, options=options(8), **QUIET)
+    farm.render(job, out, scheduler=scheduler3, options=options(8), **QUIET)
     return {s: read_frames(Output(out), s) for s in SHOTS}
 
 
-def options(batch_frames: int) -> fr.PlanOptions:
-    return fr.PlanOptions(tiles=(1, 1, 1), batch_frames=batch_frames)
+def options(batch_frames: int) -> farm.PlanOptions:
+    return farm.PlanOptions(tiles=(1, 1, 1), batch_frames=batch_frames)
 
 
 def check_invariants(out: Output, reference: dict[str, np.ndarray]) -> None:
@@ -88,8 +88,8 @@ def cancel_mid_render(job: Path, out: Output, client: object, batch_frames: int)
 
     def run() -> None:
         try:
-            fr.render(job, out.root, scheduler=scheduler, options=options(batch_frames), render_id=render_id,
-                      log=log)  # fmt: skip
+            farm.render(job, out.root, scheduler=scheduler, options=options(batch_frames),
+                        render_id=render_id, log=log)  # fmt: skip
         finally:
             started.set()
 
@@ -150,21 +150,21 @@ def test_random_steps_never_lose_finished_work(steps, job, reference, cluster3, 
     for step, batch_frames, delay in steps:
         size = current or batch_frames
         if step == "render":
-            fr.render(job, out.root, scheduler=scheduler3, options=options(size), **QUIET)
+            farm.render(job, out.root, scheduler=scheduler3, options=options(size), **QUIET)
             current = size
         elif step == "render-part":
-            fr.render(job, out.root, scheduler=scheduler3, options=options(size), frames="1-4", **QUIET)
+            farm.render(job, out.root, scheduler=scheduler3, options=options(size), frames="1-4", **QUIET)
             current = size
         elif step == "refused-settings" and current:
             with pytest.raises(FarmError, match="batch frames: OUT has"):
-                fr.render(job, out.root, scheduler=scheduler3, options=options(12 - current), **QUIET)
+                farm.render(job, out.root, scheduler=scheduler3, options=options(12 - current), **QUIET)
         elif step == "refused-option":
             with pytest.raises(FarmError):
-                fr.render(job, out.root, scheduler=scheduler3, options=options(size), restart=True,
-                          video=VideoSettings(preset="nosuch"), **QUIET)  # fmt: skip
+                farm.render(job, out.root, scheduler=scheduler3, options=options(size), restart=True,
+                            video=VideoSettings(preset="nosuch"), **QUIET)  # fmt: skip
         elif step == "restart":
-            fr.render(job, out.root, scheduler=scheduler3, options=options(batch_frames), restart=True,
-                      **QUIET)  # fmt: skip
+            farm.render(job, out.root, scheduler=scheduler3, options=options(batch_frames), restart=True,
+                        **QUIET)  # fmt: skip
             current = batch_frames
         elif step == "cancel":
             cancel_mid_render(job, out, cluster3, size)

@@ -7,17 +7,30 @@ import pytest
 import torch
 import zarr
 
-import farm.run.render as fr
+import farm
+from farm.decoders import spec_from_json
 from farm.decoders.ltx2 import LTX2Decoder
+from farm.inputs.synthetic import synth_spec
 from farm.media import video
 from farm.media.settings import VideoSettings
+from farm.planning.budgets import (
+    default_window,
+    host_memory_warning,
+    host_peak_bytes,
+    memory_warning,
+    tile_peak_bytes,
+    window_peak_bytes,
+)
+from farm.planning.jobplan import plan_job
+from farm.planning.options import AUTO
+from farm.run.cluster import smallest_memory_limit
 from farm.store.frames import read_frames
 from farm.store.job import open_job
 from farm.store.output import Output
 from tests.helpers import assert_same_video, save_weights
 
 
-def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:
+def reference_frames(job_path, options: farm.PlanOptions) -> dict[str, np.ndarray]:
     """Decode every tile of every shot in this process, weight by its ramps, sum in tile order.
 
     With one torch thread, as the 3 workers on this 2-core machine decode: oneDNN's convolutions may
@@ -30,11 +43,11 @@ def reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]
         torch.set_num_threads(threads)
 
 
-def _reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray]:
+def _reference_frames(job_path, options: farm.PlanOptions) -> dict[str, np.ndarray]:
     job = open_job(job_path)
     model = LTX2Decoder.build(job.spec)
     out = {}
-    for plan in fr.plan_job(job, options, 1):
+    for plan in plan_job(job, options, 1):
         latent = np.asarray(zarr.open_array(store=str(job_path / plan.shot / "latent"), mode="r")[...])
         full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
         for tile in plan.tiles:
@@ -52,11 +65,11 @@ def _reference_frames(job_path, options: fr.PlanOptions) -> dict[str, np.ndarray
     return out
 
 
-TILED = fr.PlanOptions(tiles=(2, 2, 2), overlap=(1, 1, 2), batch_frames=8)
+TILED = farm.PlanOptions(tiles=(2, 2, 2), overlap=(1, 1, 2), batch_frames=8)
 
 
 def test_tiled_render_equals_in_process_reference(tiny_job, tmp_path, scheduler3):
-    stats = fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    stats = farm.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=TILED, log=lambda _: None)
     assert not stats.failed
     expected = reference_frames(tiny_job, TILED)
     out = Output(tmp_path / "out")
@@ -90,10 +103,9 @@ def test_auto_tiles_joining_a_running_cluster_are_planned_once_for_its_workers(
         return plan_job(job, options, n_workers, *args, **kwargs)
 
     monkeypatch.setattr(farm.planning.jobplan, "plan_job", counted)
-    monkeypatch.setattr(fr, "plan_job", counted)
-    auto = fr.PlanOptions(batch_frames=8)
-    assert auto.tiles == fr.AUTO
-    stats = fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
+    auto = farm.PlanOptions(batch_frames=8)
+    assert auto.tiles == AUTO
+    stats = farm.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
     assert not stats.failed and searched == [3]
     assert list(stats.setup_phases)[:3] == ["read the job", "connect, check the workers",
                                             "plan the job for the cluster"]  # fmt: skip
@@ -102,13 +114,13 @@ def test_auto_tiles_joining_a_running_cluster_are_planned_once_for_its_workers(
     assert stats.frames_written == sum(p.pixel_shape[0] for p in expected)
     # an OUT that exists is checked before connecting: planned first, then again for the cluster
     searched.clear()
-    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
+    farm.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=auto, log=lambda _: None)
     assert searched[0] == 1
 
 
 def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, scheduler3):
-    one = fr.render(tiny_job, tmp_path / "w1", workers=1, options=TILED, log=lambda _: None)
-    three = fr.render(tiny_job, tmp_path / "w3", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    one = farm.render(tiny_job, tmp_path / "w1", workers=1, options=TILED, log=lambda _: None)
+    three = farm.render(tiny_job, tmp_path / "w3", scheduler=scheduler3, options=TILED, log=lambda _: None)
     assert not one.failed and not three.failed
     for shot in open_job(tiny_job).shots:
         a = read_frames(Output(tmp_path / "w1"), shot)
@@ -117,8 +129,8 @@ def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, schedule
 
 
 def test_single_tile_matches_plain_vae_decode(tiny_job, tmp_path, scheduler3):
-    one_tile = fr.PlanOptions(tiles=(1, 1, 1))
-    fr.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=one_tile, log=lambda _: None)
+    one_tile = farm.PlanOptions(tiles=(1, 1, 1))
+    farm.render(tiny_job, tmp_path / "out", scheduler=scheduler3, options=one_tile, log=lambda _: None)
     job = open_job(tiny_job)
     model = LTX2Decoder.build(job.spec)
     for shot in job.shots:
@@ -133,7 +145,7 @@ def test_single_tile_matches_plain_vae_decode(tiny_job, tmp_path, scheduler3):
 
 def test_videos_match_frames(tiny_job, tmp_path, scheduler3):
     out = Output(tmp_path / "out")
-    stats = fr.render(
+    stats = farm.render(
         tiny_job,
         out.root,
         scheduler=scheduler3,
@@ -159,7 +171,7 @@ def test_videos_match_frames(tiny_job, tmp_path, scheduler3):
     # segments are joined and removed; every batch has its done marker
     assert not any((out.root / ".farm" / "segments").rglob("*.mp4"))
     for shot in job.shots:
-        plan = fr.plan_job(job, TILED, 1, [shot])[0]
+        plan = plan_job(job, TILED, 1, [shot])[0]
         assert out.batches_done(shot) == set(range(len(plan.batches)))
     root = zarr.open_group(store=str(out.frames_zarr), mode="r")
     assert root.attrs["farm"]["random_weights"] is True
@@ -173,9 +185,9 @@ def luma(frames: np.ndarray) -> np.ndarray:
 @pytest.mark.model
 @pytest.mark.parametrize("form", ["folder", "file"])
 def test_weights_load_from_folder_and_single_file(tmp_path, form):
-    from farm.decoders import load_decoder, spec_from_json
+    from farm.decoders import load_decoder
 
-    source = LTX2Decoder.build(fr.synth_spec("ltx2-tiny", seed=123))
+    source = LTX2Decoder.build(synth_spec("ltx2-tiny", seed=123))
     path = save_weights(source, tmp_path, form)
     spec = spec_from_json({"family": "ltx2", "config": "ltx2-tiny", "weights": {"path": str(path)}})
     assert not spec.random_weights
@@ -188,11 +200,11 @@ def test_weights_load_from_folder_and_single_file(tmp_path, form):
 
 @pytest.mark.model  # builds or imports diffusers models
 def test_weights_for_another_config_are_refused(tmp_path):
-    from farm.decoders import load_decoder, spec_from_json
+    from farm.decoders import load_decoder
     from farm.errors import FarmError
 
     other = LTX2Decoder.build(
-        fr.spec_from_json({"family": "ltx2", "config": {**fr.synth_spec("ltx2-tiny").config,
+        spec_from_json({"family": "ltx2", "config": {**synth_spec("ltx2-tiny").config,
                            "decoder_block_out_channels": [16, 32, 64]}, "weights": {"random_seed": 0}})
     )  # fmt: skip
     from safetensors.torch import save_file
@@ -206,7 +218,6 @@ def test_weights_for_another_config_are_refused(tmp_path):
 
 
 def test_spec_without_weights_is_an_error():
-    from farm.decoders import spec_from_json
     from farm.errors import FarmError
 
     with pytest.raises(FarmError, match="never initialises a decoder with random weights"):
@@ -219,16 +230,16 @@ def test_intra_worker_chunks_equal_the_same_split_across_workers(tiny_job, tmp_p
     """Chunking a tile inside a worker blends exactly like tiling the shot the same way across workers."""
     from farm.planning.tiling import ChunkSize
 
-    chunked = fr.PlanOptions(
+    chunked = farm.PlanOptions(
         tiles=(1, 1, 1), chunk=ChunkSize(height=2, width=4, overlap=(0, 1, 1)), batch_frames=8
     )
     equivalent = {  # the size-based chunk split, written as count-based grids
-        "shot000": fr.PlanOptions(tiles=(1, 3, 2), overlap=(0, 1, 1), batch_frames=8),  # latent 3x4x6
-        "b-shot.2": fr.PlanOptions(tiles=(1, 2, 1), overlap=(0, 1, 0), batch_frames=8),  # latent 4x3x4
+        "shot000": farm.PlanOptions(tiles=(1, 3, 2), overlap=(0, 1, 1), batch_frames=8),  # latent 3x4x6
+        "b-shot.2": farm.PlanOptions(tiles=(1, 2, 1), overlap=(0, 1, 0), batch_frames=8),  # latent 4x3x4
     }
-    fr.render(tiny_job, tmp_path / "chunked", scheduler=scheduler3, options=chunked, log=lambda _: None)
+    farm.render(tiny_job, tmp_path / "chunked", scheduler=scheduler3, options=chunked, log=lambda _: None)
     for shot, options in equivalent.items():
-        fr.render(tiny_job, tmp_path / shot, scheduler=scheduler3, options=options, shots=[shot], log=print)
+        farm.render(tiny_job, tmp_path / shot, scheduler=scheduler3, options=options, shots=[shot], log=print)
         a = read_frames(Output(tmp_path / "chunked"), shot)
         b = read_frames(Output(tmp_path / shot), shot)
         np.testing.assert_array_equal(a, b)
@@ -261,7 +272,7 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
         assert set(seen.values()) == {("", False)}
         address = client.scheduler.address
         with get_task_stream(client) as stream:
-            fr.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
+            farm.render(tiny_job, tmp_path / "io", scheduler=address, options=TILED, log=lambda _: None)
     placed: dict[str, dict] = {}  # task kind → key → worker
     for t in stream.data:
         placed.setdefault(key_split(t["key"]), {})[t["key"]] = t["worker"]
@@ -272,7 +283,7 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
     where = {kind: set(keys.values()) for kind, keys in placed.items()}
     assert where["prepare-output"] <= set(io)  # the output arrays too: not on the render's process
     assert where["decode-tile"] <= set(decode)
-    fr.render(tiny_job, tmp_path / "plain", scheduler=scheduler3, options=TILED, log=lambda _: None)
+    farm.render(tiny_job, tmp_path / "plain", scheduler=scheduler3, options=TILED, log=lambda _: None)
     for shot in open_job(tiny_job).shots:
         assert (
             read_frames(Output(tmp_path / "io"), shot).tobytes()
@@ -284,15 +295,15 @@ def test_io_workers_write_and_encode_the_same_bytes(tiny_job, tmp_path, schedule
 def test_chunked_tile_peak_counts_the_blend_buffer():
     from farm.planning.tiling import ChunkSize, plan_chunks, plan_shot
 
-    spec = fr.synth_spec("ltx2")
+    spec = synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
     whole = plan_shot("s", (128, 16, 22, 38), g).tiles[0]
     chunk = ChunkSize(height=11, width=19)
     largest = max(c.pixel_volume for c in plan_chunks((16, 22, 38), g, chunk))
-    assert fr.tile_peak_bytes(LTX2Decoder, spec, whole, ChunkSize()) == LTX2Decoder.peak_bytes(
+    assert tile_peak_bytes(LTX2Decoder, spec, whole, ChunkSize()) == LTX2Decoder.peak_bytes(
         spec, 121 * 704 * 1216
     )
-    assert fr.tile_peak_bytes(LTX2Decoder, spec, whole, chunk) == (
+    assert tile_peak_bytes(LTX2Decoder, spec, whole, chunk) == (
         LTX2Decoder.peak_bytes(spec, largest) + 12 * 121 * 704 * 1216
     )
 
@@ -300,35 +311,35 @@ def test_chunked_tile_peak_counts_the_blend_buffer():
 def test_memory_warning_names_the_shot_and_the_fix():
     from farm.planning.tiling import ChunkSize, plan_shot
 
-    spec = fr.synth_spec("ltx2")
+    spec = synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
     plan = plan_shot("big", (128, 16, 34, 60), g)  # 121x1088x1920 untiled: ~20 GiB estimated
-    warning = fr.memory_warning([plan], spec, 16 * 2**30)
+    warning = memory_warning([plan], spec, 16 * 2**30)
     assert warning and "shot 'big'" in warning and "--chunk" in warning and "--tiles" in warning
-    assert fr.memory_warning([plan], spec, 141 * 2**30) is None  # an H200 holds it
+    assert memory_warning([plan], spec, 141 * 2**30) is None  # an H200 holds it
     chunked = plan_shot("big", (128, 16, 34, 60), g, chunk=ChunkSize(height=11, width=19))
-    assert fr.memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
-    assert fr.memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
+    assert memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
+    assert memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
 
 
 def test_default_window_fills_the_gpu_between_two_and_eight_tiles_per_worker():
     from farm.planning.tiling import plan_shot
 
-    spec = fr.synth_spec("ltx2")
+    spec = synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
     plans = [plan_shot(f"s{k}", (128, 16, 22, 38), g) for k in range(3)]  # whole 121x704x1216 shots
     tile = plans[0].tiles[0]
-    decode = fr.tile_peak_bytes(LTX2Decoder, spec, tile, plans[0].chunk)
+    decode = tile_peak_bytes(LTX2Decoder, spec, tile, plans[0].chunk)
     held = 12 * tile.pixel_volume
     gib = 2**30
-    assert fr.default_window(plans, spec, 141 * gib, 1) == 8  # an H200: capped at 8
-    assert fr.default_window(plans, spec, 141 * gib, 4) == 32
+    assert default_window(plans, spec, 141 * gib, 1) == 8  # an H200: capped at 8
+    assert default_window(plans, spec, 141 * gib, 4) == 32
     free = 0.9 * 24 * gib - decode  # a 24 GiB card: what fits beside the decode
-    assert fr.default_window(plans, spec, 24 * gib, 1) == int(free // held) < 8
-    assert fr.default_window(plans, spec, 14 * gib, 2) == 4  # nothing fits: still 2 per worker
-    assert fr.default_window(plans, spec, None, 3) is None  # CPU cluster: run_graph's default
-    assert fr.window_peak_bytes(plans, spec, 8) == decode + 7 * held
-    assert fr.window_peak_bytes(plans, spec, 1) == decode
+    assert default_window(plans, spec, 24 * gib, 1) == int(free // held) < 8
+    assert default_window(plans, spec, 14 * gib, 2) == 4  # nothing fits: still 2 per worker
+    assert default_window(plans, spec, None, 3) is None  # CPU cluster: run_graph's default
+    assert window_peak_bytes(plans, spec, 8) == decode + 7 * held
+    assert window_peak_bytes(plans, spec, 1) == decode
 
 
 def test_host_memory_bound_for_blended_batches(scheduler3):
@@ -337,20 +348,20 @@ def test_host_memory_bound_for_blended_batches(scheduler3):
     from farm.planning.tiling import plan_shot
     from farm.run.graph import split_workers
 
-    spec = fr.synth_spec("ltx2")
+    spec = synth_spec("ltx2")
     g = LTX2Decoder.geometry_for(spec.config)
     plans = [plan_shot("s", (128, 16, 22, 38), g)]  # one whole 121x704x1216 shot: 4 batches
     frame = 704 * 1216
-    assert fr.host_peak_bytes(plans, 1, VideoSettings()) == int(121 * frame * 4.5)  # uint8 + yuv420p
-    assert fr.host_peak_bytes(plans, 8, VideoSettings(enabled=False)) == 8 * 121 * frame * 3
+    assert host_peak_bytes(plans, 1, VideoSettings()) == int(121 * frame * 4.5)  # uint8 + yuv420p
+    assert host_peak_bytes(plans, 8, VideoSettings(enabled=False)) == 8 * 121 * frame * 3
     assert (
-        fr.host_peak_bytes(plans, 1, VideoSettings(frames_dtype="float16", codec="prores_hq"))
+        host_peak_bytes(plans, 1, VideoSettings(frames_dtype="float16", codec="prores_hq"))
         == 121 * frame * 6
     )
-    assert fr.host_memory_warning(100, 1000) is None
-    warning = fr.host_memory_warning(700, 1000)
+    assert host_memory_warning(100, 1000) is None
+    warning = host_memory_warning(700, 1000)
     assert warning and "--window or --batch-frames" in warning and "60%" in warning
-    assert fr.host_memory_warning(700, None) is None
+    assert host_memory_warning(700, None) is None
     with Client(scheduler3) as client:
-        limit = fr.smallest_memory_limit(client, split_workers(client)[0])
+        limit = smallest_memory_limit(client, split_workers(client)[0])
     assert limit is not None and limit > 2**20  # the session cluster's workers have Dask's "auto" limit

@@ -14,14 +14,16 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.run.render as fr
 from farm.errors import FarmError
+from farm.inputs.synthetic import smooth_latent, synth
+from farm.planning.options import PlanOptions
+from farm.run.render import render
 from farm.store.frames import read_frames
 from farm.store.job import open_job, write_shot
 from farm.store.output import Output
 from tests.helpers import CAUSAL_LTX2_TINY, assert_same_video, farm
 
-OPTIONS = fr.PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
+OPTIONS = PlanOptions(tiles=(2, 1, 2), overlap=(1, 0, 1), batch_frames=8)
 QUIET = {"log": lambda _: None}
 
 
@@ -29,7 +31,7 @@ QUIET = {"log": lambda _: None}
 def long_job(tmp_path_factory) -> Path:
     """3 shots of 41 frames (6 batches each): long enough to kill mid-render."""
     path = tmp_path_factory.mktemp("resume") / "job.zarr"
-    fr.synth(path, decoder="ltx2-tiny", shots=3, frames=41, height=128, width=192, seed=3)
+    synth(path, decoder="ltx2-tiny", shots=3, frames=41, height=128, width=192, seed=3)
     return path
 
 
@@ -37,14 +39,14 @@ def long_job(tmp_path_factory) -> Path:
 def causal_long_job(tmp_path_factory) -> Path:
     """The same shots for a causal LTX-2 decoder, whose state carries across temporal chunks."""
     path = tmp_path_factory.mktemp("resume-causal") / "job.zarr"
-    fr.synth(path, decoder=CAUSAL_LTX2_TINY, shots=3, frames=41, height=128, width=192, seed=3)
+    synth(path, decoder=CAUSAL_LTX2_TINY, shots=3, frames=41, height=128, width=192, seed=3)
     return path
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(long_job, tmp_path_factory, scheduler3) -> Output:
     out = Output(tmp_path_factory.mktemp("clean") / "out")
-    stats = fr.render(long_job, out.root, scheduler=scheduler3, options=OPTIONS, **QUIET)
+    stats = render(long_job, out.root, scheduler=scheduler3, options=OPTIONS, **QUIET)
     assert not stats.failed
     return out
 
@@ -84,7 +86,7 @@ def test_latent_hash_is_the_blockwise_digest_older_outputs_recorded(tmp_path):
     from farm.run.resume import latent_identity
 
     # 89 frames: 12 latent frames, one whole block of 8 and one of 4
-    fr.synth(tmp_path / "job", decoder="ltx2-tiny", shots=1, frames=89, height=64, width=64)
+    synth(tmp_path / "job", decoder="ltx2-tiny", shots=1, frames=89, height=64, width=64)
     job = open_job(tmp_path / "job")
     shot = next(iter(job.shots))
     latent = np.asarray(zarr.open_array(store=str(tmp_path / "job" / shot / "latent"), mode="r")[...])
@@ -132,7 +134,7 @@ def test_lost_worker_mid_render(long_job, uninterrupted, tmp_path, cluster3):
     pids = list(cluster3.run(os.getpid).values())
     result = {}
     thread = threading.Thread(
-        target=lambda: result.update(stats=fr.render(long_job, out.root, scheduler=cluster3.scheduler.address,
+        target=lambda: result.update(stats=render(long_job, out.root, scheduler=cluster3.scheduler.address,
                                                      options=OPTIONS, **QUIET))
     )  # fmt: skip
     thread.start()
@@ -150,17 +152,17 @@ def test_lost_worker_mid_carried_render_recomputes_the_state_chain(causal_long_j
     from farm.media.settings import VideoSettings
     from farm.planning.tiling import ChunkSize
 
-    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8,
+    carried = PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8,
                              chunk=ChunkSize(frames=2, carry=True))  # fmt: skip
     quiet = {"options": carried, "video": VideoSettings(enabled=False), **QUIET}
     clean = Output(tmp_path / "clean")
-    assert not fr.render(causal_long_job, clean.root, scheduler=cluster3.scheduler.address, **quiet).failed
+    assert not render(causal_long_job, clean.root, scheduler=cluster3.scheduler.address, **quiet).failed
     out = Output(tmp_path / "out")
     pids = list(cluster3.run(os.getpid).values())
     result = {}
     address = cluster3.scheduler.address
     thread = threading.Thread(
-        target=lambda: result.update(stats=fr.render(causal_long_job, out.root, scheduler=address, **quiet))
+        target=lambda: result.update(stats=render(causal_long_job, out.root, scheduler=address, **quiet))
     )
     thread.start()
     wait_for_markers(out, 2)
@@ -184,14 +186,14 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(
     from farm.run.resume import recorded_layout
 
     chunk = ChunkSize(frames=2, carry=True)
-    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
+    carried = PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
     quiet = {"scheduler": scheduler3, "video": VideoSettings(enabled=False), **QUIET}
     clean, out = Output(tmp_path / "clean"), Output(tmp_path / "out")
-    assert not fr.render(causal_long_job, clean.root, options=carried, **quiet).failed
-    assert not fr.render(causal_long_job, out.root, options=carried, frames="1-16", **quiet).failed
+    assert not render(causal_long_job, clean.root, options=carried, **quiet).failed
+    assert not render(causal_long_job, out.root, options=carried, frames="1-16", **quiet).failed
     shots = list(open_job(causal_long_job).shots)
     assert recorded_layout(out, shots, restart=False).chunks == dict.fromkeys(shots, chunk)
-    stats = fr.render(causal_long_job, out.root, options=fr.PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
+    stats = render(causal_long_job, out.root, options=PlanOptions(tiles=AUTO, batch_frames=8), **quiet)
     assert not stats.failed and stats.batches_written == 3 * 4  # batches 3-6 of each shot
     for shot in shots:
         assert read_frames(out, shot).tobytes() == read_frames(clean, shot).tobytes()
@@ -199,23 +201,23 @@ def test_an_auto_resume_keeps_the_carried_chunks_its_output_started_with(
 
 def test_changed_latents_are_refused_then_restarted(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=9, height=64, width=64)
+    synth(job, decoder="ltx2-tiny", shots=2, frames=9, height=64, width=64)
     out = Output(tmp_path / "out")
-    fr.render(job, out.root, scheduler=scheduler3, **QUIET)
+    render(job, out.root, scheduler=scheduler3, **QUIET)
     before = {s: out.video(s).read_bytes() for s in ("shot000", "shot001")}
-    write_shot(job, "shot001", fr.smooth_latent(np.random.default_rng(99), (8, 2, 2, 2)), fps=24.0)
+    write_shot(job, "shot001", smooth_latent(np.random.default_rng(99), (8, 2, 2, 2)), fps=24.0)
     with pytest.raises(FarmError, match="shot 'shot001': the latents changed"):
-        fr.render(job, out.root, scheduler=scheduler3, **QUIET)
+        render(job, out.root, scheduler=scheduler3, **QUIET)
     with pytest.raises(FarmError, match="batch frames: OUT has 9, this render 4"):
-        fr.render(job, out.root, scheduler=scheduler3, options=fr.PlanOptions(batch_frames=4), **QUIET)
+        render(job, out.root, scheduler=scheduler3, options=PlanOptions(batch_frames=4), **QUIET)
     assert {s: out.video(s).read_bytes() for s in before} == before  # nothing lost
-    stats = fr.render(job, out.root, scheduler=scheduler3, restart=True, **QUIET)
+    stats = render(job, out.root, scheduler=scheduler3, restart=True, **QUIET)
     assert not stats.failed and out.video("shot001").read_bytes() != before["shot001"]
 
 
 def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     out = tmp_path / "out"
     holder = subprocess.Popen(
         [sys.executable, "-c",
@@ -226,17 +228,17 @@ def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(FarmError, match=f"being written by another farm render \\(pid {holder.pid} "):
-            fr.render(job, out, scheduler=scheduler3, **QUIET)
+            render(job, out, scheduler=scheduler3, **QUIET)
     finally:
         holder.kill()
         holder.wait()
-    assert not fr.render(job, out, scheduler=scheduler3, **QUIET).failed  # its holder is gone: taken over
+    assert not render(job, out, scheduler=scheduler3, **QUIET).failed  # its holder is gone: taken over
 
 
 def test_nan_and_corrupt_latents_fail_their_shot_only(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=3, frames=17, height=64, width=64)
-    nan = fr.smooth_latent(np.random.default_rng(1), (8, 3, 2, 2))
+    synth(job, decoder="ltx2-tiny", shots=3, frames=17, height=64, width=64)
+    nan = smooth_latent(np.random.default_rng(1), (8, 3, 2, 2))
     nan[:, 2] = np.nan
     write_shot(job, "shot001", nan, fps=24.0)
     chunk = next(p for p in (job / "shot002" / "latent" / "c").rglob("*") if p.is_file())
@@ -254,10 +256,10 @@ def test_nan_and_corrupt_latents_fail_their_shot_only(tmp_path, scheduler3):
     # no shot can render: refused, and the new OUT is not left behind (its latents were hashed while the
     # client joined the running cluster: a fresh OUT has nothing to refuse before that)
     only_nan = tmp_path / "nan.zarr"
-    fr.synth(only_nan, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    synth(only_nan, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
     write_shot(only_nan, "shot000", nan, fps=24.0)
     with pytest.raises(FarmError, match=r"shot 'shot000': latent holds NaN or Inf in latent frames \[2\]"):
-        fr.render(only_nan, tmp_path / "out-nan", scheduler=scheduler3, **QUIET)
+        render(only_nan, tmp_path / "out-nan", scheduler=scheduler3, **QUIET)
     assert not (tmp_path / "out-nan").exists()
 
 
@@ -265,24 +267,24 @@ def test_bad_job_stores_and_outputs(tmp_path, scheduler3):
     not_zarr = tmp_path / "plain"
     not_zarr.mkdir()
     with pytest.raises(FarmError, match="not a Zarr job store"):
-        fr.render(not_zarr, tmp_path / "o1", scheduler=scheduler3, **QUIET)
+        render(not_zarr, tmp_path / "o1", scheduler=scheduler3, **QUIET)
     group = zarr.open_group(store=str(tmp_path / "nofarm.zarr"), mode="w", zarr_format=3)
     group.attrs["x"] = 1
     with pytest.raises(FarmError, match="not a farm job store"):
-        fr.render(tmp_path / "nofarm.zarr", tmp_path / "o2", scheduler=scheduler3, **QUIET)
+        render(tmp_path / "nofarm.zarr", tmp_path / "o2", scheduler=scheduler3, **QUIET)
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    synth(job, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     zarr.open_group(store=str(job), mode="r+").create_group("bad name!")
     with pytest.raises(FarmError, match="shot name 'bad name!' is not allowed"):
-        fr.render(job, tmp_path / "o3", scheduler=scheduler3, **QUIET)
+        render(job, tmp_path / "o3", scheduler=scheduler3, **QUIET)
     job2 = tmp_path / "job2.zarr"
-    fr.synth(job2, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
+    synth(job2, decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64)
     write_shot(job2, "wrong-channels", np.zeros((4, 2, 2, 2), np.float32), fps=24.0)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(FarmError, match="not writable"):
-        fr.render(job2, a_file / "out", scheduler=scheduler3, **QUIET)
-    stats = fr.render(job2, tmp_path / "o4", scheduler=scheduler3, **QUIET)
+        render(job2, a_file / "out", scheduler=scheduler3, **QUIET)
+    stats = render(job2, tmp_path / "o4", scheduler=scheduler3, **QUIET)
     assert [s.shot for s in stats.failed] == ["wrong-channels"]
     assert "has 4 channels but the decoder" in stats.shots["wrong-channels"].error
     assert stats.shots["shot000"].video
@@ -296,10 +298,10 @@ def test_an_output_decoded_with_a_superseded_config_is_refused_and_named(tmp_pat
     from farm.media.settings import VideoSettings
 
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
     out = tmp_path / "out"
     options = {"workers": 1, "video": VideoSettings(enabled=False), **QUIET}
-    assert not fr.render(job, out, **options).failed
+    assert not render(job, out, **options).failed
     group = zarr.open_group(str(Output(out).shot_group("shot000")), mode="r+")
     identity = dict(group.attrs["render"])
     assert identity["decoder"]["config_revision"] == 2
@@ -307,11 +309,11 @@ def test_an_output_decoded_with_a_superseded_config_is_refused_and_named(tmp_pat
     group.attrs["render"] = identity  # as an earlier farm recorded it
     superseded = r"superseded by revision 2 \(now the released LTX-2 decoder.*--restart"
     with pytest.raises(FarmError, match=superseded):
-        fr.render(job, out, **options)
+        render(job, out, **options)
     status = farm("status", str(out))
     assert status.returncode == 1
     assert "shot 'shot000' was decoded with ltx2 config 'ltx2-tiny' revision 1" in status.stderr
-    assert not fr.render(job, out, restart=True, **options).failed
+    assert not render(job, out, restart=True, **options).failed
     assert farm("status", str(out)).returncode == 0
     # a spec that asks for the superseded revision is refused; one that names none gets the current one
     raw = {"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}}

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-import farm.run.render as fr
+import farm
 from farm.inputs.synthetic import synth
 from farm.media.settings import VideoSettings
+from farm.planning.jobplan import plan_shots
 from farm.planning.tiling import ChunkSize
 from farm.store.frames import read_frames
 from farm.store.job import open_job
@@ -17,7 +18,7 @@ from tests.helpers import CAUSAL_LTX2_TINY
 
 # 33 frames (5 latent frames of ltx2-tiny), 8-frame batches: 3 temporal chunks of 2 latent frames,
 # overlap 1, so the first batches are complete after the first chunk
-STREAMED = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=ChunkSize(frames=2))
+STREAMED = farm.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=ChunkSize(frames=2))
 ZARR_ONLY = VideoSettings(enabled=False)
 
 
@@ -25,9 +26,9 @@ def test_streamed_equals_whole_and_any_worker_count(tmp_path, scheduler3):
     job = tmp_path / "job.zarr"
     synth(job, decoder="ltx2-tiny", shots=1, frames=33, height=64, width=128, seed=3)
     quiet = {"log": lambda _: None, "options": STREAMED, "video": ZARR_ONLY}
-    streamed = fr.render(job, tmp_path / "s3", scheduler=scheduler3, **quiet)
-    whole = fr.render(job, tmp_path / "w3", scheduler=scheduler3, stream=False, **quiet)
-    single = fr.render(job, tmp_path / "s1", workers=1, **quiet)
+    streamed = farm.render(job, tmp_path / "s3", scheduler=scheduler3, **quiet)
+    whole = farm.render(job, tmp_path / "w3", scheduler=scheduler3, stream=False, **quiet)
+    single = farm.render(job, tmp_path / "s1", workers=1, **quiet)
     assert not streamed.failed and not whole.failed and not single.failed
     # streaming really split the tiles: more decode tasks than tiles
     assert streamed.tiles_total > whole.tiles_total == 2
@@ -40,7 +41,7 @@ def test_streamed_equals_whole_and_any_worker_count(tmp_path, scheduler3):
 
 # Carried chunks: 5 latent frames in chunks of 2 (pixel frames 0-8, 9-24 and 25-32), no overlap, each
 # chunk starting from the decoder state the previous one left
-CARRIED = fr.PlanOptions(
+CARRIED = farm.PlanOptions(
     tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True)
 )
 
@@ -49,10 +50,10 @@ def test_carried_chunks_streamed_equal_unstreamed_any_worker_count_and_resume(tm
     job = tmp_path / "job.zarr"
     synth(job, decoder=CAUSAL_LTX2_TINY, shots=1, frames=33, height=64, width=128, seed=5)
     quiet = {"log": lambda _: None, "video": ZARR_ONLY}
-    streamed = fr.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
-    whole = fr.render(job, tmp_path / "w3", scheduler=scheduler3, options=CARRIED, stream=False, **quiet)
-    single = fr.render(job, tmp_path / "s1", workers=1, options=CARRIED, **quiet)
-    unchunked = fr.render(job, tmp_path / "u3", scheduler=scheduler3, options=fr.PlanOptions(
+    streamed = farm.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
+    whole = farm.render(job, tmp_path / "w3", scheduler=scheduler3, options=CARRIED, stream=False, **quiet)
+    single = farm.render(job, tmp_path / "s1", workers=1, options=CARRIED, **quiet)
+    unchunked = farm.render(job, tmp_path / "u3", scheduler=scheduler3, options=farm.PlanOptions(
         tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8), **quiet)  # fmt: skip
     assert not any(r.failed for r in (streamed, whole, single, unchunked))
     # 3 chunks per tile, each its own task, and nothing decoded twice: 3 + 3 decodes
@@ -71,7 +72,7 @@ def test_carried_chunks_streamed_equal_unstreamed_any_worker_count_and_resume(tm
     out = Output(tmp_path / "s3")
     last = max(out.batches_done(shot))
     out.done_marker(shot, last).unlink()
-    again = fr.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
+    again = farm.render(job, tmp_path / "s3", scheduler=scheduler3, options=CARRIED, **quiet)
     assert not again.failed and again.batches_total == 1 and again.tiles_total == 6
     assert read_frames(out, shot).tobytes() == a.tobytes()
 
@@ -94,8 +95,8 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     job_path = tmp_path / "job.zarr"
     synth(job_path, decoder=CAUSAL_LTX2_TINY, shots=1, frames=33, height=64, width=64, seed=7)
     job = open_job(job_path)
-    options = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
-    plans = assign_round_robin(fr.plan_shots(job, options, list(job.shots))[0], 1)
+    options = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
+    plans = assign_round_robin(plan_shots(job, options, list(job.shots))[0], 1)
     plan, steps = plans[0], make_schedule(plans, n_decode=1, n_io=0).decodes
     tile = plan.tiles[0]
     frames = [segment_latent_frames(s) for s in tile_segments(tile, plan_geometry(plan), plan.chunk)]
@@ -162,10 +163,10 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     job = open_job(job_path)
     workers, _ = split_workers(cluster3)
     chunk = ChunkSize(2, carry=True)
-    carried = fr.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
-    cases = ((carried, True), (carried, False), (fr.PlanOptions(tiles=(1, 1, 1)), True))
+    carried = farm.PlanOptions(tiles=(1, 1, 2), overlap=(0, 0, 1), batch_frames=8, chunk=chunk)
+    cases = ((carried, True), (carried, False), (farm.PlanOptions(tiles=(1, 1, 1)), True))
     for case, (options, stream) in enumerate(cases):
-        plans = assign_round_robin(fr.plan_shots(job, options, list(job.shots))[0], len(workers))
+        plans = assign_round_robin(plan_shots(job, options, list(job.shots))[0], len(workers))
         render_id = f"t{case}"  # keys are per render
         ahead = read_first_latents(cluster3, plans, workers, 0, job_path=str(job_path), render_id=render_id,
                                    stream=stream)  # fmt: skip
@@ -198,7 +199,7 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
             assert any(not torch.equal(own[b], taken[b]) for b in batches)
             assert all(torch.equal(own[b], decode_tile(*args, None, (frames, latent))[b]) for b in batches)
     # a latent that cannot be read: nothing read ahead, and the decode reports its own error
-    bad_tile = assign_round_robin(fr.plan_shots(job, carried, ["shot000"])[0], 1)[0].tiles[0]
+    bad_tile = assign_round_robin(plan_shots(job, carried, ["shot000"])[0], 1)[0].tiles[0]
     latents = zarr.open_array(store=str(job_path / "shot000" / "latent"), mode="r+")
     latents[:, 0] = np.nan
     assert read_latent_ahead(str(job_path), bad_tile, None) is None
@@ -211,14 +212,14 @@ def test_a_shot_dropped_at_the_hash_keeps_its_latent_read_ahead_to_itself(tmp_pa
     hash is in. A shot whose later latent chunk is corrupt reads its first segment fine, then drops out
     at the hash: the shot after it, now first, must decode its own latent, not the one read for the
     dropped shot (reads are keyed by shot name, tile and segment, not by position)."""
-    carried = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
+    carried = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8, chunk=ChunkSize(frames=2, carry=True))
     quiet = {"log": lambda _: None, "options": carried, "video": ZARR_ONLY}
     job = tmp_path / "job.zarr"
     synth(job, decoder=CAUSAL_LTX2_TINY, shots=2, frames=81, height=64, width=64, seed=4)  # 11 latent frames
-    alone = fr.render(job, tmp_path / "alone", scheduler=scheduler3, shots=["shot001"], **quiet)
+    alone = farm.render(job, tmp_path / "alone", scheduler=scheduler3, shots=["shot001"], **quiet)
     assert not alone.failed
     (job / "shot000" / "latent" / "c" / "0" / "1" / "0" / "0").write_bytes(b"not a zstd chunk")  # frames 8-10
-    stats = fr.render(job, tmp_path / "out", scheduler=scheduler3, **quiet)
+    stats = farm.render(job, tmp_path / "out", scheduler=scheduler3, **quiet)
     assert [s.shot for s in stats.failed] == ["shot000"]
     mine = read_frames(Output(tmp_path / "out"), "shot001")
     assert mine.tobytes() == read_frames(Output(tmp_path / "alone"), "shot001").tobytes()

@@ -20,7 +20,7 @@ import pytest
 import zarr
 from distributed import Client
 
-import farm.run.render as fr
+import farm
 from farm.run.cluster import workers_info
 from farm.store.frames import read_frames
 from farm.store.output import Output
@@ -139,13 +139,13 @@ def jobs(tmp_path_factory) -> dict[str, Path]:
     """A folder of two small jobs, and a long job (6 shots x 129 frames: 102 batches of 8) in its own."""
     root = tmp_path_factory.mktemp("jobs")
     small = root / "small"
-    fr.synth(small / "alpha.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64, seed=1)
-    fr.synth(small / "beta.zarr", decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64, seed=2)
+    farm.synth(small / "alpha.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=64, width=64, seed=1)
+    farm.synth(small / "beta.zarr", decoder="ltx2-tiny", shots=1, frames=9, height=64, width=64, seed=2)
     zarr.open_group(str(small / "notes.zarr"), mode="w")  # a Zarr group but not a job store: skipped
     long = root / "long"
-    fr.synth(long / "long.zarr", decoder="ltx2-tiny", shots=6, frames=129, height=64, width=64, seed=3)
+    farm.synth(long / "long.zarr", decoder="ltx2-tiny", shots=6, frames=129, height=64, width=64, seed=3)
     high = root / "high"
-    fr.synth(high / "urgent.zarr", decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64, seed=4)
+    farm.synth(high / "urgent.zarr", decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64, seed=4)
     return {"small": small, "long": long, "high": high}
 
 
@@ -174,7 +174,7 @@ def test_cluster_starts_io_workers_and_renders_write_on_them(tmp_path):
     from distributed import get_task_stream
 
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64, seed=5)
+    farm.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64, seed=5)
     cluster = FarmCluster(tmp_path, 1, "--io-workers", "2")
     try:
         assert any("farm cluster: 2 I/O worker(s)" in line for line in cluster.lines)
@@ -182,8 +182,8 @@ def test_cluster_starts_io_workers_and_renders_write_on_them(tmp_path):
         io = {addr for addr, w in workers.items() if str(w["name"]).startswith("farm-io-")}
         assert len(workers) == 3 and len(io) == 2
         with get_task_stream(client=cluster.client) as stream:
-            stats = fr.render(str(job), str(tmp_path / "out"), scheduler=cluster.address,
-                              options=fr.PlanOptions(batch_frames=8), log=lambda _m: None)  # fmt: skip
+            stats = farm.render(str(job), str(tmp_path / "out"), scheduler=cluster.address,
+                                options=farm.PlanOptions(batch_frames=8), log=lambda _m: None)  # fmt: skip
         assert stats.frames_written == 17 and not stats.failed
         writes = [d["worker"] for d in stream.data if "write-batch" in str(d["key"])]
         # all but the decode worker's last batch, which is written where it was blended (planning.schedule)

@@ -9,24 +9,24 @@ import numpy as np
 import pytest
 import zarr
 
-import farm.run.render as fr
+import farm
 from farm.media.settings import VideoSettings
 from farm.store.frames import read_frames
 from farm.store.output import Output
 
 xr = pytest.importorskip("xarray")
 QUIET = {"log": lambda _: None}
-WHOLE = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+WHOLE = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory, scheduler3):
     root = tmp_path_factory.mktemp("xr")
     job = root / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=96, fps=25.0)
+    farm.synth(job, decoder="ltx2-tiny", shots=2, frames=17, height=64, width=96, fps=25.0)
     out = Output(root / "out")
     video = VideoSettings(enabled=False, first_frame=1001)
-    assert not fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=video, **QUIET).failed
+    assert not farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=video, **QUIET).failed
     return job, out
 
 
@@ -74,9 +74,9 @@ def test_latents_open_with_xarray(rendered):
 def test_outputs_without_the_metadata_still_resume(tmp_path, scheduler3):
     """An output written before frames had dimension names or coordinates resumes and finishes."""
     job = tmp_path / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
+    farm.synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64)
     out = Output(tmp_path / "out")
-    fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="1-8", **QUIET)
+    farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, frames="1-8", **QUIET)
     group = zarr.open_group(str(out.frames_zarr / "shot000"), mode="r+")
     old = group["frames"][...]
     for name in ("frame", "channel"):
@@ -84,12 +84,12 @@ def test_outputs_without_the_metadata_still_resume(tmp_path, scheduler3):
     legacy = group.create_array("frames", shape=old.shape, dtype=old.dtype, chunks=group["frames"].chunks,
                                 fill_value=0, overwrite=True)  # fmt: skip
     legacy[...] = old  # as before: no dimension_names, no attributes
-    stats = fr.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET)
+    stats = farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET)
     assert not stats.failed and stats.frames_written == 9
     assert out.batches_done("shot000") == {0, 1, 2} and out.video("shot000").exists()
     whole = Output(tmp_path / "whole")
     no_video = VideoSettings(enabled=False)
-    fr.render(job, whole.root, scheduler=scheduler3, options=WHOLE, video=no_video, **QUIET)
+    farm.render(job, whole.root, scheduler=scheduler3, options=WHOLE, video=no_video, **QUIET)
     assert read_frames(out, "shot000").tobytes() == read_frames(whole, "shot000").tobytes()
     kept = zarr.open_array(str(out.frames_zarr / "shot000" / "frames"), mode="r")
     assert kept.metadata.dimension_names is None  # the old array was kept, not replaced

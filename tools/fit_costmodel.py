@@ -139,8 +139,8 @@ def cpu_decodes(reps: int) -> list[Sample]:
     import torch
 
     from farm.decoders.ltx2 import LTX2Decoder
+    from farm.inputs.synthetic import smooth_latent, synth_spec
     from farm.planning.costmodel import time_decodes
-    from farm.run.render import smooth_latent, synth_spec
 
     torch.set_num_threads(1)
     spec = synth_spec("ltx2-tiny", seed=0)
@@ -161,17 +161,19 @@ def cpu_decodes(reps: int) -> list[Sample]:
 
 def cpu_render_costs(work: Path) -> dict[str, float]:
     """A one-worker render of 2 whole shots of 33x256x384 on a warm worker: write, encode, the rest."""
-    import farm.run.render as fr
+    from farm.inputs.synthetic import synth
+    from farm.planning.options import PlanOptions
+    from farm.run.render import render
 
     job = work / "job.zarr"
-    fr.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=256, width=384, overwrite=True)
+    synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=256, width=384, overwrite=True)
     from farm.run.cluster import connect
 
-    options = fr.PlanOptions(tiles=(1, 1, 1), batch_frames=16)
+    options = PlanOptions(tiles=(1, 1, 1), batch_frames=16)
     with connect(workers=1) as client:
         address = client.scheduler.address
-        fr.render(job, work / "warm", scheduler=address, options=options, log=lambda _: None)  # model load
-        stats = fr.render(job, work / "out", scheduler=address, options=options, log=lambda _: None)
+        render(job, work / "warm", scheduler=address, options=options, log=lambda _: None)  # model load
+        stats = render(job, work / "out", scheduler=address, options=options, log=lambda _: None)
     pixels = 2 * 33 * 256 * 384
     return {
         "seconds": stats.seconds,

@@ -49,7 +49,7 @@ def measure_one(name: str, clip: tuple[int, int, int], device: str, dtype: str, 
     import torch
 
     from farm.decoders import decoder_class
-    from farm.run.render import smooth_latent, synth_spec
+    from farm.inputs.synthetic import smooth_latent, synth_spec
 
     torch.set_num_threads(1)
     spec = synth_spec(name, seed=0, dtype=dtype)
@@ -106,8 +106,8 @@ def fit(name: str, rows: list[dict]) -> dict:
 
     from farm.decoders import decoder_class
     from farm.decoders.memory import CPU_NATIVE_CONV_LIMIT, MemoryModel
+    from farm.inputs.synthetic import synth_spec
     from farm.planning.costmodel import fit_memory
-    from farm.run.render import synth_spec
 
     spec = synth_spec(name, seed=0)
     cls = decoder_class(spec)
@@ -151,8 +151,8 @@ def measure(name: str, clip, device: str, dtype: str, reps: int) -> dict:
 
 
 def planned_seconds(row: dict, device: str) -> float:
+    from farm.inputs.synthetic import synth_spec
     from farm.planning.costmodel import cost_model
-    from farm.run.render import synth_spec
 
     spec = synth_spec(row["decoder"], seed=0, dtype=row["dtype"])
     return cost_model(spec).decode_seconds(row["pixels"])

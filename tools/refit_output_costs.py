@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 from farm.decoders import decoder_class
+from farm.inputs.synthetic import synth_spec
 from farm.planning import costmodel, planner
 from farm.planning.costmodel import CostModel, DecodeCost
 from farm.planning.tiling import ChunkSize, TileGrid, assign_round_robin, plan_shot
 from farm.run.cluster import ClusterChoice, default_io_workers
-from farm.run.render import synth_spec
 
 
 def row_plans(row: dict, run: dict) -> tuple[list, int, int]:

@@ -142,14 +142,14 @@ def find_jobs(folder: Path) -> dict[str, Path]:
 
 
 def _triple(value: Any, what: str, minimum: int) -> tuple[int, int, int]:
-    from farm.run.render import parse_triple
+    from farm.planning.options import parse_triple
 
     text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
     return parse_triple(text, what, minimum=minimum)
 
 
 def plan_options(opts: dict[str, Any], name: str) -> Any:
-    import farm.run.render as fr
+    from farm.planning.options import PlanOptions
     from farm.planning.tiling import ChunkSize
 
     kwargs: dict[str, Any] = {}
@@ -168,7 +168,7 @@ def plan_options(opts: dict[str, Any], name: str) -> Any:
         kwargs["chunk"] = ChunkSize(frames=f, height=h, width=w, carry=carry)
     elif carry:
         raise FarmError(f"{name}: carry = true needs a temporal chunk, e.g. chunk = [4, 0, 0]")
-    return fr.PlanOptions(**kwargs)
+    return PlanOptions(**kwargs)
 
 
 def job_view(job: Path, dtype: str, views: Path) -> Path:

@@ -23,8 +23,8 @@ from farm.errors import FarmError
 
 
 def main(argv: Sequence[str]) -> int:
-    import farm.run.render as fr
     from farm.media.settings import VideoSettings
+    from farm.planning.options import PlanOptions, parse_tiles, parse_triple
     from farm.store.job import open_job
 
     p = argparse.ArgumentParser(prog="rerender.py", description="Re-render some shots of a job.")
@@ -49,15 +49,15 @@ def main(argv: Sequence[str]) -> int:
         raise FarmError(f"shots {missing} are not in the job {args.job}; shots: {sorted(job.shots)}")
     options: dict = {}
     if args.tiles:
-        options["tiles"] = fr.parse_tiles(args.tiles)
+        options["tiles"] = parse_tiles(args.tiles)
     if args.overlap:
-        options["overlap"] = fr.parse_triple(args.overlap, "--overlap", minimum=0)
+        options["overlap"] = parse_triple(args.overlap, "--overlap", minimum=0)
     if args.batch_frames:
         options["batch_frames"] = args.batch_frames
     cluster = {k: getattr(args, k) for k in ("scheduler", "scheduler_file", "workers") if getattr(args, k)}
     workflow.log(f"rerender: {len(shots)} shot(s) of {args.job} start over in {args.out}: {', '.join(shots)}")
     stats = workflow.render(
-        args.job, args.out, shots=shots, restart=True, options=fr.PlanOptions(**options),
+        args.job, args.out, shots=shots, restart=True, options=PlanOptions(**options),
         video=VideoSettings(enabled=not args.no_video), priority=args.priority, **cluster,
     )  # fmt: skip
     for shot in stats.shots.values():

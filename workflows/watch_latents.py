@@ -148,15 +148,15 @@ def ingest_one(args: argparse.Namespace, job: Path, path: Path) -> list[str]:
 
 
 def render_shots(args: argparse.Namespace, job: Path, shots: list[str], cluster: dict[str, Any]) -> None:
-    import farm.run.render as fr
     from farm.media.settings import VideoSettings
+    from farm.planning.options import PlanOptions, parse_tiles
 
     options: dict = {}
     if args.tiles:
-        options["tiles"] = fr.parse_tiles(args.tiles)
+        options["tiles"] = parse_tiles(args.tiles)
     if args.batch_frames:
         options["batch_frames"] = args.batch_frames
-    stats = workflow.render(job, args.out, shots=shots, options=fr.PlanOptions(**options),
+    stats = workflow.render(job, args.out, shots=shots, options=PlanOptions(**options),
                             video=VideoSettings(enabled=not args.no_video), **cluster)  # fmt: skip
     for shot in stats.shots.values():
         state = f"{shot.batches_written}/{shot.batches_total} batches"

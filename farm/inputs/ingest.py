@@ -49,13 +49,25 @@ import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, resolve_audio_spec
+from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, check_audio_weights, resolve_audio_spec
 from farm.errors import FarmError
+from farm.inputs import latent_files
 from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
+from farm.inputs.pipelines import (
+    audio_spec_from_pipeline,
+    convention_of,
+    pipeline_latents,
+    pipeline_name,
+    spec_from_pipeline,
+    to_numpy,
+)
+from farm.inputs.synthetic import resolve_decoder
 from farm.media.files import exchange
+from farm.media.rates import parse_rate, parse_timecode
 from farm.planning.tiling import MIN_SPATIAL_CHUNK, Geometry
 from farm.store.claims import shape_problem
-from farm.store.job import check_shot_name
+from farm.store.job import check_shot_name, create_job, open_job, write_shot
+from farm.store.lock import job_replace_lock
 
 DEFAULT_FPS = 24.0
 # What ComfyUI's .latent files hold per decoder family (see the module docstring), as each adapter says.
@@ -233,8 +245,6 @@ def plan_shots(
 ) -> list[PlannedShot]:
     """Every shot this ingest would write, validated; nothing is read or written. `fps` (a number or a
     ratio, `farm.media.rates`) and `timecode` (each shot's start) apply to every shot."""
-    from farm.media.rates import parse_rate, parse_timecode
-
     if pattern is not None:
         check_name_pattern(pattern)
     if fps is not None:
@@ -272,8 +282,6 @@ def plan_shots(
 
 
 def _metadata_fps(item: FoundTensor) -> Fraction | None:
-    from farm.media.rates import parse_rate
-
     try:
         return parse_rate(item.metadata.get("fps", ""))  # "24000/1001" or a number
     except FarmError:
@@ -343,8 +351,6 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
                     f"--decoder {text}: cannot read a JSON decoder spec from it ({exc})"
                 ) from None
         else:
-            from farm.inputs.synthetic import resolve_decoder
-
             raw = {"family": resolve_decoder(text)[0], "config": text}
     if not isinstance(raw, dict):
         raise FarmError(f"--decoder: expected a JSON object, got {type(raw).__name__}")
@@ -385,7 +391,6 @@ def existing_job(path: Path) -> tuple[DecoderSpec, list[str]] | None:
     """The spec and shot names of the job store at `path`, or None when there is none."""
     if not path.exists():
         return None
-    from farm.store.job import open_job
 
     job = open_job(path)
     return job.spec, list(job.shots)
@@ -414,8 +419,6 @@ def write_staged(
     `sounds`: per shot name, a loader of its audio latent ``[C, T, M]`` (decoded by `audio_spec`).
     Returns the shots that replaced existing ones. On any error before the commit, the staging store is
     removed and the job is as it was."""
-    from farm.store.job import create_job, write_shot
-
     stage = _staging_dir(job)
     try:
         create_job(stage, spec, audio=audio_spec)
@@ -483,8 +486,6 @@ def _alive(pid: int) -> bool:
 
 
 def _commit(stage: Path, job: Path, names: list[str], *, existing: bool, replace: bool) -> list[str]:
-    from farm.store.lock import job_replace_lock
-
     if not existing:
         try:
             os.rename(stage, job)  # the whole new job appears at once
@@ -564,8 +565,6 @@ def ingest(
 
     >>> ingest("job.zarr", ["renders/latents/"], decoder="ltx2", weights="/models/ltx2-vae")  # doctest: +SKIP
     """
-    from farm.inputs import latent_files
-
     job = Path(job)
     current = existing_job(job)
     spec = _job_spec(current, decoder, weights, latents)
@@ -658,8 +657,6 @@ def _job_audio(
     create it with. Sound for a job without one is refused."""
     current = None
     if exists:
-        from farm.store.job import open_job
-
         current = open_job(job).audio
     given = None
     if decoder is not None:
@@ -683,8 +680,6 @@ def _job_audio(
                         "ltx2-audio (LTX-2) or ltx2.3-audio (LTX-2.3) --audio-weights PATH (a diffusers "
                         "pipeline folder or the .safetensors checkpoint)")  # fmt: skip
     if given is not None:
-        from farm.decoders.ltx2_audio import check_audio_weights
-
         check_audio_weights(given)
     return given
 
@@ -756,8 +751,6 @@ def add_pipeline_shot(
     >>> add_pipeline_shot("job.zarr", out.frames, audio_latents=out.audio, pipeline=pipe, name="sh020",
     ...                   fps=24, **size)  # doctest: +SKIP
     """
-    from farm.inputs.pipelines import convention_of, pipeline_latents, pipeline_name, spec_from_pipeline
-
     job = Path(job)
     current = existing_job(job)
     conv = convention_of(pipeline)
@@ -789,8 +782,6 @@ def add_pipeline_shot(
     sounds: dict[str, Callable[[], np.ndarray]] = {}
     audio_spec = None
     if audio_latents is not None:
-        from farm.inputs.pipelines import audio_spec_from_pipeline, to_numpy
-
         if current is None and audio_decoder is None:
             audio_decoder = audio_spec_from_pipeline(pipeline, str(audio_weights) if audio_weights else None)
             audio_weights = None

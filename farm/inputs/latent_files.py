@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import FAMILIES
+from farm.decoders.checkpoints import check_torch_storages
 from farm.errors import FarmError
 
 FORMATS = {
@@ -236,7 +237,6 @@ def _torch_load(path: Path) -> Any:
 
     import torch
 
-    from farm.decoders.checkpoints import check_torch_storages
 
     check_torch_storages(path)  # a short member, or a storage far larger than its tensors: refused unread
     try:

@@ -29,6 +29,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.errors import FarmError
+from farm.inputs.latent_files import torch_to_numpy
 from farm.planning.tiling import Geometry
 
 
@@ -67,7 +68,6 @@ def to_numpy(latents: Any) -> np.ndarray:
     """A torch tensor (any device; bfloat16 becomes float32) or an array → a numpy array."""
     import torch
 
-    from farm.inputs.latent_files import torch_to_numpy
 
     if isinstance(latents, np.ndarray):
         return latents
@@ -139,7 +139,6 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     The weights are `weights`, or the local folder the VAE was loaded from (``from_pretrained``)."""
     from pathlib import Path
 
-    from farm.decoders import FAMILIES
 
     vae = getattr(pipeline, "vae", None)
     if vae is None:

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from farm.decoders import DecoderSpec, decoder_class
+from farm.decoders import DecoderSpec, decoder_class, memory_model
 from farm.errors import FarmError
 from farm.media.rates import RANGE_TEXT, parse_timecode
+from farm.planning import planner
+from farm.planning.budgets import default_window, tile_peak_bytes
+from farm.planning.costmodel import CostModel, cost_model
 from farm.planning.options import AUTO, DEFAULT_OVERLAP, PlanOptions
+from farm.planning.planner import Prediction
 from farm.planning.tiling import (
     AXES,
     MIN_SPATIAL_CHUNK,
@@ -26,10 +30,6 @@ from farm.planning.tiling import (
 )
 from farm.store.claims import shape_problem
 from farm.store.job import Job
-
-if TYPE_CHECKING:
-    from farm.planning.costmodel import CostModel
-    from farm.planning.planner import Prediction
 
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions, spatial_overlap: int | None = None) -> TileGrid:
@@ -116,10 +116,6 @@ def predict_render(
     through the window the memory budget gives each worker on the cost model's GPU (returned too; None
     on a CPU cluster), with `n_io` I/O workers. A window of 2 and no I/O workers predicted a streamed
     704p shot at 1.7 s; it ran in 0.8 s."""
-    from farm.decoders import memory_model
-    from farm.planning import planner
-    from farm.planning.budgets import default_window
-
     window = default_window(plans, spec, model.worker_memory_bytes, 1)
     prediction = planner.predict(plans, n_workers, model, memory=memory_model(spec), n_io=n_io,
                                  window=window * n_workers if window else None)  # fmt: skip
@@ -154,10 +150,6 @@ def auto_chunks(
     segments unless not `video`.
     (With 32-frame batches and video, one 1088x1920 shot on one GPU gains 4.9 %: not enough; with
     8-frame batches 20 %.)"""
-    from farm.planning import planner
-    from farm.planning.budgets import tile_peak_bytes
-    from farm.planning.costmodel import cost_model
-
     model = cost_model(job.spec, options.cost_model)
     if not free or not geometry.carries or model.decode_on_host:
         return {}
@@ -213,9 +205,6 @@ def _auto_grids(
     geometry: Geometry,
     fixed: Mapping[str, TileGrid] | None,
 ) -> dict[str, TileGrid]:
-    from farm.planning import planner
-    from farm.planning.costmodel import cost_model
-
     model = cost_model(job.spec, options.cost_model)
     memory = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
     return planner.choose_plans(

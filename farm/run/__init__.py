@@ -1,4 +1,5 @@
-"""The driver: a render from options to outcomes. `render` puts it together; `validate` checks
+"""The driver: a render from options to outcomes. `request` holds one render as asked for; `render`
+puts it together; `plan_report` is what `farm plan` prints; `validate` checks
 everything before OUT or a cluster is touched; `resume` says what an output is a render of and what
 is left; `cluster` joins or starts a cluster (`clusterd`: `farm cluster`, `tls`: its certificates);
 `graph` runs a schedule on Dask through a bounded window.

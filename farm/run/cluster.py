@@ -33,7 +33,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from farm import config, logs
 from farm.errors import FarmError
 from farm.planning.schedule import IO_WORKER_THREADS
+from farm.run.tls import check_tls, check_tls_to
 from farm.worker import transport_plugin
+from farm.worker.tasks import path_problem, where_am_i
 
 # Local CPU clusters start at most this many workers unless asked for more: each worker holds its
 # own copy of the decoder, so more processes cost memory and rarely speed up one shot.
@@ -430,8 +432,6 @@ def workers_info(client: Client) -> dict[str, dict[str, Any]]:
 def check_worker_paths(client: Client, paths: dict[str, str]) -> None:
     """Every worker sees each of `paths` (``{"job store": path, "output folder": path}``) at that path;
     else a FarmError naming the workers, their hosts and the paths, before any task is submitted."""
-    from farm.worker.tasks import path_problem, where_am_i
-
     def problems(paths: dict[str, str], dask_worker: Any = None) -> list[str]:
         found = [p for what, path in paths.items() if (p := path_problem(path, what))]
         return [f"{where_am_i(dask_worker)} {p}" for p in found]
@@ -495,8 +495,6 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
-    from farm.run.tls import check_tls, check_tls_to
-
     check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
         # Client(scheduler_file=...) waits for a missing file to appear; a typo should fail now.

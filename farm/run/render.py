@@ -1,5 +1,6 @@
-"""A render, from a job to its outputs: `render` (the API's `farm.render`) checks what it is given,
-plans, joins or starts a cluster, runs the graph and reports each shot's outcome.
+"""A render, from a job to its outputs: `render` (the API's `farm.render`) makes what it is given one
+`farm.run.request.RenderRequest`; `run_render` checks it, plans, joins or starts a cluster, runs the
+graph and reports each shot's outcome. Every step below takes the request whole.
 
 >>> import farm
 >>> farm.synth("job.zarr", decoder="ltx2-tiny", shots=2, frames=17, height=128, width=192)  # doctest: +SKIP
@@ -8,9 +9,8 @@ plans, joins or starts a cluster, runs the graph and reports each shot's outcome
 34
 
 The pieces it puts together live in the modules named for them (`farm.planning.options`,
-`farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.frames`,
-`farm.planning.plan_table`, `farm.inputs.synthetic`); the names in ``__all__`` are re-exported from
-them for the tools and tests that take a render's parts from one place.
+`farm.planning.jobplan`, `farm.planning.budgets`, `farm.run.resume`, `farm.store.output`,
+`farm.store.frames`); import them from there (or from ``farm``): this module exports only what it defines.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -31,10 +29,10 @@ from farm import keys, logs
 from farm.dashboard.monitor import dashboard_link
 from farm.dashboard.monitor import install as install_monitor
 from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
-from farm.decoders import decoder_class, decoder_timings, spec_from_json
+from farm.decoders import decoder_class, decoder_timings
 from farm.errors import FarmError
-from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth, synth_spec
 from farm.media.rates import start_timecode
+from farm.media.sequences import FORMATS
 from farm.media.settings import VideoSettings
 from farm.owner import owner
 from farm.planning.budgets import (
@@ -43,21 +41,9 @@ from farm.planning.budgets import (
     host_memory_warning,
     host_peak_bytes,
     memory_warning,
-    tile_chunk_volume,
-    tile_peak_bytes,
-    window_peak_bytes,
 )
-from farm.planning.jobplan import check_shots, check_tile_widths, grid_for, plan_job, plan_shots
-from farm.planning.options import (
-    AUTO,
-    DEFAULT_BATCH_FRAMES,
-    DEFAULT_OVERLAP,
-    PlanOptions,
-    parse_frame_numbers,
-    parse_tiles,
-    parse_triple,
-)
-from farm.planning.plan_table import describe_plans
+from farm.planning.jobplan import check_shots, plan_shots
+from farm.planning.options import AUTO, PlanOptions
 from farm.planning.schedule import Priority
 from farm.planning.tiling import ShotPlan, assign_round_robin
 from farm.run.cluster import (
@@ -79,6 +65,7 @@ from farm.run.graph import (
     run_graph,
     split_workers,
 )
+from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
     apply_restarts,
@@ -87,15 +74,13 @@ from farm.run.resume import (
     recorded_identity,
     recorded_layout,
     render_identities,
-    render_identity,
     resume_points,
     sound_shots,
 )
-from farm.run.validate import check_distinct_paths, check_render_options
 from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
-from farm.store.lock import output_lock, reads_one_version_of_the_job
+from farm.store.lock import job_read_lock, output_lock
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, remove_stale_temporaries, removed_if_left_empty
 from farm.store.ownership import check_no_foreign_files, check_no_links
@@ -130,7 +115,6 @@ class SetupClock:
         return setup, phases
 
 
-@reads_one_version_of_the_job
 def render(
     job_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -165,60 +149,72 @@ def render(
     `log` receives progress messages and warnings (default: the ``farm`` logger, `farm.logs`).
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
     render on the cluster (task keys, the farm page, `farm cancel`; default: a new random id).
+
+    The arguments become one `farm.run.request.RenderRequest`, rendered by `run_render`.
     """
-    clock = SetupClock()
-    # Paths as the user typed them, made absolute here: workers started elsewhere get the same paths.
-    job = open_job(os.path.abspath(job_path))
-    out = Output(Path(os.path.abspath(out_path)), video.suffix)
-    check_distinct_paths(job.path, out.root)
-    frame_numbers = check_render_options(
-        options=options, video=video, window=window, workers=workers, scheduler=scheduler,
-        scheduler_file=scheduler_file, priority=priority, compile=compile, frames=frames,
+    request = RenderRequest(
+        job_path, out_path, workers=workers, scheduler=scheduler, scheduler_file=scheduler_file,
+        options=options, shots=shots, restart=restart, compile=compile, video=video, window=window, log=log,
+        on_progress=on_progress, priority=priority, render_id=render_id or "", frames=frames, stream=stream,
     )  # fmt: skip
-    timecodes = shot_timecodes(job, video.timecode)
-    joins = joins_running_cluster(scheduler, scheduler_file, workers)
-    early = _before_cluster(job, out, options, shots, restart, video, frame_numbers, clock, joins=joins)
+    return run_render(request)
+
+
+def run_render(request: RenderRequest) -> RenderStats:
+    """Render `request` (`render` documents its values), holding the job store's read lock
+    (`farm.store.lock.job_read_lock`) from its first read, the latents' hash, to its end, so every
+    batch decodes the latents that identity names."""
+    with job_read_lock(request.job_path):
+        return _render(request)
+
+
+def _render(request: RenderRequest) -> RenderStats:
+    clock = SetupClock()
+    job = open_job(request.job_path)
+    out = request.out
+    request.check()
+    timecodes = shot_timecodes(job, request.video.timecode)
+    joins = joins_running_cluster(request.scheduler, request.scheduler_file, request.workers)
+    early = _before_cluster(job, request, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
-        log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
-        return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, out, video)
+        request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
     if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
-        check_fits(early.plans, job.spec, local_gpu_memory(workers))
+        check_fits(early.plans, job.spec, local_gpu_memory(request.workers))
     with (
         removed_if_left_empty(out),
         output_lock(out.root),
-        connect(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers) as client,
+        connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file,
+                workers=request.workers) as client,  # fmt: skip
     ):
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early)
         n_workers = len(decode_workers)
-        render_id = render_id or uuid.uuid4().hex[:8]
-        decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=compile,
-                                          render_id=render_id, priority=priority)  # fmt: skip
+        decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=request.compile,
+                                          render_id=request.render_id, priority=request.priority)  # fmt: skip
         clock.mark("connect, check the workers")
-        first_reads = FirstReads(client, str(job.path), decode_workers, len(io_workers), render_id=render_id,
-                                 priority=priority, stream=stream)  # fmt: skip
+        first_reads = FirstReads(client, request, decode_workers, len(io_workers))
         plans, shot_errors, identities, points = _on_cluster(
-            job, out, options, video, restart, frame_numbers, clock, early, n_workers, len(io_workers),
-            read_ahead=first_reads.read,
-        )  # fmt: skip
+            job, request, clock, early, n_workers, len(io_workers), read_ahead=first_reads.read
+        )
         assigned = assign_round_robin(points.pending, n_workers)
         first_reads.read(assigned)  # unless read before the hash was in
-        window = _budget_window(client, decode_workers, gpu_bytes, plans, job, video, window, log)
-        outputs = _start_output(out, job, plans, identities, points, options, video, log, render_id,
-                                priority=priority, client=client, io_workers=io_workers)  # fmt: skip
+        window = _budget_window(client, request, decode_workers, gpu_bytes, plans, job)
+        outputs = _start_output(job, request, plans, identities, points, client=client, io_workers=io_workers)
         clock.mark("size the window, start the outputs")
         stats = RenderStats()
         try:
             if points.pending:
-                _announce(client, len(points.pending), n_workers, render_id, log)
+                _announce(client, len(points.pending), n_workers, request.render_id, request.log)
                 layout = batch_layout(out, plans, points.pending)
                 mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
-                with ShotThumbnails(client, render_id, out, on_progress, middle) as thumbnails:  # farm page
-                    targets = _targets(job, out, plans, points, video, compile, timecodes)
+                with ShotThumbnails(client, request.render_id, out, request.on_progress,
+                                    middle) as thumbnails:  # fmt: skip  # the farm page's
+                    targets = _targets(job, request, plans, points, timecodes)
                     stats = run_graph(
-                        client, assigned, targets, window=window, on_progress=thumbnails, priority=priority,
-                        render_id=render_id, outputs_ready=outputs.result, stream=stream,
-                        latents_ahead=first_reads.futures,
+                        client, assigned, targets, window=window, on_progress=thumbnails,
+                        priority=request.priority, render_id=request.render_id, outputs_ready=outputs.result,
+                        stream=request.stream, latents_ahead=first_reads.futures,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout,
                                   "owner": owner()},
                     )  # fmt: skip
@@ -227,7 +223,7 @@ def render(
                 mark_cancelled(out, [s.shot for s in stats.cancelled])
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
-    stats = _add_outcomes(stats, plans, shot_errors, out, video)
+    stats = _add_outcomes(stats, plans, shot_errors, request)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
 
@@ -249,16 +245,16 @@ def _checked_cluster(
 
 
 def _targets(
-    job: Job, out: Output, plans: Sequence[ShotPlan], points: ResumePoints, video: VideoSettings,
-    compile: bool | str, timecodes: Mapping[str, str],
-) -> RenderTargets:
+    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], points: ResumePoints,
+    timecodes: Mapping[str, str],
+) -> RenderTargets:  # fmt: skip
     """Where the render's tasks read and write, and what they write: one value for the graph."""
     return RenderTargets(
-        job_path=str(job.path), spec_json=job.spec.to_json(), out=out,
-        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=video,
+        job_path=str(job.path), spec_json=job.spec.to_json(), out=request.out,
+        fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=request.video,
         metadata={"comment": "farm render: " + job.spec.describe()},
-        total_batches=points.totals, finish=points.finish, compile=compile,
-        sound=_sound(job, plans, points, video), timecodes=dict(timecodes),
+        total_batches=points.totals, finish=points.finish, compile=request.compile,
+        sound=_sound(job, plans, points, request.video), timecodes=dict(timecodes),
     )  # fmt: skip
 
 
@@ -308,18 +304,16 @@ class FirstReads:
     `read(assigned)` submits `read_first_latents` for those plans (tiles assigned to slots), once;
     `futures` holds them by `farm.run.graph.ahead_key`."""
 
-    def __init__(self, client: Client, job_path: str, workers: Sequence[str], n_io: int, *, render_id: str,
-                 priority: int, stream: bool) -> None:  # fmt: skip
-        self.client, self.job_path, self.workers, self.n_io = client, job_path, workers, n_io
-        self.render_id, self.priority, self.stream = render_id, priority, stream
+    def __init__(self, client: Client, request: RenderRequest, workers: Sequence[str], n_io: int) -> None:
+        self.client, self.request, self.workers, self.n_io = client, request, workers, n_io
         self.futures: dict[tuple[str, int, int], Any] = {}
 
     def read(self, assigned: Sequence[ShotPlan]) -> None:
         if self.futures:
             return
         self.futures = read_first_latents(
-            self.client, assigned, self.workers, self.n_io,
-            job_path=self.job_path, render_id=self.render_id, priority=self.priority, stream=self.stream,
+            self.client, assigned, self.workers, self.n_io, job_path=str(self.request.job_path),
+            render_id=self.request.render_id, priority=self.request.priority, stream=self.request.stream,
         )  # fmt: skip
 
 
@@ -334,17 +328,16 @@ class Checked(NamedTuple):
 
 
 def _plan(
-    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
-    clock: SetupClock, *, plan: bool = True,
+    job: Job, request: RenderRequest, clock: SetupClock, *, plan: bool = True
 ) -> tuple[list[ShotPlan], list[str], dict[str, FarmError]]:
     """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept; none unless
     `plan`), the names of the shots that go on (planned, when `plan`), and the errors of shots that
     cannot render (the others go on)."""
-    names, shot_errors = _usable_shots(job, shots)
+    names, shot_errors = _usable_shots(job, request.shots)
     plans: list[ShotPlan] = []
     if plan:
-        recorded = recorded_layout(out, names, restart)
-        plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids,
+        recorded = recorded_layout(request.out, names, request.restart)
+        plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
                                         fixed_chunks=recorded.chunks)  # fmt: skip
         shot_errors.update(plan_errors)
         names = [p.shot for p in plans]
@@ -364,23 +357,20 @@ class BeforeCluster(NamedTuple):
     plan_first: bool
 
 
-def _before_cluster(
-    job: Job, out: Output, options: PlanOptions, shots: Sequence[str] | None, restart: bool,
-    video: VideoSettings, frame_numbers: Any, clock: SetupClock, *, joins: bool,
-) -> BeforeCluster:  # fmt: skip
+def _before_cluster(job: Job, request: RenderRequest, clock: SetupClock, *, joins: bool) -> BeforeCluster:
     """Plan and check what can be before any cluster (refusals raise here, nothing touched).
 
     A fresh OUT joining a running cluster (`joins`): nothing can be refused or already done, and no
     cluster is started, so the latents are hashed while the client connects, and auto tiles are planned
     once, for the cluster's workers. Otherwise OUT is checked first."""
-    fresh_join = joins and not out.frames_zarr.exists()
-    plan_first = not (fresh_join and options.tiles == AUTO)
-    plans, names, shot_errors = _plan(job, out, options, shots, restart, clock, plan=plan_first)
-    check_out_tree(job, out, names, video, restart)
+    fresh_join = joins and not request.out.frames_zarr.exists()
+    plan_first = not (fresh_join and request.options.tiles == AUTO)
+    plans, names, shot_errors = _plan(job, request, clock, plan=plan_first)
+    check_out_tree(job, request.out, names, request.video, request.restart)
     hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
     checked = None
     if not fresh_join:
-        checked = _check(job, out, plans, shot_errors, hashing, video, restart, frame_numbers, clock)
+        checked = _check(job, request, plans, shot_errors, hashing, clock)
     return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
 
 
@@ -395,8 +385,6 @@ def refuse_if_no_shot_hashed(early: BeforeCluster) -> None:
 def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSettings, restart: bool) -> None:
     """Before anything is written: no link where farm keeps its files, no file farm did not write where
     it would write one (`farm.store.ownership`)."""
-    from farm.media.sequences import FORMATS
-
     check_no_links(out, names)
     check_no_foreign_files(
         out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.enabled,
@@ -406,8 +394,7 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
 
 
 def _on_cluster(
-    job: Job, out: Output, options: PlanOptions, video: VideoSettings, restart: bool, frame_numbers: Any,
-    clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int, *,
+    job: Job, request: RenderRequest, clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int, *,
     read_ahead: Callable[[Sequence[ShotPlan]], None],
 ) -> tuple[list[ShotPlan], dict[str, FarmError], dict, ResumePoints]:  # fmt: skip
     """Once connected to a cluster of `n_workers` decode and `n_io` I/O workers: the plans to render,
@@ -420,29 +407,30 @@ def _on_cluster(
     if checked is None:
         plans, shot_errors = early.plans, early.shot_errors
         if not early.plan_first:  # auto tiles for this cluster's workers, planned now only
-            plans, shot_errors = _plan_for_cluster(job, out, options, video, early.names, shot_errors,
-                                                   restart, n_workers, n_io, clock)  # fmt: skip
-        if frame_numbers is None:
+            plans, shot_errors = _plan_for_cluster(job, request, early.names, shot_errors, n_workers, n_io,
+                                                   clock)  # fmt: skip
+        if request.frame_numbers is None:
             read_ahead(assign_round_robin(plans, n_workers))
-        checked = _check(job, out, plans, shot_errors, early.hashing, video, restart, frame_numbers, clock)
+        checked = _check(job, request, plans, shot_errors, early.hashing, clock)
     plans, shot_errors, hashes, identities, points = checked
-    if options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
-        plans, shot_errors = _plan_for_cluster(job, out, options, video, [p.shot for p in plans], shot_errors,
-                                               restart, n_workers, n_io, clock)  # fmt: skip
-        identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
+    if request.options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
+        plans, shot_errors = _plan_for_cluster(job, request, [p.shot for p in plans], shot_errors, n_workers,
+                                               n_io, clock)  # fmt: skip
+        identities, points = _what_is_left(job, request, plans, hashes)
     return plans, shot_errors, identities, points
 
 
 def _plan_for_cluster(
-    job: Job, out: Output, options: PlanOptions, video: VideoSettings, names: Sequence[str],
-    shot_errors: dict[str, FarmError], restart: bool, n_workers: int, n_io: int, clock: SetupClock,
+    job: Job, request: RenderRequest, names: Sequence[str], shot_errors: dict[str, FarmError], n_workers: int,
+    n_io: int, clock: SetupClock,
 ) -> tuple[list[ShotPlan], dict[str, FarmError]]:  # fmt: skip
     """Auto tiles planned once the cluster is known, for its `n_workers` decode and `n_io` I/O workers
     (grids and chunking an earlier render of OUT used are kept), with the errors of shots that cannot
     render added to `shot_errors`."""
-    recorded = recorded_layout(out, names, restart)  # OUT is locked only now
-    plans, plan_errors = plan_shots(job, options, names, fixed=recorded.grids, fixed_chunks=recorded.chunks,
-                                    n_workers=max(1, n_workers), n_io=n_io, video=video.enabled)  # fmt: skip
+    recorded = recorded_layout(request.out, names, request.restart)  # OUT is locked only now
+    plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
+                                    fixed_chunks=recorded.chunks, n_workers=max(1, n_workers), n_io=n_io,
+                                    video=request.video.enabled)  # fmt: skip
     clock.mark("plan the job for the cluster")
     return plans, {**shot_errors, **plan_errors}
 
@@ -457,8 +445,8 @@ def _on_own_thread(name: str, fn: Callable[..., Any], *args: Any) -> Future:
 
 
 def _check(
-    job: Job, out: Output, plans: list[ShotPlan], shot_errors: dict[str, FarmError], hashing: Future,
-    video: VideoSettings, restart: bool, frame_numbers: Any, clock: SetupClock,
+    job: Job, request: RenderRequest, plans: list[ShotPlan], shot_errors: dict[str, FarmError],
+    hashing: Future, clock: SetupClock,
 ) -> Checked:  # fmt: skip
     """The shots that can render and what OUT already holds of them (refusals raise here, with nothing
     touched)."""
@@ -468,21 +456,21 @@ def _check(
     plans = [p for p in plans if p.shot in hashes]
     if not plans:
         raise next(iter(shot_errors.values()))
-    identities, points = _what_is_left(job, out, plans, video, hashes, restart, frame_numbers)
+    identities, points = _what_is_left(job, request, plans, hashes)
     clock.mark("check what OUT holds")
     return Checked(plans, shot_errors, hashes, identities, points)
 
 
 def _what_is_left(
-    job: Job, out: Output, plans: Sequence[ShotPlan], video: VideoSettings, hashes: dict[str, dict],
-    restart: bool, frame_numbers: Any,
-) -> tuple[dict, ResumePoints]:  # fmt: skip
+    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], hashes: dict[str, dict]
+) -> tuple[dict, ResumePoints]:
     """The plans' render identities and what OUT still lacks of them (a render of something else into OUT
     is refused here, with nothing touched, unless `restart`)."""
+    video = request.video
     identities, _ = render_identities(job, plans, video, hashes)
     sound = sound_shots(job, [p.shot for p in plans], video)
-    points = resume_points(out, plans, identities, restart=restart, video=video.enabled, frames=frame_numbers,
-                           first_frame=video.first_frame, sound=sound,
+    points = resume_points(request.out, plans, identities, restart=request.restart, video=video.enabled,
+                           frames=request.frame_numbers, first_frame=video.first_frame, sound=sound,
                            sound_suffix="." + video.audio_format)  # fmt: skip
     return identities, points
 
@@ -496,20 +484,9 @@ def _sound(job: Job, plans: Sequence[ShotPlan], points: ResumePoints, video: Vid
 
 
 def _start_output(
-    out: Output,
-    job: Job,
-    plans: Sequence[ShotPlan],
-    identities: dict,
-    points: ResumePoints,
-    options: PlanOptions,
-    video: VideoSettings,
-    log: Callable[[str], None],
-    render_id: str,
-    *,
-    priority: int,
-    client: Client,
-    io_workers: Sequence[str],
-) -> Future | DaskFuture:
+    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], identities: dict, points: ResumePoints, *,
+    client: Client, io_workers: Sequence[str],
+) -> Future | DaskFuture:  # fmt: skip
     """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
     records are then written while the first tiles decode (decodes only read the job store); no blend
     or write is submitted before they are in place (the returned future).
@@ -517,20 +494,21 @@ def _start_output(
     They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
     small metadata files, Python work that on the render's own process would hold the GIL against the
     driver submitting the first decodes. Otherwise on a thread here."""
-    apply_restarts(out, points)
-    remove_stale_temporaries(out)
+    apply_restarts(request.out, points)
+    remove_stale_temporaries(request.out)
     for note in points.notes:
-        log(note)
-    prepare = (out, job, plans, identities, options.batch_frames, video, render_id)
+        request.log(note)
+    prepare = (request.out, job, plans, identities, request.options.batch_frames, request.video,
+               request.render_id)  # fmt: skip
     if io_workers:
         outputs: Future | DaskFuture = client.submit(
-            _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, render_id), workers=[io_workers[0]],
-            allow_other_workers=True, priority=priority * Priority.JOB + Priority.BLEND, pure=False,
+            _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, request.render_id), workers=[io_workers[0]],
+            allow_other_workers=True, priority=request.priority * Priority.JOB + Priority.BLEND, pure=False,
         )  # fmt: skip
     else:
         outputs = _on_own_thread("farm-prepare", _prepare_outputs, *prepare)
     if job.spec.random_weights:
-        log(f"warning: {job.spec.describe()}: the frames are not a real decode")
+        request.log(f"warning: {job.spec.describe()}: the frames are not a real decode")
     return outputs
 
 
@@ -595,18 +573,12 @@ def batch_layout(out: Output, plans: Sequence[ShotPlan], pending: Sequence[ShotP
 
 
 def _budget_window(
-    client: Client,
-    decode_workers: Sequence[str],
-    gpu_bytes: int | None,
-    plans: Sequence[ShotPlan],
-    job: Job,
-    video: VideoSettings,
-    window: int | None,
-    log: Callable[[str], None],
-) -> int | None:
+    client: Client, request: RenderRequest, decode_workers: Sequence[str], gpu_bytes: int | None,
+    plans: Sequence[ShotPlan], job: Job,
+) -> int | None:  # fmt: skip
     """The window (the user's, or the default for the workers' GPUs: the smallest has `gpu_bytes`),
     after warning where the plan may not fit the workers' GPU or host memory."""
-    n_workers = len(decode_workers)
+    n_workers, window, log = len(decode_workers), request.window, request.log
     check_fits(plans, job.spec, gpu_bytes)
     warning = memory_warning(plans, job.spec, gpu_bytes)
     if warning:
@@ -614,7 +586,7 @@ def _budget_window(
     if window is None:
         window = default_window(plans, job.spec, gpu_bytes, n_workers)
     per_worker = max(window or 2 * n_workers, 1) // max(n_workers, 1)
-    host_need = host_peak_bytes(plans, per_worker, video)
+    host_need = host_peak_bytes(plans, per_worker, request.video)
     warning = host_memory_warning(host_need, smallest_memory_limit(client, decode_workers))
     if warning:
         log(warning)
@@ -636,51 +608,18 @@ def _announce(
 
 
 def _add_outcomes(
-    stats: RenderStats,
-    plans: Sequence[ShotPlan],
-    shot_errors: dict[str, FarmError],
-    out: Output,
-    video: VideoSettings,
+    stats: RenderStats, plans: Sequence[ShotPlan], shot_errors: dict[str, FarmError], request: RenderRequest
 ) -> RenderStats:
     """`stats` with outcomes for the shots this render did not run: finished earlier, or failed before it
     started."""
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
-            video_path = str(out.video(plan.shot)) if video.enabled else None
+            video_path = str(request.out.video(plan.shot)) if request.video.enabled else None
             stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
     for name, error in shot_errors.items():
         stats.shots[name] = ShotOutcome(name, 0, error=str(error))
     return stats
 
 
-__all__ = [
-    "AUTO",
-    "DEFAULT_BATCH_FRAMES",
-    "DEFAULT_OVERLAP",
-    "PlanOptions",
-    "RenderStats",
-    "check_tile_widths",
-    "default_window",
-    "describe_plans",
-    "grid_for",
-    "host_memory_warning",
-    "host_peak_bytes",
-    "memory_warning",
-    "parse_frame_numbers",
-    "parse_tiles",
-    "parse_triple",
-    "plan_job",
-    "plan_shots",
-    "render",
-    "render_identities",
-    "render_identity",
-    "resolve_decoder",
-    "smooth_latent",
-    "smallest_memory_limit",
-    "spec_from_json",
-    "synth",
-    "synth_spec",
-    "tile_chunk_volume",
-    "tile_peak_bytes",
-    "window_peak_bytes",
-]
+__all__ = ["FirstReads", "SetupClock", "batch_layout", "check_out_tree", "chunk_claims", "mark_cancelled",
+           "refuse_if_no_shot_hashed", "render", "run_render", "shot_timecodes"]

@@ -15,20 +15,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import json
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 
 from farm.errors import FarmError
 from farm.store.output import Output
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def lock_path(out_root: Path) -> Path:
@@ -134,15 +130,3 @@ def job_replace_lock(job: str | os.PathLike[str]) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-def reads_one_version_of_the_job(render: F) -> F:
-    """`render(job_path, ...)` holding `job_read_lock` on the job store from its first read (the latents'
-    hash, its identity) to its end, so every batch decodes the latents that identity names."""
-
-    @functools.wraps(render)
-    def locked(job_path: Any, *args: Any, **kwargs: Any) -> Any:
-        with job_read_lock(os.path.abspath(job_path)):
-            return render(job_path, *args, **kwargs)
-
-    return locked  # type: ignore[return-value]

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from farm.worker.ipc import Piece
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -52,7 +54,7 @@ def quiet_farm_errors() -> None:
 
 
 def _register() -> None:
-    from farm.worker.transport import register
+    from farm.worker.transport import register  # torch: loaded on a worker, never by the driver
 
     register()
 
@@ -72,7 +74,6 @@ def register_when_torch_loads() -> None:
         dispatch.register_lazy("torch", _register)
     # a decoded piece's type is farm's (`farm.worker.ipc.Piece`), so no lazy torch hook sees it: its first
     # (de)serialization registers everything, then goes on with the tensor serializers
-    from farm.worker.ipc import Piece
 
     serializers = {dask_serialize: "dask_dumps_piece", dask_deserialize: "dask_loads_piece",
                    cuda_serialize: "cuda_dumps_piece", cuda_deserialize: "cuda_loads_piece"}  # fmt: skip
@@ -84,7 +85,7 @@ def _registering_first(name: str) -> Any:
     """A serializer for `farm.worker.ipc.Piece` that registers farm's serializers, then runs `name`'s."""
 
     def serializer(*args: Any) -> Any:
-        from farm.worker import transport
+        from farm.worker import transport  # torch: loaded on a worker, never by the driver
 
         transport.register()
         return getattr(transport, name)(*args)
