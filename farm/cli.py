@@ -109,6 +109,16 @@ def _add_synth_command(add: AddCommand) -> None:
                    help="real weights: VAE folder, .safetensors or .pt/.pth (default: random ones)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing farm job store (any other file or folder is refused)")
+    p.add_argument("--audio", action="store_true",
+                   help="give every shot sound as long as its frames, for the decoder's own audio config "
+                        "(ltx2-tiny: ltx2-audio-tiny, ltx2: ltx2-audio, ltx2.3[-tiny]: ltx2.3-audio[-tiny]; "
+                        "docs/decoders.md gives their shapes and rates)")  # fmt: skip
+    p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
+                   help="sound for another audio config (a name, or a JSON audio decoder spec); "
+                        "implies --audio")  # fmt: skip
+    p.add_argument("--audio-weights", metavar="PATH",
+                   help="the audio decoder's real weights (pipeline folder or LTX-2 .safetensors; "
+                        "default: random)")  # fmt: skip
 
 
 def _add_ingest_command(add: AddCommand) -> None:
@@ -463,9 +473,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
         width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
-        overwrite=args.overwrite,
+        overwrite=args.overwrite, audio=args.audio_decoder or args.audio, audio_weights=args.audio_weights,
     )  # fmt: skip
-    print(f"farm: wrote job {job.path} with {len(job.shots)} shot(s), decoder {job.spec.describe()}")
+    sound = f", sound {job.audio.describe()}" if job.audio is not None else ""
+    print(f"farm: wrote job {job.path} with {len(job.shots)} shot(s), decoder {job.spec.describe()}{sound}")
     return 0
 
 

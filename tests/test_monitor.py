@@ -312,3 +312,32 @@ def test_a_cancelled_shot_is_not_a_failure():
     assert r["state"] == "cancelled"
     assert [s["state"] for s in r["shots"]] == ["done", "cancelled", "failed"]
     assert r["failed_shots"] == 1 and r["cancelled_shots"] == 1 and r["failures"] == 1
+
+
+def test_batches_of_a_stopped_render_are_not_shown_running():
+    """Batches the scheduler saw start but never finish: running while the render runs (or its cancel
+    is under way), then cancelled or interrupted as the render is, never running once it stopped."""
+    counts = monitor._TaskCounts(batches={"a": {0: "done", 1: "running", 2: "running"}, "b": {0: "running"}})
+    shots = {"a": {"batches_written": 1, "batches_total": 4}, "b": {"batches_written": 0, "batches_total": 2}}
+    record = {"state": "running", "started": 0.0, "updated": 10.0, "batches_total": 6, "shots": shots}
+
+    def strips(cancelled, live, now=11.0, rec=record):
+        r = monitor.summarize("r1", rec, counts, cancelled, live=live, now=now)
+        return r["state"], [s["batches"] for s in r["shots"]]
+
+    def both(a1, b0):
+        return [["done", a1, a1, "pending"], [b0, "pending"]]
+
+    assert strips({}, live=True) == ("running", both("running", "running"))
+    assert strips({"r1": {}}, live=True) == ("cancelling", both("running", "running"))  # tasks may still run
+    assert strips({"r1": {}}, live=False) == ("cancelled", both("cancelled", "cancelled"))
+    assert strips({}, live=False, now=100.0) == ("interrupted", both("interrupted", "interrupted"))
+    failed = {**record, "state": "failed"}
+    assert strips({}, live=False, rec=failed) == ("failed", both("pending", "pending"))  # never written
+    # a shot cancelled on its own while the render goes on
+    one = {**record, "shots": {**shots, "b": {**shots["b"], "error": "cancelled", "cancelled": True}}}
+    assert strips({}, live=True, rec=one) == ("running", both("running", "cancelled"))
+    summary = monitor.summarize("r1", record, counts, {"r1": {}}, live=False, now=11.0)
+    page = monitor.render_page({"renders": [summary]})
+    assert "batch 1: cancelled" in page and "batch 1: running" not in page
+    assert ".b.cancelled{" in page and "<span class='b cancelled'></span>cancelled" in page  # in the legend

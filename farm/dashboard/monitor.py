@@ -57,7 +57,7 @@ JSON_PATH = "farm/api/renders.json"
 TASK_PREFIXES = frozenset({*keys.TASK_PREFIXES, "workflow-driver"})  # the last: farm.submit's
 # Tasks of one batch (key ``(prefix, render, shot, batch)``): the batch runs from its blend to its mark.
 BATCH_PREFIXES = frozenset({"blend-batch", "write-batch", "encode-segment", "write-sequence", "mark-batch"})
-BATCH_STATES = ("done", "running", "pending", "failed", "skipped")
+BATCH_STATES = ("done", "running", "pending", "failed", "skipped", "cancelled", "interrupted")
 THUMBNAIL_PATH = "farm/thumbnail"
 # A "running" render whose tasks are all gone from the scheduler and whose record has not changed for
 # this long lost its driver (a killed `farm render` or foreground submit): shown as "interrupted".
@@ -126,6 +126,21 @@ def batch_states(layout: Mapping[str, Any] | None, seen: Mapping[int, str], tota
         "done" if i in before else seen.get(i) or ("skipped" if i in skipped else "pending")
         for i in range(count)
     ]
+
+
+def stopped_batches(states: list[str], shot: Mapping[str, Any], render_state: str) -> list[str]:
+    """A shot's batch states once it or its render stopped: the batches that were running show how
+    (cancelled, interrupted); a render that ended otherwise left them unwritten (pending). The scheduler
+    forgets a stopped render's tasks without finishing them, so what it saw last was "running"."""
+    if shot.get("cancelled"):
+        stop = "cancelled"
+    elif render_state in ("cancelled", "interrupted"):
+        stop = render_state
+    elif render_state in FINAL_STATES:
+        stop = "pending"
+    else:
+        return states  # running, or cancelling: its tasks may still run
+    return [stop if st == "running" else st for st in states]
 
 
 def batches_on_disk(record: Mapping[str, Any]) -> dict[str, int] | None:
@@ -427,7 +442,7 @@ def _summarize_shot(
         "task_errors": counts.errors.get(name, 0),
         "video": relative_to_out(shot.get("video"), record.get("out")),
         "error": shot.get("error"),
-        "batches": batch_states(layout, counts.batches.get(name, {}), total),
+        "batches": stopped_batches(batch_states(layout, counts.batches.get(name, {}), total), shot, state),
         "thumbnail": thumbnail_url(render_id, name) if name in thumbnails else None,
         "thumbnail_frame": thumbnails.get(name, {}).get("frame_index"),
     }
@@ -576,6 +591,7 @@ td.pic{padding:2px 6px} img.thumb{width:96px;display:block;border-radius:2px}
 .strip{display:flex;flex-wrap:wrap;gap:1px;max-width:260px} .strip .b{width:7px;height:12px;border-radius:1px}
 .b.done{background:#2e7d32} .b.running{background:#0b63c5} .b.pending{background:#cfd4da}
 .b.failed{background:#c62828} .b.skipped{background:#fff;outline:1px solid #cfd4da}
+.b.cancelled{background:#ef6c00} .b.interrupted{background:#8d6e63}
 .legend .b{display:inline-block;width:7px;height:12px;margin:0 3px 0 10px;vertical-align:middle}
 """
 

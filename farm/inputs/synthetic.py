@@ -15,12 +15,16 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
+from farm.decoders.ltx2_audio import AudioSpec, check_audio_weights, resolve_audio_spec
 from farm.errors import FarmError
 from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
 from farm.media.rates import parse_rate
 from farm.store.job import Job, create_job, open_job, write_shot
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
+# The sound that goes with each named video config that has one: LTX-2's and LTX-2.3's, tiny with tiny.
+SOUND_CONFIGS = {"ltx2": "ltx2-audio", "ltx2-tiny": "ltx2-audio-tiny", "ltx2.3": "ltx2.3-audio",
+                 "ltx2.3-tiny": "ltx2.3-audio-tiny"}  # fmt: skip
 
 
 def resolve_decoder(name: str) -> tuple[str, str]:
@@ -71,10 +75,16 @@ def synth(
     dtype: str | None = None,
     weights: str | None = None,
     overwrite: bool = False,
+    audio: bool | str | Mapping[str, Any] | AudioSpec = False,
+    audio_weights: str | None = None,
 ) -> Job:
     """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels,
-    for `decoder`: a named config, or a decoder spec (its weights default to random ones of `seed`)."""
+    for `decoder`: a named config, or a decoder spec (its weights default to random ones of `seed`).
+    `audio`: each shot also gets a sound latent as long as its frames, for `SOUND_CONFIGS`' audio config
+    of the named decoder (True), or for the audio config or spec given (its weights default to random
+    ones of `seed`, or `audio_weights`)."""
     spec = synth_spec(decoder, seed=seed, dtype=dtype, weights=weights)
+    sound = synth_audio_spec(audio, decoder, seed=seed, weights=audio_weights) if audio else None
     decoder = decoder if isinstance(decoder, str) else spec.describe()
     cls = decoder_class(spec)
     spec = cls.check_weights(spec)  # refused now, not at render; records the weights' layout and identity
@@ -105,7 +115,7 @@ def synth(
             )
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise FarmError(f"--seed {seed!r} is invalid; use a whole number from 0 to {MAX_SEED}")
-    parse_rate(fps)  # a number or a ratio ("24000/1001"), refused here before anything is written
+    rate = parse_rate(fps)  # a number or a ratio ("24000/1001"), refused here before anything is written
     target = Path(job_path)
     if target.exists() or target.is_symlink():
         if not overwrite:
@@ -115,11 +125,44 @@ def synth(
     h, w = height // g.spatial_scale, width // g.spatial_scale
     rng = np.random.default_rng(seed)
     with staged_job(target) as stage:
-        create_job(stage, spec, overwrite=True)  # the empty folder staged_job made
+        create_job(stage, spec, overwrite=True, audio=sound)  # the empty folder staged_job made
+        sound_rng = np.random.default_rng([seed, 1])  # its own stream: the video latents stay as without
         for k in range(shots):
+            audio_latent = None
+            if sound is not None:
+                c, t, m = audio_latent_shape(sound, frames, float(rate))
+                audio_latent = smooth_latent(sound_rng, (c, t, m, 1))[..., 0]
             write_shot(stage, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
-                       attrs={"synthetic": True, "seed": seed})  # fmt: skip
+                       attrs={"synthetic": True, "seed": seed}, audio=audio_latent)  # fmt: skip
     return open_job(job_path)
+
+
+def synth_audio_spec(
+    audio: bool | str | Mapping[str, Any] | AudioSpec, decoder: str | Mapping[str, Any], *, seed: int,
+    weights: str | None,
+) -> AudioSpec:
+    """The audio spec of a synthetic job with sound: `audio` True takes the named video config's own sound
+    (`SOUND_CONFIGS`); a name, JSON text or spec is taken as given. Weights: `weights`, else the spec's,
+    else random ones of `seed`."""
+    if audio is True:
+        if not isinstance(decoder, str) or decoder not in SOUND_CONFIGS:
+            raise FarmError(
+                f"--audio: {decoder if isinstance(decoder, str) else 'a custom decoder spec'} has no sound "
+                f"config of its own (those with one: {sorted(SOUND_CONFIGS)}); name one with --audio-decoder "
+                f"({', '.join(sorted(set(SOUND_CONFIGS.values())))})"
+            )
+        audio = SOUND_CONFIGS[decoder]
+    given = audio if isinstance(audio, str | AudioSpec) else dict(audio)  # type: ignore[arg-type]
+    spec = resolve_audio_spec(given, weights, where="--audio-decoder", default_weights={"random_seed": seed})
+    check_audio_weights(spec)
+    return spec
+
+
+def audio_latent_shape(spec: AudioSpec, frames: int, fps: float) -> tuple[int, int, int]:
+    """The audio latent ``[C, T, M]`` that lasts as long as `frames` video frames at `fps`, rounded to
+    whole latent frames as LTX-2's pipeline rounds them (at least one)."""
+    latent_frames = max(1, round(frames / fps * spec.latents_per_second))
+    return spec.latent_channels, latent_frames, spec.latent_mel_bins
 
 
 def is_job_store(path: Path) -> bool:

@@ -401,6 +401,9 @@ def join_segments(
         stream.time_base = ref.time_base
         if ref.codec_tag:  # the template leaves the tag to the muxer: keep hvc1, ap4h, … as encoded
             stream.codec_context.codec_tag = ref.codec_tag
+        # The muxer writes the timecode track (tmcd) only for a stream with a frame rate, which a ProRes
+        # stream read back does not carry (H.264 carries its own): give it the segments' rate.
+        stream.codec_context.framerate = ref.fps
         track = None
         if sound is not None:  # every stream exists before the first packet is muxed
             from farm.media.audio import Track

@@ -97,13 +97,17 @@ def dashboard_exposure(host: str) -> str | None:
 
 
 def check_ports_free(host: str, ports: dict[str, int]) -> None:
-    """A FarmRuntimeError naming the option when a fixed port (not 0) is already taken on `host`."""
+    """A FarmRuntimeError naming the option when a fixed port (not 0) is already taken on `host`.
+
+    The probe binds with SO_REUSEADDR, as the scheduler and the dashboard do: a port left in
+    TIME_WAIT by a cluster just stopped is free to them, while a port something listens on is not."""
     import socket
 
     for option, port in ports.items():
         if port == 0:
             continue
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError as exc:

@@ -5,8 +5,10 @@
       <shot>/                         attrs: {"fps": 23.976…, "rate": "24000/1001", "timecode": "01:00:00:00"
                                       (optional), ...}: "rate" is exact, "fps" the same as a number
         latent                        float array [C, F, H, W], the decoder's latent space
+                                      (dimensions channel, frame, y, x)
         audio                         optional float array [C, T, M]: the shot's sound, audio latents
                                       of the job's audio decoder (`farm.decoders.ltx2_audio`)
+                                      (dimensions audio_channel, audio_frame, mel)
 
 The render's output folder is `farm.store.output`'s; what an output is a render of is `farm.run.resume`'s.
 """
@@ -32,7 +34,9 @@ from farm.store.claims import codec_names, shape_problem
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
-AUDIO_DIMS = ("channel", "audio_frame", "mel")
+# The sound's own names: xarray opens a shot as one dataset, where a dimension has one size. Stores written
+# with "channel" here still read (farm reads arrays by path, never by dimension name).
+AUDIO_DIMS = ("audio_channel", "audio_frame", "mel")
 
 
 def check_shot_name(name: str) -> str:
