@@ -259,7 +259,7 @@ def test_ltx2_hdr_pipeline_latent_decodes_to_its_own_linear_hdr(tmp_path):
 
     pipe, call = tiny_hdr_pipeline(tmp_path / "vae")
     latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(1)).frames
-    own = pipe(**call, output_type="np", generator=torch.Generator().manual_seed(1)).frames[0]  # linear Rec.709
+    own = pipe(**call, output_type="np", generator=torch.Generator().manual_seed(1)).frames[0]  # lin Rec.709
     assert pipeline_hdr(pipe) == "logc3" and pipeline_hdr("LTX2Pipeline") is None
     size = {k: call[k] for k in ("num_frames", "height", "width")}
     job = tmp_path / "job.zarr"

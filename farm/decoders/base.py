@@ -184,8 +184,8 @@ def parse_spec(
         raise FarmError(f"{where}: 'latents' {latents!r} is invalid; use one of {list(LATENT_CONVENTIONS)}")
     hdr = raw.get("hdr")
     if hdr is not None and hdr not in HDR_TRANSFERS:
-        raise FarmError(f"{where}: 'hdr' {hdr!r} is invalid; use one of {list(HDR_TRANSFERS)} (or leave it out "
-                        "for an SDR decode)")  # fmt: skip
+        raise FarmError(f"{where}: 'hdr' {hdr!r} is invalid; use one of {list(HDR_TRANSFERS)} (or leave it "
+                        "out for an SDR decode)")  # fmt: skip
     if hdr is not None and dtype != "float32":
         raise FarmError(f"{where}: an HDR decode ('hdr': {hdr!r}) runs in float32, as the HDR pipelines "
                         f"decode; dtype {dtype!r} is invalid with it: set dtype to 'float32'")  # fmt: skip

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 from fractions import Fraction
-from typing import Any, cast
+from typing import Any
 
 import av
 import numpy as np
 from av.video.reformatter import ColorRange
-from av.video.stream import VideoStream
 
 from farm.errors import FarmError
 from farm.media.colour import convert
@@ -76,8 +75,8 @@ def encode_hlg_segment(
     time_base = 1 / rate
     with atomic_path(path) as tmp, av.open(tmp, mode="w", format="mp4") as out:
         out.metadata.update(metadata or {})
-        options = {"x265-params": _X265_HLG, "crf": str(crf), "preset": preset, _CHROMA_CENTRE[0]: _CHROMA_CENTRE[1]}
-        stream = cast(VideoStream, out.add_stream("libx265", rate=rate, options=options))
+        options = {"x265-params": _X265_HLG, "crf": str(crf), "preset": preset, **dict([_CHROMA_CENTRE])}
+        stream = out.add_stream("libx265", rate=rate, options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, HLG_PIX_FMT
         stream.time_base = time_base
         ctx = stream.codec_context
@@ -90,8 +89,8 @@ def encode_hlg_segment(
         for k in range(n):
             frame = av.VideoFrame(width, height, HLG_PIX_FMT)
             for plane, src in zip(frame.planes, (y[k], cb[k], cr[k]), strict=True):
-                dest = np.frombuffer(plane, dtype=np.uint16).reshape(plane.height, plane.line_size // 2)
-                dest[:, : src.shape[1]] = src
+                rows = np.frombuffer(memoryview(plane), dtype=np.uint16)  # a plane's rows are padded
+                rows.reshape(plane.height, plane.line_size // 2)[:, : src.shape[1]] = src
             frame.color_primaries, frame.color_trc = _BT2020, _ARIB_STD_B67
             frame.colorspace, frame.color_range = _BT2020_NCL, int(ColorRange.MPEG)
             frame.pts, frame.time_base = k, time_base
