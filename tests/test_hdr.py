@@ -150,6 +150,29 @@ def test_space_names_and_interop_ids_are_opencolorios():
         assert latest.getColorSpace(space.ocio).getInteropID() == space.interop_id
 
 
+def test_conversions_do_not_depend_on_how_frames_are_split():
+    """Per-pixel, bit for bit: batches and tiles of any size convert alike (renders byte-identical)."""
+    frames = np.random.default_rng(5).random((3, 17, 23, 3), dtype=np.float32) * 3
+    for source, target in [("g24_rec709", "acescg"), ("acescg", "acescct"), ("lin_rec709", "lin_rec2020")]:
+        whole = colour.convert(frames, source, target)
+        per_frame = np.concatenate([colour.convert(f[None], source, target) for f in frames])
+        flat = frames.reshape(-1, 3)
+        odd = np.concatenate([colour.convert(part, source, target) for part in (flat[:5], flat[5:])])
+        np.testing.assert_array_equal(whole, per_frame)
+        np.testing.assert_array_equal(whole, odd.reshape(frames.shape))
+
+
+def test_output_spaces_and_what_a_render_decodes_to():
+    assert hdr.decoded_space(None) == "g24_rec709"
+    assert hdr.decoded_space("acescct") == "acescg" and hdr.decoded_space("logc3") == "lin_rec709"
+    assert colour.output_space("acescg", hdr=False).ocio == "ACEScg"
+    with pytest.raises(FarmError, match=r"--colorspace: 'g24_rec709' is not a colour space an HDR render "
+                                        r"writes; choose one of \['lin_rec709', 'acescg', 'acescct'\]"):
+        colour.output_space("g24_rec709", hdr=True)
+    attrs = colour.space_attributes("acescct")
+    assert attrs["ocio_colorspace"] == "ACEScct" and attrs["ocio_config"] == f"ocio://{colour.OCIO_CONFIG}"
+
+
 def test_unknown_space_is_one_line_listing_the_valid_ones():
     with pytest.raises(FarmError, match=r"unknown colour space 'rec2100'; choose one of \['g24_rec709'"):
         colour.convert(np.zeros((1, 3), np.float32), "g24_rec709", "rec2100")

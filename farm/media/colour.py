@@ -40,6 +40,8 @@ __all__ = [
     "colour_space",
     "convert",
     "ocio_processor",
+    "output_space",
+    "space_attributes",
 ]
 
 # Pinned, so that conversions do not change when OpenColorIO ships a newer default config.
@@ -79,8 +81,9 @@ SPACES: dict[str, ColourSpace] = {
                     True, "scene-linear: BT.2020 primaries, D65"),
     )
 }  # fmt: skip
-# What the EXR and ProRes outputs may be written in (g24_rec709 is an SDR decode's own space).
+# What EXR outputs may be written in: an SDR decode's own space too; an HDR decode's only scene-referred ones.
 OUTPUT_SPACES = ("g24_rec709", "lin_rec709", "acescg", "acescct")
+HDR_OUTPUT_SPACES = ("lin_rec709", "acescg", "acescct")
 
 
 def colour_available() -> bool:
@@ -97,6 +100,23 @@ def colour_space(name: str, where: str = "colour space") -> ColourSpace:
     if name not in SPACES:
         raise FarmError(f"{where}: unknown colour space {name!r}; choose one of {list(SPACES)}")
     return SPACES[name]
+
+
+def output_space(name: str, hdr: bool, where: str = "--colorspace") -> ColourSpace:
+    """The space an output asks for (`--colorspace`), checked against what a decode can be written in:
+    an SDR decode (`hdr` False) any of OUTPUT_SPACES, an HDR decode HDR_OUTPUT_SPACES."""
+    valid = HDR_OUTPUT_SPACES if hdr else OUTPUT_SPACES
+    if name not in valid:
+        kind = "an HDR render" if hdr else "an SDR render"
+        raise FarmError(f"{where}: {name!r} is not a colour space {kind} writes; choose one of {list(valid)}")
+    return SPACES[name]
+
+
+def space_attributes(name: str) -> dict[str, str]:
+    """What frames.zarr's attributes say of frames in space `name` (JSON)."""
+    space = colour_space(name)
+    return {"colour_space": space.name, "ocio_colorspace": space.ocio, "ocio_config": f"ocio://{OCIO_CONFIG}",
+            "color_interop_id": space.interop_id}  # fmt: skip
 
 
 def _ocio() -> Any:

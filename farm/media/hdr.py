@@ -39,6 +39,7 @@ __all__ = [
     "TRANSFERS",
     "HdrTransfer",
     "codes_to_linear",
+    "decoded_space",
     "hdr_transfer",
     "hlg_signal",
     "hlg_yuv420p10",
@@ -87,6 +88,12 @@ def hdr_transfer(name: str, where: str = "hdr") -> HdrTransfer:
     if name not in TRANSFERS:
         raise FarmError(f"{where}: unknown HDR transfer {name!r}; choose one of {list(TRANSFERS)}")
     return TRANSFERS[name]
+
+
+def decoded_space(hdr: str | None) -> str:
+    """The `farm.media.colour` space of a render's frames: an SDR decode's ``g24_rec709``, or the
+    scene-linear space of the decoder spec's HDR transfer (what frames.zarr holds in an HDR render)."""
+    return "g24_rec709" if hdr is None else hdr_transfer(hdr).linear_space
 
 
 def _ops(values: Any) -> tuple[Any, Any]:
