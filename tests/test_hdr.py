@@ -39,7 +39,7 @@ def ocio(source: str, target: str, values: np.ndarray) -> np.ndarray:
     processor = config.getProcessor(source, target).getOptimizedCPUProcessor(
         PyOpenColorIO.BIT_DEPTH_F32, PyOpenColorIO.BIT_DEPTH_F32, PyOpenColorIO.OPTIMIZATION_NONE
     )
-    out = np.array(values, dtype=np.float32, copy=True)
+    out = np.array(values, dtype=np.float32, copy=True, order="C")  # reshape(-1) below must be a view
     processor.applyRGB(out.reshape(-1))
     return out
 
@@ -160,6 +160,7 @@ def test_conversions_do_not_depend_on_how_frames_are_split():
         odd = np.concatenate([colour.convert(part, source, target) for part in (flat[:5], flat[5:])])
         np.testing.assert_array_equal(whole, per_frame)
         np.testing.assert_array_equal(whole, odd.reshape(frames.shape))
+        np.testing.assert_array_equal(whole, colour.convert(np.asfortranarray(frames), source, target))
 
 
 def test_output_spaces_and_what_a_render_decodes_to():
@@ -324,3 +325,28 @@ def test_ingest_refuses_hdr_latents_into_an_sdr_job(tmp_path):
     with pytest.raises(FarmError, match="latents decode to logc3 values but the job's decoder spec says SDR"):
         add_pipeline_shot(tmp_path / "job.zarr", latents, pipeline=pipe, name="sh", fps=24, decoder=sdr_spec,
                           **size)  # fmt: skip
+
+
+@pytest.mark.model
+def test_ltx2_acescct_latent_decodes_to_ltx2s_native_hdr_acescg(tmp_path):
+    """LTX-2's native --hdr decode (ltx-core: VAE output → (x + 1) / 2 clamped → ACEScct decompressed onto
+    AP1, clamped at 0; not installable here) against the same decode through OpenColorIO's ACEScct →
+    ACEScg; the latent made by diffusers' LTX-2 code at the tiny config."""
+    from farm.decoders import FAMILIES
+    from farm.inputs.pipelines import spec_from_pipeline
+
+    pipe, call = tiny_hdr_pipeline(tmp_path / "vae")
+    latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(2)).frames
+    with torch.no_grad():
+        decoded = pipe.vae.decode(latents, None, return_dict=False)[0][0].permute(1, 2, 3, 0).numpy()
+    reference = np.maximum(ocio("ACEScct", "ACEScg", np.clip((decoded + 1.0) / 2.0, 0.0, 1.0)), 0.0)
+    spec = parse_spec(spec_from_pipeline(pipe) | {"hdr": "acescct"}, families=FAMILIES)
+    codes = load_decoder(spec).decode(latents[0], origin=(0, 0, 0)).permute(1, 2, 3, 0)
+    frames = hdr.scene_linear_half(codes, spec.hdr).numpy()
+    np.testing.assert_allclose(frames.astype(np.float32), reference, rtol=2e-3, atol=2e-4)
+
+    paths = write_frames(frames, tmp_path / "exr", "sh", format="exr", exr_space="acescg",
+                         frames_space=hdr.decoded_space(spec.hdr))  # fmt: skip
+    np.testing.assert_array_equal(np.stack([read_image(p) for p in paths]), frames)  # ACEScg kept as is
+    header = exr_header(paths[0])
+    assert header["colorInteropID"] == "lin_ap1_scene" and header["colorSpace"] == "ACEScg"
