@@ -236,6 +236,8 @@ def test_hlg_master_segments_join_and_read_back_bt2020_hlg_10_bit(tmp_path):
     encode_hlg_segment(linear[:3], a, 24, space="acescg", threads=1)
     encode_hlg_segment(linear[3:], b, 24, space="acescg", threads=1)
     join_segments([a, b], tmp_path / "sh.mp4")
+    encode_hlg_segment(linear[:3], tmp_path / "again.mp4", 24, space="acescg", threads=1)
+    assert (tmp_path / "again.mp4").read_bytes() == a.read_bytes()  # the same frames, the same bytes
     info = probe(tmp_path / "sh.mp4")
     assert (info.frames, info.width, info.height, info.pix_fmt) == (5, W, H, "yuv420p10le")
     with av.open(str(tmp_path / "sh.mp4")) as container:
