@@ -6,7 +6,9 @@ A decoder spec is a JSON object:
      "config": "ltx2-tiny" | {...},          # a named config or the model's constructor arguments
      "weights": {"path": "/models/vae"} | {"random_seed": 0},   # + "files", "layout", "identity" once checked
      "dtype": "bfloat16",                    # compute dtype: float32, bfloat16 or float16
-     "latents": "denormalized"}              # or "normalized": farm applies the VAE's mean/std first
+     "latents": "denormalized",              # or "normalized": farm applies the VAE's mean/std first
+     "hdr": "logc3"}                         # optional, HDR latents: the decoded values are "acescct" or
+                                             # "logc3" codes (farm.media.hdr); needs dtype float32
 
 Adding a model: one module with a class implementing `VideoDecoder`, plus an entry in `FAMILIES`.
 

@@ -21,6 +21,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 SEAM_TARGET_DB = 27.0
 DEFAULT_SPATIAL_OVERLAP = 4
 LATENT_CONVENTIONS = ("denormalized", "normalized")
+# HDR decodes: what the decoded values are (farm.media.hdr.TRANSFERS has their curves, under these names):
+# ACEScct codes (LTX-2's native --hdr) or LogC3 codes (LTX-2's HDR IC-LoRA, diffusers' LTX2HDRPipeline).
+HDR_TRANSFERS = ("acescct", "logc3")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,11 @@ class DecoderSpec:
     dtype: str = "float32"
     latents: str = "denormalized"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def hdr(self) -> str | None:
+        """The HDR transfer of the decoded values (HDR_TRANSFERS), or None for an SDR decode."""
+        return self.extra.get("hdr")
 
     @property
     def random_weights(self) -> bool:
@@ -174,8 +182,15 @@ def parse_spec(
     latents = raw.get("latents", "denormalized")
     if latents not in LATENT_CONVENTIONS:
         raise FarmError(f"{where}: 'latents' {latents!r} is invalid; use one of {list(LATENT_CONVENTIONS)}")
-    known = {"family", "config", "weights", "dtype", "latents", CONFIG_REVISION}
-    extra = {k: v for k, v in raw.items() if k not in known} | revision
+    hdr = raw.get("hdr")
+    if hdr is not None and hdr not in HDR_TRANSFERS:
+        raise FarmError(f"{where}: 'hdr' {hdr!r} is invalid; use one of {list(HDR_TRANSFERS)} (or leave it "
+                        "out for an SDR decode)")  # fmt: skip
+    if hdr is not None and dtype != "float32":
+        raise FarmError(f"{where}: an HDR decode ('hdr': {hdr!r}) runs in float32, as the HDR pipelines "
+                        f"decode; dtype {dtype!r} is invalid with it: set dtype to 'float32'")  # fmt: skip
+    known = {"family", "config", "weights", "dtype", "latents", "hdr", CONFIG_REVISION}
+    extra = {k: v for k, v in raw.items() if k not in known} | revision | ({"hdr": hdr} if hdr else {})
     return DecoderSpec(family, config_name, resolved, dict(weights), dtype, latents, extra)
 
 

@@ -99,7 +99,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
     model_class_name: ClassVar[str] = "AutoencoderKLLTX2Video"
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
         name: ("denormalized", False)
-        for name in ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline")
+        for name in ("LTX2Pipeline", "LTX2ImageToVideoPipeline", "LTX2ConditionPipeline", "LTX2HDRPipeline")
     }
     comfyui_latents: ClassVar[str | None] = "normalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv", "ltx-2", "ltx2")  # ComfyUI's LTX-2 nodes are LTXV…

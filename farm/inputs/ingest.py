@@ -56,6 +56,7 @@ from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
 from farm.inputs.pipelines import (
     audio_spec_from_pipeline,
     convention_of,
+    pipeline_hdr,
     pipeline_latents,
     pipeline_name,
     spec_from_pipeline,
@@ -761,6 +762,10 @@ def add_pipeline_shot(
     if spec.family != conv.family:
         raise FarmError(f"{pipeline_name(pipeline)} makes {conv.family} latents but the job's decoder is "
                         f"{spec.family}; use a job store with a {conv.family} decoder")  # fmt: skip
+    if spec.hdr != pipeline_hdr(pipeline):
+        raise FarmError(f"{pipeline_name(pipeline)} latents decode to {pipeline_hdr(pipeline) or 'SDR'} "
+                        f"values but the job's decoder spec says {spec.hdr or 'SDR'} ('hdr'); use a job "
+                        "store whose decoder decodes them so")  # fmt: skip
     target = target_for(spec, current[1] if current else (), exists=current is not None)
     data, conv = pipeline_latents(pipeline, latents, target.geometry, num_frames=num_frames, height=height,
                                   width=width)  # fmt: skip

@@ -7,6 +7,9 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``LTX2Pipeline``, ``LTX2ImageToVideoPipeline``, ``LTX2ConditionPipeline``: ``[B, C, F, H, W]`` (the
   video's ``frames``), denormalized (``ltx2``; LTX-2 and LTX-2.3 alike); their ``audio`` is the sound's
   latents ``[B, C, T, M]``, denormalized and unpacked (ready for ``audio_vae.decode``);
+* ``LTX2HDRPipeline`` (HDR IC-LoRA): the same, and its VAE decodes to LogC3 codes, not a picture: the
+  spec records ``"hdr": "logc3"`` (its ``hdr_video_processor``'s ``hdr_transform``) and float32, the
+  dtype the pipeline's HDR post-processing runs in (`farm.media.hdr`);
 * ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import FAMILIES
+from farm.decoders.base import HDR_TRANSFERS
 from farm.errors import FarmError
 from farm.inputs.latent_files import torch_to_numpy
 from farm.planning.tiling import Geometry
@@ -46,6 +50,24 @@ PIPELINES: dict[str, PipelineConvention] = {
     for family, cls in FAMILIES.items()
     for name, (latents, packed) in getattr(cls, "pipeline_conventions", {}).items()
 }
+
+
+# Pipelines whose VAE decodes HDR codes, with the transfer they post-process with (decoder spec "hdr").
+HDR_PIPELINES = {"LTX2HDRPipeline": "logc3"}
+
+
+def pipeline_hdr(pipeline: Any) -> str | None:
+    """The HDR transfer of the pipeline's decoded values (None: an SDR pipeline). An instance says its own
+    (``hdr_video_processor.config.hdr_transform``); a class name, its default."""
+    name = pipeline_name(pipeline)
+    if name not in HDR_PIPELINES:
+        return None
+    processor = getattr(pipeline, "hdr_video_processor", None)
+    transfer = getattr(getattr(processor, "config", None), "hdr_transform", None) or HDR_PIPELINES[name]
+    if transfer not in HDR_TRANSFERS:
+        raise FarmError(f"{name} post-processes with HDR transfer {transfer!r}; farm decodes "
+                        f"{list(HDR_TRANSFERS)}")  # fmt: skip
+    return str(transfer)
 
 
 def pipeline_name(pipeline: Any) -> str:
@@ -160,6 +182,10 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
         )
     torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
     chosen = dtype or (torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32")
+    hdr = pipeline_hdr(pipeline)
+    if hdr is not None:  # HDR decodes run in float32, as the pipelines' HDR paths do
+        return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": "float32",
+                "hdr": hdr}  # fmt: skip
     return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen}
 
 

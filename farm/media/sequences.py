@@ -9,7 +9,11 @@ Formats (:data:`FORMATS`):
   (``colorInteropID`` ``g24_rec709_display`` and ``colorEncoding``), against EXR's scene-linear
   convention. ``exr_values="linear"`` inverts the BT.709 transfer function (ITU-R BT.709 OETF) and
   writes scene-linear Rec. 709 values (``lin_rec709_scene``). Both carry Rec. 709 chromaticities and,
-  given the shot's fps, ``framesPerSecond``.
+  given the shot's fps, ``framesPerSecond``. ``exr_space`` (a `farm.media.colour` space: ``lin_rec709``,
+  ``acescg``, ``acescct``, ``g24_rec709``) writes the frames converted by OpenColorIO from
+  ``frames_space`` (an SDR decode's ``g24_rec709`` by default; an HDR render's scene-linear space), with
+  that space's chromaticities, ``colorInteropID``, ``colorEncoding`` and ``colorSpace`` (its OpenColorIO
+  name); it needs the ``opencolorio`` package (``pip install 'farm-decode[colour]'``).
 
 Colour: PNGs carry a ``cICP`` chunk (BT.709 primaries and transfer, RGB, full range) and, for older
 readers, ``cHRM`` and ``gAMA``, written by FFmpeg's PNG encoder from the frame's colour properties.
@@ -41,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
+from farm.media.colour import SPACES, colour_available, colour_space, convert
 from farm.media.files import atomic_path
 from farm.media.rates import timecode_at
 
@@ -126,6 +131,12 @@ def _to_uint(frames: np.ndarray, bits: int) -> np.ndarray:
     return np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * top).astype(dtype)
 
 
+def _to_float32(frames: np.ndarray) -> np.ndarray:
+    if frames.dtype in (np.uint8, np.uint16):
+        return frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 65535.0)
+    return frames.astype(np.float32)
+
+
 def _to_half(frames: np.ndarray) -> np.ndarray:
     if frames.dtype == np.uint8:
         return (frames.astype(np.float32) / 255.0).astype(np.float16)
@@ -163,7 +174,8 @@ def bt709_to_linear(values: np.ndarray) -> np.ndarray:
 
 
 def _write_exr(
-    image: np.ndarray, path: str, compression: str, fps: Any, values: str, timecode: str | None = None
+    image: np.ndarray, path: str, compression: str, fps: Any, values: str, timecode: str | None = None,
+    space: str | None = None,
 ) -> None:
     import OpenEXR
 
@@ -175,6 +187,10 @@ def _write_exr(
         "colorInteropID": interop_id,
         "colorEncoding": description,
     }
+    if space is not None:
+        named = SPACES[space]
+        header.update(chromaticities=named.chromaticities, colorInteropID=named.interop_id,
+                      colorEncoding=named.description, colorSpace=named.ocio)  # fmt: skip
     if fps:
         header["framesPerSecond"] = Fraction(fps).limit_denominator(1001)
     if timecode:  # the frame's own SMPTE timecode (timeCode attribute)
@@ -206,6 +222,8 @@ def write_frames(
     fps: Any = None,
     exr_values: str = "display",
     timecode: str | None = None,
+    exr_space: str | None = None,
+    frames_space: str = "g24_rec709",
 ) -> list[Path]:
     """Write ``frames[k]`` as ``<directory>/<shot>.<first_frame + start + k>.<ext>``; returns the paths.
 
@@ -213,6 +231,8 @@ def write_frames(
     created if needed. Each file is written atomically (temp file + rename). EXR only: ``fps`` goes in
     ``framesPerSecond``; ``exr_values`` is ``"display"`` or ``"linear"`` (see the module doc); with
     ``timecode`` (the shot's first frame's, `farm.media.rates`) each file's ``timeCode`` is its own frame's.
+    ``exr_space``: write the values converted from ``frames_space`` into that colour space, labelled so
+    (then ``exr_values`` is not used).
     """
     where = f"write_frames({shot!r}, {os.fspath(directory)!r})"
     if format not in FORMATS:
@@ -230,6 +250,12 @@ def write_frames(
             raise FarmError(
                 f"{where}: EXR compression {exr_compression!r}; choose one of {list(EXR_COMPRESSIONS)}"
             )
+        if exr_space is not None:
+            colour_space(exr_space, f"{where}: EXR colour space")
+            colour_space(frames_space, f"{where}: the frames' colour space")
+            if exr_space != frames_space and not colour_available():
+                raise FarmError(f"{where}: EXR frames in {exr_space!r} need the 'opencolorio' package; "
+                                "install it with pip install 'farm-decode[colour]'")  # fmt: skip
         if not exr_available():
             raise FarmError(
                 f"{where}: EXR output needs the 'openexr' package; install it with "
@@ -243,8 +269,11 @@ def write_frames(
     except OSError as e:
         raise FarmError(f"{where}: cannot create the folder: {e}") from e
     if format == "exr":
-        data = _to_half(frames)
-        if exr_values == "linear":
+        if exr_space is not None:
+            data = convert(_to_float32(frames), frames_space, exr_space).astype(np.float16)
+        else:
+            data = _to_half(frames)
+        if exr_space is None and exr_values == "linear":
             data = bt709_to_linear(data).astype(np.float16)
     else:
         data = _to_uint(frames, fmt.bit_depth)
@@ -254,7 +283,7 @@ def write_frames(
         with atomic_path(path) as tmp:
             if format == "exr":
                 label = timecode_at(timecode, Fraction(fps), start + k) if timecode and fps else None
-                _write_exr(data[k], tmp, exr_compression, fps, exr_values, label)
+                _write_exr(data[k], tmp, exr_compression, fps, exr_values, label, exr_space)
             else:
                 Path(tmp).write_bytes(encode_png(data[k]))
         paths.append(path)
