@@ -115,7 +115,7 @@ def _add_synth_command(add: AddCommand) -> None:
                         "docs/decoders.md gives their shapes and rates)")  # fmt: skip
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
                    help="sound for another audio config (a name, or a JSON audio decoder spec); "
-                        "implies --audio")  # fmt: skip
+                        "implies --audio (default: the decoder's own sound config)")  # fmt: skip
     p.add_argument("--audio-weights", metavar="PATH",
                    help="the audio decoder's real weights (pipeline folder or LTX-2 .safetensors; "
                         "default: random)")  # fmt: skip
