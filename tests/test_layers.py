@@ -180,3 +180,66 @@ def test_the_layer_check_can_fail():
     """The media package may import no other farm package; run imports them all."""
     assert may_import("media") == {"farm.errors", "farm.config"}
     assert set(farm_imports("run")["farm/run/render.py"]) - may_import("media") - GROUND
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def farm_module(dotted: str) -> bool:
+    path = ROOT / Path(*dotted.split("."))
+    return dotted.split(".")[0] == "farm" and (path.with_suffix(".py").is_file() or path.is_dir())
+
+
+def private_farm_names(source: str) -> list[str]:
+    """The private names of farm modules a test's `source` takes: imported (``from farm.x import _y``)
+    or read off a farm module (``x._y`` where ``x`` names one)."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # local name -> the farm module it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if farm_module(alias.name) and alias.asname:  # import farm.x.y as m
+                    modules[alias.asname] = alias.name
+                elif farm_module(alias.name):  # import farm.x.y binds farm
+                    modules[alias.name.split(".")[0]] = "farm"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and farm_module(node.module or ""):
+            for alias in node.names:
+                if is_private(alias.name):
+                    found.append(f"{node.module}.{alias.name}")
+                elif farm_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in modules:
+                dotted = ".".join([modules[value.id], *chain])
+                if farm_module(dotted):
+                    found.append(f"{dotted}.{node.attr}")
+    return found
+
+
+def test_no_test_takes_a_private_farm_name():
+    """Tests use what farm offers: the names of `farm` and the public names of the defining modules."""
+    taken = {path.name: private_farm_names(path.read_text()) for path in sorted((ROOT / "tests").glob("*.py"))}
+    assert {name: found for name, found in taken.items() if found} == {}
+
+
+def test_the_private_name_check_can_fail():
+    source = """
+import farm.run.graph
+from farm.dashboard import monitor
+from farm.planning.planner import _ShotTasks, predict
+from farm.worker import tasks as t
+monitor._TaskCounts(); farm.run.graph._cuts; t._ready_marked; monitor.__name__; predict._private
+"""
+    assert sorted(private_farm_names(source)) == [
+        "farm.dashboard.monitor._TaskCounts",
+        "farm.planning.planner._ShotTasks",
+        "farm.run.graph._cuts",
+        "farm.worker.tasks._ready_marked",
+    ]

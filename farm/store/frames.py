@@ -217,7 +217,7 @@ def fast_codecs() -> Iterator[None]:
         yield
 
 
-def _zarrs_setting() -> bool:
+def zarrs_enabled() -> bool:
     """``farm.zarrs`` (dask.config), unless the older ``FARM_ZARRS`` variable says otherwise."""
     from farm import config
 
@@ -234,7 +234,7 @@ def _zarrs_wanted() -> bool:
 
     return (
         zarr.config.get("codec_pipeline.path") in (_DEFAULT_PIPELINE, ZARRS_PIPELINE)
-        and _zarrs_setting()
+        and zarrs_enabled()
         and importlib.util.find_spec("zarrs") is not None
     )
 
