@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from farm.planning.tiling import Batch
-from farm.worker.tasks import Placement, blend_stream, ready_marked, blend_batch
+from farm.worker.tasks import Placement, blend_batch, blend_stream, ready_marked
 
 
 def pieces_of(device: str) -> dict[int, torch.Tensor]:

@@ -27,7 +27,7 @@ from farm.worker.ipc import (
     share,
     visible_gpus,
 )
-from farm.worker.tasks import Placement, ready_marked, blend_batch, share_piece, take_piece
+from farm.worker.tasks import Placement, blend_batch, ready_marked, share_piece, take_piece
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a worker without CUDA")

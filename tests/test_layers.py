@@ -225,7 +225,8 @@ def private_farm_names(source: str) -> list[str]:
 
 def test_no_test_takes_a_private_farm_name():
     """Tests use what farm offers: the names of `farm` and the public names of the defining modules."""
-    taken = {path.name: private_farm_names(path.read_text()) for path in sorted((ROOT / "tests").glob("*.py"))}
+    tests = sorted((ROOT / "tests").glob("*.py"))
+    taken = {path.name: private_farm_names(path.read_text()) for path in tests}
     assert {name: found for name, found in taken.items() if found} == {}
 
 

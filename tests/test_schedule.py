@@ -16,7 +16,7 @@ import pytest
 from farm import keys
 from farm.errors import FarmError
 from farm.planning import costmodel
-from farm.planning.planner import shot_tasks, simulate_schedule, predict
+from farm.planning.planner import predict, shot_tasks, simulate_schedule
 from farm.planning.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
 from farm.planning.tiling import (
     ChunkSize,

@@ -43,7 +43,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
-from farm import keys
+from farm import config, keys
 from farm.render_ids import is_cancelled, render_of
 
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ PRUNE_EVERY_S = 10.0
 
 def page_limits() -> tuple[int, float]:
     """(`farm.page-keep-renders`, `farm.page-keep-hours`), as this process' configuration sets them."""
-    from farm import config
-
     try:
         return max(0, int(config.get("page-keep-renders"))), max(0.0, float(config.get("page-keep-hours")))
     except (TypeError, ValueError, KeyError):
