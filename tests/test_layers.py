@@ -70,6 +70,20 @@ def test_the_check_can_fail():
     assert "torch" in heavy_after_each([transport])[transport]
 
 
+def test_the_cli_and_planning_load_no_pyav():
+    """PyAV (some 0.1 s) waits for the commands that encode: `farm plan`, `farm status` and the planning
+    modules do not load it (`media/settings` and `run/validate` import `media/video` where they use it)."""
+    code = """
+import json, sys
+import farm.cli, farm.planning.planner, farm.run.plan_report, farm.run.validate, farm.store.progress
+print(json.dumps("av" in sys.modules))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) is False
+
+
 def test_checking_and_planning_a_random_weight_job_never_imports_diffusers(tmp_path):
     """A synthetic job's render set-up (weights check, plans) pays no diffusers import (seconds)."""
     code = f"""
