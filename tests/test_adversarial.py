@@ -548,14 +548,14 @@ def test_farm_errors_on_workers_leave_no_traceback_and_shots_sharing_one_share_a
 
     from farm.cli import failure_lines
     from farm.run.graph import ShotOutcome
-    from farm.worker.transport_plugin import _FarmErrorsInOneLine
+    from farm.worker.transport_plugin import FarmErrorsInOneLine
 
     def compute_failed(exception: str) -> logging.LogRecord:
         text = "Compute Failed\nKey: %s\nState: %s\nTask: %s\nException: %r\nTraceback: %r\n"
         return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, text,
                                  ("k", "executing", "task", exception, "  File ..."), None)  # fmt: skip
 
-    keep = _FarmErrorsInOneLine()
+    keep = FarmErrorsInOneLine()
     assert not keep.filter(compute_failed("FarmRuntimeError('the disk holding ... is full')"))
     assert keep.filter(compute_failed("ZeroDivisionError('division by zero')"))
     full = "the disk holding '/o' is full on node7; finished batches are kept"

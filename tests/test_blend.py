@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from farm.planning.tiling import Batch
-from farm.worker.tasks import Placement, _blend_stream, _ready_marked, blend_batch
+from farm.worker.tasks import Placement, blend_batch, blend_stream, ready_marked
 
 
 def pieces_of(device: str) -> dict[int, torch.Tensor]:
@@ -22,18 +22,18 @@ def blended(pieces: dict[int, torch.Tensor]) -> bytes:
 
 
 def test_cpu_pieces_are_blended_as_they_are() -> None:
-    pieces = _ready_marked(lambda: pieces_of("cpu"))
+    pieces = ready_marked(lambda: pieces_of("cpu"))
     assert not any(hasattr(p, "_farm_ready") for p in pieces.values())
-    with _blend_stream(torch.device("cpu"), list(pieces.values())):
+    with blend_stream(torch.device("cpu"), list(pieces.values())):
         assert torch.zeros(1).device.type == "cpu"
     assert blended(pieces) == blended(pieces_of("cpu"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_blends_on_their_own_stream_give_the_cpus_bytes() -> None:
-    pieces = _ready_marked(lambda: pieces_of("cuda"))
+    pieces = ready_marked(lambda: pieces_of("cuda"))
     assert all(isinstance(p._farm_ready, torch.cuda.Event) for p in pieces.values())
-    with _blend_stream(pieces[0].device, list(pieces.values())):
+    with blend_stream(pieces[0].device, list(pieces.values())):
         assert torch.cuda.current_stream() != torch.cuda.default_stream()
     unmarked = pieces_of("cuda")  # e.g. received from another worker: waits for the default stream
     assert blended(pieces) == blended(unmarked)

@@ -253,11 +253,11 @@ def test_ltxv_decode_noise_is_positional_and_as_the_pipeline_mixes_it():
     assert torch.equal(a, decoder.decode(z, origin=(1, 2, 3)))  # deterministic
     assert not torch.equal(a, decoder.decode(z, origin=(0, 0, 0)))  # noise follows the position
     # (1 - s) z + s noise(position), then the timestep-conditioned decode without noise
-    from farm.decoders.ltxv import _NOISE_SALT_LATENT
+    from farm.decoders.ltxv import NOISE_SALT_LATENT
     from farm.decoders.noise import hash_seed
 
     coords = [torch.arange(8), 1 + torch.arange(2), 2 + torch.arange(2), 3 + torch.arange(3)]
-    mixed = 0.75 * z + 0.25 * position_noise(hash_seed(9, _NOISE_SALT_LATENT), coords).float()
+    mixed = 0.75 * z + 0.25 * position_noise(hash_seed(9, NOISE_SALT_LATENT), coords).float()
     plain = LTXVideoDecoder.load(spec_from_json(raw_spec("ltxv-0.9.1-tiny")), "cpu")
     torch.testing.assert_close(a, plain.decode(mixed, origin=(1, 2, 3)))
 

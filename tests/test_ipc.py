@@ -27,7 +27,7 @@ from farm.worker.ipc import (
     share,
     visible_gpus,
 )
-from farm.worker.tasks import Placement, _ready_marked, blend_batch, share_piece, take_piece
+from farm.worker.tasks import Placement, blend_batch, ready_marked, share_piece, take_piece
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a worker without CUDA")
@@ -111,7 +111,7 @@ def test_a_blend_takes_a_piece_shared_from_its_own_process_as_the_tensor() -> No
 
 
 def _share_from_child(results, done) -> None:
-    pieces = _ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
+    pieces = ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
     results.put(pickle.dumps(share_piece(pieces, 1)))
     done.get(timeout=120)  # the piece stays alive in this process until the parent has blended it
 
@@ -125,7 +125,7 @@ def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes() -> 
     try:
         shared = pickle.loads(results.get(timeout=120))
         assert isinstance(shared, SharedPiece) and shared.tensor is None and shared.pid == child.pid
-        first = _ready_marked(lambda: {0: _pieces("cuda")[0]})[0]
+        first = ready_marked(lambda: {0: _pieces("cuda")[0]})[0]
         assert _blended([first, shared]) == _blended(_pieces("cuda"))
     finally:
         done.put(True)
@@ -133,7 +133,7 @@ def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes() -> 
 
 
 def _share_and_exit(results) -> None:
-    pieces = _ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
+    pieces = ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
     results.put(pickle.dumps(share_piece(pieces, 1)))
     torch.cuda.synchronize()
 

@@ -70,6 +70,20 @@ def test_the_check_can_fail():
     assert "torch" in heavy_after_each([transport])[transport]
 
 
+def test_the_cli_and_planning_load_no_pyav():
+    """PyAV (some 0.1 s) waits for the commands that encode: `farm plan`, `farm status` and the planning
+    modules do not load it (`media/settings` and `run/validate` import `media/video` where they use it)."""
+    code = """
+import json, sys
+import farm.cli, farm.planning.planner, farm.run.plan_report, farm.run.validate, farm.store.progress
+print(json.dumps("av" in sys.modules))
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) is False
+
+
 def test_checking_and_planning_a_random_weight_job_never_imports_diffusers(tmp_path):
     """A synthetic job's render set-up (weights check, plans) pays no diffusers import (seconds)."""
     code = f"""
@@ -180,3 +194,67 @@ def test_the_layer_check_can_fail():
     """The media package may import no other farm package; run imports them all."""
     assert may_import("media") == {"farm.errors", "farm.config"}
     assert set(farm_imports("run")["farm/run/render.py"]) - may_import("media") - GROUND
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def farm_module(dotted: str) -> bool:
+    path = ROOT / Path(*dotted.split("."))
+    return dotted.split(".")[0] == "farm" and (path.with_suffix(".py").is_file() or path.is_dir())
+
+
+def private_farm_names(source: str) -> list[str]:
+    """The private names of farm modules a test's `source` takes: imported (``from farm.x import _y``)
+    or read off a farm module (``x._y`` where ``x`` names one)."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # local name -> the farm module it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if farm_module(alias.name) and alias.asname:  # import farm.x.y as m
+                    modules[alias.asname] = alias.name
+                elif farm_module(alias.name):  # import farm.x.y binds farm
+                    modules[alias.name.split(".")[0]] = "farm"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and farm_module(node.module or ""):
+            for alias in node.names:
+                if is_private(alias.name):
+                    found.append(f"{node.module}.{alias.name}")
+                elif farm_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in modules:
+                dotted = ".".join([modules[value.id], *chain])
+                if farm_module(dotted):
+                    found.append(f"{dotted}.{node.attr}")
+    return found
+
+
+def test_no_test_takes_a_private_farm_name():
+    """Tests use what farm offers: the names of `farm` and the public names of the defining modules."""
+    tests = sorted((ROOT / "tests").glob("*.py"))
+    taken = {path.name: private_farm_names(path.read_text()) for path in tests}
+    assert {name: found for name, found in taken.items() if found} == {}
+
+
+def test_the_private_name_check_can_fail():
+    source = """
+import farm.run.graph
+from farm.dashboard import monitor
+from farm.planning.planner import _ShotTasks, predict
+from farm.worker import tasks as t
+monitor._TaskCounts(); farm.run.graph._cuts; t._ready_marked; monitor.__name__; predict._private
+"""
+    assert sorted(private_farm_names(source)) == [
+        "farm.dashboard.monitor._TaskCounts",
+        "farm.planning.planner._ShotTasks",
+        "farm.run.graph._cuts",
+        "farm.worker.tasks._ready_marked",
+    ]

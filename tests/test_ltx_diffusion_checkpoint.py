@@ -53,7 +53,7 @@ def lightricks_file(path, spec, cls, model, *, prefix: str = "", config: dict | 
                 name = name.replace("t_embedder.timestep_embedder." + module, "t_embedder." + reference)
             out[name] = value
     for block in range(len(model.decoder.diff_blocks)):
-        for projection, suffix in C._LTX_DIFFUSION_GATES.items():
+        for projection, suffix in C.LTX_DIFFUSION_GATES.items():
             stem = f"decoder.diff_blocks.{block}"
             weight = out[f"{stem}{projection}weight"]
             gate = 2.0 ** torch.randint(

@@ -317,7 +317,7 @@ def test_a_cancelled_shot_is_not_a_failure():
 def test_batches_of_a_stopped_render_are_not_shown_running():
     """Batches the scheduler saw start but never finish: running while the render runs (or its cancel
     is under way), then cancelled or interrupted as the render is, never running once it stopped."""
-    counts = monitor._TaskCounts(batches={"a": {0: "done", 1: "running", 2: "running"}, "b": {0: "running"}})
+    counts = monitor.TaskCounts(batches={"a": {0: "done", 1: "running", 2: "running"}, "b": {0: "running"}})
     shots = {"a": {"batches_written": 1, "batches_total": 4}, "b": {"batches_written": 0, "batches_total": 2}}
     record = {"state": "running", "started": 0.0, "updated": 10.0, "batches_total": 6, "shots": shots}
 

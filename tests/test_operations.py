@@ -258,13 +258,13 @@ def test_frames_beyond_a_shot_are_refused_with_its_range(tmp_path):
 def test_every_option_help_says_its_default():
     import argparse
 
-    from farm.cli import _HelpFormatter, build_parser
+    from farm.cli import build_parser
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     silent = []
     for name, command in [("farm", parser), *commands.items()]:
-        formatter = _HelpFormatter(name)
+        formatter = command.formatter_class(name)  # farm's own, which adds the defaults
         for action in command._actions:
             flags = (argparse._HelpAction, argparse._VersionAction, argparse._CountAction,
                      argparse._StoreTrueAction)  # fmt: skip
@@ -535,9 +535,9 @@ def test_worker_settings_set_by_the_render_reach_workers_started_elsewhere(plain
     assert client.submit(on_worker, "launch-lead", pure=False).result() == 0  # for that task only
     os.environ["FARM_ZARRS"] = "0"  # the older variable still turns zarrs off
     try:
-        from farm.store.frames import _zarrs_setting
+        from farm.store.frames import zarrs_enabled
 
-        assert _zarrs_setting() is False
+        assert zarrs_enabled() is False
     finally:
         del os.environ["FARM_ZARRS"]
 

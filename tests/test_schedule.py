@@ -16,7 +16,7 @@ import pytest
 from farm import keys
 from farm.errors import FarmError
 from farm.planning import costmodel
-from farm.planning.planner import _shot_tasks, _simulate, predict
+from farm.planning.planner import predict, shot_tasks, simulate_schedule
 from farm.planning.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
 from farm.planning.tiling import (
     ChunkSize,
@@ -219,8 +219,8 @@ def test_simulator_replays_the_schedule(name: str) -> None:
     plans = make()
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io)
     cost = costmodel.load("ltx2-tiny-cpu")
-    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
-    trace = _simulate(shots, schedule, cost, output=True)["trace"]
+    shots = [shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
+    trace = simulate_schedule(shots, schedule, cost, output=True)["trace"]
     assert [(p, k, w) for kind, p, k, w in trace if kind == "decode"] == [
         (d.shot, d.tile, d.slot) for d in schedule.decodes
     ]
@@ -287,8 +287,8 @@ def test_streamed_tiles_decode_segment_by_segment() -> None:
         segs = [s for _, s in b.pieces]
         assert segs == sorted(segs)
     cost = costmodel.load("ltx2-tiny-cpu")
-    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
-    assert _simulate(shots, streamed, cost, output=True)["makespan"] > 0
+    shots = [shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
+    assert simulate_schedule(shots, streamed, cost, output=True)["makespan"] > 0
 
 
 @pytest.mark.parametrize(
@@ -390,8 +390,8 @@ def test_each_decode_slots_last_batch_is_written_where_it_was_blended() -> None:
     assert all(b.io is None for b in make_schedule(carried, n_decode=1, n_io=0).blends)
     # the simulator replays the same placement: the local write runs on the decode worker's threads
     cost = costmodel.load("ltx2-tiny-cpu")
-    shots_tasks = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in carried]
-    assert _simulate(shots_tasks, schedule, cost, output=True)["makespan"] > 0
+    shots_tasks = [shot_tasks(p, cost, None, plan_geometry(p)) for p in carried]
+    assert simulate_schedule(shots_tasks, schedule, cost, output=True)["makespan"] > 0
 
 
 def _piece_slots(schedule):
@@ -566,8 +566,8 @@ def test_driver_and_simulator_move_the_same_shots_to_a_joined_worker(n_workers: 
     by_driver = sorted((s["key"][2], s["key"][3], slot[s["worker"]])
                        for s in client.submitted if s["kind"] == keys.DECODE_TILE)  # fmt: skip
     cost = costmodel.load("ltx2-tiny-cpu")
-    shots = [_shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
-    trace = _simulate(shots, schedule, cost, output=True, joins=[(0.0, joined)])["trace"]
+    shots = [shot_tasks(p, cost, None, plan_geometry(p)) for p in plans]
+    trace = simulate_schedule(shots, schedule, cost, output=True, joins=[(0.0, joined)])["trace"]
     by_simulator = sorted((plans[p].shot, plans[p].tiles[k].index, w)
                           for kind, p, k, w in trace if kind == "decode")  # fmt: skip
     assert by_driver == by_simulator

@@ -88,7 +88,7 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     from farm.errors import FarmError
     from farm.planning.schedule import make_schedule
     from farm.planning.tiling import assign_round_robin, plan_geometry, tile_segments
-    from farm.run.graph import _cuts
+    from farm.run.graph import batch_cuts
     from farm.worker.tasks import CARRIED as CARRIED_KEY
     from farm.worker.tasks import NEXT_LATENT, decode_tile, segment_latent_frames
 
@@ -105,8 +105,8 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     def chain(read_ahead: bool) -> list[dict]:
         results, previous = [], None
         for step in steps:
-            out = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, step), False,
-                              step.segment, previous)  # fmt: skip
+            out = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, batch_cuts(plan, step),
+                              False, step.segment, previous)  # fmt: skip
             results.append(out)
             previous = out if read_ahead else {k: v for k, v in out.items() if k != NEXT_LATENT}
         return results
@@ -127,14 +127,14 @@ def test_carried_segments_read_the_next_latent_ahead_else_their_own(tmp_path):
     latent[:, tile.decode_slices()[0].start + frames[2][0]] = np.nan
     with pytest.raises(FarmError, match="NaN or Inf"):
         chain(True)
-    second = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, steps[1]), False, 1,
-                         ahead[0])  # fmt: skip
+    second = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, batch_cuts(plan, steps[1]),
+                         False, 1, ahead[0])  # fmt: skip
     assert NEXT_LATENT not in second
     assert all(torch.equal(second[b], own[1][b]) for b in second if b != CARRIED_KEY)
     # the read-ahead latent is what the next segment decodes: zeros in its place change its pixels
     zeros = {**ahead[0], NEXT_LATENT: (frames[1], torch.zeros_like(ahead[0][NEXT_LATENT][1]))}
-    changed = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, _cuts(plan, steps[1]), False,
-                          1, zeros)  # fmt: skip
+    changed = decode_tile(str(job_path), job.spec.to_json(), tile, plan.chunk, batch_cuts(plan, steps[1]),
+                          False, 1, zeros)  # fmt: skip
     assert not torch.equal(changed[steps[1].feeds[0]], own[1][steps[1].feeds[0]])
 
 
@@ -152,8 +152,8 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     from farm.errors import FarmError
     from farm.planning.schedule import make_schedule
     from farm.planning.tiling import assign_round_robin, plan_geometry, tile_segments
-    from farm.run.graph import _cuts, ahead_key, read_first_latents, split_workers
-    from farm.worker.tasks import _read_tile_latent, decode_tile, read_latent_ahead, segment_latent_frames
+    from farm.run.graph import ahead_key, batch_cuts, read_first_latents, split_workers
+    from farm.worker.tasks import decode_tile, read_latent_ahead, read_tile_latent, segment_latent_frames
     from farm.worker.transport import register
 
     register()  # this client receives the workers' tensors, as every process that does must
@@ -186,10 +186,10 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
             if step.segment >= 0:
                 segments = tile_segments(tile, plan_geometry(plan), plan.chunk)
                 assert frames == segment_latent_frames(segments[step.segment])
-                assert torch.equal(latent, _read_tile_latent(str(job_path), tile, slice(*frames)))
+                assert torch.equal(latent, read_tile_latent(str(job_path), tile, slice(*frames)))
             else:
-                assert frames is None and torch.equal(latent, _read_tile_latent(str(job_path), tile))
-            cuts = _cuts(plan, step)
+                assert frames is None and torch.equal(latent, read_tile_latent(str(job_path), tile))
+            cuts = batch_cuts(plan, step)
             args = (str(job_path), job.spec.to_json(), tile, plan.chunk, cuts, False, step.segment)
             own = decode_tile(*args, None, None)
             taken = decode_tile(*args, None, (frames, torch.zeros_like(latent)))  # zeros: proves it was used

@@ -43,7 +43,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from distributed.diagnostics.plugin import SchedulerPlugin
 from tornado import web
 
-from farm import keys
+from farm import config, keys
 from farm.render_ids import is_cancelled, render_of
 
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ PRUNE_EVERY_S = 10.0
 
 def page_limits() -> tuple[int, float]:
     """(`farm.page-keep-renders`, `farm.page-keep-hours`), as this process' configuration sets them."""
-    from farm import config
-
     try:
         return max(0, int(config.get("page-keep-renders"))), max(0.0, float(config.get("page-keep-hours")))
     except (TypeError, ValueError, KeyError):
@@ -92,7 +90,7 @@ def forgotten(finished: list[tuple[float, str]], keep: int, hours: float, now: f
 
 
 @dataclass
-class _TaskCounts:
+class TaskCounts:
     """What the scheduler saw of one render's tasks, per shot."""
 
     decoded: dict[str, set[Any]] = field(default_factory=dict)  # shot -> decode-tile indices in memory
@@ -192,7 +190,7 @@ class FarmMonitor(SchedulerPlugin):
     def __init__(self, prefix: str = "/") -> None:
         self.prefix = "/" + prefix.strip("/") + ("/" if prefix.strip("/") else "")
         self.scheduler: Any = None
-        self.counts: dict[str, _TaskCounts] = {}
+        self.counts: dict[str, TaskCounts] = {}
         self.workers: dict[str, str] = {}  # address -> name, of the workers seen join
         self.worker_events: collections.deque[dict[str, Any]] = collections.deque(maxlen=WORKER_EVENTS)
         self._pruner: Any = None  # the periodic `prune`, while the plugin runs
@@ -243,7 +241,7 @@ class FarmMonitor(SchedulerPlugin):
         render = render_of(key)
         if render is None:
             return
-        counts = self.counts.setdefault(render, _TaskCounts())
+        counts = self.counts.setdefault(render, TaskCounts())
         counts.last_seen = time.time()
         shot = str(key[2]) if len(key) >= 3 else ""
         if key[0] in BATCH_PREFIXES and len(key) >= 4:
@@ -332,7 +330,7 @@ class FarmMonitor(SchedulerPlugin):
 def summarize(
     render_id: str,
     record: Mapping[str, Any],
-    counts: _TaskCounts | None,
+    counts: TaskCounts | None,
     cancelled: Mapping[str, Any],
     live: bool,
     now: float,
@@ -343,7 +341,7 @@ def summarize(
     batch states and thumbnails (`thumbnails`: shot → the picture `farm.dashboard.thumbnails` published).
     `on_disk`: per shot, the batches OUT marks done (`batches_on_disk`), which a render that no longer
     runs shows instead of what it last published (tasks it left running may have finished since)."""
-    counts = counts or _TaskCounts()
+    counts = counts or TaskCounts()
     state = _render_state(render_id, record, cancelled, live, now)
     started = float(record.get("started") or now)
     updated = float(record.get("updated") or now)
@@ -411,7 +409,7 @@ def _summarize_shot(
     name: str,
     shot: Mapping[str, Any],
     record: Mapping[str, Any],
-    counts: _TaskCounts,
+    counts: TaskCounts,
     state: str,
     elapsed: float,
     thumbnails: Mapping[str, Any],

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from farm import keys
+from farm.media.sequences import encode_png
 
 WIDTH = 160  # pixels: a table-row picture, a few kB as PNG
 
@@ -40,8 +41,6 @@ def middle_frame(frames_array: Path) -> tuple[int, np.ndarray]:
 def thumbnail_png(frame: np.ndarray, width: int = WIDTH) -> bytes:
     """`frame` (uint8 ``[H, W, 3]``) scaled to `width` pixels wide (area filter, aspect kept), as PNG."""
     import av
-
-    from farm.media.sequences import encode_png
 
     height, full_width, _ = frame.shape
     width = min(width, full_width)

@@ -428,7 +428,8 @@ _LTX_DIFFUSION_TIMESTEP = (
     ("decoder.t_embedder.mlp.0.", "decoder.t_embedder.timestep_embedder.linear_1."),
     ("decoder.t_embedder.mlp.2.", "decoder.t_embedder.timestep_embedder.linear_2."),
 )
-_LTX_DIFFUSION_GATES = {
+# Lightricks' layout: a projection (its weight and bias) and the gate tensor that scales its output rows
+LTX_DIFFUSION_GATES = {
     ".attn.proj.": ".gate_msa",
     ".mlp.w_down.": ".gate_mlp",
     ".context_proj.": ".gate_ctx",
@@ -461,7 +462,7 @@ def ltx_diffusion_tensors(
     """A Lightricks-layout diffusion decoder file's tensors as the decoder's modules take them: fused
     projections split (virtual names ``…attn.qkv.to_q.weight``), the timestep MLP renamed, gates and
     preview heads consumed; and how each virtual or gated tensor is read (:class:`Derived`)."""
-    gate_suffixes = tuple(_LTX_DIFFUSION_GATES.values())
+    gate_suffixes = tuple(LTX_DIFFUSION_GATES.values())
     gates = {n for n in infos if n.startswith(prefix + "decoder.") and n.endswith(gate_suffixes)}
     out: dict[str, TensorInfo] = {}
     derived: dict[str, Derived] = {}
@@ -482,7 +483,7 @@ def ltx_diffusion_tensors(
                 derived[renamed] = Derived(name)
         out[renamed] = info
     for name in out:
-        for projection, suffix in _LTX_DIFFUSION_GATES.items():
+        for projection, suffix in LTX_DIFFUSION_GATES.items():
             leaf = name.rsplit(".", 1)[-1]
             if name.endswith(projection + leaf) and leaf in ("weight", "bias"):
                 gate = name[: -len(projection + leaf)] + suffix

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
+from farm.decoders.checkpoints import SAFETENSORS_SUFFIX, safetensors_header
 from farm.decoders.geometry import Geometry
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
+from farm.decoders.ltx_metadata import file_vae_config
 from farm.decoders.memory import MemoryModel
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
@@ -385,14 +387,11 @@ class DiffusersVideoDecoder:
         """Refuse a single file whose own config (:meth:`file_decoder_config`) describes another decoder
         than the spec's, naming each field and the named config that fits the file (a diffusers folder's
         ``config.json`` is checked for every family, by `farm.decoders.weights`)."""
-        from farm.decoders import checkpoints as C
-        from farm.decoders.ltx_metadata import file_vae_config
-
         full = cls._full_config(spec.config)
         for f in files:
-            if not f.name.endswith(C.SAFETENSORS_SUFFIX):
+            if not f.name.endswith(SAFETENSORS_SUFFIX):
                 continue
-            vae = file_vae_config(f, C.safetensors_header(f)[0])
+            vae = file_vae_config(f, safetensors_header(f)[0])
             file_config = None if vae is None else cls.file_decoder_config(vae, str(f))
             if not file_config:
                 continue

@@ -9,6 +9,7 @@ from farm.decoders import ltx_metadata
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
 from farm.decoders.geometry import Geometry
+from farm.decoders.ltx2_carry import decode_with_state
 
 if TYPE_CHECKING:
     import torch
@@ -221,8 +222,6 @@ class LTX2Decoder(DiffusersVideoDecoder):
         with the state after it (`farm.decoders.ltx2_carry`). Runs eager even with --compile: the
         carried forwards are swapped in per call, which a compiled graph would not see."""
         import torch
-
-        from farm.decoders.ltx2_carry import decode_with_state
 
         decoder = getattr(self.model.decoder, "_orig_mod", self.model.decoder)  # torch.compile's wrapper
         with self._lock, torch.inference_mode():

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
+from farm.decoders.ltx2_audio_vae_config import audio_vae_contradictions
+from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -502,9 +504,6 @@ def check_audio_weights(spec: AudioSpec) -> None:
 def _refuse_contradicted_config(path: Path, text: str | None, spec: AudioSpec) -> None:
     """Refuse an audio config whose audio VAE or vocoder is not the one the file's `config` metadata
     describes."""
-    from farm.decoders.ltx2_audio_vae_config import audio_vae_contradictions
-    from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
-
     try:
         file_config = json.loads(text) if text else {}
     except ValueError:

@@ -201,7 +201,7 @@ def decode_with_noise(
 ) -> torch.Tensor:  # fmt: skip
     """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
     in runs of frames of about `tokens` tokens (`farm.decoders.device.ltx2_diffusion_chunked`)."""
-    from farm.decoders.device import ltx2_diffusion_chunked as chunked
+    from farm.decoders.device import ltx2_diffusion_chunked as chunked  # torch and Triton: a decode's alone
 
     tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder

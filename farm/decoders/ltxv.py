@@ -87,7 +87,8 @@ LTXV_095_TINY = {
     "decoder_layers_per_block": [1, 1, 1, 1],
 }
 
-_NOISE_SALT_LATENT = 1
+# hash_seed salts: the noise mixed into the latent (timestep-conditioned decode), the noise each layer injects
+NOISE_SALT_LATENT = 1
 _NOISE_SALT_INJECT = 2
 
 
@@ -266,7 +267,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         if scale > 0:
             _, c, f, h, w = z.shape
             coords = [torch.arange(c)] + [o + torch.arange(n) for o, n in zip(origin, (f, h, w), strict=True)]
-            noise = position_noise(hash_seed(seed, _NOISE_SALT_LATENT), coords, z.device).to(z.dtype)
+            noise = position_noise(hash_seed(seed, NOISE_SALT_LATENT), coords, z.device).to(z.dtype)
             z = (1.0 - scale) * z + scale * noise[None]
         temb = None if t is None else torch.tensor([t], device=z.device, dtype=z.dtype)
         self._origin, self._latent_hw = origin, (int(z.shape[-2]), int(z.shape[-1]))

@@ -57,16 +57,15 @@ class VideoSettings:
                if self.sequence == "exr" and self.exr_values != "display" else {}),  # fmt: skip
         }
 
-    # farm.media.video is imported where it is used: it imports PyAV, which planning never needs
     @property
     def suffix(self) -> str:
-        from farm.media.video import codec_for
+        from farm.media.video import codec_for  # PyAV: off the planning path
 
         return codec_for(self.codec).suffix
 
     @property
     def takes_yuv420(self) -> bool:
         """The video codec encodes yuv420p, so blends can hand it converted planes."""
-        from farm.media.video import codec_for
+        from farm.media.video import codec_for  # PyAV: off the planning path
 
         return self.enabled and codec_for(self.codec).pix_fmt == "yuv420p"

@@ -38,7 +38,9 @@ from av.video.reformatter import ColorRange, Colorspace
 from av.video.stream import VideoStream
 
 from farm.errors import FarmError
+from farm.media.audio import Track
 from farm.media.files import atomic_path
+from farm.media.yuv import rgb_to_yuv420
 
 __all__ = [
     "CODECS",
@@ -154,8 +156,6 @@ def _prepare_frames(frames: np.ndarray, codec: Codec, where: str) -> tuple[np.nd
 def _rgb_to_yuv420(frames: np.ndarray) -> np.ndarray:
     """uint8 RGB frames ``[F, H, W, 3]`` → yuv420p planes by `farm.media.yuv.rgb_to_yuv420` (on the CPU)."""
     import torch
-
-    from farm.media.yuv import rgb_to_yuv420
 
     pixels = torch.from_numpy(np.ascontiguousarray(frames)).permute(3, 0, 1, 2).float().div_(255.0)
     return rgb_to_yuv420(pixels).numpy()
@@ -406,8 +406,6 @@ def join_segments(
         stream.codec_context.framerate = ref.fps
         track = None
         if sound is not None:  # every stream exists before the first packet is muxed
-            from farm.media.audio import Track
-
             track = Track(out, container, sound)
         offset = 0
         last_dts: int | None = None

@@ -274,7 +274,7 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class _ShotTasks:
+class ShotTasks:
     """Timing-relevant facts of one shot's plan (shared by shots of equal shape and grid)."""
 
     tile_seconds: tuple[float, ...]
@@ -289,9 +289,11 @@ class _ShotTasks:
     latent_volume: int
 
 
-def _shot_tasks(
+def shot_tasks(
     plan: ShotPlan, cost: CostModel, memory: MemoryModel | None, geometry: Geometry
-) -> _ShotTasks:
+) -> ShotTasks:
+    """What `simulate_schedule` needs of `plan`: each tile's predicted decode seconds and peak memory,
+    the pieces it feeds, each batch's tiles and pixels."""
     position = {t.index: k for k, t in enumerate(plan.tiles)}
     batch_pos = {b.index: k for k, b in enumerate(plan.batches)}
     seconds, peak, volume, feeds = [], [], [], []
@@ -306,7 +308,7 @@ def _shot_tasks(
     for tile_feeds in feeds:
         for b, px in tile_feeds:
             piece_pixels[b] += px
-    return _ShotTasks(
+    return ShotTasks(
         tile_seconds=tuple(seconds),
         tile_peak=tuple(peak),
         tile_volume=tuple(volume),
@@ -364,17 +366,17 @@ def predict(
             raise FarmError(
                 f"a worker join needs a time of at least 0 s and at least 1 worker; got ({at}, {count})"
             )
-    cache: dict[Any, _ShotTasks] = {}
+    cache: dict[Any, ShotTasks] = {}
     shots = []
     for plan in plans:
         key = (plan.latent_shape, plan.grid, plan.chunk, tuple((b.start, b.stop) for b in plan.batches),
                tuple(t.index for t in plan.tiles))  # fmt: skip
         if key not in cache:
-            cache[key] = _shot_tasks(plan, cost_model, memory, geometry or plan_geometry(plan))
+            cache[key] = shot_tasks(plan, cost_model, memory, geometry or plan_geometry(plan))
         shots.append(cache[key])
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
-    full = _simulate(shots, schedule, cost_model, output=True, joins=joins)
-    decode_only = _simulate(shots, schedule, cost_model, output=False, joins=joins)
+    full = simulate_schedule(shots, schedule, cost_model, output=True, joins=joins)
+    decode_only = simulate_schedule(shots, schedule, cost_model, output=False, joins=joins)
     n_all = n_workers + sum(count for _, count in joins)
     slots = [tuple(t.worker % n_workers for t in plan.tiles) for plan in plans]
     peaks = [0] * n_all
@@ -402,8 +404,8 @@ def predict(
     )
 
 
-def _simulate(
-    shots: Sequence[_ShotTasks],
+def simulate_schedule(
+    shots: Sequence[ShotTasks],
     schedule: Schedule,
     cost: CostModel,
     *,
@@ -428,7 +430,7 @@ class _Simulation:
 
     def __init__(
         self,
-        shots: Sequence[_ShotTasks],
+        shots: Sequence[ShotTasks],
         schedule: Schedule,
         cost: CostModel,
         *,
@@ -828,9 +830,12 @@ __all__ = [
     "Candidate",
     "MIN_TEMPORAL_OVERLAP",
     "Prediction",
+    "ShotTasks",
     "candidates",
     "choose_plans",
     "describe",
     "min_overlap_for",
     "predict",
+    "shot_tasks",
+    "simulate_schedule",
 ]

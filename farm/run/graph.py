@@ -375,7 +375,7 @@ class Driver:
     def submit_decode(self, step: DecodeStep, slot: int) -> None:
         plan = self.plans[step.shot]
         tile = plan.tiles[step.tile]
-        cuts = _cuts(plan, step)
+        cuts = batch_cuts(plan, step)
         t = self.targets
         part = () if step.segment < 0 else (step.segment,)  # a streamed tile: one key per segment
         carried = plan.chunk.carry and step.segment >= 0
@@ -609,7 +609,7 @@ class Driver:
         return self.stats
 
 
-def _cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
+def batch_cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
     """(batch index, frames of the step's own pixels that go there) for each batch the step feeds."""
     first = plan.tiles[step.tile].pixels[0].start + step.frames[0]  # the step's first frame in the shot
     cuts = []

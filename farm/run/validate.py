@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from farm.decoders import compile_mode
+from farm.decoders.launch_pacing import launch_lead
 from farm.errors import FarmError
+from farm.media.sequences import FORMATS, exr_available
+from farm.planning.options import parse_frame_numbers
 
 if TYPE_CHECKING:
     from farm.media.settings import VideoSettings
@@ -44,10 +48,10 @@ def check_render_options(
     frames: str | None = None,
 ) -> list[int] | None:
     """Check every option of `farm.run.render.render`; returns the parsed `frames` (frame numbers) or None."""
-    from farm.decoders import compile_mode
-    from farm.decoders.launch_pacing import launch_lead
-    from farm.planning.options import parse_frame_numbers
-    from farm.run.cluster import choose_cluster, cpu_decode_threads
+    from farm.run.cluster import (  # Dask distributed: off `farm plan`'s path
+        choose_cluster,
+        cpu_decode_threads,
+    )
 
     choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
                    ucx_available=False, cpu_count=1)  # fmt: skip  # its checks of --workers and addresses
@@ -92,7 +96,7 @@ def check_priority(priority: object) -> None:
 def check_local_workers(workers: int | None) -> None:
     """--workers of a local cluster: at most `WORKERS_PER_CORE` processes per CPU core of this machine
     (GPU clusters are held to their GPUs by `farm.run.cluster.choose_cluster`)."""
-    from farm.run.cluster import cpu_count
+    from farm.run.cluster import cpu_count  # Dask distributed: off `farm plan`'s path
 
     most = WORKERS_PER_CORE * max(1, cpu_count())
     if workers is not None and workers > most:
@@ -114,8 +118,7 @@ def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool 
 
 def check_video_settings(video: VideoSettings) -> None:
     """Codec, rate control, image sequence, first frame and Zarr dtype, then a trial encode."""
-    from farm.media.sequences import FORMATS, exr_available
-    from farm.media.video import codec_for
+    from farm.media.video import codec_for  # PyAV: off the path of commands that encode nothing
 
     codec = codec_for(video.codec)
     if video.frames_dtype not in FRAMES_DTYPES:
@@ -146,7 +149,7 @@ def check_video_settings(video: VideoSettings) -> None:
 
 def _trial_encode(video: VideoSettings) -> None:
     """Encode two 16x16 frames with the render's settings: what the encoder refuses fails here."""
-    from farm.media.video import encode_segment
+    from farm.media.video import encode_segment  # PyAV: off the path of commands that encode nothing
 
     with tempfile.TemporaryDirectory(prefix="farm-check-") as folder:
         path = os.path.join(folder, "check" + video.suffix)

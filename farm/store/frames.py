@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from farm import config
 from farm.media.files import fsync_all, fsync_path, run_side_by_side
+from farm.media.rates import rate_text, start_timecode
 from farm.store.output import Output, check_writable, os_errors_in_one_line, remove_own_files
 
 if TYPE_CHECKING:
@@ -85,8 +87,6 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
 def shot_clock(info: Any, timecode: str | None) -> dict[str, Any]:
     """A shot's rate and start timecode as attributes: ``fps`` (a number), ``rate`` (exact, "30000/1001")
     and, when there is one, ``timecode`` (``HH:MM:SS:FF``; ``;`` before FF for drop-frame)."""
-    from farm.media.rates import rate_text, start_timecode
-
     if info.rate is None:
         return {"fps": info.fps}
     start = start_timecode(info.rate, info.timecode, timecode)
@@ -217,10 +217,8 @@ def fast_codecs() -> Iterator[None]:
         yield
 
 
-def _zarrs_setting() -> bool:
+def zarrs_enabled() -> bool:
     """``farm.zarrs`` (dask.config), unless the older ``FARM_ZARRS`` variable says otherwise."""
-    from farm import config
-
     alias = os.environ.get("FARM_ZARRS")
     if alias is not None:
         return alias != "0"
@@ -234,7 +232,7 @@ def _zarrs_wanted() -> bool:
 
     return (
         zarr.config.get("codec_pipeline.path") in (_DEFAULT_PIPELINE, ZARRS_PIPELINE)
-        and _zarrs_setting()
+        and zarrs_enabled()
         and importlib.util.find_spec("zarrs") is not None
     )
 

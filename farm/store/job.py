@@ -29,7 +29,7 @@ from farm.decoders import DecoderSpec, spec_from_json
 from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
 from farm.errors import FarmError
 from farm.media.names import check_name
-from farm.media.rates import read_rate
+from farm.media.rates import parse_rate, parse_timecode, rate_text, read_rate
 from farm.store.claims import codec_names, shape_problem
 
 FORMAT = 1
@@ -96,8 +96,6 @@ def write_shot(
     a number or a ratio ("24000/1001", `farm.media.rates.parse_rate`), stored exactly; `timecode` the start
     timecode of its first frame."""
     import zarr
-
-    from farm.media.rates import parse_rate, parse_timecode, rate_text
 
     check_shot_name(name)
     if latent.ndim != 4:

@@ -250,7 +250,7 @@ def decode_tile(
         if latent is None:
             latent = _latent_from(first_latent, (first, stop))
         if latent is None:
-            latent = _read_tile_latent(job_path, tile, slice(first, stop))
+            latent = read_tile_latent(job_path, tile, slice(first, stop))
         state, ahead = None, None
         if chunk.carry:
             assert (previous is None) == (segment == 0), (
@@ -260,14 +260,14 @@ def decode_tile(
             if segment + 1 < len(segments):
                 ahead = _start_read_ahead(job_path, tile, segment_latent_frames(segments[segment + 1]))
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
-        pieces = on_decode_thread(_ready_marked, _decode_segments, *args)
+        pieces = on_decode_thread(ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
     latent = _latent_from(first_latent, None)
     if latent is None:
-        latent = _read_tile_latent(job_path, tile)
+        latent = read_tile_latent(job_path, tile)
     if len(segments) > 1:
         state = {} if chunk.carry else None
-        return on_decode_thread(_ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
+        return on_decode_thread(ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
                                 cuts, state)  # fmt: skip
 
     def decode() -> dict[int, Any]:
@@ -281,7 +281,7 @@ def decode_tile(
         pixels = _weigh_in_place(pixels.float(), tile)
         return {batch: pixels[:, frames].contiguous() for batch, frames in cuts}
 
-    return on_decode_thread(_ready_marked, decode)
+    return on_decode_thread(ready_marked, decode)
 
 
 def segment_latent_frames(segment: Segment) -> tuple[int, int]:
@@ -304,7 +304,7 @@ def _start_read_ahead(job_path: str, tile: Tile, frames: tuple[int, int]) -> tup
 def _read_for_this_worker(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> torch.Tensor:
     """The latent frames, in pinned memory on a GPU worker: the decoder's copy to the GPU then neither
     pins (a pinned allocation took up to 27 ms there) nor waits for queued kernels."""
-    latent = _read_tile_latent(job_path, tile, None if frames is None else slice(*frames))
+    latent = read_tile_latent(job_path, tile, None if frames is None else slice(*frames))
     return latent.pin_memory() if worker_device().startswith("cuda") else latent
 
 
@@ -341,7 +341,7 @@ def read_ahead_latent(previous: dict | None, frames: tuple[int, int]) -> torch.T
     return _latent_from((previous or {}).get(NEXT_LATENT), frames)
 
 
-def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:
+def read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:
     """The latent block `tile` decodes (context included), or only its tile-local latent `frames`,
     checked finite."""
     import torch
@@ -374,7 +374,7 @@ def _read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) ->
 # stream; docs/performance.md). The event sits under `farm.worker.cuda_streams.READY_EVENT`.
 
 
-def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
+def ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, Any]:
     """``fn(*args)``'s pieces, each carrying the event that marks it complete on its device (GPU).
     (A carried state, under ``CARRIED``, is read by the next decode on the same stream: no event.)"""
     import torch
@@ -390,7 +390,7 @@ def _ready_marked(fn: Callable[..., dict[Any, Any]], *args: Any) -> dict[Any, An
 
 
 @contextlib.contextmanager
-def _blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
+def blend_stream(device: Any, pieces: list[Any]) -> Iterator[None]:
     """Run a blend's GPU work on this thread's side stream of `device`, once its pieces are complete:
     after their decode's event, or, for a piece without one (it came from another worker), after all
     work queued on the device's default stream. On a CPU, as it is."""
@@ -543,7 +543,7 @@ def blend_batch(
     pieces = [p.tensor if isinstance(p, Piece | SharedPiece) and p.tensor is not None else p for p in pieces]
     local = [p for p in pieces if not isinstance(p, SharedPiece)]
     device = local[0].device if local else torch.device(worker_device())
-    with _blend_stream(device, local):
+    with blend_stream(device, local):
         pieces = [open_piece(p) for p in pieces]
         acc = torch.zeros((3, batch.frames, *frame_size), dtype=torch.float32, device=device)
         for place, piece in _tile_sums(placements, pieces, groups or list(range(len(pieces))), device):

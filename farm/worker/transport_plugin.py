@@ -34,7 +34,7 @@ class FarmTransportPlugin(WorkerPlugin):
         quiet_farm_errors()
 
 
-class _FarmErrorsInOneLine(logging.Filter):
+class FarmErrorsInOneLine(logging.Filter):
     """Drops a worker's "Compute Failed" record (a traceback) for a task that raised farm's own one-line
     error: the render reports it to its user, by shot, in words; other failures keep their traceback."""
 
@@ -47,10 +47,10 @@ class _FarmErrorsInOneLine(logging.Filter):
 
 
 def quiet_farm_errors() -> None:
-    """Install `_FarmErrorsInOneLine` on this process' Dask worker logger (once)."""
+    """Install `FarmErrorsInOneLine` on this process' Dask worker logger (once)."""
     worker_log = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, _FarmErrorsInOneLine) for f in worker_log.filters):
-        worker_log.addFilter(_FarmErrorsInOneLine())
+    if not any(isinstance(f, FarmErrorsInOneLine) for f in worker_log.filters):
+        worker_log.addFilter(FarmErrorsInOneLine())
 
 
 def _register() -> None:
