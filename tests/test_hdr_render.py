@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 import torch
@@ -20,10 +21,11 @@ from farm.errors import FarmError  # noqa: E402
 from farm.media import colour, hdr  # noqa: E402
 from farm.media.sequences import read_image  # noqa: E402
 from farm.media.settings import VideoSettings  # noqa: E402
+from farm.media.video import probe  # noqa: E402
 from farm.store.frames import read_frames  # noqa: E402
 from farm.store.job import open_job, read_latent  # noqa: E402
 from farm.store.output import Output  # noqa: E402
-from farm.store.output_kinds import forget_damaged  # noqa: E402
+from farm.store.progress import output_progress  # noqa: E402
 
 QUIET = {"log": lambda _: None}
 WHOLE = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
@@ -66,7 +68,7 @@ def exr_header(path: Path) -> dict:
 
 def tree_bytes(out: Output) -> dict[str, bytes]:
     """Every frames chunk and EXR file of the shot, by path under OUT."""
-    files = [*out.frames_array(SHOT).rglob("c/**/*"), *exrs(out)]
+    files = [*out.frames_array(SHOT).rglob("c/**/*"), *exrs(out), out.video(SHOT)]
     return {str(p.relative_to(out.root)): p.read_bytes() for p in files if p.is_file()}
 
 
@@ -86,7 +88,18 @@ def test_hdr_flag_renders_half_float_scene_linear_acescg(sdr_job, tmp_path, sche
     attrs = json.loads((out.frames_array(SHOT) / "zarr.json").read_text())["attributes"]
     assert attrs["colour_space"] == "acescg" and attrs["hdr"] == "acescct"
     assert attrs["ocio_colorspace"] == "ACEScg"
-    assert not out.video(SHOT).exists()  # no SDR video of scene-linear values
+    # the shot's video is its HLG master: 10-bit HEVC tagged BT.2020 primaries, HLG, BT.2020 NCL, limited
+    master = out.video(SHOT)
+    assert master.suffix == ".mp4" and probe(master).pix_fmt == "yuv420p10le" and probe(master).frames == 17
+    with av.open(str(master)) as container:
+        ctx = container.streams.video[0].codec_context
+        assert ctx.name == "hevc" and ctx.profile == "Main 10"
+        assert (ctx.color_primaries, ctx.color_trc, ctx.colorspace, ctx.color_range) == (9, 18, 9, 1)
+
+    assert all(row.finished for row in output_progress(out.root, verify=True))
+    master.write_bytes(master.read_bytes()[:-100])  # truncated
+    row = next(r for r in output_progress(out.root, verify=True) if r.shot == SHOT)
+    assert row.damaged == 1 and not row.finished
 
 
 def test_hdr_recorded_in_the_spec_renders_without_the_flag_alike_on_1_and_3_workers(tmp_path, scheduler3):
@@ -95,7 +108,7 @@ def test_hdr_recorded_in_the_spec_renders_without_the_flag_alike_on_1_and_3_work
     settings = VideoSettings(sequence="exr", colorspace="acescg")
     assert not render(job, three, settings, scheduler=scheduler3).failed
     assert not render(job, one, settings, workers=1).failed
-    assert tree_bytes(three) == tree_bytes(one) and len(exrs(one)) == 17
+    assert tree_bytes(three) == tree_bytes(one) and len(exrs(one)) == 17 and one.video(SHOT).exists()
 
     linear = hdr.scene_linear_half(in_process_decode(job), "logc3")  # LogC3 → linear Rec.709
     np.testing.assert_allclose(read_frames(three, SHOT).astype(np.float32), linear.astype(np.float32),
@@ -109,16 +122,14 @@ def test_hdr_recorded_in_the_spec_renders_without_the_flag_alike_on_1_and_3_work
 
 
 def test_an_interrupted_hdr_render_resumes_to_the_same_bytes(sdr_job, tmp_path, scheduler3):
-    out = Output(tmp_path / "out")
+    whole, out = Output(tmp_path / "whole"), Output(tmp_path / "out")
     settings = VideoSettings(hdr="acescct", sequence="exr")
-    render(sdr_job, out, settings, scheduler=scheduler3)
-    whole = tree_bytes(out)
-    forget_damaged(out, SHOT, [1])  # batch 1 lost: its marker and chunks gone, its images too
-    for path in exrs(out)[8:16]:
-        path.unlink()
+    render(sdr_job, whole, settings, scheduler=scheduler3)
+    render(sdr_job, out, settings, scheduler=scheduler3, frames="1-8")  # stopped after its first batch
+    assert not out.video(SHOT).exists() and len(exrs(out)) == 8
     stats = render(sdr_job, out, settings, scheduler=scheduler3)
-    assert not stats.failed and stats.batches_written == 1
-    assert tree_bytes(out) == whole
+    assert not stats.failed and stats.batches_written == 2  # the two left; the master joined of all three
+    assert tree_bytes(out) == tree_bytes(whole)
 
 
 def test_colorspace_acescg_of_an_sdr_render_is_opencolorios_conversion(sdr_job, tmp_path, scheduler3):

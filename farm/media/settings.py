@@ -10,6 +10,8 @@ from typing import Any
 
 from farm import config
 
+HLG_MASTER = "hevc_hlg"  # what an HDR render's identity records as its video (farm.media.hlg)
+
 
 @dataclass(frozen=True)
 class VideoSettings:
@@ -44,7 +46,8 @@ class VideoSettings:
     audio: bool = True
     audio_format: str = "wav"  # "wav" or "flac" (farm.media.audio.FORMATS)
     # HDR render: the decoded values' transfer, "acescct" or "logc3" (farm.media.hdr; --hdr, or the
-    # decoder spec's "hdr"); frames.zarr then holds float16 scene-linear values and no SDR video is made
+    # decoder spec's "hdr"); frames.zarr then holds float16 scene-linear values, and the shot's video is
+    # its 10-bit BT.2020 HLG HEVC master (farm.media.hlg) whatever the codec
     hdr: str | None = None
     # the farm.media.colour space EXR sequences are written in (--colorspace; None: as decoded)
     colorspace: str | None = None
@@ -53,7 +56,7 @@ class VideoSettings:
         """What a render identity records of these settings (its "outputs"): the outputs asked for and
         the settings their bytes depend on. Output kinds read what is asked for from it."""
         return {
-            "video": self.codec if self.writes_video else None,
+            "video": (HLG_MASTER if self.hdr else self.codec) if self.enabled else None,
             "sequence": self.sequence,
             "first_frame": self.first_frame if self.sequence else None,
             "frames_dtype": self.frames_dtype,
@@ -66,8 +69,8 @@ class VideoSettings:
 
     @property
     def writes_video(self) -> bool:
-        """A video is encoded: asked for, and of an SDR render (an HDR render's frames are scene-linear)."""
-        return self.enabled and self.hdr is None
+        """A video is encoded (an HDR render's is its HLG master)."""
+        return self.enabled
 
     @property
     def frames_space(self) -> str:
@@ -98,14 +101,14 @@ class VideoSettings:
     def suffix(self) -> str:
         from farm.media.video import codec_for
 
-        return codec_for(self.codec).suffix
+        return ".mp4" if self.hdr else codec_for(self.codec).suffix
 
     @property
     def takes_yuv420(self) -> bool:
         """The video codec encodes yuv420p, so blends can hand it converted planes."""
         from farm.media.video import codec_for
 
-        return self.writes_video and codec_for(self.codec).pix_fmt == "yuv420p"
+        return self.enabled and self.hdr is None and codec_for(self.codec).pix_fmt == "yuv420p"
 
 
 def with_decoder_hdr(video: VideoSettings, spec_hdr: str | None, spec_dtype: str) -> VideoSettings:

@@ -155,7 +155,7 @@ def check_video_settings(video: VideoSettings) -> None:
                 "(pip install 'farm-decode[exr]') on every worker, or choose png16"
             )
     check_colour_settings(video)
-    if not video.writes_video or not codec.rate_control:
+    if not video.writes_video or video.hdr is not None or not codec.rate_control:
         return
     _whole(video.crf, "--crf", CRF_RANGE[0])
     if video.crf > CRF_RANGE[1]:

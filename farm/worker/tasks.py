@@ -651,18 +651,24 @@ def encode_batch(
     video: VideoSettings,
     metadata: dict[str, str],
 ) -> float:
-    """Encode a blended batch as its own video segment; returns seconds spent."""
+    """Encode a blended batch as its own video segment (an HDR render's: of its HLG master); returns
+    seconds spent."""
+    from farm.media.hlg import encode_hlg_segment
     from farm.media.video import encode_segment
 
     check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
     rgb = frames.rgb
-    if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
+    if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265") and not video.hdr:
         rgb = levels_uint8(rgb)
     segment = out.segment(batch.shot, batch.index)
     check_folders_not_links(out, segment.parent)
-    encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
-                   metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
+    if video.hdr is not None:  # the HLG master's segment, from the scene-linear frames
+        encode_hlg_segment(rgb, segment, fps, space=video.frames_space, metadata=metadata,
+                           threads=video.encoder_threads)  # fmt: skip
+    else:
+        encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
+                       metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
     if video.durable:
         fsync_path(segment)
         fsync_path(segment.parent)
