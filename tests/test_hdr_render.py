@@ -177,3 +177,26 @@ def test_resuming_an_sdr_output_with_hdr_is_refused_naming_the_option(sdr_job, t
     with pytest.raises(FarmError, match=r"--hdr"):
         farm.render(sdr_job, out.root, scheduler=scheduler3, options=WHOLE,
                     video=VideoSettings(enabled=False, hdr="acescct"), **QUIET)  # fmt: skip
+
+
+@pytest.mark.model  # builds and runs a diffusers pipeline in the test's process
+def test_ltx2_hdr_pipeline_latent_renders_to_acescg_exr_of_the_pipelines_own_output(tmp_path, scheduler3):
+    """LTX2HDRPipeline (LogC3) latents, ingested with the pipeline: the render's ACEScg EXR equals
+    OpenColorIO's ACEScg of the pipeline's own linear Rec.709 post-processing of the same latents."""
+    from farm.inputs.ingest import add_pipeline_shot
+    from tests.test_hdr import ocio, tiny_hdr_pipeline
+
+    pipe, call = tiny_hdr_pipeline(tmp_path / "vae")
+    latents = pipe(**call, output_type="latent", generator=torch.Generator().manual_seed(1)).frames
+    own = pipe(**call, output_type="np", generator=torch.Generator().manual_seed(1)).frames[0]  # lin Rec.709
+    job = tmp_path / "job.zarr"
+    size = {k: call[k] for k in ("num_frames", "height", "width")}
+    add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=24, **size)
+    out = Output(tmp_path / "out")
+    settings = VideoSettings(sequence="exr", colorspace="acescg")  # HDR from the spec ingest recorded
+    assert not render(job, out, settings, scheduler=scheduler3).failed
+    paths = sorted(out.sequence_dir("sh010").glob("*.exr"))
+    got = np.stack([read_image(p) for p in paths]).astype(np.float32)
+    np.testing.assert_allclose(got, ocio("Linear Rec.709 (sRGB)", "ACEScg", own), rtol=3e-3, atol=3e-4)
+    assert exr_header(paths[0])["colorInteropID"] == "lin_ap1_scene"
+    assert probe(out.video("sh010")).pix_fmt == "yuv420p10le"
