@@ -203,6 +203,15 @@ def _add_render_command(add: AddCommand) -> None:
     p.add_argument("--exr-values", choices=["display", "linear"], default=config.option("exr-values"),
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
                         "(BT.709 transfer inverted); farm.exr-values")  # fmt: skip
+    p.add_argument("--hdr", choices=["acescct", "logc3"],
+                   help="HDR render: the decoded values are ACEScct (LTX-2 native) or LogC3 (LTX-2 HDR "
+                        "IC-LoRA) codes; frames.zarr keeps float16 scene-linear values, EXR frames are "
+                        "half-float, no SDR video is made (default: the job's decoder spec's 'hdr', "
+                        "else SDR)")  # fmt: skip
+    p.add_argument("--colorspace", metavar="SPACE",
+                   help="EXR sequences' colour space, converted by OpenColorIO: g24_rec709 (SDR only), "
+                        "lin_rec709, acescg, acescct (default: as decoded; an HDR render's scene-linear "
+                        "space: acescg for ACEScct, lin_rec709 for LogC3)")  # fmt: skip
     p.add_argument("--first-frame", type=int, default=config.option("first-frame"),
                    help="number of each shot's first frame (Zarr frame coordinate, image sequences); "
                         "farm.first-frame")  # fmt: skip
@@ -524,7 +533,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
                             sequence=args.sequence, first_frame=args.first_frame,
                             frames_dtype=args.frames_dtype, exr_values=args.exr_values,
-                            audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode),
+                            audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode,
+                            hdr=args.hdr, colorspace=args.colorspace),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
         on_progress=progress_bar(args.started),

@@ -30,7 +30,10 @@ __all__ = ["HLG_PIX_FMT", "encode_hlg_segment", "hlg_planes"]
 HLG_PIX_FMT = "yuv420p10le"
 # FFmpeg's AVCOL_PRI_BT2020, AVCOL_TRC_ARIB_STD_B67, AVCOL_SPC_BT2020_NCL
 _BT2020, _ARIB_STD_B67, _BT2020_NCL = 9, 18, 9
-_X265_HLG = f"{_X265_PARAMS}:colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc:range=limited"
+# lookahead-slices=0: with a sliced lookahead x265's frame-type and cost decisions, and so the bitstream,
+# differ from one encode of the same frames to the next
+_X265_HLG = (f"{_X265_PARAMS}:lookahead-slices=0:colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc"
+             ":range=limited")  # fmt: skip
 LINEAR_SOURCES = ("lin_rec709", "acescg")
 
 

@@ -5,10 +5,15 @@ Pure: no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from farm import config
+from farm.errors import FarmError
+from farm.media.colour import space_attributes
+from farm.media.hdr import decoded_space, hdr_transfer
+
+HLG_MASTER = "hevc_hlg"  # what an HDR render's identity records as its video (farm.media.hlg)
 
 
 @dataclass(frozen=True)
@@ -43,29 +48,78 @@ class VideoSettings:
     # shots with sound (LTX-2 audio latents in the job): OUT/audio/<shot>.<format> and a track in the video
     audio: bool = True
     audio_format: str = "wav"  # "wav" or "flac" (farm.media.audio.FORMATS)
+    # HDR render: the decoded values' transfer, "acescct" or "logc3" (farm.media.hdr; --hdr, or the
+    # decoder spec's "hdr"); frames.zarr then holds float16 scene-linear values, and the shot's video is
+    # its 10-bit BT.2020 HLG HEVC master (farm.media.hlg) whatever the codec
+    hdr: str | None = None
+    # the farm.media.colour space EXR sequences are written in (--colorspace; None: as decoded)
+    colorspace: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """What a render identity records of these settings (its "outputs"): the outputs asked for and
         the settings their bytes depend on. Output kinds read what is asked for from it."""
         return {
-            "video": self.codec if self.enabled else None,
+            "video": (HLG_MASTER if self.hdr else self.codec) if self.enabled else None,
             "sequence": self.sequence,
             "first_frame": self.first_frame if self.sequence else None,
             "frames_dtype": self.frames_dtype,
             # only when not the default, so outputs rendered before the option existed still resume
             **({"exr_values": self.exr_values}
                if self.sequence == "exr" and self.exr_values != "display" else {}),  # fmt: skip
+            **({"hdr": self.hdr} if self.hdr else {}),
+            **({"colorspace": self.colorspace} if self.colorspace else {}),
         }
+
+    @property
+    def writes_video(self) -> bool:
+        """A video is encoded (an HDR render's is its HLG master)."""
+        return self.enabled
+
+    @property
+    def frames_space(self) -> str:
+        """The `farm.media.colour` space of the blended frames: an SDR decode's, or the HDR transfer's
+        scene-linear space."""
+        return decoded_space(self.hdr)
+
+    @property
+    def exr_space(self) -> str | None:
+        """The space EXR frames are converted to and labelled with: --colorspace; an HDR render's own
+        scene-linear space by default; None (as decoded, the labels of `exr_values`) otherwise."""
+        return self.colorspace or (self.frames_space if self.hdr else None)
+
+    @property
+    def colour_attributes(self) -> dict[str, Any]:
+        """What frames.zarr's frames arrays say of their colour (an HDR or --colorspace render only, so
+        an SDR render's store is as it always was)."""
+        if self.hdr is None and self.colorspace is None:
+            return {}
+        return {**space_attributes(self.frames_space), **({"hdr": self.hdr} if self.hdr else {})}
 
     @property
     def suffix(self) -> str:
         from farm.media.video import codec_for  # PyAV: off the planning path
 
-        return codec_for(self.codec).suffix
+        return ".mp4" if self.hdr else codec_for(self.codec).suffix
 
     @property
     def takes_yuv420(self) -> bool:
         """The video codec encodes yuv420p, so blends can hand it converted planes."""
         from farm.media.video import codec_for  # PyAV: off the planning path
 
-        return self.enabled and codec_for(self.codec).pix_fmt == "yuv420p"
+        return self.enabled and self.hdr is None and codec_for(self.codec).pix_fmt == "yuv420p"
+
+
+def with_decoder_hdr(video: VideoSettings, spec_hdr: str | None, spec_dtype: str) -> VideoSettings:
+    """The settings of a render of a job whose decoder spec records `spec_hdr`: HDR when either the spec
+    or --hdr says so (a conflict between them, or --hdr on a decode that is not float32, refused in one
+    line); an HDR render keeps float16 frames."""
+    if video.hdr is not None:
+        hdr_transfer(video.hdr, "--hdr")
+        if spec_hdr is not None and spec_hdr != video.hdr:
+            raise FarmError(f"--hdr {video.hdr}: the job's decoder spec records 'hdr': {spec_hdr!r}; give "
+                            f"--hdr {spec_hdr} or leave --hdr out")  # fmt: skip
+        if spec_hdr is None and spec_dtype != "float32":
+            raise FarmError(f"--hdr {video.hdr}: the job's decoder spec decodes in {spec_dtype}; HDR decodes "
+                            "run in float32: set 'dtype': 'float32' in the job's decoder spec")  # fmt: skip
+    hdr = video.hdr or spec_hdr
+    return video if hdr is None else replace(video, hdr=hdr, frames_dtype="float16")

@@ -412,7 +412,7 @@ class Driver:
         blend_at = self.workers[self.moved.get(step.shot, step.slot)]
         frames = self.submit(
             blend_batch, batch, plan.pixel_shape[1:], places, pieces, t.video.frames_dtype,
-            t.video.takes_yuv420, groups,
+            t.video.takes_yuv420, groups, t.video.hdr,
             key=(keys.BLEND_BATCH, *name), priority=self.base + Priority.BLEND,
             workers=[blend_at], allow_other_workers=True,
         )  # fmt: skip

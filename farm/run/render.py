@@ -15,6 +15,7 @@ The pieces it puts together live in the modules named for them (`farm.planning.o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -33,7 +34,7 @@ from farm.decoders import decoder_class, decoder_timings
 from farm.errors import FarmError
 from farm.media.rates import start_timecode
 from farm.media.sequences import FORMATS
-from farm.media.settings import VideoSettings
+from farm.media.settings import VideoSettings, with_decoder_hdr
 from farm.owner import owner
 from farm.planning.budgets import (
     check_fits,
@@ -171,6 +172,9 @@ def run_render(request: RenderRequest) -> RenderStats:
 def _render(request: RenderRequest) -> RenderStats:
     clock = SetupClock()
     job = open_job(request.job_path)
+    # an HDR job renders HDR without --hdr; the request then carries what it renders
+    video = with_decoder_hdr(request.video, job.spec.hdr, job.spec.dtype)
+    request = dataclasses.replace(request, video=video)
     out = request.out
     request.check()
     timecodes = shot_timecodes(job, request.video.timecode)
@@ -387,7 +391,7 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
     it would write one (`farm.store.ownership`)."""
     check_no_links(out, names)
     check_no_foreign_files(
-        out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.enabled,
+        out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.writes_video,
         sequence_ext=FORMATS[video.sequence].ext if video.sequence else None,
         sound=sound_shots(job, names, video), sound_suffix="." + video.audio_format,
     )  # fmt: skip
@@ -430,7 +434,7 @@ def _plan_for_cluster(
     recorded = recorded_layout(request.out, names, request.restart)  # OUT is locked only now
     plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
                                     fixed_chunks=recorded.chunks, n_workers=max(1, n_workers), n_io=n_io,
-                                    video=request.video.enabled)  # fmt: skip
+                                    video=request.video.writes_video)  # fmt: skip
     clock.mark("plan the job for the cluster")
     return plans, {**shot_errors, **plan_errors}
 
@@ -469,7 +473,7 @@ def _what_is_left(
     video = request.video
     identities, _ = render_identities(job, plans, video, hashes)
     sound = sound_shots(job, [p.shot for p in plans], video)
-    points = resume_points(request.out, plans, identities, restart=request.restart, video=video.enabled,
+    points = resume_points(request.out, plans, identities, restart=request.restart, video=video.writes_video,
                            frames=request.frame_numbers, first_frame=video.first_frame, sound=sound,
                            sound_suffix="." + video.audio_format)  # fmt: skip
     return identities, points
@@ -547,7 +551,7 @@ def _prepare_outputs(
 ) -> None:  # fmt: skip
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
                    first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib,
-                   timecode=video.timecode)  # fmt: skip
+                   timecode=video.timecode, colour=video.colour_attributes)  # fmt: skip
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="farm-identity") as pool:
         list(pool.map(lambda p: record_identity(out, p.shot, identities[p.shot], len(p.batches), render_id),
                       plans))  # fmt: skip
@@ -614,7 +618,7 @@ def _add_outcomes(
     started."""
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
-            video_path = str(request.out.video(plan.shot)) if request.video.enabled else None
+            video_path = str(request.out.video(plan.shot)) if request.video.writes_video else None
             stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
     for name, error in shot_errors.items():
         stats.shots[name] = ShotOutcome(name, 0, error=str(error))

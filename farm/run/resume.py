@@ -97,6 +97,8 @@ SETTING_NAMES = {
     ("outputs", "sequence"): "image sequence",
     ("outputs", "first_frame"): "sequence first frame",
     ("outputs", "frames_dtype"): "Zarr frames dtype",
+    ("outputs", "hdr"): "HDR transfer (--hdr)",
+    ("outputs", "colorspace"): "EXR colour space (--colorspace)",
     ("plan", "tiles"): "tiles (F,H,W)",
     ("plan", "overlap"): "overlap (F,H,W)",
     ("plan", "batch_frames"): "batch frames",

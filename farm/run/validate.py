@@ -116,6 +116,28 @@ def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool 
         raise FarmError(f"{option} {value!r} is invalid; use {rule}")
 
 
+def check_colour_settings(video: VideoSettings) -> None:
+    """--hdr names a transfer; --colorspace a space this render's EXR frames can be written in, which
+    needs an EXR sequence and OpenColorIO."""
+    from farm.media.colour import colour_available, output_space
+    from farm.media.hdr import hdr_transfer
+
+    if video.hdr is not None:
+        hdr_transfer(video.hdr, "--hdr")
+        if video.sequence not in (None, "exr"):
+            raise FarmError(f"--sequence {video.sequence}: an HDR render's frames are scene-linear; write "
+                            "them as --sequence exr")  # fmt: skip
+    if video.colorspace is None:
+        return
+    output_space(video.colorspace, hdr=video.hdr is not None)
+    if video.sequence != "exr":
+        raise FarmError(f"--colorspace {video.colorspace}: colour spaces apply to EXR frames; add "
+                        "--sequence exr or leave --colorspace out")  # fmt: skip
+    if video.exr_space != video.frames_space and not colour_available():
+        raise FarmError(f"--colorspace {video.colorspace} needs the 'opencolorio' package, which is not "
+                        "installed here; install it (pip install 'farm-decode[colour]') on every worker")
+
+
 def check_video_settings(video: VideoSettings) -> None:
     """Codec, rate control, image sequence, first frame and Zarr dtype, then a trial encode."""
     from farm.media.video import codec_for  # PyAV: off the path of commands that encode nothing
@@ -135,7 +157,8 @@ def check_video_settings(video: VideoSettings) -> None:
                 "--sequence exr needs the 'openexr' package, which is not installed here; install it "
                 "(pip install 'farm-decode[exr]') on every worker, or choose png16"
             )
-    if not video.enabled or not codec.rate_control:
+    check_colour_settings(video)
+    if not video.writes_video or video.hdr is not None or not codec.rate_control:
         return
     _whole(video.crf, "--crf", CRF_RANGE[0])
     if video.crf > CRF_RANGE[1]:

@@ -39,6 +39,7 @@ def prepare_output(
     first_frame: int = 1,
     chunk_mib: int = 8,
     timecode: str | None = None,
+    colour: dict[str, Any] | None = None,
 ) -> None:
     """Create the output folders and one frames array per shot: (name, (F, H, W), batch frames).
 
@@ -47,13 +48,15 @@ def prepare_output(
 
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
-    frame numbers from `first_frame`, and channel names."""
+    frame numbers from `first_frame`, and channel names. `colour`: what each frames array says of its
+    colour space (`farm.media.settings.VideoSettings.colour_attributes`; nothing for an SDR render)."""
     with os_errors_in_one_line(f"cannot prepare the outputs in {str(out.root)!r}"):
-        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib, timecode)
+        _prepare_output(out, job, shots, dtype, first_frame, chunk_mib, timecode, colour or {})
 
 
 def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int, int, int], int]], dtype: str,
-                    first_frame: int, chunk_mib: int, timecode: str | None) -> None:  # fmt: skip
+                    first_frame: int, chunk_mib: int, timecode: str | None,
+                    colour: dict[str, Any]) -> None:  # fmt: skip
     import zarr
 
     check_writable(out)
@@ -72,8 +75,9 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
         group.attrs.update({**clock, "random_weights": job.spec.random_weights})
         create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, job.shots[name].fps, chunk_mib)
         frames = group["frames"]
-        if any(frames.attrs.get(k) != v for k, v in clock.items()):
-            frames.attrs.update(clock)
+        settled = {**clock, **colour}
+        if any(frames.attrs.get(k) != v for k, v in settled.items()):
+            frames.attrs.update(settled)
         write_coordinates(group, shape[0], first_frame)
         create_validity(out, name, shape[0], batch_frames)
         out.segments_dir(name).mkdir(parents=True, exist_ok=True)

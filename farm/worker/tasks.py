@@ -25,6 +25,7 @@ from farm.decoders import load_decoder
 from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media.files import fsync_all, fsync_path
+from farm.media.hdr import scene_linear_half
 from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
 from farm.media.yuv import rgb_to_yuv420
@@ -526,6 +527,7 @@ def blend_batch(
     dtype: str = "uint8",
     yuv420: bool = False,
     groups: list[int] | None = None,
+    hdr: str | None = None,
 ) -> BlendedFrames:
     """Sum the batch's pieces in tile order (on the device they arrived on) → frames on the host.
 
@@ -535,6 +537,8 @@ def blend_batch(
     `dtype` "uint8" rounds to 8-bit levels; "float16" keeps the blend's precision, clamped to [0, 1].
     `yuv420`: also convert the blended pixels to yuv420p planes for the encoder (`farm.media.yuv`), on the
     same device, so the I/O worker that encodes skips the colour conversion.
+    `hdr`: the sum is the HDR transfer's codes; kept as float16 scene-linear values
+    (`farm.media.hdr.scene_linear_half`) whatever `dtype` says, with no planes.
     """
     import torch
 
@@ -552,7 +556,12 @@ def blend_batch(
             acc[region] += piece.to(device)
         planes = rgb_to_yuv420(acc) if yuv420 else None  # before the conversion below overwrites acc
         # acc is this task's own buffer: convert it in place rather than through batch-sized temporaries
-        converted = to_uint8_(acc) if dtype == "uint8" else acc.clamp_(0.0, 1.0).to(torch.float16)
+        if hdr is not None:
+            converted = scene_linear_half(acc, hdr)
+        elif dtype == "uint8":
+            converted = to_uint8_(acc)
+        else:
+            converted = acc.clamp_(0.0, 1.0).to(torch.float16)
         del acc
         frames = converted.permute(1, 2, 3, 0).contiguous()  # [F, H, W, 3]
         del converted
@@ -642,18 +651,24 @@ def encode_batch(
     video: VideoSettings,
     metadata: dict[str, str],
 ) -> float:
-    """Encode a blended batch as its own video segment; returns seconds spent."""
+    """Encode a blended batch as its own video segment (an HDR render's: of its HLG master); returns
+    seconds spent."""
+    from farm.media.hlg import encode_hlg_segment
     from farm.media.video import encode_segment
 
     check_visible(str(out.root), "output folder")
     t0 = time.perf_counter()
     rgb = frames.rgb
-    if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265"):
+    if frames.yuv420 is None and rgb.dtype != np.uint8 and video.codec in ("h264", "h265") and not video.hdr:
         rgb = levels_uint8(rgb)
     segment = out.segment(batch.shot, batch.index)
     check_folders_not_links(out, segment.parent)
-    encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
-                   metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
+    if video.hdr is not None:  # the HLG master's segment, from the scene-linear frames
+        encode_hlg_segment(rgb, segment, fps, space=video.frames_space, metadata=metadata,
+                           threads=video.encoder_threads)  # fmt: skip
+    else:
+        encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
+                       metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
     if video.durable:
         fsync_path(segment)
         fsync_path(segment.parent)
@@ -672,7 +687,9 @@ def write_sequence(
     check_folders_not_links(out, folder)
     written = write_images(frames.rgb, folder, batch.shot, start=batch.start,
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
-                           exr_values=video.exr_values, timecode=timecode)  # fmt: skip
+                           exr_values=video.exr_values, timecode=timecode,
+                           exr_space=video.exr_space if video.sequence == "exr" else None,
+                           frames_space=video.frames_space)  # fmt: skip
     if video.durable:
         fsync_all([Path(path) for path in written or []], [folder])
     return time.perf_counter() - t0
