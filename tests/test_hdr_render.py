@@ -200,3 +200,17 @@ def test_ltx2_hdr_pipeline_latent_renders_to_acescg_exr_of_the_pipelines_own_out
     np.testing.assert_allclose(got, ocio("Linear Rec.709 (sRGB)", "ACEScg", own), rtol=3e-3, atol=3e-4)
     assert exr_header(paths[0])["colorInteropID"] == "lin_ap1_scene"
     assert probe(out.video("sh010")).pix_fmt == "yuv420p10le"
+
+
+def test_farm_render_hdr_and_colorspace_options_are_checked_before_any_cluster(tmp_path, capsys):
+    from farm import cli
+
+    job = make_job(tmp_path / "job.zarr", spec_hdr="acescct")
+    base = ["render", str(job), "--out", str(tmp_path / "out"), "--scheduler", UNREACHABLE]
+    assert cli.main([*base, "--hdr", "logc3"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "--hdr logc3: the job's decoder spec records 'hdr': 'acescct'" in err
+    assert cli.main([*base, "--sequence", "exr", "--colorspace", "g24_rec709"]) != 0
+    assert "'g24_rec709' is not a colour space an HDR render writes" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
