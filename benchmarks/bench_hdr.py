@@ -73,7 +73,7 @@ def main() -> int:
                  "--height", str(args.height), "--width", str(args.width), "--dtype", dtype,
                  log=root / f"synth-{dtype}.log", timeout=args.timeout)  # fmt: skip
         results[name] = [
-            farm("-v", "render", str(job), str(root / f"out-{name}-{rep}"), *options,
+            farm("-v", "render", str(job), "--out", str(root / f"out-{name}-{rep}"), *options,
                  log=root / f"{name}-{rep}.log", timeout=args.timeout)  # fmt: skip
             for rep in range(args.reps)
         ]
