@@ -5,6 +5,7 @@ graph seconds ``farm render`` reports), on one synthetic shot decoded with rando
 
 - ``sdr-bf16``: the default render (bf16 decode, frames.zarr in uint8, an H.264 mp4);
 - ``sdr-fp32``: the same in float32 (what HDR's precision alone costs);
+- ``hdr-zarr``: ``--hdr acescct --no-video`` (float32 decode, frames.zarr in float16 scene-linear ACEScg);
 - ``hdr``: ``--hdr acescct`` (float32 decode, frames.zarr in float16 scene-linear ACEScg, the HLG master);
 - ``hdr-exr``: the same with a half-float ACEScg EXR sequence (``--sequence exr --colorspace acescg``).
 
@@ -27,6 +28,7 @@ from pathlib import Path
 ROWS = {
     "sdr-bf16": ("bfloat16", []),
     "sdr-fp32": ("float32", []),
+    "hdr-zarr": ("float32", ["--hdr", "acescct", "--no-video"]),
     "hdr": ("float32", ["--hdr", "acescct"]),
     "hdr-exr": ("float32", ["--hdr", "acescct", "--sequence", "exr", "--colorspace", "acescg"]),
 }
