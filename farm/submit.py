@@ -40,6 +40,7 @@ from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import workers_info
 from farm.run.tls import check_tls, check_tls_to
+from farm.store.lock import lock_owner
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -450,6 +451,22 @@ def check_owners(
             f"{target!r}: {rid} was started by {who}, not by {me}; nothing was cancelled. Cancel someone "
             "else's render only with --force"
         )
+
+
+def render_writing(out: str | os.PathLike[str]) -> tuple[str, str]:
+    """The render id and scheduler address of the render writing into the folder `out` now, as it
+    recorded them in OUT's lock (`farm.store.lock.lock_owner`), for ``farm cancel OUT``."""
+    owner = lock_owner(Path(out))
+    if owner is None:
+        raise FarmError(f"no farm render is writing into {os.fspath(out)!r} now (its lock is not held); "
+                        "nothing was cancelled")  # fmt: skip
+    if not owner.get("render") or not owner.get("scheduler"):
+        raise FarmError(
+            f"the render writing into {os.fspath(out)!r} (pid {owner.get('pid', '?')} on "
+            f"{owner.get('host', '?')}) has not reached its cluster yet; nothing was cancelled, try again "
+            "in a few seconds"
+        )
+    return str(owner["render"]), str(owner["scheduler"])
 
 
 def _flag_cancelled(client: Client, target: str) -> None:
