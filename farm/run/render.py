@@ -634,5 +634,5 @@ def _add_outcomes(
     return stats
 
 
-__all__ = ["FirstReads", "SetupClock", "batch_layout", "scheduler_address", "check_out_tree", "chunk_claims", "mark_cancelled",
-           "refuse_if_no_shot_hashed", "render", "run_render", "shot_timecodes"]
+__all__ = ["FirstReads", "SetupClock", "batch_layout", "check_out_tree", "chunk_claims", "mark_cancelled",
+           "refuse_if_no_shot_hashed", "render", "run_render", "scheduler_address", "shot_timecodes"]
