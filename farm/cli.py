@@ -24,6 +24,7 @@ from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
+from farm.store.lock import lock_owner
 from farm.store.output import Output
 from farm.store.progress import output_progress
 
@@ -675,7 +676,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         target, address = submit.render_writing(args.id)
         if args.scheduler or args.scheduler_file:
             address = submit.resolve_address(args.scheduler, args.scheduler_file)
-        return submit.cancel(target, address, wait=args.wait, force=args.force)
+        return submit.cancel(target, address, wait=args.wait, force=args.force,
+                             ended=lambda: lock_owner(Path(args.id)) is None)  # fmt: skip
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
     return submit.cancel(args.id, address, wait=args.wait, force=args.force)
 

@@ -108,9 +108,9 @@ def test_summary_paths_are_absolute_from_a_relative_out(tmp_path):
 def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_complete(tmp_path, scheduler3):
     job = two_shot_job(tmp_path / "job.zarr", frames=97)
     out = tmp_path / "out"
+    args = ["render", str(job), "--out", str(out), "--workers", "1", "--tiles", "1,1,1", "--batch-frames", "8"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "1",
-         "--tiles", "1,1,1", "--batch-frames", "8", "--window", "1"],
+        [sys.executable, "-m", "farm.cli", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
     )  # fmt: skip
     announced = ""
@@ -123,7 +123,7 @@ def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_comple
     assert f"render id {owner['render']}" in announced and f"scheduler {owner['scheduler']}" in announced
     assert f"farm cancel {out}" in announced
 
-    refused = farm_command("render", str(job), "--out", str(out), "--workers", "1")
+    refused = farm_command(*args)
     assert refused.returncode != 0 and f"cancel it with `farm cancel {out}`" in refused.stderr
 
     while not Output(out).batches_done("shot000"):  # some work finished before the cancel
