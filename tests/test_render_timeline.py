@@ -17,12 +17,13 @@ import zarr
 
 import farm
 from farm.cli import output_lines
+from farm.errors import FarmError
 from farm.media.rates import timecode_to_frames
 from farm.media.settings import VideoSettings
 from farm.run.render import render
 from farm.run.timeline import RenderTimeline
 from farm.store.job import open_job
-from farm.store.lock import lock_owner
+from farm.store.lock import lock_owner, output_lock
 from farm.store.output import Output
 from tests.helpers import farm as farm_command
 
@@ -75,10 +76,10 @@ def test_render_writes_a_timeline_and_the_summary_lists_every_output(tmp_path, s
     check_complete(out, first_frame=1001)
 
     lines = output_lines(Output(out), list(stats.shots))
-    assert lines[0] == f"  frames:   {out / 'frames.zarr'}"
+    assert lines[0] == f"  frames: {out / 'frames.zarr'}"
     for shot in ("shot000", "shot001"):
-        assert f"  video:    {out / 'videos' / (shot + '.mp4')}" in lines
-        assert f"  sound:    {out / 'audio' / (shot + '.wav')}" in lines
+        assert f"  video: {out / 'videos' / (shot + '.mp4')}" in lines
+        assert f"  sound: {out / 'audio' / (shot + '.wav')}" in lines
         assert f"  sequence: {out / 'sequences' / shot}/{shot}.####.png (frames 1001-1017)" in lines
     assert lines[-1] == f"  timeline: {out / 'timeline.otio'}"
     assert all(Path(line.split(":", 1)[1].strip().split(" (")[0]).is_absolute() for line in lines)
@@ -101,14 +102,15 @@ def test_summary_paths_are_absolute_from_a_relative_out(tmp_path):
     assert job.exists()
     for line in result.stdout.splitlines()[1:]:
         assert Path(line.split(":", 1)[1].strip()).is_absolute(), line
-    assert f"  video:    {tmp_path / 'out' / 'videos' / 'shot001.mp4'}" in result.stdout.splitlines()
+    assert f"  video: {tmp_path / 'out' / 'videos' / 'shot001.mp4'}" in result.stdout.splitlines()
 
 
 @pytest.mark.slow
 def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_complete(tmp_path, scheduler3):
     job = two_shot_job(tmp_path / "job.zarr", frames=97)
     out = tmp_path / "out"
-    args = ["render", str(job), "--out", str(out), "--workers", "1", "--tiles", "1,1,1", "--batch-frames", "8"]
+    args = ["render", str(job), "--out", str(out), "--workers", "1", "--tiles", "1,1,1",
+            "--batch-frames", "8"]  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, "-m", "farm.cli", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
@@ -142,3 +144,18 @@ def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_comple
                    log=lambda _: None)  # fmt: skip
     assert not stats.failed and stats.batches_written == 2 * 13 - sum(len(v) for v in kept.values())
     check_complete(out)
+
+
+def test_the_lock_records_the_render_and_farm_cancel_out_needs_a_live_one(tmp_path):
+    out = tmp_path / "out"
+    with output_lock(out) as lock:
+        lock.record(render="r1a2b3c4", scheduler="tcp://127.0.0.1:8786")
+        owner = lock_owner(out)
+        assert owner is not None and owner["render"] == "r1a2b3c4" and owner["pid"] == os.getpid()
+        assert owner["scheduler"] == "tcp://127.0.0.1:8786"
+        with pytest.raises(FarmError, match=f"render r1a2b3c4\\); .*`farm cancel {out}`"), output_lock(out):
+            pass
+    assert lock_owner(out) is None
+    result = farm_command("cancel", str(out))
+    assert result.returncode != 0
+    assert f"no farm render is writing into {str(out)!r} now" in result.stderr, result.stderr

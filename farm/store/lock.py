@@ -107,10 +107,10 @@ def output_lock(out_root: Path) -> Iterator[LockHolder]:
         except BlockingIOError:
             owner = _owner(fd)
             os.close(fd)
-            rid = f"render {owner['render']}, " if owner.get("render") else ""
+            rid = f", render {owner['render']}" if owner.get("render") else ""
             raise FarmError(
                 f"output {str(out_root)!r} is being written by another farm render "
-                f"({rid}pid {owner.get('pid', '?')} on {owner.get('host', '?')}); wait for it to finish or "
+                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}{rid}); wait for it to finish or "
                 f"cancel it with `{cancel_command(out_root)}` (the lock is released when that process ends)"
             ) from None
         try:
