@@ -456,9 +456,9 @@ def _report(stats, out: Path) -> int:
 
 
 def output_lines(out: Output, shots: list[str]) -> list[str]:
-    """The summary's lines, ``  <kind>: <absolute path>``, one per output OUT holds for `shots`: the Zarr
-    frames, then per shot its video, sound file and image sequence (folder and file pattern), and the
-    timeline."""
+    """The summary's lines, ``  <kind>: <absolute path>`` (video and sound aligned with frames), one per
+    output OUT holds for `shots`: the Zarr frames, then per shot its video, sound file and image sequence
+    (folder and file pattern), and the timeline."""
     from farm.media.sequences import FORMATS, sequence_files
     from farm.store.output_kinds import SOUND, TIMELINE, VIDEO
 
@@ -467,7 +467,7 @@ def output_lines(out: Output, shots: list[str]) -> list[str]:
         for kind in (VIDEO, SOUND):
             if kind.marker(out, shot).exists():
                 paths = [kind.file(out, shot, suffix) for suffix in kind.every_suffix()]
-                lines += [f"  {kind.name}: {path}" for path in paths if path.exists()]
+                lines += [f"  {kind.name + ':':7} {path}" for path in paths if path.exists()]  # under frames:
         folder = out.sequence_dir(shot)
         for ext in dict.fromkeys(f.ext for f in FORMATS.values()) if folder.is_dir() else ():
             numbers = list(sequence_files(folder, shot, ext))

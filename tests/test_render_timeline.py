@@ -78,8 +78,8 @@ def test_render_writes_a_timeline_and_the_summary_lists_every_output(tmp_path, s
     lines = output_lines(Output(out), list(stats.shots))
     assert lines[0] == f"  frames: {out / 'frames.zarr'}"
     for shot in ("shot000", "shot001"):
-        assert f"  video: {out / 'videos' / (shot + '.mp4')}" in lines
-        assert f"  sound: {out / 'audio' / (shot + '.wav')}" in lines
+        assert f"  video:  {out / 'videos' / (shot + '.mp4')}" in lines
+        assert f"  sound:  {out / 'audio' / (shot + '.wav')}" in lines
         assert f"  sequence: {out / 'sequences' / shot}/{shot}.####.png (frames 1001-1017)" in lines
     assert lines[-1] == f"  timeline: {out / 'timeline.otio'}"
     assert all(Path(line.split(":", 1)[1].strip().split(" (")[0]).is_absolute() for line in lines)
@@ -102,7 +102,7 @@ def test_summary_paths_are_absolute_from_a_relative_out(tmp_path):
     assert job.exists()
     for line in result.stdout.splitlines()[1:]:
         assert Path(line.split(":", 1)[1].strip()).is_absolute(), line
-    assert f"  video: {tmp_path / 'out' / 'videos' / 'shot001.mp4'}" in result.stdout.splitlines()
+    assert f"  video:  {tmp_path / 'out' / 'videos' / 'shot001.mp4'}" in result.stdout.splitlines()
 
 
 @pytest.mark.slow
