@@ -160,3 +160,22 @@ def test_the_lock_records_the_render_and_farm_cancel_out_needs_a_live_one(tmp_pa
     result = farm_command("cancel", str(out))
     assert result.returncode != 0
     assert f"no farm render is writing into {str(out)!r} now" in result.stderr, result.stderr
+
+
+def test_a_timeline_farm_did_not_write_is_left_alone(tmp_path):
+    job = two_shot_job(tmp_path / "job.zarr")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "timeline.otio").write_text('{"OTIO_SCHEMA": "Timeline.1", "name": "the editor\'s cut"}')
+    said: list[str] = []
+    plans = farm.plan(open_job(job), WHOLE, 1)
+    timeline = RenderTimeline(open_job(job), Output(out), plans, VideoSettings(), TIMECODES, said.append)
+    assert timeline.start(set()) is None and timeline.end() is None
+    assert (out / "timeline.otio").read_text().endswith("the editor's cut\"}")
+    assert len(said) == 1 and "is not a timeline farm wrote" in said[0], said
+    (out / "timeline.otio").unlink()  # gone: farm writes its own, every shot in place, none finished yet
+    RenderTimeline(open_job(job), Output(out), plans, VideoSettings(), TIMECODES, said.append).start(set())
+    clips = list(read_timeline(out).find_clips())
+    assert [c.name for c in clips] == ["shot000", "shot001"]
+    assert not any(c.metadata["farm"]["finished"] for c in clips)
+    assert all(isinstance(c.media_reference, otio.schema.MissingReference) for c in clips)
