@@ -24,6 +24,7 @@ from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
+from farm.store.lock import lock_owner
 from farm.store.output import Output
 from farm.store.progress import output_progress
 
@@ -300,7 +301,9 @@ def _add_submit_command(add: AddCommand) -> None:
 
 def _add_cancel_command(add: AddCommand) -> None:
     p = add("cancel", help="cancel a render or a submitted workflow; finished batches stay")
-    p.add_argument("id", help="render id or submission id (printed by farm render / farm submit)")
+    p.add_argument("id", help="render id or submission id (printed by farm render / farm submit), or OUT: "
+                              "the output folder of a render running now (a local one too; its lock "
+                              "records its render id and scheduler)")  # fmt: skip
     _add_cluster_options(p, local=False)
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to stop")
     p.add_argument("--force", action="store_true",
@@ -447,10 +450,8 @@ def _report(stats, out: Path) -> int:
         f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
         f"(+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing)"
     )
-    print(f"  frames: {Output(out).frames_zarr}")
-    for shot in stats.shots.values():
-        if shot.video:
-            print(f"  video:  {shot.video}")
+    for line in output_lines(Output(Path(os.path.abspath(out))), list(stats.shots)):
+        print(line)
     for message in failure_lines(stats.failed):
         LOGGER.error(message)
     if stats.cancelled:
@@ -461,6 +462,30 @@ def _report(stats, out: Path) -> int:
         LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
+
+
+def output_lines(out: Output, shots: list[str]) -> list[str]:
+    """The summary's lines, ``  <kind>: <absolute path>`` (video and sound aligned with frames), one per
+    output OUT holds for `shots`: the Zarr frames, then per shot its video, sound file and image sequence
+    (folder and file pattern), and the timeline."""
+    from farm.media.sequences import FORMATS, sequence_files
+    from farm.store.output_kinds import SOUND, TIMELINE, VIDEO
+
+    lines = [f"  frames: {out.frames_zarr}"]
+    for shot in shots:
+        for kind in (VIDEO, SOUND):
+            if kind.marker(out, shot).exists():
+                paths = [kind.file(out, shot, suffix) for suffix in kind.every_suffix()]
+                lines += [f"  {kind.name + ':':7} {path}" for path in paths if path.exists()]  # under frames:
+        folder = out.sequence_dir(shot)
+        for ext in dict.fromkeys(f.ext for f in FORMATS.values()) if folder.is_dir() else ():
+            numbers = list(sequence_files(folder, shot, ext))
+            if numbers:
+                frames = f"frames {numbers[0]}-{numbers[-1]}"
+                lines.append(f"  sequence: {folder}/{shot}.####.{ext} ({frames})")
+    if TIMELINE.intact(out):
+        lines.append(f"  timeline: {TIMELINE.file(out)}")
+    return lines
 
 
 def failure_lines(failed: list) -> list[str]:
@@ -658,6 +683,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from farm import submit  # Dask distributed: this command's alone
 
+    if os.path.isdir(args.id):  # OUT: the render writing into it, at the scheduler its lock records
+        target, address = submit.render_writing(args.id)
+        if args.scheduler or args.scheduler_file:
+            address = submit.resolve_address(args.scheduler, args.scheduler_file)
+        return submit.cancel(target, address, wait=args.wait, force=args.force,
+                             ended=lambda: lock_owner(Path(args.id)) is None)  # fmt: skip
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
     return submit.cancel(args.id, address, wait=args.wait, force=args.force)
 

@@ -40,6 +40,7 @@ from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import workers_info
 from farm.run.tls import check_tls, check_tls_to
+from farm.store.lock import lock_owner
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -452,6 +453,30 @@ def check_owners(
         )
 
 
+def render_writing(out: str | os.PathLike[str]) -> tuple[str, str]:
+    """The render id and scheduler address of the render writing into the folder `out` now, as it
+    recorded them in OUT's lock (`farm.store.lock.lock_owner`), for ``farm cancel OUT``."""
+    owner = lock_owner(Path(out))
+    if owner is None:
+        raise FarmError(f"no farm render is writing into {os.fspath(out)!r} now (its lock is not held); "
+                        "nothing was cancelled")  # fmt: skip
+    if not owner.get("render") or not owner.get("scheduler"):
+        raise FarmError(
+            f"the render writing into {os.fspath(out)!r} (pid {owner.get('pid', '?')} on "
+            f"{owner.get('host', '?')}) has not reached its cluster yet; nothing was cancelled, try again "
+            "in a few seconds"
+        )
+    return str(owner["render"]), str(owner["scheduler"])
+
+
+def _wait_for(condition: Callable[[], bool], deadline: float, poll: float) -> bool:
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
 def _flag_cancelled(client: Client, target: str) -> None:
     client.set_metadata(["farm", "cancelled", target], {"at": time.time(), "host": socket.gethostname()})
 
@@ -473,6 +498,7 @@ def cancel(
     poll: float = 0.2,
     quiet_for: float = 1.0,
     force: bool = False,
+    ended: Callable[[], bool] | None = None,
 ) -> int:
     """Cancel render or submission `target` on the cluster at `address`; 0 when it stopped in `wait` s.
 
@@ -480,6 +506,8 @@ def cancel(
 
     Keeps releasing the target's tasks until none have appeared for `quiet_for` seconds (a driver may
     submit a few more before it notices), and waits for a detached driver of the target to end.
+    `ended()`: whether the render has ended (``farm cancel OUT``: OUT's lock released); then it has
+    stopped, even when its cluster went with it (a local render's does).
     """
     client = client_for(address)
     try:
@@ -501,7 +529,14 @@ def cancel(
         deadline = time.monotonic() + wait
         quiet_since = time.monotonic()
         while True:
-            step = client.run_on_scheduler(_release_on_scheduler, target=target)
+            if ended is not None and ended():
+                break
+            try:
+                step = client.run_on_scheduler(_release_on_scheduler, target=target)
+            except OSError:  # the scheduler went away: a local render closes its cluster as it stops
+                if ended is None or not _wait_for(ended, deadline, poll):
+                    raise
+                break
             released += step["tasks"]
             now = time.monotonic()
             if step["tasks"]:
@@ -514,7 +549,7 @@ def cancel(
                     f"({step['tasks']} task(s), workflow(s) {live_subs or 'none'}); try again")  # fmt: skip
                 return 1
             time.sleep(poll)
-        for r in renders:
+        for r in renders if ended is None or not ended() else ():  # (an ended local render's cluster is gone)
             state = client.get_metadata(["farm", "renders", r, "state"], default=None)
             if state not in ("done",):
                 client.set_metadata(["farm", "renders", r, "state"], "cancelled")

@@ -54,6 +54,28 @@ class TimelineShot:
     finished: bool
 
 
+def timeline_available() -> bool:
+    """Whether OpenTimelineIO (the `editorial` extra) is installed, so a render can write its timeline."""
+    import importlib.util
+
+    return importlib.util.find_spec("opentimelineio") is not None
+
+
+def written_by_farm(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at `path` is a timeline farm wrote (an OpenTimelineIO timeline whose clips all
+    carry farm's metadata), read as JSON: it can be replaced. False for anything else, or no file."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        clips = [c for track in data["tracks"]["children"] for c in track["children"]]
+        farms = all("farm" in clip["metadata"] for clip in clips)
+        return str(data["OTIO_SCHEMA"]).startswith("Timeline.") and farms
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def _otio() -> Any:
     try:
         import opentimelineio

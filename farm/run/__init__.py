@@ -2,7 +2,8 @@
 puts it together; `plan_report` is what `farm plan` prints; `validate` checks
 everything before OUT or a cluster is touched; `resume` says what an output is a render of and what
 is left; `cluster` joins or starts a cluster (`clusterd`: `farm cluster`, `tls`: its certificates);
-`graph` runs a schedule on Dask through a bounded window.
+`graph` runs a schedule on Dask through a bounded window; `timeline` keeps the render's
+``OUT/timeline.otio`` as shots finish.
 
 May import every package below it (`farm.planning`, `farm.store`, `farm.inputs`, `farm.worker`'s task
 functions, `farm.dashboard`, `farm.media`, `farm.decoders`) and Dask distributed; torch and diffusers

@@ -157,6 +157,7 @@ def run_graph(
     outputs_ready: Callable[[], Any] | None = None,
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
+    on_shot_finished: Callable[[str], None] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -177,6 +178,8 @@ def run_graph(
     window of decodes is submitted before it is called, every blend and write after.
 
     `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
+
+    `on_shot_finished(shot)`: called on the driver's thread once a shot's video is joined (the timeline).
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
@@ -184,7 +187,7 @@ def run_graph(
     # which decode workers see each other's GPUs (CUDA IPC opens a piece only where its GPU is visible)
     gpus = functools.partial(gpus_seen, client, workers)
     options = DriverOptions(render_id, priority, describe or {}, outputs_ready=outputs_ready, gpus=gpus,
-                            latents_ahead=latents_ahead)  # fmt: skip
+                            latents_ahead=latents_ahead, on_shot_finished=on_shot_finished)  # fmt: skip
     driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
     return driver.run(on_progress)
 
@@ -281,6 +284,7 @@ class DriverOptions:
     outputs_ready: Callable[[], Any] | None = None
     gpus: Callable[[], dict[str, tuple[str, tuple[str, ...]]]] | None = None
     latents_ahead: dict[tuple[str, int, int], Any] | None = None
+    on_shot_finished: Callable[[str], None] | None = None  # a shot's video joined (its name)
 
 
 class Driver:
@@ -329,6 +333,7 @@ class Driver:
         self.shared = shared_over_ipc(schedule, self.workers, options.gpus)
         self.outputs_ready = options.outputs_ready
         self.latents_ahead = dict(options.latents_ahead or {})  # `ahead_key` → its read-ahead future
+        self.on_shot_finished = options.on_shot_finished
         self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
         sound = targets.sound
         self.state = RenderState(
@@ -557,6 +562,8 @@ class Driver:
             else:
                 self.stats.shots[self.plans[what].shot].video = result["video"]
                 self.carry_out(self.state.handle(ShotFinished(what)))
+                if self.on_shot_finished is not None:
+                    self.on_shot_finished(self.plans[what].shot)
         elif kind == "audio":
             if fut.status != "finished":
                 self.fail_shot(what, _exception(fut))

@@ -78,10 +78,11 @@ from farm.run.resume import (
     resume_points,
     sound_shots,
 )
+from farm.run.timeline import RenderTimeline
 from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
-from farm.store.lock import job_read_lock, output_lock
+from farm.store.lock import cancel_command, job_read_lock, output_lock
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, remove_stale_temporaries, removed_if_left_empty
 from farm.store.ownership import check_no_foreign_files, check_no_links
@@ -187,10 +188,11 @@ def _render(request: RenderRequest) -> RenderStats:
         check_fits(early.plans, job.spec, local_gpu_memory(request.workers))
     with (
         removed_if_left_empty(out),
-        output_lock(out.root),
+        output_lock(out.root) as lock,
         connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file,
                 workers=request.workers) as client,  # fmt: skip
     ):
+        lock.record(render=request.render_id, scheduler=scheduler_address(client))  # for `farm cancel OUT`
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early)
         n_workers = len(decode_workers)
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=request.compile,
@@ -205,10 +207,12 @@ def _render(request: RenderRequest) -> RenderStats:
         window = _budget_window(client, request, decode_workers, gpu_bytes, plans, job)
         outputs = _start_output(job, request, plans, identities, points, client=client, io_workers=io_workers)
         clock.mark("size the window, start the outputs")
+        timeline = RenderTimeline(job, out, plans, request.video, timecodes, request.log)
+        timeline.start({p.shot for p in plans} - {p.shot for p in points.pending})
         stats = RenderStats()
         try:
             if points.pending:
-                _announce(client, len(points.pending), n_workers, request.render_id, request.log)
+                _announce(client, len(points.pending), n_workers, request, request.log)
                 layout = batch_layout(out, plans, points.pending)
                 mark_cancelled(out, [], resumed=[p.shot for p in points.pending])
                 middle = {p.shot: middle_batch(p) for p in plans}
@@ -219,6 +223,7 @@ def _render(request: RenderRequest) -> RenderStats:
                         client, assigned, targets, window=window, on_progress=thumbnails,
                         priority=request.priority, render_id=request.render_id, outputs_ready=outputs.result,
                         stream=request.stream, latents_ahead=first_reads.futures,
+                        on_shot_finished=timeline.shot_finished,
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout,
                                   "owner": owner()},
                     )  # fmt: skip
@@ -227,6 +232,7 @@ def _render(request: RenderRequest) -> RenderStats:
                 mark_cancelled(out, [s.shot for s in stats.cancelled])
         finally:
             outputs.result()  # in place (or its error raised) before the lock is released
+        timeline.end()
     stats = _add_outcomes(stats, plans, shot_errors, request)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
     return stats
@@ -597,17 +603,24 @@ def _budget_window(
     return window
 
 
+def scheduler_address(client: Client) -> str:
+    """The address of the scheduler `client` is connected to (a local cluster's too)."""
+    return str(getattr(client.scheduler, "address", "") or "")
+
+
 def _announce(
-    client: Client, n_shots: int, n_workers: int, render_id: str, log: Callable[[str], None]
+    client: Client, n_shots: int, n_workers: int, request: RenderRequest, log: Callable[[str], None]
 ) -> None:
-    """Install the farm page and say where to watch the render."""
+    """Install the farm page and say where to watch the render, and how to cancel it (its render id and
+    scheduler: a local cluster's too, which `farm cancel` reaches from another shell)."""
     link = dashboard_link(client)
     page = install_monitor(client)
     log(
         f"farm: {n_shots} shot(s) to render, {n_workers} worker(s)"
         + (f", dashboard {link}" if link else "")
         + (f", farm page {page}" if page else "")
-        + f", render id {render_id}"
+        + f", scheduler {scheduler_address(client)}, cancel with `{cancel_command(request.out.root)}`"
+        + f", render id {request.render_id}"  # last: scripts read the id to the line's end
     )
 
 
@@ -626,4 +639,4 @@ def _add_outcomes(
 
 
 __all__ = ["FirstReads", "SetupClock", "batch_layout", "check_out_tree", "chunk_claims", "mark_cancelled",
-           "refuse_if_no_shot_hashed", "render", "run_render", "shot_timecodes"]
+           "refuse_if_no_shot_hashed", "render", "run_render", "scheduler_address", "shot_timecodes"]

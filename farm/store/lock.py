@@ -3,7 +3,8 @@
 The kernel releases the lock when its holder exits, however it exits (a crash, SIGKILL, a lost node),
 so no lock is ever left stale and no pid check can be fooled by a reused pid; two processes that find
 the same leftover file race on ``flock`` and exactly one wins. The file also holds a JSON owner record
-(pid, host, start time), only for the message a refused render prints.
+(pid, host, start time; once the render is on its cluster, its render id and scheduler address), for
+the message a refused render prints and for ``farm cancel OUT``, which reads it (`lock_owner`).
 
 The holder unlinks the file before it releases the lock; a process that locked a file which was
 unlinked meanwhile (it opened the old one) sees the inode change and tries again, so two holders can
@@ -17,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import socket
 import time
 from collections.abc import Iterator
@@ -38,8 +40,47 @@ def _owner(fd: int) -> dict:
         return {}
 
 
+def lock_owner(out_root: Path) -> dict | None:
+    """The owner record of the render holding OUT's lock (pid, host, started; render id and scheduler
+    once it records them), or None when no render holds it: no lock file, or one whose holder died
+    (the kernel dropped its lock) and left the file."""
+    try:
+        fd = os.open(lock_path(out_root), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:  # a shared lock granted: nobody holds the exclusive one
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _owner(fd)
+        except OSError:  # no flock on this file system: trust the file
+            return _owner(fd)
+        return None
+    finally:
+        os.close(fd)
+
+
+def cancel_command(out_root: Path) -> str:
+    """The command that cancels the render writing into OUT (`farm cancel` reads OUT's lock)."""
+    return f"farm cancel {shlex.quote(str(out_root))}"
+
+
+class LockHolder:
+    """The holder's side of OUT's lock: `record` adds fields (the render id, the scheduler) to the owner
+    record a refused render and ``farm cancel OUT`` read."""
+
+    def __init__(self, fd: int, record: dict) -> None:
+        self.fd, self.fields = fd, dict(record)
+
+    def record(self, **fields: object) -> None:
+        self.fields.update(fields)
+        text = json.dumps(self.fields).encode()
+        os.pwrite(self.fd, text, 0)
+        os.ftruncate(self.fd, len(text))
+
+
 @contextmanager
-def output_lock(out_root: Path) -> Iterator[None]:
+def output_lock(out_root: Path) -> Iterator[LockHolder]:
     """Hold the lock on ``OUT/.farm/lock`` for the duration, or refuse with who holds it.
 
     Creates ``OUT/.farm`` when needed; the lock file is gone again when the block ends (on success or
@@ -66,10 +107,11 @@ def output_lock(out_root: Path) -> Iterator[None]:
         except BlockingIOError:
             owner = _owner(fd)
             os.close(fd)
+            rid = f", render {owner['render']}" if owner.get("render") else ""
             raise FarmError(
                 f"output {str(out_root)!r} is being written by another farm render "
-                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}); wait for it to finish or "
-                "cancel it (the lock is released when that process ends)"
+                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}{rid}); wait for it to finish or "
+                f"cancel it with `{cancel_command(out_root)}` (the lock is released when that process ends)"
             ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
@@ -79,10 +121,9 @@ def output_lock(out_root: Path) -> Iterator[None]:
             break
         os.close(fd)  # we locked a file its holder had just unlinked: lock the current one
     try:
-        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(), 0)
-        yield
+        holder = LockHolder(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        holder.record()
+        yield holder
     finally:
         with contextlib.suppress(OSError):
             path.unlink(missing_ok=True)  # while still holding it: see the module docstring

@@ -10,6 +10,8 @@ files are removed when a shot starts over or a damaged batch is forgotten.
     sequence   batch   sequences/<shot>/<shot>.NNNN.<ext>           not recorded (rewritten with its batch)
     video      shot    videos/<shot>.mp4|.mov                       .farm/done/<shot>/video: its sha256
     sound      shot    audio/<shot>.wav|.flac                       .farm/done/<shot>/audio: its sha256
+    timeline   render  timeline.otio                                an OpenTimelineIO timeline of farm's
+                       (one clip per shot, written by the driver)    (its clips carry farm's metadata)
 
 A batch output adds its part to the batch's marker (.farm/done/<shot>/NNNNN, written once every batch
 output is in place); a shot output has a marker of its own. The worker task that writes each kind is
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.media.files import run_side_by_side
+from farm.media.timeline import TIMELINE_FILE, timeline_available, written_by_farm
 from farm.store.frames import VALID, chunk_files, drop_frames, remove_chunks
 from farm.store.markers import file_digest, file_intact, read_marker
 from farm.store.output import SEGMENT_NAME, Output, remove_own_files
@@ -91,6 +94,22 @@ class ShotOutput:
     def remove(self, out: Output, shot: str, recorded: Recorded) -> None:
         for path in self.files(out, shot, recorded):
             path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class RenderOutput:
+    """One file for the whole render, written by the driver (not a worker task: two workers would race)
+    as the render starts and again as each shot finishes; no marker, it is rewritten whole each time."""
+
+    name: str
+    available: Callable[[], bool]  # whether this installation can write it (an optional package)
+    file: Callable[[Output], Path]
+    intact: Callable[[Output], bool]  # there, and farm's (then it may be replaced)
+
+    scope = "render"
+
+    def remove(self, out: Output) -> None:
+        self.file(out).unlink(missing_ok=True)
 
 
 # -- frames ------------------------------------------------------------------------------------------
@@ -237,11 +256,17 @@ SOUND = ShotOutput(
     marker=Output.audio_done_marker,
 )  # fmt: skip
 
+TIMELINE = RenderOutput(
+    "timeline", available=timeline_available, file=lambda out: out.root / TIMELINE_FILE,
+    intact=lambda out: written_by_farm(out.root / TIMELINE_FILE),
+)  # fmt: skip
+
 BATCH_OUTPUTS: tuple[BatchOutput, ...] = (FRAMES, SEGMENT, SEQUENCE)  # in marker order
 SHOT_OUTPUTS: tuple[ShotOutput, ...] = (VIDEO, SOUND)
 ALL_OUTPUTS: tuple[BatchOutput | ShotOutput, ...] = (*BATCH_OUTPUTS, *SHOT_OUTPUTS)
 OUTPUT_KINDS: dict[str, BatchOutput | ShotOutput] = {k.name: k for k in ALL_OUTPUTS}
 SHOT_KIND: dict[str, ShotOutput] = {k.name: k for k in SHOT_OUTPUTS}
+RENDER_OUTPUTS: tuple[RenderOutput, ...] = (TIMELINE,)
 
 
 # -- the loops over the table ------------------------------------------------------------------------
