@@ -91,16 +91,18 @@ def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
     return dict(recorded) if isinstance(recorded, dict) else None
 
 
-# What each recorded setting is called in messages (identity key, then the key inside it).
+# What each recorded setting is called in messages: the option that sets it, as the user types it
+# (identity key, then the key inside it).
 SETTING_NAMES = {
-    ("outputs", "video"): "video codec",
-    ("outputs", "sequence"): "image sequence",
-    ("outputs", "first_frame"): "sequence first frame",
-    ("outputs", "frames_dtype"): "Zarr frames dtype",
-    ("plan", "tiles"): "tiles (F,H,W)",
-    ("plan", "overlap"): "overlap (F,H,W)",
-    ("plan", "batch_frames"): "batch frames",
-    ("plan", "chunk"): "chunk (F,H,W, overlap)",
+    ("outputs", "video"): "--codec",
+    ("outputs", "sequence"): "--sequence",
+    ("outputs", "first_frame"): "--first-frame",
+    ("outputs", "frames_dtype"): "--frames-dtype",
+    ("outputs", "exr_values"): "--exr-values",
+    ("plan", "tiles"): "--tiles",
+    ("plan", "overlap"): "--overlap",
+    ("plan", "batch_frames"): "--batch-frames",
+    ("plan", "chunk"): "--chunk",
     ("plan", "pixel_shape"): "frames (F,H,W)",
 }
 
@@ -115,7 +117,7 @@ def _words(value: Any) -> str:
 
 def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between two render identities, in words (empty when they are the same):
-    ``video codec: OUT has h264, this render prores_hq``."""
+    ``--codec: OUT has h264, this render prores_hq``."""
     out = []
     superseded = superseded_config(recorded.get("decoder"), FAMILIES)
     sound = superseded_sound(recorded)
@@ -365,8 +367,8 @@ def resume_points(
                  for k, v in refused.items()]  # fmt: skip
         raise FarmError(
             f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
-            + ". Nothing was changed. Use a new --out, or --restart to render those shots over (their "
-            "finished work is discarded)"
+            + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
+            "to render those shots over (their finished work is discarded), or a new --out"
         )  # fmt: skip
     return points
 

@@ -1,0 +1,97 @@
+"""A rerun into an OUT that holds a render takes the settings OUT recorded for every option the user did
+not set, so the plain command resumes whatever options the first render was given; only options the
+user set that differ from OUT's are refused (`farm.run.resume.resume_points` names them).
+
+Pure apart from reading OUT's recorded identities (`farm.run.resume.recorded_identity`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from farm.run.resume import recorded_identity
+
+if TYPE_CHECKING:
+    from farm.run.request import RenderRequest
+    from farm.store.output import Output
+
+# The options a render identity records, by the name the user sets them with, and where in the identity.
+# --tiles, --overlap and --chunk need no entry: auto tiles keep the grids and chunking OUT recorded
+# (`farm.run.resume.recorded_layout`).
+RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--batch-frames": ("plan", "batch_frames"),
+    "--codec": ("outputs", "video"),
+    "--sequence": ("outputs", "sequence"),
+    "--first-frame": ("outputs", "first_frame"),
+    "--frames-dtype": ("outputs", "frames_dtype"),
+    "--exr-values": ("outputs", "exr_values"),
+    "--audio-format": ("outputs", "audio", "format"),
+}
+# options that set what a recorded value says besides its own (no video is a recorded codec of none)
+ALSO_SET_BY = {"--codec": ("--no-video",)}
+MISSING = object()
+
+
+def given_settings(options: object | None, video: object | None) -> frozenset[str]:
+    """The options `farm.render` was given: every plan option with `options`, every output option with
+    `video` (None: left out)."""
+    given = {"--batch-frames"} if options is not None else set()
+    if video is not None:
+        given |= set(RECORDED_OPTIONS) - {"--batch-frames"} | {"--no-video"}
+    return frozenset(given)
+
+
+def _lookup(identity: dict[str, Any], path: Sequence[str]) -> Any:
+    value: Any = identity
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return MISSING
+        value = value[key]
+    return value
+
+
+def recorded_settings(identities: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Each `RECORDED_OPTIONS` value the given recorded identities agree on (an option whose shots
+    recorded different values, or none, is left out)."""
+    identities = list(identities)
+    settings: dict[str, Any] = {}
+    for option, path in RECORDED_OPTIONS.items():
+        values = [_lookup(identity, path) for identity in identities]
+        if option == "--exr-values" and any(_lookup(i, ("outputs", "sequence")) == "exr" for i in identities):
+            values = ["display" if v is MISSING else v for v in values]  # recorded only when not display
+        distinct = {repr(v) for v in values}
+        if values and len(distinct) == 1 and values[0] is not MISSING:
+            settings[option] = values[0]
+    return settings
+
+
+def apply_settings(request: RenderRequest, settings: dict[str, Any]) -> RenderRequest:
+    """`request` with each of `settings` (option → recorded value) the user did not set taken over."""
+    given = request.given if request.given is not None else frozenset(RECORDED_OPTIONS) | {"--no-video"}
+    taken = {k: v for k, v in settings.items() if k not in given and not given & set(ALSO_SET_BY.get(k, ()))}
+    video: dict[str, Any] = {}
+    if "--codec" in taken:
+        codec = taken["--codec"]
+        video.update(enabled=False) if codec is None else video.update(enabled=True, codec=codec)
+    fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
+              "--audio-format": "audio_format"}  # fmt: skip
+    video.update({fields[k]: v for k, v in taken.items() if k in fields})
+    if taken.get("--first-frame") is not None:
+        video["first_frame"] = taken["--first-frame"]
+    options = request.options
+    if "--batch-frames" in taken:
+        options = dataclasses.replace(options, batch_frames=int(taken["--batch-frames"]))
+    if not video and options is request.options:
+        return request
+    return dataclasses.replace(request, options=options, video=dataclasses.replace(request.video, **video))
+
+
+def with_recorded_settings(request: RenderRequest, shots: Sequence[str]) -> RenderRequest:
+    """`request` with the settings OUT recorded for the named shots in place of the options the user did
+    not set (`request.given`); unchanged when restarting or when OUT records nothing."""
+    if request.restart or not request.out.frames_zarr.exists():
+        return request
+    out: Output = request.out
+    identities = [identity for identity in (recorded_identity(out, shot) for shot in shots) if identity]
+    return apply_settings(request, recorded_settings(identities)) if identities else request

@@ -1,0 +1,65 @@
+"""A rerun of the plain `farm render` command into an OUT rendered with other options resumes it with
+OUT's recorded settings; only options the user sets that differ are refused, by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from farm.store.frames import read_frames
+from farm.store.output import Output
+from tests.helpers import farm
+
+
+def tree_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("rerun") / "job.zarr"
+    result = farm("synth", str(path), "--shots", "2", "--frames", "33", "--height", "64", "--width", "96")
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+@pytest.mark.slow
+def test_plain_rerun_resumes_the_recorded_settings(job, tmp_path, scheduler3):
+    out = tmp_path / "out"
+    first = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--batch-frames", "16",
+                 "--crf", "20", "--sequence", "png8", "-q")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    before = tree_bytes(out)
+    frames = read_frames(Output(out), "shot000")
+    # the README's plain command: resumes, renders nothing again, changes no byte
+    plain = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3)
+    assert plain.returncode == 0, plain.stderr
+    assert "already holds every shot" in plain.stderr
+    assert tree_bytes(out) == before
+    assert read_frames(Output(out), "shot000").tobytes() == frames.tobytes()
+    # an option the user sets that differs from OUT's: refused in one line, naming it, nothing changed
+    changed = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--batch-frames", "8",
+                   "--sequence", "png16")  # fmt: skip
+    assert changed.returncode == 2, changed.stderr
+    errors = [line for line in changed.stderr.splitlines() if line.startswith("farm: error:")]
+    assert len(errors) == 1 and "Traceback" not in changed.stderr
+    assert "--batch-frames: OUT has 16, this render 8" in errors[0]
+    assert "--sequence: OUT has png8, this render png16" in errors[0]
+    assert "Leave those options out to resume" in errors[0] and "--restart" in errors[0]
+    assert tree_bytes(out) == before
+
+
+@pytest.mark.slow
+def test_interrupted_render_resumes_with_its_batch_frames(job, tmp_path, scheduler3):
+    """Half of OUT rendered with --batch-frames 8 (one shot); the plain command renders the rest with
+    8, byte-identical to one uninterrupted render."""
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    common = ["--scheduler", scheduler3, "--batch-frames", "8", "-q"]
+    assert farm("render", str(job), "--out", str(whole), *common).returncode == 0
+    assert farm("render", str(job), "--out", str(part), *common, "--shots", "shot000").returncode == 0
+    rest = farm("render", str(job), "--out", str(part), "--scheduler", scheduler3, "--shots", "shot001")
+    assert rest.returncode == 0, rest.stderr
+    for shot in ("shot000", "shot001"):
+        assert read_frames(Output(part), shot).tobytes() == read_frames(Output(whole), shot).tobytes()
+        assert Output(part).video(shot).read_bytes() == Output(whole).video(shot).read_bytes()
