@@ -613,6 +613,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{finished} of {len(rows)} shots finished" + (f", {cancelled} cancelled (a rerun resumes them)"
                                                           if cancelled else ""))  # fmt: skip
     for row in rows:
+        for line in row.damaged_outputs:  # what is damaged, one file a line
+            LOGGER.error(f"shot {row.shot!r} {line}")
         if row.superseded:
             LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its output is not what "
                          "this farm decodes; farm render --restart renders it again")  # fmt: skip

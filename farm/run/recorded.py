@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from farm.run.resume import recorded_identity
 
 if TYPE_CHECKING:
+    from farm.media.settings import VideoSettings
+    from farm.planning.options import PlanOptions
     from farm.run.request import RenderRequest
     from farm.store.output import Output
 
@@ -66,32 +68,47 @@ def recorded_settings(identities: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return settings
 
 
-def apply_settings(request: RenderRequest, settings: dict[str, Any]) -> RenderRequest:
-    """`request` with each of `settings` (option → recorded value) the user did not set taken over."""
-    given = request.given if request.given is not None else frozenset(RECORDED_OPTIONS) | {"--no-video"}
-    taken = {k: v for k, v in settings.items() if k not in given and not given & set(ALSO_SET_BY.get(k, ()))}
-    video: dict[str, Any] = {}
+def taken_settings(settings: dict[str, Any], given: frozenset[str] | None) -> dict[str, Any]:
+    """The recorded `settings` the user did not set (`given`: the options set; None: all of them)."""
+    given = given if given is not None else frozenset(RECORDED_OPTIONS) | {"--no-video"}
+    return {k: v for k, v in settings.items() if k not in given and not given & set(ALSO_SET_BY.get(k, ()))}
+
+
+def video_with(video: VideoSettings, taken: dict[str, Any]) -> VideoSettings:
+    """`video` with the output settings among `taken` (option → recorded value)."""
+    changes: dict[str, Any] = {}
     if "--codec" in taken:
         codec = taken["--codec"]
-        video.update(enabled=False) if codec is None else video.update(enabled=True, codec=codec)
+        changes.update(enabled=False) if codec is None else changes.update(enabled=True, codec=codec)
     fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
               "--audio-format": "audio_format"}  # fmt: skip
-    video.update({fields[k]: v for k, v in taken.items() if k in fields})
+    changes.update({fields[k]: v for k, v in taken.items() if k in fields})
     if taken.get("--first-frame") is not None:
-        video["first_frame"] = taken["--first-frame"]
-    options = request.options
-    if "--batch-frames" in taken:
-        options = dataclasses.replace(options, batch_frames=int(taken["--batch-frames"]))
-    if not video and options is request.options:
-        return request
-    return dataclasses.replace(request, options=options, video=dataclasses.replace(request.video, **video))
+        changes["first_frame"] = taken["--first-frame"]
+    return dataclasses.replace(video, **changes) if changes else video
+
+
+def options_with(options: PlanOptions, taken: dict[str, Any]) -> PlanOptions:
+    """`options` with the batch frames among `taken`."""
+    if "--batch-frames" not in taken:
+        return options
+    return dataclasses.replace(options, batch_frames=int(taken["--batch-frames"]))
+
+
+def out_settings(out: Output, shots: Sequence[str]) -> dict[str, Any]:
+    """The settings OUT recorded for the named shots that they agree on (none when OUT holds no render)."""
+    if not out.frames_zarr.exists():
+        return {}
+    return recorded_settings(identity for identity in (recorded_identity(out, s) for s in shots) if identity)
 
 
 def with_recorded_settings(request: RenderRequest, shots: Sequence[str]) -> RenderRequest:
     """`request` with the settings OUT recorded for the named shots in place of the options the user did
     not set (`request.given`); unchanged when restarting or when OUT records nothing."""
-    if request.restart or not request.out.frames_zarr.exists():
+    if request.restart:
         return request
-    out: Output = request.out
-    identities = [identity for identity in (recorded_identity(out, shot) for shot in shots) if identity]
-    return apply_settings(request, recorded_settings(identities)) if identities else request
+    taken = taken_settings(out_settings(request.out, shots), request.given)
+    if not taken:
+        return request
+    return dataclasses.replace(request, options=options_with(request.options, taken),
+                               video=video_with(request.video, taken))  # fmt: skip
