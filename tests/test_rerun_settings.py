@@ -3,11 +3,15 @@ OUT's recorded settings; only options the user sets that differ are refused, by 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from farm.run.resume import recorded_identity
 from farm.store.frames import read_frames
+from farm.store.markers import read_marker
 from farm.store.output import Output
 from tests.helpers import farm
 
@@ -63,3 +67,38 @@ def test_interrupted_render_resumes_with_its_batch_frames(job, tmp_path, schedul
     for shot in ("shot000", "shot001"):
         assert read_frames(Output(part), shot).tobytes() == read_frames(Output(whole), shot).tobytes()
         assert Output(part).video(shot).read_bytes() == Output(whole).video(shot).read_bytes()
+
+
+@pytest.mark.slow
+def test_rerender_keeps_the_batch_frames_out_recorded(job, tmp_path, scheduler3):
+    out = tmp_path / "out"
+    assert farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--batch-frames", "8",
+                "-q").returncode == 0  # fmt: skip
+    frames = read_frames(Output(out), "shot000")
+    script = Path(__file__).parents[1] / "workflows" / "rerender.py"
+    run = subprocess.run([sys.executable, str(script), str(job), "--out", str(out), "--shots", "shot000",
+                          "--scheduler", scheduler3], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "shot000: 5/5 batches" in run.stdout + run.stderr  # 33 frames in batches of 8, not one of 33
+    assert recorded_identity(Output(out), "shot000")["plan"]["batch_frames"] == 8
+    assert read_frames(Output(out), "shot000").tobytes() == frames.tobytes()
+
+
+@pytest.mark.slow
+def test_verify_names_the_damaged_chunk_and_video(job, tmp_path, scheduler3):
+    out = Output(tmp_path / "out")
+    assert farm("render", str(job), "--out", str(out.root), "--scheduler", scheduler3, "--batch-frames", "16",
+                "-q").returncode == 0  # fmt: skip
+    record = read_marker(out.done_marker("shot000", 1)) or {}
+    chunk = out.frames_array("shot000") / sorted(record["chunks"])[0]
+    data = chunk.read_bytes()
+    chunk.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+    video = out.video("shot001")
+    video.write_bytes(video.read_bytes()[:-10])
+    status = farm("status", str(out.root), "--verify")
+    assert status.returncode == 1
+    lines = status.stderr.splitlines()
+    assert f"farm: error: shot 'shot000' batch 1: {chunk.relative_to(out.root)} altered or missing" in lines
+    assert f"farm: error: shot 'shot001' video: {video.relative_to(out.root)} differs from its recorded checksum" \
+        in lines  # fmt: skip
+    assert sum("altered or missing" in line or "recorded checksum" in line for line in lines) == 2
