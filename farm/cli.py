@@ -53,7 +53,8 @@ class _Parser(argparse.ArgumentParser):
     """A usage error in two lines, what was wrong and where the options are, instead of the usage."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n{self.prog}: see '{self.prog} --help' for every option\n")
+        hint = f"{self.prog}: see '{self.prog} --help' for every option"
+        self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
 
 
 class _BadSetting:
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     _verbosity_options(parser, 0)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _verbosity_options(common, argparse.SUPPRESS)  # also after the command: farm render -q …
 
     def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -234,7 +235,8 @@ def _add_render_command(add: AddCommand) -> None:
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
-        help=f"also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> (default: {RECORDED}, else none)",
+        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> "
+        f"(default: {RECORDED}, else none)",
     )
     p.add_argument("--exr-values", choices=["display", "linear"],
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
@@ -242,7 +244,8 @@ def _add_render_command(add: AddCommand) -> None:
                         f"{config.option('exr-values')})")  # fmt: skip
     p.add_argument("--first-frame", type=int,
                    help="number of each shot's first frame (Zarr frame coordinate, image sequences) "
-                        f"(default: {RECORDED}, else farm.first-frame: {config.option('first-frame')})")  # fmt: skip
+                        f"(default: {RECORDED}, else farm.first-frame: "
+                        f"{config.option('first-frame')})")  # fmt: skip
     p.add_argument(
         "--frames-dtype",
         choices=["uint8", "float16"],
@@ -438,7 +441,8 @@ def _plan_options(args: argparse.Namespace):
         tiles=parse_tiles(args.tiles),
         cost_model=args.cost_model,
         overlap=parse_triple(args.overlap, "--overlap", minimum=0) if args.overlap else None,
-        batch_frames=config.whole_number("batch-frames", 1) if args.batch_frames is None else args.batch_frames,
+        batch_frames=config.whole_number("batch-frames", 1) if args.batch_frames is None
+        else args.batch_frames,
         chunk=chunk,
     )
 
@@ -570,8 +574,9 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _video_settings(args: argparse.Namespace) -> VideoSettings:
     """``farm render``'s output options; those left out are farm's settings (`farm.config`) until
     `farm.run.recorded` gives them OUT's."""
-    unset_is_configured = {"codec": args.codec, "first_frame": args.first_frame, "frames_dtype": args.frames_dtype,
-                           "exr_values": args.exr_values, "audio_format": args.audio_format}  # fmt: skip
+    unset_is_configured = {"codec": args.codec, "first_frame": args.first_frame,
+                           "frames_dtype": args.frames_dtype, "exr_values": args.exr_values,
+                           "audio_format": args.audio_format}  # fmt: skip
     return VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, sequence=args.sequence,
                          audio=not args.no_audio, timecode=args.timecode,
                          **{k: v for k, v in unset_is_configured.items() if v is not None})  # fmt: skip

@@ -74,7 +74,9 @@ def whole_number(key: str, minimum: int | None = 0) -> int:
 def source(key: str) -> str:
     """Where ``farm.<key>`` was set, in words: its environment variable when one is set, else the key."""
     variable = f"DASK_{NAMESPACE}__{key}".upper().replace("-", "_")
-    return f"environment variable {variable}" if variable in os.environ else f"{NAMESPACE}.{key} in Dask's configuration"
+    if variable in os.environ:
+        return f"environment variable {variable}"
+    return f"{NAMESPACE}.{key} in Dask's configuration"
 
 
 # Settings read where the work runs (on workers), not by the command: compile-cache and launch-lead when

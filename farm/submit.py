@@ -341,7 +341,8 @@ def submit_detached(
         logs.LOGGER.warning(
             f"relative path(s) {', '.join(map(repr, relative))} in the workflow's arguments: a detached "
             "workflow runs in a worker process of the cluster and reads them from that worker's working "
-            "directory (where `farm cluster` or `dask worker` started), not from this one; give absolute paths"
+            "directory (where `farm cluster` or `dask worker` started), not from this one; give absolute "
+            "paths"
         )
     submission = submission or new_submission_id()
     client = client_for(address)

@@ -77,7 +77,8 @@ def test_rerender_keeps_the_batch_frames_out_recorded(job, tmp_path, scheduler3)
     frames = read_frames(Output(out), "shot000")
     script = Path(__file__).parents[1] / "workflows" / "rerender.py"
     run = subprocess.run([sys.executable, str(script), str(job), "--out", str(out), "--shots", "shot000",
-                          "--scheduler", scheduler3], capture_output=True, text=True, timeout=300)  # fmt: skip
+                          "--scheduler", scheduler3],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "shot000: 5/5 batches" in run.stdout + run.stderr  # 33 frames in batches of 8, not one of 33
     assert recorded_identity(Output(out), "shot000")["plan"]["batch_frames"] == 8
@@ -99,6 +100,6 @@ def test_verify_names_the_damaged_chunk_and_video(job, tmp_path, scheduler3):
     assert status.returncode == 1
     lines = status.stderr.splitlines()
     assert f"farm: error: shot 'shot000' batch 1: {chunk.relative_to(out.root)} altered or missing" in lines
-    assert f"farm: error: shot 'shot001' video: {video.relative_to(out.root)} differs from its recorded checksum" \
-        in lines  # fmt: skip
+    damaged_video = f"shot 'shot001' video: {video.relative_to(out.root)} differs from its recorded checksum"
+    assert f"farm: error: {damaged_video}" in lines
     assert sum("altered or missing" in line or "recorded checksum" in line for line in lines) == 2

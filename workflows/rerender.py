@@ -62,7 +62,8 @@ def main(argv: Sequence[str]) -> int:
     cluster = {k: getattr(args, k) for k in ("scheduler", "scheduler_file", "workers") if getattr(args, k)}
     workflow.log(f"rerender: {len(shots)} shot(s) of {args.job} start over in {args.out}: {', '.join(shots)}")
     # what the other shots of OUT were rendered with, unless given here
-    given = frozenset({"--batch-frames"} if args.batch_frames else ()) | ({"--no-video"} if args.no_video else set())
+    given = frozenset(option for option, value in (("--batch-frames", args.batch_frames),
+                                                   ("--no-video", args.no_video)) if value)  # fmt: skip
     taken = taken_settings(out_settings(Output(Path(args.out)), list(job.shots)), given)
     stats = workflow.render(
         args.job, args.out, shots=shots, restart=True, options=options_with(PlanOptions(**options), taken),

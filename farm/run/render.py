@@ -65,8 +65,8 @@ from farm.run.graph import (
     run_graph,
     split_workers,
 )
-from farm.run.request import RenderRequest
 from farm.run.recorded import given_settings, with_recorded_settings
+from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
     apply_restarts,

@@ -13,8 +13,8 @@ from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
 from farm.decoders.ltx2_audio import superseded_sound
 from farm.errors import FarmError
-from farm.store.output import Output
 from farm.store.markers import read_marker
+from farm.store.output import Output
 from farm.store.output_kinds import SHOT_OUTPUTS, VIDEO, batch_checks, damaged_chunks, verified_batches
 
 
@@ -69,7 +69,8 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
         frames = rendered_frames(identity, marked)
         video = VIDEO.present(out, name)
         batches = total if isinstance(total, int) else None
-        damaged, damaged_outputs = None, ()
+        damaged: int | None = None
+        damaged_outputs: tuple[str, ...] = ()
         if verify:  # the frames of each finished batch; what batches are joined into, as the shot's own
             _, bad = verified_batches(out, name, batch_checks(joined=[k.name for k in SHOT_OUTPUTS]))
             damaged = len(bad) + sum(kind.damaged(out, name) for kind in SHOT_OUTPUTS)
@@ -94,6 +95,7 @@ def damaged_in_words(out: Output, shot: str, batches: Iterable[int]) -> tuple[st
     for kind in SHOT_OUTPUTS:
         if kind.damaged(out, shot):
             files = [kind.file(out, shot, s) for s in kind.every_suffix() if kind.file(out, shot, s).exists()]
-            lines += [f"{kind.name}: {f.relative_to(out.root)} differs from its recorded checksum" for f in files]
+            lines += [f"{kind.name}: {f.relative_to(out.root)} differs from its recorded checksum"
+                      for f in files]  # fmt: skip
             lines += [] if files else [f"{kind.name}: missing"]
     return tuple(lines)
