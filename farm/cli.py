@@ -27,7 +27,7 @@ from farm.run.validate import check_priority
 from farm.store.output import Output
 from farm.store.progress import output_progress
 
-RECORDED = "what OUT recorded when it holds a render"
+RECORDED = "unset, a rerun into OUT takes what OUT recorded"  # the options `farm.run.recorded` resumes
 
 LOGGER = logging.getLogger("farm")
 AddCommand = Callable[..., argparse.ArgumentParser]  # adds a subcommand: add(name, help=...)
@@ -225,32 +225,32 @@ def _add_render_command(add: AddCommand) -> None:
                    help="leave out the sound of shots that have it (no OUT/audio file, silent videos)")
     p.add_argument("--audio-format", choices=["wav", "flac"],
                    help="the sound file's format in OUT/audio (16-bit); videos carry AAC (mp4) or PCM (mov) "
-                        f"(default: {RECORDED}, else wav)")  # fmt: skip
+                        f"({RECORDED}) (default: wav)")  # fmt: skip
     p.add_argument(
         "--codec",
         choices=["h264", "h265", "prores_hq", "prores_4444"],
         help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov "
-        f"(default: {RECORDED}, else farm.codec: {config.option('codec')})",
+        f"({RECORDED}); farm.codec (default: {config.option('codec')})",
     )
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
         help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> "
-        f"(default: {RECORDED}, else none)",
+        f"({RECORDED}) (default: none)",
     )
     p.add_argument("--exr-values", choices=["display", "linear"],
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
-                        f"(BT.709 transfer inverted) (default: {RECORDED}, else farm.exr-values: "
-                        f"{config.option('exr-values')})")  # fmt: skip
+                        f"(BT.709 transfer inverted) ({RECORDED}); farm.exr-values "
+                        f"(default: {config.option('exr-values')})")  # fmt: skip
     p.add_argument("--first-frame", type=int,
                    help="number of each shot's first frame (Zarr frame coordinate, image sequences) "
-                        f"(default: {RECORDED}, else farm.first-frame: "
-                        f"{config.option('first-frame')})")  # fmt: skip
+                        f"({RECORDED}); farm.first-frame "
+                        f"(default: {config.option('first-frame')})")  # fmt: skip
     p.add_argument(
         "--frames-dtype",
         choices=["uint8", "float16"],
         help="the Zarr master copy: 8-bit levels or float16 in [0, 1] "
-        f"(default: {RECORDED}, else farm.frames-dtype: {config.option('frames-dtype')})",
+        f"({RECORDED}); farm.frames-dtype (default: {config.option('frames-dtype')})",
     )
     p.add_argument(
         "--frames",
@@ -379,7 +379,7 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="pixel frames per output batch: one blend task, Zarr chunks and video segment "
-        f"(default: {RECORDED}, else farm.batch-frames: {config.option('batch-frames')})",
+        f"({RECORDED}); farm.batch-frames (default: {config.option('batch-frames')})",
     )
     p.add_argument("--chunk", metavar="F,H,W",
                    help="largest latent block one decode call takes inside a worker (0 = no limit), "
