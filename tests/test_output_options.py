@@ -116,6 +116,6 @@ def test_exr_sequence_headers_carry_the_shots_fps_and_value_encoding(job, tmp_pa
         header = dict(f.header())
     assert header["framesPerSecond"] == 25 and header["colorInteropID"] == "lin_rec709_scene"
     # the choice is part of what OUT is a render of: display values into the same OUT are refused
-    with pytest.raises(FarmError, match="exr_values"):
+    with pytest.raises(FarmError, match="--exr-values: OUT has linear, this render display"):
         display = VideoSettings(enabled=False, sequence="exr", first_frame=101)
         farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=display, **QUIET)

@@ -105,6 +105,8 @@ SETTING_NAMES = {
     ("plan", "chunk"): "--chunk",
     ("plan", "pixel_shape"): "frames (F,H,W)",
 }
+# what an identity means by a setting it leaves out (recorded only when not the default)
+UNRECORDED = {("outputs", "exr_values"): "display"}
 
 
 def _words(value: Any) -> str:
@@ -139,7 +141,8 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
             for sub in sorted(set(old) | set(new)):
                 if old.get(sub) != new.get(sub):
                     name = SETTING_NAMES.get((key, sub), f"{key} {sub}")
-                    out.append(f"{name}: OUT has {_words(old.get(sub))}, this render {_words(new.get(sub))}")
+                    was, now = (d.get(sub, UNRECORDED.get((key, sub))) for d in (old, new))
+                    out.append(f"{name}: OUT has {_words(was)}, this render {_words(now)}")
         else:
             out.append(f"{key}: OUT has {_words(old)}, this render {_words(new)}")
     return out
