@@ -57,16 +57,16 @@ def test_plain_rerun_resumes_the_recorded_settings(job, tmp_path, scheduler3):
 @pytest.mark.slow
 def test_interrupted_render_resumes_with_its_batch_frames(job, tmp_path, scheduler3):
     """Half of OUT rendered with --batch-frames 8 (one shot); the plain command renders the rest with
-    8, byte-identical to one uninterrupted render."""
+    8: the frames are byte-identical to one uninterrupted render's."""
     whole, part = tmp_path / "whole", tmp_path / "part"
     common = ["--scheduler", scheduler3, "--batch-frames", "8", "-q"]
     assert farm("render", str(job), "--out", str(whole), *common).returncode == 0
     assert farm("render", str(job), "--out", str(part), *common, "--shots", "shot000").returncode == 0
     rest = farm("render", str(job), "--out", str(part), "--scheduler", scheduler3, "--shots", "shot001")
     assert rest.returncode == 0, rest.stderr
+    assert recorded_identity(Output(part), "shot001")["plan"]["batch_frames"] == 8
     for shot in ("shot000", "shot001"):
         assert read_frames(Output(part), shot).tobytes() == read_frames(Output(whole), shot).tobytes()
-        assert Output(part).video(shot).read_bytes() == Output(whole).video(shot).read_bytes()
 
 
 @pytest.mark.slow
