@@ -103,3 +103,16 @@ def test_verify_names_the_damaged_chunk_and_video(job, tmp_path, scheduler3):
     damaged_video = f"shot 'shot001' video: {video.relative_to(out.root)} differs from its recorded checksum"
     assert f"farm: error: {damaged_video}" in lines
     assert sum("altered or missing" in line or "recorded checksum" in line for line in lines) == 2
+
+
+def test_recorded_settings_are_those_the_shots_agree_on():
+    from farm.run.recorded import recorded_settings
+
+    outputs = {"video": None, "sequence": "exr", "frames_dtype": "uint8"}
+    silent = {"plan": {"batch_frames": 16}, "outputs": outputs}
+    sound = {"plan": {"batch_frames": 8}, "outputs": {**outputs, "audio": {"format": "flac"}}}
+    settings = recorded_settings([silent, sound])
+    assert "--batch-frames" not in settings  # the shots differ: the option is not taken
+    assert settings == {"--codec": None, "--sequence": "exr", "--exr-values": "display",
+                        "--frames-dtype": "uint8", "--audio-format": "flac"}  # fmt: skip
+    assert recorded_settings([]) == {}

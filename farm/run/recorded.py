@@ -62,6 +62,8 @@ def recorded_settings(identities: Iterable[dict[str, Any]]) -> dict[str, Any]:
         values = [_lookup(identity, path) for identity in identities]
         if option == "--exr-values" and any(_lookup(i, ("outputs", "sequence")) == "exr" for i in identities):
             values = ["display" if v is MISSING else v for v in values]  # recorded only when not display
+        if option == "--audio-format":
+            values = [v for v in values if v is not MISSING]  # recorded only for shots with sound
         distinct = {repr(v) for v in values}
         if values and len(distinct) == 1 and values[0] is not MISSING:
             settings[option] = values[0]
