@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from farm import __version__, config, logs
 from farm.decoders import FAMILIES
@@ -27,6 +27,8 @@ from farm.run.validate import check_priority
 from farm.store.lock import lock_owner
 from farm.store.output import Output
 from farm.store.progress import output_progress
+
+RECORDED = "unset, a rerun into OUT takes what OUT recorded"  # the options `farm.run.recorded` resumes
 
 LOGGER = logging.getLogger("farm")
 AddCommand = Callable[..., argparse.ArgumentParser]  # adds a subcommand: add(name, help=...)
@@ -48,6 +50,40 @@ class _HelpFormatter(argparse.HelpFormatter):
         return text
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error in two lines, what was wrong and where the options are, instead of the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f"{self.prog}: see '{self.prog} --help' for every option"
+        self.exit(2, f"{self.prog}: error: {message}\n{hint}\n")
+
+
+class _BadSetting:
+    """A ``farm.KEY`` number default that is not one: reported, naming where it was set, only by a command
+    that takes the option (`_check_settings`), so ``--help`` and other commands still work."""
+
+    def __init__(self, error: FarmError, value: object) -> None:
+        self.error, self.value = error, value
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+def _number_setting(key: str) -> int | _BadSetting | None:
+    if config.get(key) is None:
+        return None
+    try:
+        return config.whole_number(key, minimum=None)  # the option's own check says which are valid
+    except FarmError as exc:
+        return _BadSetting(exc, config.get(key))
+
+
+def _check_settings(args: argparse.Namespace) -> None:
+    for value in vars(args).values():
+        if isinstance(value, _BadSetting):
+            raise value.error
+
+
 def _verbosity_options(p: argparse.ArgumentParser, default: object) -> None:
     p.add_argument("-v", "--verbose", action="count", default=default,
                    help="more messages on stderr (-v: debug)")  # fmt: skip
@@ -60,7 +96,7 @@ def _decoder_configs() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="farm",
         description="Decode video-diffusion latents stored in Zarr to frames and videos on a Dask cluster. "
         "Defaults marked farm.KEY come from dask.config (YAML or DASK_FARM__KEY variables).",
@@ -69,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"farm {__version__}")
     _verbosity_options(parser, 0)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     _verbosity_options(common, argparse.SUPPRESS)  # also after the command: farm render -q …
 
     def add(name: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -170,7 +206,7 @@ def _add_render_command(add: AddCommand) -> None:
     _add_cluster_options(p, local=True)
     _add_plan_options(p)
     p.add_argument(
-        "--window", type=int, default=config.option("window"),
+        "--window", type=int, default=_number_setting("window"),
         help="decoded tiles held at once (default: per GPU worker as many as fit beside a decode, 2 to 8; "
         "2 per worker on CPU); farm.window",
     )  # fmt: skip
@@ -182,45 +218,49 @@ def _add_render_command(add: AddCommand) -> None:
         help="torch.compile the decoder on GPU workers; MODE: default, reduce-overhead (CUDA graphs), "
         "max-autotune, max-autotune-no-cudagraphs; farm.compile (kernels cached in farm.compile-cache)",
     )  # fmt: skip
-    p.add_argument("--crf", type=int, default=config.option("crf"),
+    p.add_argument("--crf", type=int, default=_number_setting("crf"),
                    help="H.264/H.265 quality, lower is better; farm.crf")  # fmt: skip
     p.add_argument("--preset", default=config.option("preset"), help="x264/x265 preset; farm.preset")
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
     p.add_argument("--no-audio", action="store_true",
                    help="leave out the sound of shots that have it (no OUT/audio file, silent videos)")
-    p.add_argument("--audio-format", choices=["wav", "flac"], default="wav",
-                   help="the sound file's format in OUT/audio (16-bit); videos carry AAC (mp4) or PCM (mov)")
+    p.add_argument("--audio-format", choices=["wav", "flac"],
+                   help="the sound file's format in OUT/audio (16-bit); videos carry AAC (mp4) or PCM (mov) "
+                        f"({RECORDED}) (default: wav)")  # fmt: skip
     p.add_argument(
         "--codec",
-        default=config.option("codec"),
         choices=["h264", "h265", "prores_hq", "prores_4444"],
-        help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov; farm.codec",
+        help="video codec: h264/h265 in .mp4, ProRes 422 HQ / 4444 in .mov "
+        f"({RECORDED}); farm.codec (default: {config.option('codec')})",
     )
     p.add_argument(
         "--sequence",
         choices=["png8", "png16", "exr"],
-        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> (default: none)",
+        help="also write an image sequence OUT/sequences/<shot>/<shot>.####.<ext> "
+        f"({RECORDED}) (default: none)",
     )
-    p.add_argument("--exr-values", choices=["display", "linear"], default=config.option("exr-values"),
+    p.add_argument("--exr-values", choices=["display", "linear"],
                    help="EXR sequences: display-referred BT.709 values as decoded, or scene-linear "
-                        "(BT.709 transfer inverted); farm.exr-values")  # fmt: skip
+                        f"(BT.709 transfer inverted) ({RECORDED}); farm.exr-values "
+                        f"(default: {config.option('exr-values')})")  # fmt: skip
     p.add_argument("--hdr", choices=["acescct", "logc3"],
                    help="HDR render: the decoded values are ACEScct (LTX-2 native) or LogC3 (LTX-2 HDR "
                         "IC-LoRA) codes; frames.zarr keeps float16 scene-linear values, EXR frames are "
                         "half-float, no SDR video is made (default: the job's decoder spec's 'hdr', "
-                        "else SDR)")  # fmt: skip
+                        "else SDR; recorded)")  # fmt: skip
     p.add_argument("--colorspace", metavar="SPACE",
                    help="EXR sequences' colour space, converted by OpenColorIO: g24_rec709 (SDR only), "
                         "lin_rec709, acescg, acescct (default: as decoded; an HDR render's scene-linear "
-                        "space: acescg for ACEScct, lin_rec709 for LogC3)")  # fmt: skip
-    p.add_argument("--first-frame", type=int, default=config.option("first-frame"),
-                   help="number of each shot's first frame (Zarr frame coordinate, image sequences); "
-                        "farm.first-frame")  # fmt: skip
+                        "space: acescg for ACEScct, lin_rec709 for LogC3; recorded)")  # fmt: skip
+    p.add_argument("--first-frame", type=int,
+                   help="number of each shot's first frame (Zarr frame coordinate, image sequences) "
+                        f"({RECORDED}); farm.first-frame "
+                        f"(default: {config.option('first-frame')})")  # fmt: skip
     p.add_argument(
         "--frames-dtype",
         choices=["uint8", "float16"],
-        default=config.option("frames-dtype"),
-        help="the Zarr master copy: 8-bit levels or float16 in [0, 1]; farm.frames-dtype",
+        help="the Zarr master copy: 8-bit levels or float16 in [0, 1] "
+        f"({RECORDED}); farm.frames-dtype (default: {config.option('frames-dtype')})",
     )
     p.add_argument(
         "--frames",
@@ -229,7 +269,7 @@ def _add_render_command(add: AddCommand) -> None:
         help="render only these frames (numbered from --first-frame): 1-48, 1-100x2 (every 2nd), 1-100:2, "
         "10-1, 1,5,10-20 (default: every frame)",
     )
-    p.add_argument("--priority", type=int, default=config.option("priority"),
+    p.add_argument("--priority", type=int, default=_number_setting("priority"),
                    help="on a shared cluster, higher priorities' tiles go first; farm.priority")  # fmt: skip
     p.add_argument("--timecode", metavar="HH:MM:SS:FF",
                    help="start timecode of every shot's first frame, for the video (tmcd), EXR headers and "
@@ -349,10 +389,9 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batch-frames",
         type=int,
-        default=config.option("batch-frames"),
         metavar="N",
-        help="pixel frames per output batch: one blend task, Zarr chunks and video segment; "
-        "farm.batch-frames",
+        help="pixel frames per output batch: one blend task, Zarr chunks and video segment "
+        f"({RECORDED}); farm.batch-frames (default: {config.option('batch-frames')})",
     )
     p.add_argument("--chunk", metavar="F,H,W",
                    help="largest latent block one decode call takes inside a worker (0 = no limit), "
@@ -414,7 +453,8 @@ def _plan_options(args: argparse.Namespace):
         tiles=parse_tiles(args.tiles),
         cost_model=args.cost_model,
         overlap=parse_triple(args.overlap, "--overlap", minimum=0) if args.overlap else None,
-        batch_frames=args.batch_frames,
+        batch_frames=config.whole_number("batch-frames", 1) if args.batch_frames is None
+        else args.batch_frames,
         chunk=chunk,
     )
 
@@ -510,7 +550,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
         overwrite=args.overwrite, audio=args.audio_decoder or args.audio, audio_weights=args.audio_weights,
     )  # fmt: skip
     sound = f", sound {job.audio.describe()}" if job.audio is not None else ""
-    print(f"farm: wrote job {job.path} with {len(job.shots)} shot(s), decoder {job.spec.describe()}{sound}")
+    LOGGER.info(f"wrote job {job.path} with {len(job.shots)} shot(s), decoder {job.spec.describe()}{sound}")
+    print(job.path)  # what a script reads; the line above is a message (-q quiets it)
     return 0
 
 
@@ -542,9 +583,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         LOGGER.warning(line)
     verb = "created" if result.created else "added to"
     replaced = f", replaced {', '.join(result.replaced)}" if result.replaced else ""
-    print(f"farm: {verb} {result.job}: {len(result.shots)} shot(s) of {result.latents} latents{replaced}")
-    for name in result.shots:
-        print(f"  {name}")
+    LOGGER.info(f"{verb} {result.job}: {len(result.shots)} shot(s) of {result.latents} latents{replaced}")
+    for name in result.shots:  # what a script reads: the shots' names, one a line (-q leaves them)
+        print(name)
     return 0
 
 
@@ -555,17 +596,35 @@ def cmd_render(args: argparse.Namespace) -> int:
         args.job, args.out, workers=args.workers, scheduler=args.scheduler,
         scheduler_file=args.scheduler_file, options=_plan_options(args),
         shots=args.shots.split(",") if args.shots else None,
-        video=VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, codec=args.codec,
-                            sequence=args.sequence, first_frame=args.first_frame,
-                            frames_dtype=args.frames_dtype, exr_values=args.exr_values,
-                            audio=not args.no_audio, audio_format=args.audio_format, timecode=args.timecode,
-                            hdr=args.hdr, colorspace=args.colorspace),
+        video=_video_settings(args), given=_given_options(args),
         window=args.window, restart=args.restart, frames=args.frame_range,
         compile=args.compile, log=logs.message,
         on_progress=progress_bar(args.started),
         priority=args.priority,
     )  # fmt: skip
     return _report(run_render(request), Path(args.out))
+
+
+def _video_settings(args: argparse.Namespace) -> VideoSettings:
+    """``farm render``'s output options; those left out are farm's settings (`farm.config`) until
+    `farm.run.recorded` gives them OUT's."""
+    unset_is_configured = {"codec": args.codec, "first_frame": args.first_frame,
+                           "frames_dtype": args.frames_dtype, "exr_values": args.exr_values,
+                           "audio_format": args.audio_format}  # fmt: skip
+    return VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, sequence=args.sequence,
+                         audio=not args.no_audio, timecode=args.timecode, hdr=args.hdr,
+                         colorspace=args.colorspace,
+                         **{k: v for k, v in unset_is_configured.items() if v is not None})  # fmt: skip
+
+
+def _given_options(args: argparse.Namespace) -> frozenset[str]:
+    """The options OUT records that this command line sets (the others resume OUT's, `farm.run.recorded`)."""
+    values = {"--batch-frames": args.batch_frames, "--codec": args.codec, "--sequence": args.sequence,
+              "--first-frame": args.first_frame, "--frames-dtype": args.frames_dtype,
+              "--exr-values": args.exr_values, "--audio-format": args.audio_format,
+              "--hdr": args.hdr, "--colorspace": args.colorspace,
+              "--no-video": args.no_video or None}  # fmt: skip
+    return frozenset(option for option, value in values.items() if value is not None)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -595,6 +654,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{finished} of {len(rows)} shots finished" + (f", {cancelled} cancelled (a rerun resumes them)"
                                                           if cancelled else ""))  # fmt: skip
     for row in rows:
+        for line in row.damaged_outputs:  # what is damaged, one file a line
+            LOGGER.error(f"shot {row.shot!r} {line}")
         if row.superseded:
             LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its output is not what "
                          "this farm decodes; farm render --restart renders it again")  # fmt: skip
@@ -738,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:
+        _check_settings(args)
         return COMMANDS[args.command](args)
     except FarmError as exc:
         print(f"farm: error: {exc}", file=sys.stderr)

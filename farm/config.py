@@ -15,11 +15,14 @@ Dask's own ``scheduler-address`` (``DASK_SCHEDULER_ADDRESS``) is honoured too: w
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import dask.config
 import yaml
+
+from farm.errors import FarmError
 
 DEFAULTS_FILE = Path(__file__).with_name("farm.yaml")
 NAMESPACE = "farm"
@@ -49,6 +52,31 @@ def option(key: str) -> Any:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return value
+
+
+def whole_number(key: str, minimum: int | None = 0) -> int:
+    """``farm.<key>`` as a whole number (≥ `minimum` unless None), or a FarmError naming where the bad
+    value was set (the ``DASK_FARM__*`` variable, else the setting in Dask's configuration)."""
+    value = get(key)
+    try:
+        number = int(value)
+        ok = not isinstance(value, bool) and str(number) == str(value).strip()
+    except (TypeError, ValueError):
+        ok = False
+    if ok and (minimum is None or number >= minimum):
+        return number
+    packaged = defaults().get(key)
+    wanted = "a whole number" if minimum is None else f"a whole number ≥ {minimum}"
+    raise FarmError(f"{source(key)} is {value!r}, not {wanted}; set it to one, or unset it for the default "
+                    f"({'none' if packaged is None else packaged})")
+
+
+def source(key: str) -> str:
+    """Where ``farm.<key>`` was set, in words: its environment variable when one is set, else the key."""
+    variable = f"DASK_{NAMESPACE}__{key}".upper().replace("-", "_")
+    if variable in os.environ:
+        return f"environment variable {variable}"
+    return f"{NAMESPACE}.{key} in Dask's configuration"
 
 
 # Settings read where the work runs (on workers), not by the command: compile-cache and launch-lead when

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from farm import config
+from farm import config, logs
 from farm.dashboard.monitor import FINAL_STATES, install
 from farm.errors import FarmError
 from farm.owner import current_user
@@ -337,6 +337,14 @@ def submit_detached(
     path = _check_script(script)
     source = path.read_text()
     compile(source, str(path), "exec")  # a syntax error is reported here, not on the cluster
+    relative = relative_path_arguments(args)
+    if relative:
+        logs.LOGGER.warning(
+            f"relative path(s) {', '.join(map(repr, relative))} in the workflow's arguments: a detached "
+            "workflow runs in a worker process of the cluster and reads them from that worker's working "
+            "directory (where `farm cluster` or `dask worker` started), not from this one; give absolute "
+            "paths"
+        )
     submission = submission or new_submission_id()
     client = client_for(address)
     try:
@@ -364,6 +372,19 @@ def submit_detached(
         return submission
     finally:
         client.close()
+
+
+def relative_path_arguments(args: Sequence[str]) -> list[str]:
+    """The workflow arguments that read as relative paths: not options, not absolute, and naming
+    something that exists here or holding a path separator (``--out=renders/ep01`` counts its value)."""
+    found = []
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if not value or value.startswith("-") or os.path.isabs(value) or "://" in value:
+            continue
+        if os.sep in value or os.path.exists(value):
+            found.append(value)
+    return found
 
 
 def follow(address: str, submission: str, *, log: Callable[[str], None] = print, poll: float = 0.5) -> int:

@@ -177,6 +177,7 @@ def render(
     cluster unless `kwargs` name one, uses its priority unless given, names the render under the
     submission, logs through `log`, and raises :class:`Cancelled` when the render or the submission is
     cancelled (finished batches stay)."""
+    from farm.run.recorded import given_settings
     from farm.run.render import run_render  # Dask distributed: `import farm.workflow` stays free of it
 
     ctx = context()
@@ -200,6 +201,9 @@ def render(
             if cancelled(stats.render_id):
                 raise Cancelled(f"render {stats.render_id} was cancelled")
 
+    # as farm.render: options and video left out take what OUT recorded
+    kwargs.setdefault("given", given_settings(kwargs.get("options"), kwargs.get("video")))
+    kwargs = {k: v for k, v in kwargs.items() if v is not None or k not in ("options", "video")}
     request = RenderRequest(job, out, priority=priority, render_id=render_id or "", on_progress=on_progress,
                             **kwargs)  # fmt: skip
     try:

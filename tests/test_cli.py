@@ -30,7 +30,7 @@ def job(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("cli") / "job.zarr"
     result = farm("synth", str(path), "--shots", "2", "--frames", "17", "--height", "64", "--width", "96")
     assert result.returncode == 0, result.stderr
-    assert "RANDOM weights" in result.stdout
+    assert "RANDOM weights" in result.stderr and result.stdout.strip() == str(path)
     return path
 
 

@@ -61,11 +61,11 @@ def test_refused_commands_touch_nothing(job, finished):
         ({"restart": True, "frames": "500-600"}, "asks for frames 500..600 beyond shot"),
         (
             {"video": VideoSettings(codec="prores_hq", sequence="png8")},
-            "video codec: OUT has h264, this render prores_hq",
+            "--codec: OUT has h264, this render prores_hq",
         ),
         (
             {"options": farm.PlanOptions(tiles=(1, 1, 1), batch_frames=4)},
-            "batch frames: OUT has 8, this render 4",
+            "--batch-frames: OUT has 8, this render 4",
         ),
         ({"restart": True, "video": VideoSettings(preset="nosuch")}, "--preset 'nosuch' is invalid"),
         ({"restart": True, "video": VideoSettings(first_frame=-1)}, "--first-frame -1 is invalid"),

@@ -78,10 +78,12 @@ def test_prores_video_and_png16_sequence(job, tmp_path, scheduler3):
     first = sequences.read_image(files[0])
     np.testing.assert_array_equal((first.astype(np.float64) / 257).round().astype(np.uint8), frames[0])
     # a different output choice is a different render of OUT: refused, nothing touched
-    in_words = ("image sequence: OUT has png16, this render none; "
-                "video codec: OUT has prores_hq, this render h264")  # fmt: skip
+    in_words = ("--sequence: OUT has png16, this render none; "
+                "--codec: OUT has prores_hq, this render h264")  # fmt: skip
     with pytest.raises(FarmError, match=in_words):
-        farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET)
+        farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=VideoSettings(), **QUIET)
+    # left out, the output settings are OUT's: the finished render resumes, with nothing to do
+    assert farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, **QUIET).batches_written == 0
 
 
 def test_float16_master_copy_with_h264_and_exr(job, tmp_path, scheduler3):
@@ -114,6 +116,6 @@ def test_exr_sequence_headers_carry_the_shots_fps_and_value_encoding(job, tmp_pa
         header = dict(f.header())
     assert header["framesPerSecond"] == 25 and header["colorInteropID"] == "lin_rec709_scene"
     # the choice is part of what OUT is a render of: display values into the same OUT are refused
-    with pytest.raises(FarmError, match="exr_values"):
+    with pytest.raises(FarmError, match="--exr-values: OUT has linear, this render display"):
         display = VideoSettings(enabled=False, sequence="exr", first_frame=101)
         farm.render(job, out.root, scheduler=scheduler3, options=WHOLE, video=display, **QUIET)

@@ -156,7 +156,7 @@ def test_random_steps_never_lose_finished_work(steps, job, reference, cluster3, 
             farm.render(job, out.root, scheduler=scheduler3, options=options(size), frames="1-4", **QUIET)
             current = size
         elif step == "refused-settings" and current:
-            with pytest.raises(FarmError, match="batch frames: OUT has"):
+            with pytest.raises(FarmError, match="--batch-frames: OUT has"):
                 farm.render(job, out.root, scheduler=scheduler3, options=options(12 - current), **QUIET)
         elif step == "refused-option":
             with pytest.raises(FarmError):

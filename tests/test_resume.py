@@ -208,7 +208,7 @@ def test_changed_latents_are_refused_then_restarted(tmp_path, scheduler3):
     write_shot(job, "shot001", smooth_latent(np.random.default_rng(99), (8, 2, 2, 2)), fps=24.0)
     with pytest.raises(FarmError, match="shot 'shot001': the latents changed"):
         render(job, out.root, scheduler=scheduler3, **QUIET)
-    with pytest.raises(FarmError, match="batch frames: OUT has 9, this render 4"):
+    with pytest.raises(FarmError, match="--batch-frames: OUT has 9, this render 4"):
         render(job, out.root, scheduler=scheduler3, options=PlanOptions(batch_frames=4), **QUIET)
     assert {s: out.video(s).read_bytes() for s in before} == before  # nothing lost
     stats = render(job, out.root, scheduler=scheduler3, restart=True, **QUIET)

@@ -4,7 +4,8 @@
         [--tiles auto] [--batch-frames 32] [--no-video]
 
 The named shots start over (their frames, segments, video and done markers are discarded, then rendered
-again with the options given); every other shot in OUT is untouched. Run directly, ``--workers N`` starts
+again with the options given, and OUT's recorded batch frames and output settings for those not given);
+every other shot in OUT is untouched. Run directly, ``--workers N`` starts
 a local cluster and ``--scheduler``/``--scheduler-file`` join one.
 
 A whole shot is the unit: re-rendering only some frames of a finished shot is not offered, because
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from farm import workflow
 from farm.errors import FarmError
@@ -25,7 +27,9 @@ from farm.errors import FarmError
 def main(argv: Sequence[str]) -> int:
     from farm.media.settings import VideoSettings
     from farm.planning.options import PlanOptions, parse_tiles, parse_triple
+    from farm.run.recorded import options_with, out_settings, taken_settings, video_with
     from farm.store.job import open_job
+    from farm.store.output import Output
 
     p = argparse.ArgumentParser(prog="rerender.py", description="Re-render some shots of a job.")
     p.add_argument("job", help="job store")
@@ -33,9 +37,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--shots", required=True, help="comma-separated shots to render again")
     p.add_argument("--tiles", default=None, help="auto or F,H,W (default: farm's default)")
     p.add_argument("--overlap", default=None, help="F,H,W in latent units")
-    p.add_argument("--batch-frames", type=int, default=None, help="pixel frames per batch")
+    p.add_argument("--batch-frames", type=int, default=None,
+                   help="pixel frames per batch (default: OUT's, else farm's default)")
     p.add_argument("--priority", type=int, default=None, help="priority (default: the submission's)")
-    p.add_argument("--no-video", action="store_true", help="frames to Zarr only")
+    p.add_argument("--no-video", action="store_true", help="frames to Zarr only (default: as OUT)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--scheduler", help="when run directly: join this scheduler")
     g.add_argument("--scheduler-file", help="when run directly: join the cluster of this scheduler file")
@@ -56,9 +61,13 @@ def main(argv: Sequence[str]) -> int:
         options["batch_frames"] = args.batch_frames
     cluster = {k: getattr(args, k) for k in ("scheduler", "scheduler_file", "workers") if getattr(args, k)}
     workflow.log(f"rerender: {len(shots)} shot(s) of {args.job} start over in {args.out}: {', '.join(shots)}")
+    # what the other shots of OUT were rendered with, unless given here
+    given = frozenset(option for option, value in (("--batch-frames", args.batch_frames),
+                                                   ("--no-video", args.no_video)) if value)  # fmt: skip
+    taken = taken_settings(out_settings(Output(Path(args.out)), list(job.shots)), given)
     stats = workflow.render(
-        args.job, args.out, shots=shots, restart=True, options=PlanOptions(**options),
-        video=VideoSettings(enabled=not args.no_video), priority=args.priority, **cluster,
+        args.job, args.out, shots=shots, restart=True, options=options_with(PlanOptions(**options), taken),
+        video=video_with(VideoSettings(enabled=not args.no_video), taken), priority=args.priority, **cluster,
     )  # fmt: skip
     for shot in stats.shots.values():
         workflow.log(f"  {shot.shot}: {shot.batches_written}/{shot.batches_total} batches"

@@ -362,7 +362,8 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     elif "weights" not in raw:
         raise FarmError(
             f"--decoder {raw.get('config')!r} needs weights: --weights PATH (a diffusers VAE folder or one "
-            '.safetensors file), or a JSON spec with "weights"'
+            '.safetensors file), or a JSON spec with "weights": {"path": PATH}, or, for tests and demos '
+            f"only, random weights: --decoder '{json.dumps({**raw, 'weights': {'random_seed': 0}})}'"
         )
     if latents is not None:
         raw["latents"] = latents

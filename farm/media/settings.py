@@ -22,17 +22,17 @@ class VideoSettings:
 
     The defaults of the fields marked "farm.KEY" are dask.config's (`farm.config`)."""
 
-    crf: int = field(default_factory=lambda: int(config.get("crf")))  # farm.crf
+    crf: int = field(default_factory=lambda: config.whole_number("crf", 0))  # farm.crf
     preset: str = field(default_factory=lambda: str(config.get("preset")))  # farm.preset
     # threads of each segment's encode (farm.encoder-threads; 0: the encoder's own choice, which for
     # x264 is 1.5 per core: the bytes then depend on the encoding worker's cores, a fixed count not)
-    encoder_threads: int = field(default_factory=lambda: int(config.get("encoder-threads")))
+    encoder_threads: int = field(default_factory=lambda: config.whole_number("encoder-threads", 0))
     enabled: bool = True  # False: frames to Zarr only, no segments or video
     # h264, h265 (mp4) or prores_hq, prores_4444 (mov): farm.media.video.CODECS; farm.codec
     codec: str = field(default_factory=lambda: str(config.get("codec")))
     sequence: str | None = None  # png8, png16 or exr: <shot>.####.<ext> under OUT/sequences/<shot>/
     # number of a shot's first frame in sequence file names and the Zarr frame coordinate; farm.first-frame
-    first_frame: int = field(default_factory=lambda: int(config.get("first-frame")))
+    first_frame: int = field(default_factory=lambda: config.whole_number("first-frame", 0))
     # the Zarr master copy: uint8 levels or float16 in [0, 1]; farm.frames-dtype
     frames_dtype: str = field(default_factory=lambda: str(config.get("frames-dtype")))
     # start timecode of every shot's first frame (HH:MM:SS:FF, ;FF drop-frame), instead of the job's
@@ -44,7 +44,7 @@ class VideoSettings:
     exr_values: str = field(default_factory=lambda: str(config.get("exr-values")))
     # the most MiB of frames in one Zarr chunk of a new frames array (farm.frame-chunk-mib): a batch's
     # chunks compress and reach the disk side by side, so smaller chunks write one batch sooner
-    frame_chunk_mib: int = field(default_factory=lambda: int(config.get("frame-chunk-mib")))
+    frame_chunk_mib: int = field(default_factory=lambda: config.whole_number("frame-chunk-mib", 1))
     # shots with sound (LTX-2 audio latents in the job): OUT/audio/<shot>.<format> and a track in the video
     audio: bool = True
     audio_format: str = "wav"  # "wav" or "flac" (farm.media.audio.FORMATS)

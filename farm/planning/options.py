@@ -36,7 +36,7 @@ class PlanOptions:
 
     tiles: tuple[int, int, int] | str = field(default_factory=lambda: configured_tiles())
     overlap: tuple[int, int, int] | None = None
-    batch_frames: int = field(default_factory=lambda: int(config.get("batch-frames")))
+    batch_frames: int = field(default_factory=lambda: config.whole_number("batch-frames", 1))
     chunk: ChunkSize = ChunkSize()
     cost_model: str | None = None
     worker_memory: int | None = None

@@ -69,7 +69,7 @@ class PlanReport:
 
 def plan_report(
     job_path: str | os.PathLike[str],
-    options: PlanOptions = PlanOptions(),
+    options: PlanOptions | None = None,
     n_workers: int | None = None,
     shots: Sequence[str] | None = None,
     *,
@@ -77,7 +77,8 @@ def plan_report(
 ) -> PlanReport:
     """Plan the job at `job_path` for `n_workers` decode workers (default: what ``farm render`` would
     start here: one per GPU, or up to 4 CPU processes), predicting a render that encodes videos unless
-    `video` is false."""
+    `video` is false. `options`: default `PlanOptions()` (farm.* settings read now)."""
+    options = options or PlanOptions()
     if n_workers is not None and n_workers < 1:
         raise FarmError(f"--workers {n_workers} is invalid; use 1 or more")
     n_workers = n_workers if n_workers is not None else local_decode_workers()

@@ -66,6 +66,7 @@ from farm.run.graph import (
     run_graph,
     split_workers,
 )
+from farm.run.recorded import given_settings, with_recorded_settings
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
@@ -124,11 +125,11 @@ def render(
     workers: int | None = None,
     scheduler: str | None = None,
     scheduler_file: str | None = None,
-    options: PlanOptions = PlanOptions(),
+    options: PlanOptions | None = None,
     shots: Sequence[str] | None = None,
     restart: bool = False,
     compile: bool | str = False,
-    video: VideoSettings = VideoSettings(),
+    video: VideoSettings | None = None,
     window: int | None = None,
     log: Callable[[str], None] = logs.message,
     on_progress: ProgressCallback | None = None,
@@ -147,6 +148,8 @@ def render(
 
     `frames` (e.g. ``"1-48"``, ``"1-100x2"``) renders only the batches holding those frame numbers and
     merges with what OUT already holds. `video` chooses the codec and an optional image sequence.
+    Into an OUT that holds a render, `options` and `video` left out take the batch frames and output
+    settings OUT recorded (`farm.run.recorded`); given, they must match them (or `restart`).
 
     `log` receives progress messages and warnings (default: the ``farm`` logger, `farm.logs`).
     `priority`: renders sharing a cluster run a higher priority's tasks first. `render_id` names the
@@ -156,8 +159,9 @@ def render(
     """
     request = RenderRequest(
         job_path, out_path, workers=workers, scheduler=scheduler, scheduler_file=scheduler_file,
-        options=options, shots=shots, restart=restart, compile=compile, video=video, window=window, log=log,
-        on_progress=on_progress, priority=priority, render_id=render_id or "", frames=frames, stream=stream,
+        options=options or PlanOptions(), shots=shots, restart=restart, compile=compile,
+        video=video or VideoSettings(), window=window, log=log, on_progress=on_progress, priority=priority,
+        render_id=render_id or "", frames=frames, stream=stream, given=given_settings(options, video),
     )  # fmt: skip
     return run_render(request)
 
@@ -173,6 +177,7 @@ def run_render(request: RenderRequest) -> RenderStats:
 def _render(request: RenderRequest) -> RenderStats:
     clock = SetupClock()
     job = open_job(request.job_path)
+    request = with_recorded_settings(request, list(job.shots))  # OUT's settings, unless the user set them
     # an HDR job renders HDR without --hdr; the request then carries what it renders
     video = with_decoder_hdr(request.video, job.spec.hdr, job.spec.dtype)
     request = dataclasses.replace(request, video=video)

@@ -36,11 +36,11 @@ class RenderRequest:
     workers: int | None = None
     scheduler: str | None = None
     scheduler_file: str | None = None
-    options: PlanOptions = PlanOptions()
+    options: PlanOptions = field(default_factory=PlanOptions)  # built when used: farm.* read then
     shots: Sequence[str] | None = None
     restart: bool = False
     compile: bool | str = False
-    video: VideoSettings = VideoSettings()
+    video: VideoSettings = field(default_factory=VideoSettings)
     window: int | None = None
     log: Callable[[str], None] = logs.message
     on_progress: ProgressCallback | None = None
@@ -48,6 +48,9 @@ class RenderRequest:
     render_id: str = ""  # empty: a new random id
     frames: str | None = None
     stream: bool = True
+    # the options the user set, as typed (``--batch-frames``): the others take what OUT recorded when it
+    # holds a render (`farm.run.recorded`); None: every option counts as set
+    given: frozenset[str] | None = None
     out: Output = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -91,20 +91,24 @@ def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
     return dict(recorded) if isinstance(recorded, dict) else None
 
 
-# What each recorded setting is called in messages (identity key, then the key inside it).
+# What each recorded setting is called in messages: the option that sets it, as the user types it
+# (identity key, then the key inside it).
 SETTING_NAMES = {
-    ("outputs", "video"): "video codec",
-    ("outputs", "sequence"): "image sequence",
-    ("outputs", "first_frame"): "sequence first frame",
-    ("outputs", "frames_dtype"): "Zarr frames dtype",
-    ("outputs", "hdr"): "HDR transfer (--hdr)",
-    ("outputs", "colorspace"): "EXR colour space (--colorspace)",
-    ("plan", "tiles"): "tiles (F,H,W)",
-    ("plan", "overlap"): "overlap (F,H,W)",
-    ("plan", "batch_frames"): "batch frames",
-    ("plan", "chunk"): "chunk (F,H,W, overlap)",
+    ("outputs", "video"): "--codec",
+    ("outputs", "sequence"): "--sequence",
+    ("outputs", "first_frame"): "--first-frame",
+    ("outputs", "frames_dtype"): "--frames-dtype",
+    ("outputs", "exr_values"): "--exr-values",
+    ("plan", "tiles"): "--tiles",
+    ("plan", "overlap"): "--overlap",
+    ("plan", "batch_frames"): "--batch-frames",
+    ("plan", "chunk"): "--chunk",
+    ("outputs", "hdr"): "--hdr",
+    ("outputs", "colorspace"): "--colorspace",
     ("plan", "pixel_shape"): "frames (F,H,W)",
 }
+# what an identity means by a setting it leaves out (recorded only when not the default)
+UNRECORDED = {("outputs", "exr_values"): "display"}
 
 
 def _words(value: Any) -> str:
@@ -117,7 +121,7 @@ def _words(value: Any) -> str:
 
 def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """The settings that differ between two render identities, in words (empty when they are the same):
-    ``video codec: OUT has h264, this render prores_hq``."""
+    ``--codec: OUT has h264, this render prores_hq``."""
     out = []
     superseded = superseded_config(recorded.get("decoder"), FAMILIES)
     sound = superseded_sound(recorded)
@@ -139,7 +143,8 @@ def identity_differences(recorded: dict[str, Any], current: dict[str, Any]) -> l
             for sub in sorted(set(old) | set(new)):
                 if old.get(sub) != new.get(sub):
                     name = SETTING_NAMES.get((key, sub), f"{key} {sub}")
-                    out.append(f"{name}: OUT has {_words(old.get(sub))}, this render {_words(new.get(sub))}")
+                    was, now = (d.get(sub, UNRECORDED.get((key, sub))) for d in (old, new))
+                    out.append(f"{name}: OUT has {_words(was)}, this render {_words(now)}")
         else:
             out.append(f"{key}: OUT has {_words(old)}, this render {_words(new)}")
     return out
@@ -367,8 +372,8 @@ def resume_points(
                  for k, v in refused.items()]  # fmt: skip
         raise FarmError(
             f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
-            + ". Nothing was changed. Use a new --out, or --restart to render those shots over (their "
-            "finished work is discarded)"
+            + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
+            "to render those shots over (their finished work is discarded), or a new --out"
         )  # fmt: skip
     return points
 

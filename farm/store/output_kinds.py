@@ -127,15 +127,21 @@ def _frames_record(out: Output, shot: str, batch: int, start: int, stop: int) ->
 
 
 def _frames_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) -> bool:
+    return not damaged_chunks(out, shot, record)
+
+
+def damaged_chunks(out: Output, shot: str, record: dict[str, Any]) -> list[Path]:
+    """The chunk files a batch's marker `record` names that are missing, truncated or altered."""
     array_dir = out.frames_array(shot)
+    damaged = []
     for name, digest in (record.get("chunks") or {}).items():
         chunk = array_dir / name
         if digest is None:
             if chunk.exists() and chunk.stat().st_size == 0:
-                return False
+                damaged.append(chunk)
         elif file_digest(chunk) != digest:
-            return False
-    return True
+            damaged.append(chunk)
+    return damaged
 
 
 def _forget_frames(out: Output, shot: str, batch: int, record: dict[str, Any]) -> None:

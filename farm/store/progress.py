@@ -13,8 +13,9 @@ from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
 from farm.decoders.ltx2_audio import superseded_sound
 from farm.errors import FarmError
+from farm.store.markers import read_marker
 from farm.store.output import Output
-from farm.store.output_kinds import SHOT_OUTPUTS, VIDEO, batch_checks, verified_batches
+from farm.store.output_kinds import SHOT_OUTPUTS, VIDEO, batch_checks, damaged_chunks, verified_batches
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class ShotProgress:
     damaged: int | None = None  # with verify: finished batches (and video) found missing or altered
     cancelled: bool = False  # stopped by `farm cancel` before it finished (a rerun resumes it)
     superseded: str | None = None  # decoded with an earlier revision of its named decoder config: why
+    # with verify: each damaged output in words, one line each (``batch 2: frames.zarr/shot000/c/2/0/0/0
+    # altered or missing``), paths relative to OUT
+    damaged_outputs: tuple[str, ...] = ()
 
 
 def rendered_frames(identity: dict, batches_done: Iterable[int]) -> int:
@@ -65,14 +69,33 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
         frames = rendered_frames(identity, marked)
         video = VIDEO.present(out, name)
         batches = total if isinstance(total, int) else None
-        damaged = None
+        damaged: int | None = None
+        damaged_outputs: tuple[str, ...] = ()
         if verify:  # the frames of each finished batch; what batches are joined into, as the shot's own
             _, bad = verified_batches(out, name, batch_checks(joined=[k.name for k in SHOT_OUTPUTS]))
             damaged = len(bad) + sum(kind.damaged(out, name) for kind in SHOT_OUTPUTS)
+            damaged_outputs = damaged_in_words(out, name, bad)
             video = video and not VIDEO.damaged(out, name)
         finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
         cancelled = not finished and out.cancelled_marker(name).exists()
         superseded = superseded_config(identity.get("decoder"), FAMILIES) or superseded_sound(identity)
         progress.append(ShotProgress(name, len(marked), batches, frames, video, bool(identity) and finished,
-                                     damaged, cancelled, superseded))  # fmt: skip
+                                     damaged, cancelled, superseded, damaged_outputs))  # fmt: skip
     return progress
+
+
+def damaged_in_words(out: Output, shot: str, batches: Iterable[int]) -> tuple[str, ...]:
+    """A line for each damaged file of the shot's damaged `batches` (their frames' chunk files) and of
+    its damaged shot outputs (video, sound), paths relative to OUT."""
+    lines = []
+    for batch in sorted(batches):
+        chunks = damaged_chunks(out, shot, read_marker(out.done_marker(shot, batch)) or {})
+        lines += [f"batch {batch}: {chunk.relative_to(out.root)} altered or missing" for chunk in chunks]
+        lines += [] if chunks else [f"batch {batch}: its done marker is unreadable"]
+    for kind in SHOT_OUTPUTS:
+        if kind.damaged(out, shot):
+            files = [kind.file(out, shot, s) for s in kind.every_suffix() if kind.file(out, shot, s).exists()]
+            lines += [f"{kind.name}: {f.relative_to(out.root)} differs from its recorded checksum"
+                      for f in files]  # fmt: skip
+            lines += [] if files else [f"{kind.name}: missing"]
+    return tuple(lines)

@@ -1,0 +1,122 @@
+"""A rerun into an OUT that holds a render takes the settings OUT recorded for every option the user did
+not set, so the plain command resumes whatever options the first render was given; only options the
+user set that differ from OUT's are refused (`farm.run.resume.resume_points` names them).
+
+Pure apart from reading OUT's recorded identities (`farm.run.resume.recorded_identity`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from farm.media.settings import HLG_MASTER
+from farm.run.resume import recorded_identity
+
+if TYPE_CHECKING:
+    from farm.media.settings import VideoSettings
+    from farm.planning.options import PlanOptions
+    from farm.run.request import RenderRequest
+    from farm.store.output import Output
+
+# The options a render identity records, by the name the user sets them with, and where in the identity.
+# --tiles, --overlap and --chunk need no entry: auto tiles keep the grids and chunking OUT recorded
+# (`farm.run.resume.recorded_layout`).
+RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
+    "--batch-frames": ("plan", "batch_frames"),
+    "--codec": ("outputs", "video"),
+    "--sequence": ("outputs", "sequence"),
+    "--first-frame": ("outputs", "first_frame"),
+    "--frames-dtype": ("outputs", "frames_dtype"),
+    "--exr-values": ("outputs", "exr_values"),
+    "--audio-format": ("outputs", "audio", "format"),
+    "--hdr": ("outputs", "hdr"),
+    "--colorspace": ("outputs", "colorspace"),
+}
+# options that set what a recorded value says besides its own (no video is a recorded codec of none)
+ALSO_SET_BY = {"--codec": ("--no-video",)}
+MISSING = object()
+
+
+def given_settings(options: object | None, video: object | None) -> frozenset[str]:
+    """The options `farm.render` was given: every plan option with `options`, every output option with
+    `video` (None: left out)."""
+    given = {"--batch-frames"} if options is not None else set()
+    if video is not None:
+        given |= set(RECORDED_OPTIONS) - {"--batch-frames"} | {"--no-video"}
+    return frozenset(given)
+
+
+def _lookup(identity: dict[str, Any], path: Sequence[str]) -> Any:
+    value: Any = identity
+    for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return MISSING
+        value = value[key]
+    return value
+
+
+def recorded_settings(identities: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Each `RECORDED_OPTIONS` value the given recorded identities agree on (an option whose shots
+    recorded different values, or none, is left out)."""
+    identities = list(identities)
+    settings: dict[str, Any] = {}
+    for option, path in RECORDED_OPTIONS.items():
+        values = [_lookup(identity, path) for identity in identities]
+        if option == "--exr-values" and any(_lookup(i, ("outputs", "sequence")) == "exr" for i in identities):
+            values = ["display" if v is MISSING else v for v in values]  # recorded only when not display
+        if option == "--audio-format":
+            values = [v for v in values if v is not MISSING]  # recorded only for shots with sound
+        distinct = {repr(v) for v in values}
+        if values and len(distinct) == 1 and values[0] is not MISSING:
+            settings[option] = values[0]
+    return settings
+
+
+def taken_settings(settings: dict[str, Any], given: frozenset[str] | None) -> dict[str, Any]:
+    """The recorded `settings` the user did not set (`given`: the options set; None: all of them)."""
+    given = given if given is not None else frozenset(RECORDED_OPTIONS) | {"--no-video"}
+    return {k: v for k, v in settings.items() if k not in given and not given & set(ALSO_SET_BY.get(k, ()))}
+
+
+def video_with(video: VideoSettings, taken: dict[str, Any]) -> VideoSettings:
+    """`video` with the output settings among `taken` (option → recorded value)."""
+    changes: dict[str, Any] = {}
+    if "--codec" in taken:
+        codec = taken["--codec"]
+        if codec is None:
+            changes.update(enabled=False)
+        else:  # an HDR render's video is its HLG master, which --hdr (recorded beside it) makes
+            changes.update(enabled=True, **({} if codec == HLG_MASTER else {"codec": codec}))
+    fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
+              "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace"}  # fmt: skip
+    changes.update({fields[k]: v for k, v in taken.items() if k in fields})
+    if taken.get("--first-frame") is not None:
+        changes["first_frame"] = taken["--first-frame"]
+    return dataclasses.replace(video, **changes) if changes else video
+
+
+def options_with(options: PlanOptions, taken: dict[str, Any]) -> PlanOptions:
+    """`options` with the batch frames among `taken`."""
+    if "--batch-frames" not in taken:
+        return options
+    return dataclasses.replace(options, batch_frames=int(taken["--batch-frames"]))
+
+
+def out_settings(out: Output, shots: Sequence[str]) -> dict[str, Any]:
+    """The settings OUT recorded for the named shots that they agree on (none when OUT holds no render)."""
+    if not out.frames_zarr.exists():
+        return {}
+    return recorded_settings(identity for identity in (recorded_identity(out, s) for s in shots) if identity)
+
+
+def with_recorded_settings(request: RenderRequest, shots: Sequence[str]) -> RenderRequest:
+    """`request` with the settings OUT recorded for the named shots in place of the options the user did
+    not set (`request.given`); unchanged when restarting or when OUT records nothing."""
+    if request.restart:
+        return request
+    taken = taken_settings(out_settings(request.out, shots), request.given)
+    if not taken:
+        return request
+    return dataclasses.replace(request, options=options_with(request.options, taken),
+                               video=video_with(request.video, taken))  # fmt: skip
