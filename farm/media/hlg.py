@@ -23,7 +23,7 @@ from farm.errors import FarmError
 from farm.media.colour import convert
 from farm.media.files import atomic_path
 from farm.media.hdr import hlg_signal, hlg_yuv420p10
-from farm.media.video import _CHROMA_CENTRE, _X265_PARAMS, with_valid_decode_timestamps
+from farm.media.video import CHROMA_CENTRE, X265_PARAMS, with_valid_decode_timestamps
 
 __all__ = ["HLG_PIX_FMT", "encode_hlg_segment", "hlg_planes"]
 
@@ -32,7 +32,7 @@ HLG_PIX_FMT = "yuv420p10le"
 _BT2020, _ARIB_STD_B67, _BT2020_NCL = 9, 18, 9
 # lookahead-slices=0: with a sliced lookahead x265's frame-type and cost decisions, and so the bitstream,
 # differ from one encode of the same frames to the next
-_X265_HLG = (f"{_X265_PARAMS}:lookahead-slices=0:colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc"
+_X265_HLG = (f"{X265_PARAMS}:lookahead-slices=0:colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc"
              ":range=limited")  # fmt: skip
 LINEAR_SOURCES = ("lin_rec709", "acescg")
 
@@ -78,7 +78,7 @@ def encode_hlg_segment(
     time_base = 1 / rate
     with atomic_path(path) as tmp, av.open(tmp, mode="w", format="mp4") as out:
         out.metadata.update(metadata or {})
-        options = {"x265-params": _X265_HLG, "crf": str(crf), "preset": preset, **dict([_CHROMA_CENTRE])}
+        options = {"x265-params": _X265_HLG, "crf": str(crf), "preset": preset, **dict([CHROMA_CENTRE])}
         stream = out.add_stream("libx265", rate=rate, options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, HLG_PIX_FMT
         stream.time_base = time_base

@@ -60,14 +60,14 @@ _KEYINT = 250
 # ``stitchable`` stops x264 tuning the PPS to rate control (e.g. pic_init_qp from crf), made for exactly this.
 _X264_PARAMS = f"keyint={_KEYINT}:min-keyint={_KEYINT}:scenecut=0:open-gop=0:stitchable=1"
 # The same for x265; ``info=0`` leaves out the SEI that records the encoder's command line.
-_X265_PARAMS = (
+X265_PARAMS = (
     f"keyint={_KEYINT}:min-keyint={_KEYINT}:scenecut=0:open-gop=0:repeat-headers=0:info=0:log-level=error"
 )
 # AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
 _BT709 = 1
 # farm.media.yuv's 4:2:0 chroma is centre-sited (the mean of each 2x2 block); without this tag, decoders
 # assume left-sited chroma (H.264/H.265's default) and shift colour edges by a quarter pixel.
-_CHROMA_CENTRE = ("chroma_sample_location", "center")
+CHROMA_CENTRE = ("chroma_sample_location", "center")
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,9 @@ CODECS: dict[str, Codec] = {
     c.name: c
     for c in (
         Codec("h264", "libx264", "mp4", ".mp4", "yuv420p", 8, True,
-              (("x264-params", _X264_PARAMS), _CHROMA_CENTRE)),
+              (("x264-params", _X264_PARAMS), CHROMA_CENTRE)),
         Codec("h265", "libx265", "mp4", ".mp4", "yuv420p", 8, True,
-              (("x265-params", _X265_PARAMS), _CHROMA_CENTRE), codec_tag="hvc1"),
+              (("x265-params", X265_PARAMS), CHROMA_CENTRE), codec_tag="hvc1"),
         Codec("prores_hq", "prores_ks", "mov", ".mov", "yuv422p10le", 10, False,
               (("profile", "3"), ("vendor", "apl0"))),
         Codec("prores_4444", "prores_ks", "mov", ".mov", "yuv444p10le", 10, False,
