@@ -19,6 +19,8 @@ from farm.decoders import FAMILIES
 from farm.errors import FarmError
 from farm.inputs.ingest import ingest
 from farm.inputs.synthetic import synth
+from farm.media.sequences import FORMATS as SEQUENCE_FORMATS
+from farm.media.sequences import sequence_files
 from farm.media.settings import VideoSettings
 from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
@@ -26,6 +28,7 @@ from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
 from farm.store.lock import lock_owner
 from farm.store.output import Output
+from farm.store.output_kinds import SOUND, TIMELINE, VIDEO
 from farm.store.progress import output_progress
 
 RECORDED = "unset, a rerun into OUT takes what OUT recorded"  # the options `farm.run.recorded` resumes
@@ -508,9 +511,6 @@ def output_lines(out: Output, shots: list[str]) -> list[str]:
     """The summary's lines, ``  <kind>: <absolute path>`` (video and sound aligned with frames), one per
     output OUT holds for `shots`: the Zarr frames, then per shot its video, sound file and image sequence
     (folder and file pattern), and the timeline."""
-    from farm.media.sequences import FORMATS, sequence_files
-    from farm.store.output_kinds import SOUND, TIMELINE, VIDEO
-
     lines = [f"  frames: {out.frames_zarr}"]
     for shot in shots:
         for kind in (VIDEO, SOUND):
@@ -518,7 +518,7 @@ def output_lines(out: Output, shots: list[str]) -> list[str]:
                 paths = [kind.file(out, shot, suffix) for suffix in kind.every_suffix()]
                 lines += [f"  {kind.name + ':':7} {path}" for path in paths if path.exists()]  # under frames:
         folder = out.sequence_dir(shot)
-        for ext in dict.fromkeys(f.ext for f in FORMATS.values()) if folder.is_dir() else ():
+        for ext in dict.fromkeys(f.ext for f in SEQUENCE_FORMATS.values()) if folder.is_dir() else ():
             numbers = list(sequence_files(folder, shot, ext))
             if numbers:
                 frames = f"frames {numbers[0]}-{numbers[-1]}"

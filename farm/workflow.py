@@ -177,7 +177,7 @@ def render(
     cluster unless `kwargs` name one, uses its priority unless given, names the render under the
     submission, logs through `log`, and raises :class:`Cancelled` when the render or the submission is
     cancelled (finished batches stay)."""
-    from farm.run.recorded import given_settings
+    from farm.run.recorded import given_settings  # with run_render: `farm.run` loads Dask distributed
     from farm.run.render import run_render  # Dask distributed: `import farm.workflow` stays free of it
 
     ctx = context()

@@ -49,6 +49,7 @@ from farm.planning.render_state import (
 )
 from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
+from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.store.output import Output
 from farm.store.output_kinds import SOUND, VIDEO
@@ -715,8 +716,6 @@ class ProgressPublisher:
 
 
 def cancel_requested(client: Client, render_id: str) -> bool:
-    from farm.render_ids import is_cancelled
-
     try:
         cancelled = client.get_metadata(keys.metadata_path(*keys.CANCELLED), default={}) or {}
     except Exception:  # monitoring must never break a render

@@ -22,7 +22,7 @@ from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.frames import FORMAT, clear_unfinished, fast_codecs
-from farm.store.job import Job
+from farm.store.job import Job, read_audio_latent
 from farm.store.output import Output, os_errors_in_one_line
 from farm.store.output_kinds import (
     SOUND,
@@ -209,8 +209,6 @@ def sound_shots(job: Job, names: Sequence[str], video: VideoSettings) -> set[str
 def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
     """What a shot's sound is decoded from and written as (its audio latent's hash, the audio decoder)."""
     import hashlib
-
-    from farm.store.job import read_audio_latent
 
     assert job.audio is not None
     latent = read_audio_latent(job.path, shot)

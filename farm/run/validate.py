@@ -18,6 +18,8 @@ import numpy as np
 from farm.decoders import compile_mode
 from farm.decoders.launch_pacing import launch_lead
 from farm.errors import FarmError
+from farm.media.colour import colour_available, output_space
+from farm.media.hdr import hdr_transfer
 from farm.media.sequences import FORMATS, exr_available
 from farm.planning.options import parse_frame_numbers
 
@@ -119,9 +121,6 @@ def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool 
 def check_colour_settings(video: VideoSettings) -> None:
     """--hdr names a transfer; --colorspace a space this render's EXR frames can be written in, which
     needs an EXR sequence and OpenColorIO."""
-    from farm.media.colour import colour_available, output_space
-    from farm.media.hdr import hdr_transfer
-
     if video.hdr is not None:
         hdr_transfer(video.hdr, "--hdr")
         if video.sequence not in (None, "exr"):

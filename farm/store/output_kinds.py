@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from farm.media.files import run_side_by_side
+from farm.media.sequences import FORMATS as SEQUENCE_FORMATS
+from farm.media.sequences import frame_path
 from farm.media.timeline import TIMELINE_FILE, timeline_available, written_by_farm
 from farm.store.frames import VALID, chunk_files, drop_frames, remove_chunks
 from farm.store.markers import file_digest, file_intact, read_marker
@@ -163,7 +165,7 @@ def _forget_frames(out: Output, shot: str, batch: int, record: dict[str, Any]) -
 
 
 def _video_suffixes() -> tuple[str, ...]:
-    from farm.media.video import CODECS
+    from farm.media.video import CODECS  # PyAV: off the planning and status paths
 
     return tuple(dict.fromkeys(codec.suffix for codec in CODECS.values()))
 
@@ -196,15 +198,13 @@ def _remove_segments(out: Output, shot: str, recorded: Recorded) -> None:
 def _remove_sequence(out: Output, shot: str, recorded: Recorded) -> None:
     """The image files the recorded sequence settings named (format, first frame and frame count), so
     no file of the old settings is left beside the new ones; then the folder, when nothing else is in it."""
-    from farm.media.sequences import FORMATS, frame_path
-
     outputs = (recorded or {}).get("outputs") or {}
     sequence, first = outputs.get("sequence"), outputs.get("first_frame")
     frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
-    if sequence in FORMATS and isinstance(first, int) and isinstance(frames, int):
+    if sequence in SEQUENCE_FORMATS and isinstance(first, int) and isinstance(frames, int):
         folder = out.sequence_dir(shot)
         for number in range(first, first + frames):
-            frame_path(folder, shot, number, FORMATS[sequence].ext).unlink(missing_ok=True)
+            frame_path(folder, shot, number, SEQUENCE_FORMATS[sequence].ext).unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
 
@@ -226,14 +226,14 @@ def _nothing_to_forget(out: Output, shot: str, batch: int, record: dict[str, Any
 
 def _video_written(out: Output, recorded: Recorded) -> tuple[str, ...]:
     """This output's video suffix, and the recorded render's codec's."""
-    from farm.media.video import CODECS
+    from farm.media.video import CODECS  # PyAV: off the planning and status paths
 
     codec = ((recorded or {}).get("outputs") or {}).get("video")
     return tuple(dict.fromkeys([out.video_suffix, *([CODECS[codec].suffix] if codec in CODECS else [])]))
 
 
 def _sound_suffixes() -> tuple[str, ...]:
-    from farm.media.audio import FORMATS
+    from farm.media.audio import FORMATS  # PyAV: off the planning and status paths
 
     return tuple(suffix for suffix, _, _ in FORMATS.values())
 

@@ -195,10 +195,10 @@ def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, f
     while the render still sets up. Returns the seconds the worker spent getting there: its warm-up's
     imports and CUDA context (`farm.worker.warmup`, where it ran), the decoder's imports and build, and
     this task's own wait (a warm-up still importing, or a decoder already loaded: near zero)."""
-    from farm.worker import warmup
+    from farm.worker import warmup  # torch: the driver imports this module for its task functions
 
     started = time.perf_counter()
-    from farm.decoders import decoder_timings, load_decoder, spec_from_json
+    from farm.decoders import decoder_timings, load_decoder, spec_from_json  # timed: the decoder's imports
 
     imported = time.perf_counter()
     device = worker_device()
@@ -653,7 +653,7 @@ def encode_batch(
 ) -> float:
     """Encode a blended batch as its own video segment (an HDR render's: of its HLG master); returns
     seconds spent."""
-    from farm.media.hlg import encode_hlg_segment
+    from farm.media.hlg import encode_hlg_segment  # PyAV, on the I/O workers only
     from farm.media.video import encode_segment
 
     check_visible(str(out.root), "output folder")
@@ -745,7 +745,7 @@ def finish_shot(
     `durable`: the video and its name reach the disk (fsync) before its done marker, and only then are
     the segments (each fsync'd when written) removed, so a power cut leaves either the segments or the
     whole video."""
-    from farm.media.video import join_segments
+    from farm.media.video import join_segments  # PyAV, on the I/O workers only
 
     check_owner(out, shot)
     segments = [out.segment(shot, k) for k in range(n_batches)]
@@ -774,7 +774,7 @@ def decode_audio(
 ) -> dict:
     """Decode a shot's sound whole (audio VAE, then vocoder) and write ``OUT/audio/<shot>.<fmt>``: as long
     as its `frames` video frames at `fps` (cut, or padded with silence), then its done marker."""
-    from farm.media.audio import audio_suffix, fit_length, to_levels, write_audio
+    from farm.media.audio import audio_suffix, fit_length, to_levels, write_audio  # PyAV, on workers only
 
     check_visible(job_path, "job store")
     check_owner(out, shot)
