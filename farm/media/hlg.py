@@ -30,10 +30,11 @@ __all__ = ["HLG_PIX_FMT", "encode_hlg_segment", "hlg_planes"]
 HLG_PIX_FMT = "yuv420p10le"
 # FFmpeg's AVCOL_PRI_BT2020, AVCOL_TRC_ARIB_STD_B67, AVCOL_SPC_BT2020_NCL
 _BT2020, _ARIB_STD_B67, _BT2020_NCL = 9, 18, 9
-# lookahead-slices=0: with a sliced lookahead x265's frame-type and cost decisions, and so the bitstream,
-# differ from one encode of the same frames to the next
-_X265_HLG = (f"{X265_PARAMS}:lookahead-slices=0:colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc"
-             ":range=limited")  # fmt: skip
+# The same frames must give the same bytes (a resumed or re-run batch): with a sliced lookahead, and with
+# B-frames (their bits varied from one 10-bit encode of a render's batch to the next while the I and P
+# frames did not), x265's bitstream differs between encodes
+_X265_HLG = (f"{X265_PARAMS}:lookahead-slices=0:bframes=0"
+             ":colorprim=bt2020:transfer=arib-std-b67:colormatrix=bt2020nc:range=limited")
 LINEAR_SOURCES = ("lin_rec709", "acescg")
 
 

@@ -10,6 +10,7 @@ farm did not write is left alone, with a warning.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
@@ -25,9 +26,14 @@ from farm.store.output import Output
 from farm.store.output_kinds import TIMELINE, VIDEO
 
 
-def exact_rate(rate: Fraction | float) -> Fraction:
-    """A shot's rate as a fraction (a float rate, where a job records one, to the nearest 1/1001 step)."""
-    return rate if isinstance(rate, Fraction) else Fraction(rate).limit_denominator(1001)
+def exact_rate(rate: Fraction | float) -> Fraction | None:
+    """A shot's rate as a fraction (a float rate, where a job records one, to the nearest 1/1001 step);
+    None for a rate that is no positive number (a shot that fails by name is left off the timeline)."""
+    if isinstance(rate, Fraction):
+        return rate if rate > 0 else None
+    if not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return Fraction(rate).limit_denominator(1001)
 
 
 def timeline_shot(
@@ -75,6 +81,8 @@ class RenderTimeline:
         shots = []
         for name, info in self.job.shots.items():
             rate, timecode = exact_rate(info.rate or info.fps), self.timecodes.get(name)
+            if rate is None:
+                continue
             if name in self.frames:
                 shots.append(timeline_shot(self.out, name, self.frames[name], rate, timecode,
                                            self.video.identity(), name in self.finished))  # fmt: skip
