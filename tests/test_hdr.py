@@ -69,8 +69,8 @@ def test_logc3_equals_diffusers_ltx2_hdr_post_processing():
 
 
 def test_acescct_equals_opencolorio_acescct_to_acescg():
-    """ltx-pipelines' native --hdr decode (ltx-core HDRTransfer.ACESCCT.to_linear onto AP1) is not on the
-    package index (ltx-pipelines 1.0.0 predates it): the reference is OpenColorIO's ACEScct → ACEScg."""
+    """The ACEScct curve agrees with OpenColorIO's ACEScct → ACEScg (tests/test_hdr_reference.py checks it
+    against ltx-core's own HDRTransfer.ACESCCT)."""
     codes = codes_grid()
     clamped = np.clip(codes, 0.0, 1.0)  # the pipelines clamp codes to [0, 1], and linear values at 0
     reference = np.maximum(ocio("ACEScct", "ACEScg", clamped), 0.0)
