@@ -121,6 +121,27 @@ def test_hdr_recorded_in_the_spec_renders_without_the_flag_alike_on_1_and_3_work
     assert attrs["colour_space"] == "lin_rec709" and attrs["hdr"] == "logc3"
 
 
+def test_hdr_render_of_a_bfloat16_job_decodes_in_float32(tmp_path, scheduler3):
+    """As LTX-2's pipelines (``vae_dtype_for_hdr``): --hdr decodes in float32 whatever the spec's dtype."""
+    import dataclasses
+
+    job = tmp_path / "bf16.zarr"
+    decoder = {"family": "ltx2", "config": "ltx2-tiny", "dtype": "bfloat16"}
+    farm.synth(job, decoder=decoder, shots=1, frames=17, height=64, width=64, fps=24.0)
+    out, said = Output(tmp_path / "out"), []
+    stats = farm.render(job, out.root, options=WHOLE, video=VideoSettings(hdr="acescct", enabled=False),
+                        scheduler=scheduler3, log=said.append)  # fmt: skip
+    assert not stats.failed
+    assert "farm: an HDR render decodes in float32 (the job's decoder spec says bfloat16)" in said
+    spec = dataclasses.replace(open_job(job).spec, dtype="float32")
+    shot = open_job(job).shots[SHOT]
+    latent = torch.from_numpy(read_latent(job, SHOT, [slice(None)] * (len(shot.latent_shape) - 1)))
+    with torch.no_grad():
+        codes = load_decoder(spec).decode(latent, origin=(0, 0, 0)).permute(1, 2, 3, 0).float().numpy()
+    want = hdr.scene_linear_half(codes, "acescct").astype(np.float32)
+    np.testing.assert_allclose(read_frames(out, SHOT).astype(np.float32), want, rtol=2e-3, atol=2e-4)
+
+
 def test_an_interrupted_hdr_render_resumes_to_the_same_bytes(sdr_job, tmp_path, scheduler3):
     whole, out = Output(tmp_path / "whole"), Output(tmp_path / "out")
     settings = VideoSettings(hdr="acescct", sequence="exr")

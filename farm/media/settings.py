@@ -109,17 +109,14 @@ class VideoSettings:
         return self.enabled and self.hdr is None and codec_for(self.codec).pix_fmt == "yuv420p"
 
 
-def with_decoder_hdr(video: VideoSettings, spec_hdr: str | None, spec_dtype: str) -> VideoSettings:
+def with_decoder_hdr(video: VideoSettings, spec_hdr: str | None) -> VideoSettings:
     """The settings of a render of a job whose decoder spec records `spec_hdr`: HDR when either the spec
-    or --hdr says so (a conflict between them, or --hdr on a decode that is not float32, refused in one
-    line); an HDR render keeps float16 frames."""
+    or --hdr says so (a conflict between them refused in one line); an HDR render keeps float16 frames
+    (and decodes in float32: `farm.run.render`)."""
     if video.hdr is not None:
         hdr_transfer(video.hdr, "--hdr")
         if spec_hdr is not None and spec_hdr != video.hdr:
             raise FarmError(f"--hdr {video.hdr}: the job's decoder spec records 'hdr': {spec_hdr!r}; give "
                             f"--hdr {spec_hdr} or leave --hdr out")  # fmt: skip
-        if spec_hdr is None and spec_dtype != "float32":
-            raise FarmError(f"--hdr {video.hdr}: the job's decoder spec decodes in {spec_dtype}; HDR decodes "
-                            "run in float32: set 'dtype': 'float32' in the job's decoder spec")  # fmt: skip
     hdr = video.hdr or spec_hdr
     return video if hdr is None else replace(video, hdr=hdr, frames_dtype="float16")

@@ -179,8 +179,11 @@ def _render(request: RenderRequest) -> RenderStats:
     job = open_job(request.job_path)
     request = with_recorded_settings(request, list(job.shots))  # OUT's settings, unless the user set them
     # an HDR job renders HDR without --hdr; the request then carries what it renders
-    video = with_decoder_hdr(request.video, job.spec.hdr, job.spec.dtype)
+    video = with_decoder_hdr(request.video, job.spec.hdr)
     request = dataclasses.replace(request, video=video)
+    if video.hdr is not None and job.spec.dtype != "float32":  # as LTX-2's pipelines, whatever their default
+        request.log(f"farm: an HDR render decodes in float32 (the job's decoder spec says {job.spec.dtype})")
+        job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, dtype="float32"))
     out = request.out
     request.check()
     timecodes = shot_timecodes(job, request.video.timecode)
