@@ -22,6 +22,7 @@ from farm.inputs.synthetic import synth
 from farm.media.sequences import FORMATS as SEQUENCE_FORMATS
 from farm.media.sequences import sequence_files
 from farm.media.settings import VideoSettings
+from farm.media.timeline import timeline_problem
 from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
@@ -295,8 +296,9 @@ def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
     p.add_argument("--verify", action="store_true",
-                   help="check every finished batch, video and sound file against its recorded checksum "
-                        "(exit 1 when one is missing or damaged: farm render renders it again)")  # fmt: skip
+                   help="check every finished batch, video and sound file against its recorded checksum, "
+                        "and timeline.otio against the finished shots (exit 1 when one is missing or "
+                        "damaged: farm render renders it again)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
@@ -660,6 +662,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             LOGGER.error(f"shot {row.shot!r} was decoded with {row.superseded}: its output is not what "
                          "this farm decodes; farm render --restart renders it again")  # fmt: skip
     lost = sum(r.damaged or 0 for r in rows)
+    timeline = TIMELINE.file(Output(Path(args.out)))
+    problem = timeline_problem(timeline, [r.shot for r in rows if r.finished]) if args.verify else None
+    if problem:
+        LOGGER.error(f"{str(timeline)!r} {problem}")
+        lost += 1
     if any(r.superseded for r in rows) and not lost:
         return 1
     if lost:

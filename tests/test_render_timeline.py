@@ -179,3 +179,36 @@ def test_a_timeline_farm_did_not_write_is_left_alone(tmp_path):
     assert [c.name for c in clips] == ["shot000", "shot001"]
     assert not any(c.metadata["farm"]["finished"] for c in clips)
     assert all(isinstance(c.media_reference, otio.schema.MissingReference) for c in clips)
+
+
+def test_status_verify_checks_the_timeline(tmp_path, scheduler3, capsys):
+    job = two_shot_job(tmp_path / "job.zarr")
+    out = tmp_path / "out"
+    assert not render(job, out, scheduler=scheduler3, options=WHOLE, log=lambda _: None).failed
+    assert cli_main(["status", str(out), "--verify"]) == 0
+    path = out / "timeline.otio"
+    text = path.read_text()
+
+    stale = read_timeline(out)  # a shot finished, its clip not marked so
+    next(iter(stale.find_clips())).metadata["farm"]["finished"] = False
+    otio.adapters.write_to_file(stale, str(path))
+    capsys.readouterr()
+    assert cli_main(["status", str(out), "--verify"]) == 1
+    assert "does not show finished shot(s) ['shot000'] as finished" in capsys.readouterr().err
+    assert cli_main(["status", str(out)]) == 0  # without --verify the timeline is not read
+
+    path.write_text(text[: len(text) // 2])  # cut short
+    assert cli_main(["status", str(out), "--verify"]) == 1
+    assert f"{str(path)!r} is not a timeline farm wrote" in capsys.readouterr().err
+    path.unlink()  # none: a render without OpenTimelineIO writes none
+    assert cli_main(["status", str(out), "--verify"]) == 0
+
+
+def test_without_opentimelineio_a_render_says_so_and_writes_no_timeline(tmp_path, scheduler3, monkeypatch):
+    monkeypatch.setitem(sys.modules, "opentimelineio", None)  # as if the editorial extra were not installed
+    job = two_shot_job(tmp_path / "job.zarr")
+    out, said = tmp_path / "out", []
+    assert not render(job, out, scheduler=scheduler3, options=WHOLE, log=said.append).failed
+    assert any("OpenTimelineIO is not installed: no timeline.otio is written" in line for line in said), said
+    assert not (out / "timeline.otio").exists() and Output(out).video("shot001").is_file()
+    assert "  timeline:" not in "\n".join(output_lines(Output(out), ["shot000", "shot001"]))

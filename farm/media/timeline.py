@@ -76,6 +76,27 @@ def written_by_farm(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def timeline_problem(path: str | os.PathLike[str], finished: Sequence[str]) -> str | None:
+    """What is wrong with the timeline at `path` of an OUT whose `finished` shots are done (`farm status
+    --verify`): not a timeline farm wrote, or one whose clips do not show a finished shot as finished;
+    None when it is right, or when there is none (a render without OpenTimelineIO writes none)."""
+    import json
+
+    if not os.path.exists(path):
+        return None
+    if not written_by_farm(path):
+        return ("is not a timeline farm wrote (unreadable, or changed by another program): renders leave it "
+                "as it is; move it away and the next render writes it again")  # fmt: skip
+    with open(path, encoding="utf-8") as fh:
+        clips = [c["metadata"]["farm"] for t in json.load(fh)["tracks"]["children"] for c in t["children"]]
+    shown = {clip.get("shot") for clip in clips if clip.get("finished")}
+    missing = [shot for shot in finished if shot not in shown]
+    if missing:
+        return (f"does not show finished shot(s) {missing} as finished: the next render into this output "
+                "writes it again")  # fmt: skip
+    return None
+
+
 def _otio() -> Any:
     try:
         import opentimelineio
