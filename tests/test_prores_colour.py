@@ -159,3 +159,17 @@ def test_farm_render_h264_in_acescg_is_refused_in_one_line_before_any_cluster(tm
     assert ("--colorspace acescg: h264 video is 8-bit display video (g24_rec709 only); choose --codec "
             "prores_hq or prores_4444, add --sequence exr, or give --colorspace g24_rec709") in err
     assert not (tmp_path / "out").exists()
+
+
+def test_segments_in_different_colour_spaces_are_not_joined(tmp_path):
+    from farm.media.video import join_segments
+
+    frames = np.full((2, 16, 16, 3), 128, np.uint8)
+    encode_segment(frames, tmp_path / "0.mov", 24, codec="prores_4444", space="acescct")
+    encode_segment(frames, tmp_path / "1.mov", 24, codec="prores_4444")
+    words = "1.mov': its colour space is 'BT.709', the first segment's 'acescct'"
+    with pytest.raises(FarmError, match=re.escape(words)):
+        join_segments([tmp_path / "0.mov", tmp_path / "1.mov"], tmp_path / "shot.mov")
+    join_segments([tmp_path / "0.mov", tmp_path / "0.mov"], tmp_path / "shot.mov")
+    metadata, stream_tags, _ = colour_of(tmp_path / "shot.mov")
+    assert metadata["colour_space"] == "acescct" and stream_tags == (2, 2, 1)

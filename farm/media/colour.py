@@ -82,7 +82,8 @@ SPACES: dict[str, ColourSpace] = {
                     True, "scene-linear: BT.2020 primaries, D65"),
     )
 }  # fmt: skip
-# What EXR outputs may be written in: an SDR decode's own space too; an HDR decode's only scene-referred ones.
+# What EXR outputs and ProRes video may be written in: an SDR decode's own space too; an HDR decode's only
+# scene-referred ones (an HDR render's video is its HLG master).
 OUTPUT_SPACES = ("g24_rec709", "lin_rec709", "acescg", "acescct")
 HDR_OUTPUT_SPACES = ("lin_rec709", "acescg", "acescct")
 

@@ -428,7 +428,14 @@ def join_segments(
     # dts are moved to the largest delay: dts stay <= pts and strictly increase across the joins.
     delays = [min(_ts(p.pts) for p in pk) - min(_ts(p.dts) for p in pk) for _, pk, _ in read]
     max_delay = max(delays)
-    space_metadata = {k: v for k, v in read[0][2].items() if k in _SPACE_KEYS}  # the segments' colour space
+    spaces = [{k: v for k, v in tags.items() if k in _SPACE_KEYS} for _, _, tags in read]
+    for seg, space in zip(segments[1:], spaces[1:], strict=True):
+        if space != spaces[0]:
+            want = spaces[0].get("colour_space", "BT.709")
+            raise FarmError(f"cannot join video segment {os.fspath(seg)!r}: its colour space is "
+                            f"{space.get('colour_space', 'BT.709')!r}, the first segment's {want!r}; "
+                            "segments must be encoded in one colour space to be joined")  # fmt: skip
+    space_metadata = spaces[0]
     with (
         atomic_path(path) as tmp,
         _open_video(segments[0]) as first,
