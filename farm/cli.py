@@ -253,9 +253,10 @@ def _add_render_command(add: AddCommand) -> None:
                         "half-float, no SDR video is made (default: the job's decoder spec's 'hdr', "
                         "else SDR; recorded)")  # fmt: skip
     p.add_argument("--colorspace", metavar="SPACE",
-                   help="EXR sequences' colour space, converted by OpenColorIO: g24_rec709 (SDR only), "
-                        "lin_rec709, acescg, acescct (default: as decoded; an HDR render's scene-linear "
-                        "space: acescg for ACEScct, lin_rec709 for LogC3; recorded)")  # fmt: skip
+                   help="colour space of EXR sequences and ProRes video, converted by OpenColorIO: "
+                        "g24_rec709 (SDR only), lin_rec709, acescg, acescct (H.264/H.265 and an HDR "
+                        "render's master stay as they are; default: as decoded; an HDR render's EXR: "
+                        "acescg for ACEScct, lin_rec709 for LogC3; recorded)")  # fmt: skip
     p.add_argument("--first-frame", type=int,
                    help="number of each shot's first frame (Zarr frame coordinate, image sequences) "
                         f"({RECORDED}); farm.first-frame "

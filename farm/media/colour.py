@@ -42,6 +42,7 @@ __all__ = [
     "ocio_processor",
     "output_space",
     "space_attributes",
+    "unit_float32",
 ]
 
 # Pinned, so that conversions do not change when OpenColorIO ships a newer default config.
@@ -81,7 +82,8 @@ SPACES: dict[str, ColourSpace] = {
                     True, "scene-linear: BT.2020 primaries, D65"),
     )
 }  # fmt: skip
-# What EXR outputs may be written in: an SDR decode's own space too; an HDR decode's only scene-referred ones.
+# What EXR outputs and ProRes video may be written in: an SDR decode's own space too; an HDR decode's only
+# scene-referred ones (an HDR render's video is its HLG master).
 OUTPUT_SPACES = ("g24_rec709", "lin_rec709", "acescg", "acescct")
 HDR_OUTPUT_SPACES = ("lin_rec709", "acescg", "acescct")
 
@@ -141,6 +143,13 @@ def ocio_processor(source: str, target: str) -> Any:
     return config.getProcessor(src, dst).getOptimizedCPUProcessor(
         ocio.BIT_DEPTH_F32, ocio.BIT_DEPTH_F32, ocio.OPTIMIZATION_LOSSLESS
     )
+
+
+def unit_float32(frames: np.ndarray) -> np.ndarray:
+    """Frames as float32 code values in [0, 1]: uint8 levels / 255, uint16 / 65535, floats as they are."""
+    if frames.dtype in (np.uint8, np.uint16):
+        return frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 65535.0)
+    return frames.astype(np.float32)
 
 
 def convert(frames: Any, source: str, target: str) -> np.ndarray:

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.media.colour import SPACES, colour_available, colour_space, convert
+from farm.media.colour import SPACES, colour_available, colour_space, convert, unit_float32
 from farm.media.files import atomic_path
 from farm.media.rates import timecode_at
 
@@ -129,12 +129,6 @@ def _to_uint(frames: np.ndarray, bits: int) -> np.ndarray:
             return (frames.astype(np.uint32) * (top // src_top)).astype(dtype)
         return np.round(frames.astype(np.float64) * (top / src_top)).astype(dtype)
     return np.round(np.clip(frames.astype(np.float32), 0.0, 1.0) * top).astype(dtype)
-
-
-def _to_float32(frames: np.ndarray) -> np.ndarray:
-    if frames.dtype in (np.uint8, np.uint16):
-        return frames.astype(np.float32) / (255.0 if frames.dtype == np.uint8 else 65535.0)
-    return frames.astype(np.float32)
 
 
 def _to_half(frames: np.ndarray) -> np.ndarray:
@@ -270,7 +264,7 @@ def write_frames(
         raise FarmError(f"{where}: cannot create the folder: {e}") from e
     if format == "exr":
         if exr_space is not None:
-            data = convert(_to_float32(frames), frames_space, exr_space).astype(np.float16)
+            data = convert(unit_float32(frames), frames_space, exr_space).astype(np.float16)
         else:
             data = _to_half(frames)
         if exr_space is None and exr_values == "linear":

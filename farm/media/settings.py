@@ -52,7 +52,8 @@ class VideoSettings:
     # decoder spec's "hdr"); frames.zarr then holds float16 scene-linear values, and the shot's video is
     # its 10-bit BT.2020 HLG HEVC master (farm.media.hlg) whatever the codec
     hdr: str | None = None
-    # the farm.media.colour space EXR sequences are written in (--colorspace; None: as decoded)
+    # the farm.media.colour space EXR sequences and an SDR render's ProRes video are written in
+    # (--colorspace; None: as decoded)
     colorspace: str | None = None
 
     def identity(self) -> dict[str, Any]:
@@ -86,6 +87,15 @@ class VideoSettings:
         """The space EXR frames are converted to and labelled with: --colorspace; an HDR render's own
         scene-linear space by default; None (as decoded, the labels of `exr_values`) otherwise."""
         return self.colorspace or (self.frames_space if self.hdr else None)
+
+    @property
+    def video_space(self) -> str | None:
+        """The space the video's frames are converted to, tagged and labelled with: --colorspace for an SDR
+        render's ProRes video; None (as decoded, BT.709 tags) for H.264/H.265 and an HDR render's master."""
+        from farm.media.video import codec_for  # PyAV: off the planning path
+
+        ten_bit = codec_for(self.codec).bit_depth > 8
+        return self.colorspace if self.enabled and self.hdr is None and ten_bit else None
 
     @property
     def colour_attributes(self) -> dict[str, Any]:

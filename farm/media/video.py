@@ -17,7 +17,10 @@ Every segment is a complete file whose first frame is a key frame (IDR for H.264
 no scene cuts, a GOP longer than any segment). Segments of one shot share size, frame rate and encoder
 settings, so their stream headers (the ``avcC``/``hvcC`` extradata; ProRes has none) are byte-identical
 and their packets can be concatenated into one stream: :func:`join_segments` only rewrites timestamps.
-All files carry BT.709 colour tags (primaries, transfer, matrix; tv range) and the shot's frame rate.
+All files carry BT.709 colour tags (primaries, transfer, matrix; tv range) and the shot's frame rate,
+except ProRes written in another colour space (``encode_segment(space=...)``, :data:`SPACE_TAGS`): its
+frames converted by OpenColorIO (`farm.media.colour`), tagged with the primaries and transfer FFmpeg has
+codes for, and the space named in the container's metadata, which :func:`join_segments` keeps.
 H.264/H.265 streams also say where their chroma samples sit (``chroma_sample_location`` centre,
 chroma_sample_loc_type 1 in the VUI): `farm.media.yuv` averages each 2×2 block, and RGB frames given here are
 converted by the same function, so the tag is true for both.
@@ -39,11 +42,13 @@ from av.video.stream import VideoStream
 
 from farm.errors import FarmError
 from farm.media.audio import Track
+from farm.media.colour import convert, space_attributes, unit_float32
 from farm.media.files import atomic_path
 from farm.media.yuv import rgb_to_yuv420
 
 __all__ = [
     "CODECS",
+    "SPACE_TAGS",
     "Codec",
     "VideoInfo",
     "codec_for",
@@ -65,6 +70,17 @@ X265_PARAMS = (
 )
 # AVCOL_PRI_BT709, AVCOL_TRC_BT709, AVCOL_SPC_BT709 are all 1 in FFmpeg's enums.
 _BT709 = 1
+# (primaries, transfer) tags, in FFmpeg's codes, of a 10-bit video in each farm.media.colour space it can be
+# written in: BT.709 (1), linear transfer (8); FFmpeg has no codes for ACES AP1 primaries or the ACEScct
+# curve, so those stay unspecified (2) and only the metadata names the space. The matrix stays BT.709:
+# it is the one the RGB → YCbCr conversion uses, whatever the RGB values mean.
+SPACE_TAGS: dict[str, tuple[int, int]] = {
+    "g24_rec709": (_BT709, _BT709), "lin_rec709": (_BT709, 8), "acescg": (2, 2), "acescct": (2, 2),
+}  # fmt: skip
+# The container metadata naming a video's colour space (farm.media.colour.space_attributes' keys); the mov
+# muxer keeps keys outside QuickTime's own set only as mdta keys (movflags use_metadata_tags).
+_SPACE_KEYS = frozenset(space_attributes("g24_rec709"))
+_MDTA_KEYS = {"movflags": "use_metadata_tags"}
 # farm.media.yuv's 4:2:0 chroma is centre-sited (the mean of each 2x2 block); without this tag, decoders
 # assume left-sited chroma (H.264/H.265's default) and shift colour edges by a quarter pixel.
 CHROMA_CENTRE = ("chroma_sample_location", "center")
@@ -175,6 +191,16 @@ def _prepare_planes(planes: np.ndarray, codec: Codec, where: str) -> tuple[int, 
     return planes.shape[0], planes.shape[1] * 2 // 3, planes.shape[2]
 
 
+def _space_tags(codec: Codec, space: str | None, where: str) -> tuple[tuple[int, int], dict[str, str]]:
+    """The (primaries, transfer) tags and the container metadata of a segment in `space` (None: BT.709)."""
+    if space is None:
+        return (_BT709, _BT709), {}
+    if codec.bit_depth == 8 or space not in SPACE_TAGS:
+        raise FarmError(f"{where}: {codec.name} cannot be written in colour space {space!r}; ProRes "
+                        f"takes one of {list(SPACE_TAGS)}, H.264/H.265 only BT.709 (no space)")  # fmt: skip
+    return SPACE_TAGS[space], space_attributes(space)
+
+
 def encode_segment(
     frames: np.ndarray | None,
     path: str | os.PathLike[str],
@@ -186,6 +212,8 @@ def encode_segment(
     metadata: dict[str, str] | None = None,
     yuv420: np.ndarray | None = None,
     threads: int = 0,
+    space: str | None = None,
+    frames_space: str = "g24_rec709",
 ) -> None:
     """Encode RGB frames ``[F, H, W, 3]`` as one independently decodable video file at ``path``.
 
@@ -196,14 +224,20 @@ def encode_segment(
     ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
     ``path`` is either complete or absent. ``threads``: the encoder's threads (x264 and x265 slice
     threads: the bitstream depends on them); 0 lets the encoder choose from the machine's cores.
+    ``space`` (ProRes only): the frames, in the `farm.media.colour` space ``frames_space``, converted into
+    that space by OpenColorIO, clipped to [0, 1] and fed to the encoder at 16 bits; tagged per
+    :data:`SPACE_TAGS`, the space named in the container metadata (`farm.media.colour.space_attributes`).
     """
     spec = codec_for(codec)
     where = f"encode_segment({os.fspath(path)!r})"
+    (primaries, transfer), space_metadata = _space_tags(spec, space, where)
     if yuv420 is not None:
         n, height, width = _prepare_planes(yuv420, spec, where)
     else:
         if frames is None:
             raise FarmError(f"{where}: give RGB frames or yuv420p planes")
+        if space is not None:
+            frames = convert(unit_float32(np.asarray(frames)), frames_space, space)
         frames, rgb_format = _prepare_frames(frames, spec, where)
         n, height, width, _ = frames.shape
         if spec.pix_fmt == "yuv420p" and n and not (height % 2 or width % 2):
@@ -223,8 +257,11 @@ def encode_segment(
         raise FarmError(f"{where}: fps must be positive, got {fps!r}")
     time_base = 1 / rate
 
-    with atomic_path(path) as tmp, av.open(tmp, mode="w", format=spec.container) as out:
-        out.metadata.update(metadata or {})
+    with (
+        atomic_path(path) as tmp,
+        av.open(tmp, mode="w", format=spec.container, options=_MDTA_KEYS if space_metadata else None) as out,
+    ):
+        out.metadata.update({**(metadata or {}), **space_metadata})
         options = spec.stream_options(crf, preset)
         stream = cast(VideoStream, out.add_stream(spec.encoder, rate=rate, options=options))
         stream.width = width
@@ -238,8 +275,7 @@ def encode_segment(
         ctx.thread_count = threads
         if spec.codec_tag:
             ctx.codec_tag = spec.codec_tag
-        ctx.color_primaries = _BT709
-        ctx.color_trc = _BT709
+        ctx.color_primaries, ctx.color_trc = primaries, transfer
         ctx.colorspace = _BT709
         ctx.color_range = int(ColorRange.MPEG)
         packets: list[av.Packet] = []  # compressed, so a segment's worth is small
@@ -254,8 +290,8 @@ def encode_segment(
                 frame = rgb.reformat(
                     format=spec.pix_fmt, dst_colorspace=Colorspace.ITU709, dst_color_range=ColorRange.MPEG
                 )
-            frame.color_primaries = _BT709  # encoders that tag per frame (prores_ks) read these
-            frame.color_trc = _BT709
+            frame.color_primaries = primaries  # encoders that tag per frame (prores_ks) read these
+            frame.color_trc = transfer
             frame.pts = k
             frame.time_base = time_base
             packets.extend(stream.encode(frame))
@@ -358,7 +394,8 @@ def join_segments(
 
     All segments must share codec, profile, size, pixel format, frame rate, time base and extradata
     (SPS/PPS); otherwise FarmError names the first segment that differs and how. The container follows
-    ``path``'s suffix (``.mov``: QuickTime, else mp4); ProRes needs ``.mov``. Atomic like
+    ``path``'s suffix (``.mov``: QuickTime, else mp4); ProRes needs ``.mov``. The first segment's colour
+    space metadata (``encode_segment(space=...)``) is kept; its colour tags come with the stream. Atomic like
     :func:`encode_segment`.
     """
     if not segments:
@@ -391,12 +428,20 @@ def join_segments(
     # dts are moved to the largest delay: dts stay <= pts and strictly increase across the joins.
     delays = [min(_ts(p.pts) for p in pk) - min(_ts(p.dts) for p in pk) for _, pk, _ in read]
     max_delay = max(delays)
+    spaces = [{k: v for k, v in tags.items() if k in _SPACE_KEYS} for _, _, tags in read]
+    for seg, space in zip(segments[1:], spaces[1:], strict=True):
+        if space != spaces[0]:
+            want = spaces[0].get("colour_space", "BT.709")
+            raise FarmError(f"cannot join video segment {os.fspath(seg)!r}: its colour space is "
+                            f"{space.get('colour_space', 'BT.709')!r}, the first segment's {want!r}; "
+                            "segments must be encoded in one colour space to be joined")  # fmt: skip
+    space_metadata = spaces[0]
     with (
         atomic_path(path) as tmp,
         _open_video(segments[0]) as first,
-        av.open(tmp, mode="w", format=container) as out,
+        av.open(tmp, mode="w", format=container, options=_MDTA_KEYS if space_metadata else None) as out,
     ):
-        out.metadata.update(metadata or {})
+        out.metadata.update({**(metadata or {}), **space_metadata})
         stream = out.add_stream_from_template(first.streams.video[0])
         stream.time_base = ref.time_base
         if ref.codec_tag:  # the template leaves the tag to the muxer: keep hvc1, ap4h, … as encoded

@@ -119,8 +119,9 @@ def _whole(value: object, option: str, minimum: int | None, *, allow_none: bool 
 
 
 def check_colour_settings(video: VideoSettings) -> None:
-    """--hdr names a transfer; --colorspace a space this render's EXR frames can be written in, which
-    needs an EXR sequence and OpenColorIO."""
+    """--hdr names a transfer; --colorspace a space this render's EXR frames or ProRes video can be
+    written in, converted by OpenColorIO (H.264/H.265 video is 8-bit BT.709; an HDR render's video is its
+    HLG master, which --colorspace leaves as it is)."""
     if video.hdr is not None:
         hdr_transfer(video.hdr, "--hdr")
         if video.sequence not in (None, "exr"):
@@ -128,12 +129,21 @@ def check_colour_settings(video: VideoSettings) -> None:
                             "them as --sequence exr")  # fmt: skip
     if video.colorspace is None:
         return
-    output_space(video.colorspace, hdr=video.hdr is not None)
-    if video.sequence != "exr":
-        raise FarmError(f"--colorspace {video.colorspace}: colour spaces apply to EXR frames; add "
-                        "--sequence exr or leave --colorspace out")  # fmt: skip
-    if video.exr_space != video.frames_space and not colour_available():
-        raise FarmError(f"--colorspace {video.colorspace} needs the 'opencolorio' package, which is not "
+    space = video.colorspace
+    output_space(space, hdr=video.hdr is not None)
+    if video.sequence != "exr" and video.video_space is None:
+        if video.hdr is not None:
+            raise FarmError(f"--colorspace {space}: an HDR render's video is its HLG master, which "
+                            "--colorspace does not change; add --sequence exr or leave --colorspace out")
+        if not video.enabled:
+            raise FarmError(f"--colorspace {space}: colour spaces apply to EXR frames and ProRes video; add "
+                            "--sequence exr or leave --colorspace out")  # fmt: skip
+        if space != "g24_rec709":
+            raise FarmError(f"--colorspace {space}: {video.codec} video is 8-bit display video "
+                            "(g24_rec709 only); choose --codec prores_hq or prores_4444, add --sequence exr, "
+                            "or give --colorspace g24_rec709")  # fmt: skip
+    if space != video.frames_space and not colour_available():
+        raise FarmError(f"--colorspace {space} needs the 'opencolorio' package, which is not "
                         "installed here; install it (pip install 'farm-decode[colour]') on every worker")
 
 

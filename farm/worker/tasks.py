@@ -668,7 +668,8 @@ def encode_batch(
                            threads=video.encoder_threads)  # fmt: skip
     else:
         encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
-                       metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads)  # fmt: skip
+                       metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads,
+                       space=video.video_space, frames_space=video.frames_space)  # fmt: skip
     if video.durable:
         fsync_path(segment)
         fsync_path(segment.parent)
