@@ -7,7 +7,9 @@ graph seconds ``farm render`` reports), on one synthetic shot decoded with rando
 - ``sdr-fp32``: the same in float32 (what HDR's precision alone costs);
 - ``hdr-zarr``: ``--hdr acescct --no-video`` (float32 decode, frames.zarr in float16 scene-linear ACEScg);
 - ``hdr``: ``--hdr acescct`` (float32 decode, frames.zarr in float16 scene-linear ACEScg, the HLG master);
-- ``hdr-exr``: the same with a half-float ACEScg EXR sequence (``--sequence exr --colorspace acescg``).
+- ``hdr-exr``: the same with a half-float ACEScg EXR sequence (``--sequence exr --colorspace acescg``);
+- ``prores``: the SDR render with a ProRes 4444 video (``--codec prores_4444``), bf16;
+- ``prores-acescct``: the same converted to ACEScct by OpenColorIO (``--colorspace acescct``).
 
 Writes ``hdr.json`` and ``hdr.md`` under ``--out``.
 
@@ -31,6 +33,8 @@ ROWS = {
     "hdr-zarr": ("float32", ["--hdr", "acescct", "--no-video"]),
     "hdr": ("float32", ["--hdr", "acescct"]),
     "hdr-exr": ("float32", ["--hdr", "acescct", "--sequence", "exr", "--colorspace", "acescg"]),
+    "prores": ("bfloat16", ["--codec", "prores_4444"]),
+    "prores-acescct": ("bfloat16", ["--codec", "prores_4444", "--colorspace", "acescct"]),
 }
 
 
