@@ -40,6 +40,23 @@ from farm.media.names import child_path, is_farm_temporary
 
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
+CANCELLED_MARKER = "cancelled"  # in a shot's done folder: `farm cancel` stopped the shot
+
+
+def batch_marker_name(batch: int) -> str:
+    """The name of batch `batch`'s done marker in its shot's done folder."""
+    return f"{batch:05d}"
+
+
+@dataclass(frozen=True)
+class ShotFolders:
+    """One shot's folders under OUT (`Output.shot_folders`), resolved together."""
+
+    group: Path  # frames.zarr/<shot>: its Zarr group
+    frames: Path  # frames.zarr/<shot>/frames: its frames array
+    done: Path  # .farm/done/<shot>: its done markers
+    segments: Path  # .farm/segments/<shot>: its batches' video segments
+    sequence: Path  # sequences/<shot>: its image sequence
 
 
 @dataclass(frozen=True)
@@ -53,12 +70,20 @@ class Output:
     def frames_zarr(self) -> Path:
         return self.root / "frames.zarr"
 
+    def shot_folders(self, shot: str) -> ShotFolders:
+        """The shot's folders under OUT, each a checked child of its kind's folder (`child_path`)."""
+        group = child_path(self.frames_zarr, shot)
+        return ShotFolders(group=group, frames=group / "frames",
+                           done=child_path(self.state_dir / "done", shot),
+                           segments=child_path(self.state_dir / "segments", shot),
+                           sequence=child_path(self.sequences_dir, shot))  # fmt: skip
+
     def shot_group(self, shot: str) -> Path:
         """The shot's Zarr group in frames.zarr (its attrs hold the render identity)."""
-        return child_path(self.frames_zarr, shot)
+        return self.shot_folders(shot).group
 
     def frames_array(self, shot: str) -> Path:
-        return self.shot_group(shot) / "frames"
+        return self.shot_folders(shot).frames
 
     @property
     def videos_dir(self) -> Path:
@@ -73,7 +98,7 @@ class Output:
         return self.root / "sequences"
 
     def sequence_dir(self, shot: str) -> Path:
-        return child_path(self.sequences_dir, shot)
+        return self.shot_folders(shot).sequence
 
     @property
     def state_dir(self) -> Path:
@@ -89,16 +114,16 @@ class Output:
         return self.state_dir / "write-test"
 
     def segments_dir(self, shot: str) -> Path:
-        return child_path(self.state_dir / "segments", shot)
+        return self.shot_folders(shot).segments
 
     def segment(self, shot: str, batch: int) -> Path:
         return self.segments_dir(shot) / f"{batch:05d}{self.video_suffix}"
 
     def done_dir(self, shot: str) -> Path:
-        return child_path(self.state_dir / "done", shot)
+        return self.shot_folders(shot).done
 
     def done_marker(self, shot: str, batch: int) -> Path:
-        return self.done_dir(shot) / f"{batch:05d}"
+        return self.done_dir(shot) / batch_marker_name(batch)
 
     def video_done_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / "video"
@@ -115,7 +140,7 @@ class Output:
         return self.done_dir(shot) / "audio"
 
     def cancelled_marker(self, shot: str) -> Path:
-        return self.done_dir(shot) / "cancelled"
+        return self.done_dir(shot) / CANCELLED_MARKER
 
     def batches_done(self, shot: str) -> set[int]:
         folder = self.done_dir(shot)
@@ -168,12 +193,6 @@ def remove_own_files(folder: Path, own: Any, *, recursive: bool = False) -> None
             remove_own_files(entry, own, recursive=True)
     with contextlib.suppress(OSError):
         folder.rmdir()  # only when nothing else is in it
-
-
-def remove_stale_temporaries(out: Output) -> None:
-    """Temp files a killed render left behind (never final outputs: they are renamed only when complete)."""
-    for tmp in out.stale_temporaries():
-        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
