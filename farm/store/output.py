@@ -40,6 +40,7 @@ from farm.media.names import child_path, is_farm_temporary
 
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
+FRAMES_ARRAY = "frames"  # a shot's frames array in its Zarr group
 CANCELLED_MARKER = "cancelled"  # in a shot's done folder: `farm cancel` stopped the shot
 
 
@@ -50,13 +51,11 @@ def batch_marker_name(batch: int) -> str:
 
 @dataclass(frozen=True)
 class ShotFolders:
-    """One shot's folders under OUT (`Output.shot_folders`), resolved together."""
+    """A shot's folders that opening OUT for a render clears (`Output.shot_folders`)."""
 
     group: Path  # frames.zarr/<shot>: its Zarr group
     frames: Path  # frames.zarr/<shot>/frames: its frames array
     done: Path  # .farm/done/<shot>: its done markers
-    segments: Path  # .farm/segments/<shot>: its batches' video segments
-    sequence: Path  # sequences/<shot>: its image sequence
 
 
 @dataclass(frozen=True)
@@ -71,19 +70,17 @@ class Output:
         return self.root / "frames.zarr"
 
     def shot_folders(self, shot: str) -> ShotFolders:
-        """The shot's folders under OUT, each a checked child of its kind's folder (`child_path`)."""
+        """The shot's folders that opening OUT for a render clears, resolved together (as `shot_group`,
+        `frames_array` and `done_dir` resolve each)."""
         group = child_path(self.frames_zarr, shot)
-        return ShotFolders(group=group, frames=group / "frames",
-                           done=child_path(self.state_dir / "done", shot),
-                           segments=child_path(self.state_dir / "segments", shot),
-                           sequence=child_path(self.sequences_dir, shot))  # fmt: skip
+        return ShotFolders(group=group, frames=group / FRAMES_ARRAY, done=child_path(self.done_root, shot))
 
     def shot_group(self, shot: str) -> Path:
         """The shot's Zarr group in frames.zarr (its attrs hold the render identity)."""
-        return self.shot_folders(shot).group
+        return child_path(self.frames_zarr, shot)
 
     def frames_array(self, shot: str) -> Path:
-        return self.shot_folders(shot).frames
+        return self.shot_group(shot) / FRAMES_ARRAY
 
     @property
     def videos_dir(self) -> Path:
@@ -98,7 +95,7 @@ class Output:
         return self.root / "sequences"
 
     def sequence_dir(self, shot: str) -> Path:
-        return self.shot_folders(shot).sequence
+        return child_path(self.sequences_dir, shot)
 
     @property
     def state_dir(self) -> Path:
@@ -113,14 +110,22 @@ class Output:
         """A file created and removed to check OUT is writable."""
         return self.state_dir / "write-test"
 
+    @property
+    def segments_root(self) -> Path:
+        return self.state_dir / "segments"
+
     def segments_dir(self, shot: str) -> Path:
-        return self.shot_folders(shot).segments
+        return child_path(self.segments_root, shot)
 
     def segment(self, shot: str, batch: int) -> Path:
         return self.segments_dir(shot) / f"{batch:05d}{self.video_suffix}"
 
+    @property
+    def done_root(self) -> Path:
+        return self.state_dir / "done"
+
     def done_dir(self, shot: str) -> Path:
-        return self.shot_folders(shot).done
+        return child_path(self.done_root, shot)
 
     def done_marker(self, shot: str, batch: int) -> Path:
         return self.done_dir(shot) / batch_marker_name(batch)
@@ -149,8 +154,7 @@ class Output:
     def stale_temporaries(self) -> list[Path]:
         """Temp files a killed render left behind (never final outputs: those are renamed into place only
         when complete)."""
-        folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir,
-                   self.audio_dir)  # fmt: skip
+        folders = (self.videos_dir, self.segments_root, self.done_root, self.sequences_dir, self.audio_dir)
         return [tmp for folder in folders if folder.exists() for tmp in folder.rglob(".*")
                 if is_farm_temporary(tmp.name) and tmp.is_file() and not tmp.is_symlink()]  # fmt: skip
 
