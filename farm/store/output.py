@@ -1,5 +1,5 @@
 """The render output folder OUT: where every file of a render goes (`Output`), and the operations on
-paths alone (writable, clean-up of temporaries and of farm's own files).
+paths alone (writable, the temporaries a killed render left, removal of farm's own files).
 
     OUT/frames.zarr/                  attrs: {"farm": {"format": 1, "decoder": {...}, "random_weights": bool}}
       <shot>/frames                   [F, H, W, 3] uint8 levels or float16 in [0, 1], one chunk per

@@ -16,7 +16,8 @@ files are removed when a shot starts over or a damaged batch is forgotten.
 A batch output adds its part to the batch's marker (.farm/done/<shot>/NNNNN, written once every batch
 output is in place); a shot output has a marker of its own. The worker task that writes each kind is
 bound to its entry in `farm.worker.writers` (the layer that runs tasks); the driver's graph, resume,
-restart and `farm status --verify` loop over these entries. Whether a render asks for a kind is read
+the opening of OUT for a render (`open_for_render`: restart, forget) and `farm status --verify` loop
+over these entries. Whether a render asks for a kind is read
 from the "outputs" of its identity (`farm.media.settings.VideoSettings.identity`, and "audio" for a
 shot with sound).
 """
@@ -346,12 +347,15 @@ def open_for_render(out: Output, opening: Opening) -> None:
     with os_errors_in_one_line(f"cannot clear what this render replaces in {str(out.root)!r}"):
         stale = out.stale_temporaries()
         folders = {shot: out.shot_folders(shot) for shot in opening.shots}
-        restarted = {shot: markers_in(folders[shot].done, {k.marker(out, shot).name for k in SHOT_OUTPUTS}
-                                      | {CANCELLED_MARKER}) for shot in opening.restarts}  # fmt: skip
+        restarted = {}  # a restarted shot's done markers: its batches', its shot outputs', its cancellation
+        for shot in opening.restarts:
+            names = {kind.marker(out, shot).name for kind in SHOT_OUTPUTS} | {CANCELLED_MARKER}
+            restarted[shot] = markers_in(folders[shot].done, names)
         records = {(shot, batch): read_marker(folders[shot].done / batch_marker_name(batch)) or {}
                    for shot, (batches, _) in opening.damaged.items() for batch in batches}  # fmt: skip
         chunks = [chunk for shot, ranges in opening.unfinished.items()
                   for chunk in unfinished_chunks(folders[shot], ranges)]  # fmt: skip
+
         for path in stale:
             path.unlink(missing_ok=True)
         for shot, recorded in opening.restarts.items():
@@ -361,7 +365,7 @@ def open_for_render(out: Output, opening: Opening) -> None:
                 folders[shot].done.rmdir()  # only when nothing else is in it
             for kind in ALL_OUTPUTS:
                 kind.remove(out, shot, recorded)
-        for (shot, batch), record in records.items():
+        for (shot, batch), record in records.items():  # each damaged batch: its marker, then its files
             (folders[shot].done / batch_marker_name(batch)).unlink(missing_ok=True)
             for batch_kind in BATCH_OUTPUTS:
                 batch_kind.forget(out, shot, batch, record)
