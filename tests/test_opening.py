@@ -29,4 +29,5 @@ def test_the_opening_restarts_forgets_and_clears_what_the_resume_points_say():
 
 def test_nothing_to_replace_plans_an_empty_opening_and_each_shot_opens_once():
     assert plan_opening(ResumePoints()) == Opening()
-    assert Opening(restarts={"a": None}, unfinished={"b": [(0, 8)]}, damaged={"a": ((), ())}).shots == ["a", "b"]
+    opening = Opening(restarts={"a": None}, unfinished={"b": [(0, 8)]}, damaged={"a": ((), ())})
+    assert opening.shots == ["a", "b"]
