@@ -17,9 +17,8 @@ A batch output adds its part to the batch's marker (.farm/done/<shot>/NNNNN, wri
 output is in place); a shot output has a marker of its own. The worker task that writes each kind is
 bound to its entry in `farm.worker.writers` (the layer that runs tasks); the driver's graph, resume,
 the opening of OUT for a render (`open_for_render`: restart, forget) and `farm status --verify` loop
-over these entries. Whether a render asks for a kind is read
-from the "outputs" of its identity (`farm.media.settings.VideoSettings.identity`, and "audio" for a
-shot with sound).
+over these entries. Whether a render asks for a kind is read from the "outputs" of its identity
+(`farm.media.settings.VideoSettings.identity`, and "audio" for a shot with sound).
 """
 
 from __future__ import annotations
