@@ -11,7 +11,8 @@ import pytest
 from farm.errors import FarmError
 from farm.media.names import check_name, child_path
 from farm.store.markers import mark_done
-from farm.store.output import Output, remove_stale_temporaries
+from farm.store.output import Output
+from farm.store.output_kinds import Opening, open_for_render
 
 HOSTILE = [
     "",
@@ -74,7 +75,7 @@ def test_no_shot_output_is_taken_for_a_temporary(tmp_path):
     users = [out.videos_dir / ".x.tmp.mp4", out.videos_dir / "notes.tmp", out.done_dir("tmp") / "a.tmp"]
     for path in users:
         path.write_bytes(b"mine")
-    remove_stale_temporaries(out)
+    open_for_render(out, Opening())  # every opening of OUT removes farm's stale temporaries
     assert all(p.read_bytes() == b"finished" for p in kept)
     assert all(p.read_bytes() == b"mine" for p in users)  # a user's *.tmp files are not farm's
     assert not stale.exists() and not stale_marker.exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from farm.errors import FarmError
 from farm.media.audio import FORMATS as SOUND_FORMATS
 from farm.media.audio import write_audio
 from farm.media.settings import VideoSettings
@@ -26,11 +27,11 @@ from farm.store.output_kinds import (
     SHOT_OUTPUTS,
     SOUND,
     VIDEO,
+    Opening,
     batch_checks,
     batch_intact,
     batch_record,
-    forget_damaged,
-    restart_shot,
+    open_for_render,
     verified_batches,
 )
 from farm.worker.tasks import (
@@ -180,7 +181,7 @@ def test_each_kind_removes_exactly_its_own_files(out: Output, kind):
 def test_a_restart_removes_exactly_the_entries_files_and_markers(out: Output):
     owned = set().union(*(kind_files(out, k.name, SHOT) for k in ALL_OUTPUTS))
     before = files_under(out.root)
-    restart_shot(out, SHOT, RECORDED)
+    open_for_render(out, Opening(restarts={SHOT: RECORDED}))
     removed = before - files_under(out.root)
     markers = {out.done_marker(SHOT, 0), out.done_marker(SHOT, 1), out.video_done_marker(SHOT),
                out.audio_done_marker(SHOT), out.cancelled_marker(SHOT)}  # fmt: skip
@@ -192,9 +193,10 @@ def test_a_restart_removes_exactly_the_entries_files_and_markers(out: Output):
 def test_a_restart_takes_the_video_of_this_and_the_recorded_codec_only(out: Output):
     mov = out.video(SHOT, ".mov")
     mov.write_bytes(b"a ProRes render's")
-    restart_shot(Output(out.root, ".mp4"), SHOT, RECORDED)  # h264 recorded, h264 now: the .mov stays
+    open_for_render(Output(out.root, ".mp4"), Opening(restarts={SHOT: RECORDED}))  # h264 both: the .mov stays
     assert mov.exists() and not out.video(SHOT).exists()
-    restart_shot(Output(out.root, ".mp4"), SHOT, {**RECORDED, "outputs": {"video": "prores_hq"}})
+    prores = {**RECORDED, "outputs": {"video": "prores_hq"}}
+    open_for_render(Output(out.root, ".mp4"), Opening(restarts={SHOT: prores}))
     assert not mov.exists()
 
 
@@ -204,9 +206,35 @@ def test_forgetting_a_damaged_batch_removes_its_chunks_valid_chunk_and_markers(o
     record = json.loads(out.done_marker(SHOT, 1).read_bytes())
     chunks = {out.frames_array(SHOT) / name for name in record["chunks"]}
     before = files_under(out.root)
-    forget_damaged(out, SHOT, [1], [VIDEO.name])
+    open_for_render(out, Opening(damaged={SHOT: ([1], [VIDEO.name])}))
     removed = before - files_under(out.root)
     valid = zarr.open_array(store=str(out.shot_group(SHOT) / "valid"), mode="r")
     assert removed == chunks | {out.done_marker(SHOT, 1), out.video_done_marker(SHOT),
                                 out.shot_group(SHOT) / "valid" / "c" / "1"}  # fmt: skip
     assert not valid[8:].any() and valid[:8].all()
+
+
+def test_opening_clears_the_chunks_of_the_batches_about_to_render_and_nothing_else(out: Output):
+    import zarr
+
+    array_dir = out.frames_array(SHOT)
+    chunks = set(chunk_files(array_dir, zarr.open_array(store=str(array_dir), mode="r"), 8, 16))
+    stale = out.videos_dir / f".{SHOT}.mp4.farm-abcd1234.tmp.mp4"  # a killed render's temporary
+    stale.write_bytes(b"half")
+    before = files_under(out.root)
+    open_for_render(out, Opening(unfinished={SHOT: [(8, 16)]}))
+    removed = before - files_under(out.root)
+    assert chunks and removed == chunks | {out.shot_group(SHOT) / "valid" / "c" / "1", stale}
+    assert out.batches_done(SHOT) == {0, 1}  # its marker goes with the resume's decision, not here
+
+
+def test_opening_removes_nothing_when_what_to_remove_cannot_be_found(out: Output):
+    valid_meta = out.shot_group(OTHER) / "valid" / "zarr.json"
+    valid_meta.unlink()
+    valid_meta.mkdir()  # OTHER's valid array cannot be opened: its unfinished chunks cannot be located
+    before = files_under(out.root)
+    opening = Opening(restarts={SHOT: RECORDED}, unfinished={OTHER: [(0, 8)]})
+    with pytest.raises(FarmError, match=f"cannot clear what this render replaces in '{out.root}': ") as error:
+        open_for_render(out, opening)
+    assert "\n" not in str(error.value)
+    assert files_under(out.root) == before  # the restart found first, removed nothing

@@ -70,8 +70,8 @@ from farm.run.recorded import given_settings, with_recorded_settings
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
-    apply_restarts,
     latent_identities,
+    plan_opening,
     record_identity,
     recorded_identity,
     recorded_layout,
@@ -85,7 +85,8 @@ from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
 from farm.store.lock import cancel_command, job_read_lock, output_lock
 from farm.store.markers import mark_done
-from farm.store.output import Output, check_writable, remove_stale_temporaries, removed_if_left_empty
+from farm.store.output import Output, check_writable, removed_if_left_empty
+from farm.store.output_kinds import open_for_render
 from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:
@@ -512,8 +513,7 @@ def _start_output(
     They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
     small metadata files, Python work that on the render's own process would hold the GIL against the
     driver submitting the first decodes. Otherwise on a thread here."""
-    apply_restarts(request.out, points)
-    remove_stale_temporaries(request.out)
+    open_for_render(request.out, plan_opening(points))
     for note in points.notes:
         request.log(note)
     prepare = (request.out, job, plans, identities, request.options.batch_frames, request.video,

@@ -21,15 +21,14 @@ from farm.decoders.ltx2_audio import check_audio_latent, superseded_sound
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
-from farm.store.frames import FORMAT, clear_unfinished, fast_codecs
+from farm.store.frames import FORMAT, fast_codecs
 from farm.store.job import Job, read_audio_latent
 from farm.store.output import Output, os_errors_in_one_line
 from farm.store.output_kinds import (
     SOUND,
     VIDEO,
+    Opening,
     batch_checks,
-    forget_damaged,
-    restart_shot,
     verified_batches,
 )
 
@@ -297,7 +296,7 @@ def resume_points(
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
 
     Reads OUT, changes nothing: a refusal (OUT holds a render of other settings, `frames` asks for no
-    frame of a shot) raises before anything is deleted; `apply_restarts` then starts shots over. With
+    frame of a shot) raises before anything is deleted; `plan_opening` then says what is removed. With
     `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
     are rendered; a shot's video is joined once all its batches are done. `sound`: the shots whose sound
     is written (`sound_shots`); a shot is done only once its sound file is too.
@@ -389,17 +388,17 @@ def check_frames_in_shot(frames: Sequence[int], plan: ShotPlan, first_frame: int
         )
 
 
-def apply_restarts(out: Output, points: ResumePoints) -> None:
-    """Start the shots `points` restarts over: remove every output of the settings they replace; and
-    forget the damaged batches and videos it found, and clear the chunks of every batch to render."""
-    with os_errors_in_one_line(f"cannot start shots over in {str(out.root)!r}"):
-        for shot, recorded in points.restarts.items():
-            restart_shot(out, shot, recorded)
-        for shot, (batches, video) in points.damaged.items():
-            forget_damaged(out, shot, batches, [VIDEO.name] if video else [])
-        for plan in points.pending:
-            if plan.shot not in points.restarts:
-                clear_unfinished(out, plan.shot, [(b.start, b.stop) for b in plan.batches])
+def plan_opening(points: ResumePoints) -> Opening:
+    """What opening OUT removes for the render `points` describes (`open_for_render` removes it): the
+    shots it restarts, with the identity each replaces; the damaged batches and videos it found; and
+    the frames of every batch to render in the other shots (a restarted shot's go with it)."""
+    return Opening(
+        restarts=dict(points.restarts),
+        damaged={shot: (batches, [VIDEO.name] if video else [])
+                 for shot, (batches, video) in points.damaged.items()},
+        unfinished={plan.shot: [(b.start, b.stop) for b in plan.batches] for plan in points.pending
+                    if plan.shot not in points.restarts},
+    )  # fmt: skip
 
 
 def check_output_identity(out: Output) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from farm import config
 from farm.media.files import fsync_all, fsync_path, run_side_by_side
 from farm.media.rates import rate_text, start_timecode
-from farm.store.output import Output, check_writable, os_errors_in_one_line, remove_own_files
+from farm.store.output import Output, ShotFolders, check_writable, os_errors_in_one_line, remove_own_files
 
 if TYPE_CHECKING:
     from farm.store.job import Job
@@ -302,27 +302,32 @@ def read_frames(out: Output, shot: str) -> np.ndarray:
     return np.asarray(zarr.open_array(store=str(out.frames_array(shot)), mode="r")[...])
 
 
-def clear_unfinished(out: Output, shot: str, batches: Iterable[tuple[int, int]]) -> None:
-    """Remove the chunk files of batches about to be rendered (frames [start, stop) each, not marked
-    done): what a killed or failed write left there (a 0-byte chunk from a full disk) is never read back
-    by the new write. Batches cover whole chunks, so no finished batch's chunk is touched. The same for
-    the shot's ``valid`` array (one chunk per batch), which each batch's mark writes."""
-    batches = list(batches)
-    for array_dir in (out.frames_array(shot), out.shot_group(shot) / VALID):
-        remove_chunks(array_dir, batches)
+def unfinished_chunks(folders: ShotFolders, frame_ranges: Iterable[tuple[int, int]]) -> list[Path]:
+    """The chunk files of batches about to be rendered (frames [start, stop) each, not marked done), to
+    remove so that what a killed or failed write left there (a 0-byte chunk from a full disk) is never
+    read back by the new write. Batches cover whole chunks, so no finished batch's chunk is among them.
+    The same for the shot's ``valid`` array (one chunk per batch), which each batch's mark writes."""
+    frame_ranges = list(frame_ranges)
+    return [chunk for array_dir in (folders.frames, folders.group / VALID)
+            for chunk in chunks_of(array_dir, frame_ranges)]  # fmt: skip
 
 
-def remove_chunks(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> None:
-    """Remove the chunk files of the array in `array_dir` that hold the given frame ranges (none when
-    the array does not exist); chunks read back as the array's fill value."""
+def chunks_of(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> list[Path]:
+    """The chunk files of the array in `array_dir` that hold the given frame ranges (none when the
+    array does not exist)."""
     import zarr
 
     if not (array_dir / "zarr.json").exists():
-        return
+        return []
     arr = zarr.open_array(store=str(array_dir), mode="r")
-    for start, stop in frame_ranges:
-        for chunk in chunk_files(array_dir, arr, start, stop):
-            chunk.unlink(missing_ok=True)
+    return [chunk for start, stop in frame_ranges for chunk in chunk_files(array_dir, arr, start, stop)]
+
+
+def remove_chunks(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> None:
+    """Remove the chunk files of the array in `array_dir` that hold the given frame ranges (`chunks_of`);
+    those chunks read back as the array's fill value."""
+    for chunk in chunks_of(array_dir, frame_ranges):
+        chunk.unlink(missing_ok=True)
 
 
 def drop_frames(out: Output, shot: str) -> None:

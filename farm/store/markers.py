@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +75,12 @@ def file_intact(marker: Path, path: Path) -> bool:
     if not record:  # a marker without a checksum
         return path.exists() and path.stat().st_size > 0
     return record.get("name") == path.name and file_digest(path) == record.get("sha256")
+
+
+def markers_in(folder: Path, shot_markers: Collection[str]) -> list[Path]:
+    """The done markers in a shot's done folder: its batches' (named by number) and the shot markers
+    named in `shot_markers`. A link is never one of them, nor anything in a folder that is a link."""
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    return [entry for entry in folder.iterdir() if (entry.name.isdigit() or entry.name in shot_markers)
+            and entry.is_file() and not entry.is_symlink()]  # fmt: skip

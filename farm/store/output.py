@@ -1,5 +1,5 @@
 """The render output folder OUT: where every file of a render goes (`Output`), and the operations on
-paths alone (writable, clean-up of temporaries and of farm's own files).
+paths alone (writable, the temporaries a killed render left, removal of farm's own files).
 
     OUT/frames.zarr/                  attrs: {"farm": {"format": 1, "decoder": {...}, "random_weights": bool}}
       <shot>/frames                   [F, H, W, 3] uint8 levels or float16 in [0, 1], one chunk per
@@ -40,6 +40,22 @@ from farm.media.names import child_path, is_farm_temporary
 
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
+FRAMES_ARRAY = "frames"  # a shot's frames array in its Zarr group
+CANCELLED_MARKER = "cancelled"  # in a shot's done folder: `farm cancel` stopped the shot
+
+
+def batch_marker_name(batch: int) -> str:
+    """The name of batch `batch`'s done marker in its shot's done folder."""
+    return f"{batch:05d}"
+
+
+@dataclass(frozen=True)
+class ShotFolders:
+    """A shot's folders that opening OUT for a render clears (`Output.shot_folders`)."""
+
+    group: Path  # frames.zarr/<shot>: its Zarr group
+    frames: Path  # frames.zarr/<shot>/frames: its frames array
+    done: Path  # .farm/done/<shot>: its done markers
 
 
 @dataclass(frozen=True)
@@ -53,12 +69,18 @@ class Output:
     def frames_zarr(self) -> Path:
         return self.root / "frames.zarr"
 
+    def shot_folders(self, shot: str) -> ShotFolders:
+        """The shot's folders that opening OUT for a render clears, resolved together (as `shot_group`,
+        `frames_array` and `done_dir` resolve each)."""
+        group = child_path(self.frames_zarr, shot)
+        return ShotFolders(group=group, frames=group / FRAMES_ARRAY, done=child_path(self.done_root, shot))
+
     def shot_group(self, shot: str) -> Path:
         """The shot's Zarr group in frames.zarr (its attrs hold the render identity)."""
         return child_path(self.frames_zarr, shot)
 
     def frames_array(self, shot: str) -> Path:
-        return self.shot_group(shot) / "frames"
+        return self.shot_group(shot) / FRAMES_ARRAY
 
     @property
     def videos_dir(self) -> Path:
@@ -88,17 +110,25 @@ class Output:
         """A file created and removed to check OUT is writable."""
         return self.state_dir / "write-test"
 
+    @property
+    def segments_root(self) -> Path:
+        return self.state_dir / "segments"
+
     def segments_dir(self, shot: str) -> Path:
-        return child_path(self.state_dir / "segments", shot)
+        return child_path(self.segments_root, shot)
 
     def segment(self, shot: str, batch: int) -> Path:
         return self.segments_dir(shot) / f"{batch:05d}{self.video_suffix}"
 
+    @property
+    def done_root(self) -> Path:
+        return self.state_dir / "done"
+
     def done_dir(self, shot: str) -> Path:
-        return child_path(self.state_dir / "done", shot)
+        return child_path(self.done_root, shot)
 
     def done_marker(self, shot: str, batch: int) -> Path:
-        return self.done_dir(shot) / f"{batch:05d}"
+        return self.done_dir(shot) / batch_marker_name(batch)
 
     def video_done_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / "video"
@@ -115,7 +145,7 @@ class Output:
         return self.done_dir(shot) / "audio"
 
     def cancelled_marker(self, shot: str) -> Path:
-        return self.done_dir(shot) / "cancelled"
+        return self.done_dir(shot) / CANCELLED_MARKER
 
     def batches_done(self, shot: str) -> set[int]:
         folder = self.done_dir(shot)
@@ -124,8 +154,7 @@ class Output:
     def stale_temporaries(self) -> list[Path]:
         """Temp files a killed render left behind (never final outputs: those are renamed into place only
         when complete)."""
-        folders = (self.videos_dir, self.state_dir / "segments", self.state_dir / "done", self.sequences_dir,
-                   self.audio_dir)  # fmt: skip
+        folders = (self.videos_dir, self.segments_root, self.done_root, self.sequences_dir, self.audio_dir)
         return [tmp for folder in folders if folder.exists() for tmp in folder.rglob(".*")
                 if is_farm_temporary(tmp.name) and tmp.is_file() and not tmp.is_symlink()]  # fmt: skip
 
@@ -168,12 +197,6 @@ def remove_own_files(folder: Path, own: Any, *, recursive: bool = False) -> None
             remove_own_files(entry, own, recursive=True)
     with contextlib.suppress(OSError):
         folder.rmdir()  # only when nothing else is in it
-
-
-def remove_stale_temporaries(out: Output) -> None:
-    """Temp files a killed render left behind (never final outputs: they are renamed only when complete)."""
-    for tmp in out.stale_temporaries():
-        tmp.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

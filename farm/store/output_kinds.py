@@ -16,17 +16,17 @@ files are removed when a shot starts over or a damaged batch is forgotten.
 A batch output adds its part to the batch's marker (.farm/done/<shot>/NNNNN, written once every batch
 output is in place); a shot output has a marker of its own. The worker task that writes each kind is
 bound to its entry in `farm.worker.writers` (the layer that runs tasks); the driver's graph, resume,
-restart and `farm status --verify` loop over these entries. Whether a render asks for a kind is read
-from the "outputs" of its identity (`farm.media.settings.VideoSettings.identity`, and "audio" for a
-shot with sound).
+the opening of OUT for a render (`open_for_render`: restart, forget) and `farm status --verify` loop
+over these entries. Whether a render asks for a kind is read from the "outputs" of its identity
+(`farm.media.settings.VideoSettings.identity`, and "audio" for a shot with sound).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,16 @@ from farm.media.files import run_side_by_side
 from farm.media.sequences import FORMATS as SEQUENCE_FORMATS
 from farm.media.sequences import frame_path
 from farm.media.timeline import TIMELINE_FILE, timeline_available, written_by_farm
-from farm.store.frames import VALID, chunk_files, drop_frames, remove_chunks
-from farm.store.markers import file_digest, file_intact, read_marker
-from farm.store.output import SEGMENT_NAME, Output, remove_own_files
+from farm.store.frames import VALID, chunk_files, drop_frames, remove_chunks, unfinished_chunks
+from farm.store.markers import file_digest, file_intact, markers_in, read_marker
+from farm.store.output import (
+    CANCELLED_MARKER,
+    SEGMENT_NAME,
+    Output,
+    batch_marker_name,
+    os_errors_in_one_line,
+    remove_own_files,
+)
 
 Outputs = dict[str, Any]  # a render identity's "outputs": what the render was asked to write
 Recorded = dict[str, Any] | None  # the render identity OUT records for a shot (None: none recorded)
@@ -310,27 +317,59 @@ def verified_batches(out: Output, shot: str, kinds: Iterable[BatchOutput]) -> tu
             {k for k, ok in zip(marked, intact, strict=True) if not ok})  # fmt: skip
 
 
-def forget_damaged(out: Output, shot: str, batches: Iterable[int], shot_outputs: Iterable[str] = ()) -> None:
-    """Unmark damaged batches (and the shot outputs named in `shot_outputs`) and remove each batch
-    output's files their markers name, so they render again from nothing (a 0-byte chunk would fail a
-    partial write)."""
-    for batch in batches:
-        marker = out.done_marker(shot, batch)
-        record = read_marker(marker) or {}
-        marker.unlink(missing_ok=True)
-        for kind in BATCH_OUTPUTS:
-            kind.forget(out, shot, batch, record)
-    for name in shot_outputs:
-        SHOT_KIND[name].marker(out, shot).unlink(missing_ok=True)
+@dataclass(frozen=True)
+class Opening:
+    """What opening OUT for a render removes, as plain values (the run layer decides them:
+    `farm.run.resume.plan_opening`). `restarts`: the shots started over, each with the render identity
+    it replaces (None: none recorded); `damaged`: per shot, the damaged batches to forget and the names
+    of its shot outputs to forget (`SHOT_KIND`); `unfinished`: per shot, the frame ranges [start, stop)
+    of the batches about to be rendered again."""
+
+    restarts: Mapping[str, Recorded] = field(default_factory=dict)
+    damaged: Mapping[str, tuple[Collection[int], Collection[str]]] = field(default_factory=dict)
+    unfinished: Mapping[str, Collection[tuple[int, int]]] = field(default_factory=dict)
+
+    @property
+    def shots(self) -> list[str]:
+        return list(dict.fromkeys([*self.restarts, *self.damaged, *self.unfinished]))
 
 
-def restart_shot(out: Output, shot: str, recorded: Recorded = None) -> None:
-    """Start a shot over: remove every output the render it replaces made, and nothing else.
+def open_for_render(out: Output, opening: Opening) -> None:
+    """Open OUT for a render whose inputs are known good: remove the temporaries a killed render left;
+    start the shots `opening` restarts over (every output the render it replaces made, and nothing
+    else); forget its damaged batches and shot outputs (unmarked, and each batch output's files their
+    markers name, so they render again from nothing: a 0-byte chunk would fail a partial write); and
+    remove the chunks of the batches about to be rendered (`unfinished_chunks`).
 
-    Its done markers first, then each output kind's files: those of this output's settings and of the
-    `recorded` identity's (a video in either codec, the images the recorded sequence settings named)."""
-    markers = {kind.marker(out, shot).name for kind in SHOT_OUTPUTS} | {out.cancelled_marker(shot).name}
-    remove_own_files(out.done_dir(shot), lambda name: name.isdigit() or name in markers)
-    for kind in ALL_OUTPUTS:
-        kind.remove(out, shot, recorded)
+    Everything to remove is found first (each shot's folders resolved once, the markers listed and
+    read, the chunks located), then removed: a shot's done markers before the files they mark."""
+    with os_errors_in_one_line(f"cannot clear what this render replaces in {str(out.root)!r}"):
+        stale = out.stale_temporaries()
+        folders = {shot: out.shot_folders(shot) for shot in opening.shots}
+        restarted = {}  # a restarted shot's done markers: its batches', its shot outputs', its cancellation
+        for shot in opening.restarts:
+            names = {kind.marker(out, shot).name for kind in SHOT_OUTPUTS} | {CANCELLED_MARKER}
+            restarted[shot] = markers_in(folders[shot].done, names)
+        records = {(shot, batch): read_marker(folders[shot].done / batch_marker_name(batch)) or {}
+                   for shot, (batches, _) in opening.damaged.items() for batch in batches}  # fmt: skip
+        chunks = [chunk for shot, ranges in opening.unfinished.items()
+                  for chunk in unfinished_chunks(folders[shot], ranges)]  # fmt: skip
 
+        for path in stale:
+            path.unlink(missing_ok=True)
+        for shot, recorded in opening.restarts.items():
+            for marker in restarted[shot]:
+                marker.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                folders[shot].done.rmdir()  # only when nothing else is in it
+            for kind in ALL_OUTPUTS:
+                kind.remove(out, shot, recorded)
+        for (shot, batch), record in records.items():  # each damaged batch: its marker, then its files
+            (folders[shot].done / batch_marker_name(batch)).unlink(missing_ok=True)
+            for batch_kind in BATCH_OUTPUTS:
+                batch_kind.forget(out, shot, batch, record)
+        for shot, (_, shot_outputs) in opening.damaged.items():
+            for name in shot_outputs:
+                SHOT_KIND[name].marker(out, shot).unlink(missing_ok=True)
+        for chunk in chunks:
+            chunk.unlink(missing_ok=True)
