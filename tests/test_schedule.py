@@ -645,7 +645,7 @@ def test_a_shot_finishes_once_every_output_written_after_its_last_batch_is(monke
 
     from farm.media.settings import VideoSettings
     from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers
-    from farm.store.output_kinds import FRAMES, ShotOutput
+    from farm.store.output_kinds import ShotOutput
     from farm.worker import writers
 
     still = ShotOutput("still", asked=lambda outputs: True, file=lambda out, shot, suffix: out.root / shot,
@@ -656,7 +656,6 @@ def test_a_shot_finishes_once_every_output_written_after_its_last_batch_is(monke
                            args=lambda c: (c.targets.out, c.shot), keywords=lambda c: {},
                            waits_on=("video",))  # fmt: skip
     monkeypatch.setitem(writers.SHOT_WRITERS, "still", still_writer)
-    assert FRAMES.name not in writers.SHOT_WRITERS
     plans = job([TileGrid()], 1)
     client = FakeClient(["tcp://10.0.0.1:1"], [])
     targets = RenderTargets(job_path="job", spec_json={}, out=Output(Path("out")), fps={"s0": 24.0},
