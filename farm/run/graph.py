@@ -65,7 +65,14 @@ from farm.worker.tasks import (
     share_piece,
     take_piece,
 )
-from farm.worker.writers import ShotContext, ShotWriter, ShotWriting, batch_writers, shot_writers
+from farm.worker.writers import (
+    SHOT_WRITERS,
+    ShotContext,
+    ShotWriter,
+    ShotWriting,
+    batch_writers,
+    shot_writers,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -345,12 +352,13 @@ class Driver:
         self.on_shot_finished = options.on_shot_finished
         # (shot, kind) → the task writing a shot output that another waits for, until that one takes it
         self.waited_on: dict[tuple[int, str], Any] = {}
+        self.waited_kinds = {kind for writer in SHOT_WRITERS.values() for kind in writer.waits_on}
         self.finishing: dict[int, set[str]] = {}  # shot → its outputs written after its last batch, running
         self.state = RenderState(
             schedule,
             [len(p.batches) for p in plans],
             # the shots with an output written at their start, before (and waited for by) those at their end
-            sound=[p for p in range(len(plans)) if any(self.writes(w, p) for w in shot_writers("start"))],
+            sound=[p for p in range(len(plans)) if any(self.will_write(w, p) for w in shot_writers("start"))],
             pinned={piece[0] for piece in self.shared},  # their pieces go between given workers
             carried={p for p, plan in enumerate(plans) if plan.chunk.carry},
             outputs_open=options.outputs_ready is None,
@@ -463,7 +471,7 @@ class Driver:
         self.futures.add(mark)
         self.meaning[mark.key] = ("blend", step)
 
-    def writes(self, writer: ShotWriter, shot: int) -> bool:
+    def will_write(self, writer: ShotWriter, shot: int) -> bool:
         """Whether this render writes `writer`'s output of `shot` (an output written after the last batch
         only where the shot's every batch is then written)."""
         t, name = self.targets, self.plans[shot].shot
@@ -477,9 +485,8 @@ class Driver:
         """The tasks writing the shot's outputs of this timing (`farm.worker.writers.shot_writers`), each
         placed, waiting and given its arguments as its writer says."""
         context = ShotContext(self.targets, self.plans[shot])
-        waited_on = {kind for w in shot_writers("end") for kind in w.waits_on}
         for writer in shot_writers(when):
-            if not self.writes(writer, shot):
+            if not self.will_write(writer, shot):
                 continue
             waits = [self.waited_on.pop((shot, k)) for k in writer.waits_on if (shot, k) in self.waited_on]
             where: dict[str, Any] = {}
@@ -490,7 +497,7 @@ class Driver:
                 writer.task, *writer.args(context), *waits, **writer.keywords(context),
                 key=(writer.key, self.render_id, context.shot), priority=self.base + Priority.FINISH, **where,
             )  # fmt: skip
-            if writer.kind.name in waited_on:
+            if writer.kind.name in self.waited_kinds:
                 self.waited_on[(shot, writer.kind.name)] = done
             if when == "end":
                 self.finishing.setdefault(shot, set()).add(writer.kind.name)
