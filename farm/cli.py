@@ -29,7 +29,7 @@ from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
 from farm.store.lock import lock_owner
 from farm.store.output import Output
-from farm.store.output_kinds import SOUND, TIMELINE, VIDEO
+from farm.store.output_kinds import SHOT_OUTPUTS, TIMELINE
 from farm.store.progress import output_progress
 
 RECORDED = "unset, a rerun into OUT takes what OUT recorded"  # the options `farm.run.recorded` resumes
@@ -512,11 +512,11 @@ def _report(stats, out: Path) -> int:
 
 def output_lines(out: Output, shots: list[str]) -> list[str]:
     """The summary's lines, ``  <kind>: <absolute path>`` (video and sound aligned with frames), one per
-    output OUT holds for `shots`: the Zarr frames, then per shot its video, sound file and image sequence
-    (folder and file pattern), and the timeline."""
+    output OUT holds for `shots`: the Zarr frames, then per shot its shot outputs (video, sound file) and
+    image sequence (folder and file pattern), and the timeline."""
     lines = [f"  frames: {out.frames_zarr}"]
     for shot in shots:
-        for kind in (VIDEO, SOUND):
+        for kind in SHOT_OUTPUTS:
             if kind.marker(out, shot).exists():
                 paths = [kind.file(out, shot, suffix) for suffix in kind.every_suffix()]
                 lines += [f"  {kind.name + ':':7} {path}" for path in paths if path.exists()]  # under frames:

@@ -28,6 +28,7 @@ from farm.store.output_kinds import (
     SOUND,
     VIDEO,
     Opening,
+    ShotOutput,
     batch_checks,
     batch_intact,
     batch_record,
@@ -238,3 +239,53 @@ def test_opening_removes_nothing_when_what_to_remove_cannot_be_found(out: Output
         open_for_render(out, opening)
     assert "\n" not in str(error.value)
     assert files_under(out.root) == before  # the restart found first, removed nothing
+def test_resume_asks_each_shot_entry_whether_its_file_is_intact_and_what_it_spares(out: Output, monkeypatch):
+    """`resume_points` on a real OUT, from the table alone: a shot whose every asked output is intact is
+    left alone; a lost sound is written again alone (the batches, the joined video kept); an altered
+    video is joined again, its marker forgotten; and a kind added to the table (a still) is written
+    where it is missing, and spares its shot once it is there."""
+    import zarr
+
+    from farm.decoders.geometry import Geometry
+    from farm.planning.tiling import plan_shot
+    from farm.run import resume
+    from farm.run.resume import record_identity, resume_points
+    from farm.store.frames import FORMAT
+
+    zarr.open_group(store=str(out.frames_zarr), mode="r+").attrs["farm"] = {"format": FORMAT}
+    plan = plan_shot(SHOT, (4, 4, 2, 3), Geometry(8, 4, causal=False), batch_frames=BATCH_N)
+    identity = {"outputs": {"video": "h264", "audio": {"format": "flac"}},
+                "plan": {"pixel_shape": [FRAMES_N, 16, 24]}}  # fmt: skip
+    record_identity(out, SHOT, identity, 2)
+    assert plan.pixel_shape == (FRAMES_N, 16, 24) and len(plan.batches) == 2
+
+    def points() -> resume.ResumePoints:
+        return resume_points(out, [plan], {SHOT: identity}, restart=False)
+
+    assert points().pending == [] and points().writes == {}
+    out.audio_file(SHOT, ".flac").unlink()
+    lost_sound = points()
+    assert lost_sound.writes == {"sound": {SHOT}} and lost_sound.finish == {SHOT} and not lost_sound.damaged
+    assert [b.index for b in lost_sound.pending[0].batches] == []  # no batch to render: the sound alone
+    sound = out.audio_file(SHOT, ".flac")
+    write_audio(sound, np.zeros((2, 4800), np.int16), 48000, "flac")
+    mark_done(out.audio_done_marker(SHOT), file_record(sound))
+    assert points().pending == []
+
+    video = out.video(SHOT)
+    video.write_bytes(video.read_bytes()[:-1])
+    altered = points()
+    assert altered.writes == {"video": {SHOT}} and altered.damaged == {SHOT: (set(), True)}
+    assert any("its video missing or damaged" in note for note in altered.notes)
+
+    still = ShotOutput("still", asked=lambda outputs: True,
+                       file=lambda out, shot, suffix: out.root / f"{shot}{suffix}",
+                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
+                       marker=lambda out, shot: out.done_dir(shot) / "still",
+                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    monkeypatch.setattr(resume, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
+    finish_shot(out, SHOT, 2, {})  # the video joined again from the segments
+    assert points().writes == {"still": {SHOT}} and points().finish == {SHOT}
+    (out.root / f"{SHOT}.txt").write_text("still")
+    mark_done(still.marker(out, SHOT), file_record(out.root / f"{SHOT}.txt"))
+    assert points().pending == []

@@ -89,6 +89,10 @@ class FakeFuture:
             return {"frames": self.args[1].frames, "write_s": 0.0, "encode_s": 0.0}
         if self.key[0] == keys.FINISH_SHOT:
             return {"video": f"{self.key[2]}.mp4"}
+        if self.key[0] == keys.DECODE_AUDIO:
+            return {"audio": f"{self.key[2]}.wav"}
+        if self.key[0] == "write-still":
+            return {"still": f"{self.key[2]}.png"}
         return None
 
     def exception(self) -> BaseException | None:
@@ -111,7 +115,7 @@ class FakeClient:
         worker = (workers or [None])[0]
         future = FakeFuture(key, fn, args, fail)
         self.submitted.append({"kind": key[0], "key": key, "worker": worker, "priority": priority,
-                               "future": future})  # fmt: skip
+                               "future": future, "options": _})  # fmt: skip
         return future
 
     def get_metadata(self, key: Any, default: Any = None) -> Any:
@@ -572,3 +576,101 @@ def test_driver_and_simulator_move_the_same_shots_to_a_joined_worker(n_workers: 
                           for kind, p, k, w in trace if kind == "decode")  # fmt: skip
     assert by_driver == by_simulator
     assert {w for *_, w in by_driver} == set(range(n_workers + joined))  # the joined workers decode
+
+
+def test_the_driver_submits_each_shot_writer_at_its_time_with_the_arguments_it_builds() -> None:
+    """Shot outputs come from their writers' table: the sound of the shots whose sound this render writes
+    once the outputs exist, on the shot's decode worker with the render's retries; each video after its
+    shot's last batch, waiting for the sound decoded in this render and muxing the shot's sound file
+    either way; none where the shot has batches left to a later render (`finish`)."""
+    from farm.media.settings import VideoSettings
+    from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers, Sound
+    from farm.worker.writers import SHOT_WRITERS, ShotContext, shot_writers
+
+    plans = job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2)), TileGrid()], 2, frames=9, batch_frames=8)
+    workers, io_workers = ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1"], ["tcp://10.0.1.1:1"]
+    client = FakeClient(workers, io_workers)
+    targets = RenderTargets(
+        job_path="job", spec_json={}, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
+        video=VideoSettings(), metadata={"comment": "c"},
+        total_batches={p.shot: len(p.batches) for p in plans}, finish={"s0", "s1"}, retries=3,
+        sound=Sound({"config": "a"}, frozenset({"s0", "s1"}), "flac"),
+        timecodes={"s1": "01:00:00:00"}, writes={"sound": {"s0"}, "video": {"s0", "s1", "s2"}},
+    )  # fmt: skip
+    finished: list[str] = []
+    options = DriverOptions("r", completions=FifoCompletions, on_shot_finished=finished.append,
+                            outputs_ready=lambda: client.submitted.append({"kind": "outputs-ready"}))
+    schedule = make_schedule(plans, n_decode=2, n_io=1)
+    stats = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options).run()
+    assert [w.kind.name for w in shot_writers("start")] == ["sound"]
+    assert [w.kind.name for w in shot_writers("end")] == ["video"]
+
+    kinds = [s["kind"] for s in client.submitted]
+    shot_tasks = [s for s in client.submitted if s["kind"] in (keys.DECODE_AUDIO, keys.FINISH_SHOT)]
+    assert [(s["kind"], s["key"][2]) for s in shot_tasks] == [(keys.DECODE_AUDIO, "s0")] + [
+        (keys.FINISH_SHOT, shot) for shot in ("s0", "s1")
+    ]  # s2's video waits for its later batches; s1's sound is in OUT already
+    sound, *videos = shot_tasks
+    assert kinds.index("outputs-ready") < kinds.index(keys.DECODE_AUDIO)  # written into OUT once it exists
+    for video in videos:  # after the shot's last batch is marked
+        marks = [i for i, s in enumerate(client.submitted) if s["kind"] == keys.MARK_BATCH
+                 and s["key"][2] == video["key"][2]]  # fmt: skip
+        assert client.submitted.index(video) > max(marks)
+
+    for task, writer, waited in [(sound, SHOT_WRITERS["sound"], ()), (videos[0], SHOT_WRITERS["video"],
+                                 (sound["future"],)), (videos[1], SHOT_WRITERS["video"], ())]:  # fmt: skip
+        plan = next(p for p in plans if p.shot == task["key"][2])
+        context = ShotContext(targets, plan)
+        assert task["future"].fn is writer.task and task["key"] == (writer.key, "r", plan.shot)
+        assert task["future"].args == (*writer.args(context), *waited)
+        assert {k: task["options"][k] for k in writer.keywords(context)} == writer.keywords(context)
+        assert task["priority"] == Priority.FINISH
+    frames = 8 * (9 - 1) + 1  # 9 latent frames, 8 frames to each after the first
+    assert sound["future"].args == ("job", {"config": "a"}, targets.out, "s0", frames, 24.0, "flac", True)
+    assert sound["worker"] == workers[0] and sound["options"]["retries"] == 3
+    assert videos[0]["worker"] is None and "retries" not in videos[0]["options"]
+    assert videos[1]["future"].args[3] == {"comment": "c", "timecode": "01:00:00:00"}
+    muxed = [str(Path("out/audio") / f"{shot}.flac") for shot in ("s0", "s1")]
+    assert [v["options"]["sound"] for v in videos] == muxed
+
+    assert stats.shots["s0"].files == {"sound": "s0.wav", "video": "s0.mp4"}
+    assert stats.shots["s1"].files == {"video": "s1.mp4"} and stats.shots["s1"].video == "s1.mp4"
+    assert stats.shots["s2"].files == {} and finished == ["s0", "s1"]
+
+
+def test_a_shot_finishes_once_every_output_written_after_its_last_batch_is(monkeypatch) -> None:
+    """A second writer run after the shot's last batch (a new kind's): the driver submits it beside the
+    video from the table alone, and the shot finishes (its timeline entry) once both are written."""
+    from dataclasses import replace
+
+    from farm.media.settings import VideoSettings
+    from farm.run.graph import Driver, DriverOptions, RenderTargets, RenderWorkers
+    from farm.store.output_kinds import ShotOutput
+    from farm.worker import writers
+
+    still = ShotOutput("still", asked=lambda outputs: True, file=lambda out, shot, suffix: out.root / shot,
+                       suffixes=lambda out, recorded: (".png",), every_suffix=lambda: (".png",),
+                       marker=lambda out, shot: out.done_dir(shot) / "still",
+                       written_suffix=lambda out, outputs: ".png")  # fmt: skip
+    still_writer = replace(writers.SHOT_WRITERS["video"], kind=still, key="write-still", reports="still",
+                           args=lambda c: (c.targets.out, c.shot), keywords=lambda c: {},
+                           waits_on=("video",))  # fmt: skip
+    monkeypatch.setitem(writers.SHOT_WRITERS, "still", still_writer)
+    plans = job([TileGrid()], 1)
+    client = FakeClient(["tcp://10.0.0.1:1"], [])
+    targets = RenderTargets(job_path="job", spec_json={}, out=Output(Path("out")), fps={"s0": 24.0},
+                            video=VideoSettings(), metadata={}, finish=None,
+                            total_batches={"s0": 1})  # fmt: skip
+    finished: list[tuple[str, list[str]]] = []  # each shot finished, with the files written by then
+
+    def on_shot_finished(shot: str) -> None:
+        finished.append((shot, sorted(driver.stats.shots[shot].files)))
+
+    options = DriverOptions("r", completions=FifoCompletions, on_shot_finished=on_shot_finished)
+    schedule = make_schedule(plans, n_decode=1, n_io=0)
+    driver = Driver(client, plans, schedule, RenderWorkers(["tcp://10.0.0.1:1"]), targets, options)
+    driver.run()
+    video, still_task = [s for s in client.submitted if s["kind"] in (keys.FINISH_SHOT, "write-still")]
+    assert video["kind"] == keys.FINISH_SHOT
+    assert still_task["future"].args == (targets.out, "s0", video["future"])  # waits for the video
+    assert finished == [("s0", ["still", "video"])]

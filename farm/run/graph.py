@@ -10,9 +10,9 @@ The policy is a `farm.planning.schedule.Schedule` (order, slots, priorities) run
 `farm.planning.render_state.RenderState` (window, releases, finishing, workers joining); this module feeds
 it Dask's results and carries out its instructions. Task keys read as what they are in the dashboard
 (`farm.keys`): ``("decode-tile", render, shot, i)``, ``("tile-piece", …)``, ``("blend-batch", render, shot,
-k)``, ``("write-batch", …)``, ``("encode-segment", …)``, ``("mark-batch", …)``, ``("finish-shot", render,
-shot)`` and, for a shot with sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its
-video's join then muxes).
+k)``, ``("write-batch", …)``, ``("encode-segment", …)``, ``("mark-batch", …)``, and one task per shot output
+(`farm.worker.writers.SHOT_WRITERS`): ``("finish-shot", render, shot)`` (its video's join) and, for a shot
+with sound, ``("decode-audio", render, shot)`` (the whole shot's sound, which its video's join then muxes).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from farm import config, keys, logs
 from farm.errors import FarmError
@@ -52,7 +52,6 @@ from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
 from farm.store.output import Output
-from farm.store.output_kinds import SOUND, VIDEO
 from farm.worker.ipc import can_open, gpus_seen, one_host
 from farm.worker.tasks import (
     Placement,
@@ -66,7 +65,14 @@ from farm.worker.tasks import (
     share_piece,
     take_piece,
 )
-from farm.worker.writers import SHOT_WRITERS, ShotWriting, batch_writers
+from farm.worker.writers import (
+    SHOT_WRITERS,
+    ShotContext,
+    ShotWriter,
+    ShotWriting,
+    batch_writers,
+    shot_writers,
+)
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -77,11 +83,15 @@ class ShotOutcome:
     shot: str
     batches_total: int
     batches_written: int = 0
-    video: str | None = None
-    audio: str | None = None  # its sound file, once this render wrote it
+    files: dict[str, str] = field(default_factory=dict)  # shot output kind → its file, once written
     error: str | None = None
     cancelled: bool = False  # stopped by `farm cancel`: not a failure, its finished batches stay
     frames_written: int = 0
+
+    @property
+    def video(self) -> str | None:
+        """Its video, once joined (or found joined by an earlier render)."""
+        return self.files.get("video")
 
 
 @dataclass
@@ -127,21 +137,25 @@ class RenderTargets:
     video: VideoSettings
     metadata: dict[str, str]
     total_batches: dict[str, int]  # per shot, all its batches (a partial plan writes only some)
-    finish: set[str] | None  # shots whose video to join (None: every shot whose batches all finish)
+    # shots whose every batch is written once this render's are, so their outputs written after the last
+    # batch (the video) are written (None: every shot whose batches all finish)
+    finish: set[str] | None
     compile: bool | str = False
     retries: int = 1
     sound: Sound | None = None
     timecodes: dict[str, str] = field(default_factory=dict)  # start timecode per shot, where it has one
+    # per shot output kind, the shots whose file this render writes (`farm.run.resume.ResumePoints.writes`;
+    # None: every shot, of each kind the video settings ask for)
+    writes: Mapping[str, Collection[str]] | None = None
 
 
 @dataclass(frozen=True)
 class Sound:
-    """A render's sound: the audio decoder, the shots whose videos carry sound, and those whose sound
-    this render decodes (the others' files are in OUT already)."""
+    """A render's sound: the audio decoder, the shots whose videos carry sound (those whose sound file
+    this render writes are `RenderTargets.writes`' "sound"), and the sound files' format."""
 
     spec_json: dict
     shots: frozenset[str]
-    decode: frozenset[str]
     format: str = "wav"
 
 
@@ -165,8 +179,9 @@ def run_graph(
     The run policy is `farm.planning.schedule.make_schedule`'s; this runs it. `plans` may be partial
     (`tiling.pending_plan`): only their batches are written; a shot's video is joined from all
     `targets.total_batches[shot]` segments once its last pending batch is done. `targets`: what the
-    tasks read and write (`RenderTargets`; `targets.sound` the shots with sound: each of
-    `sound.decode` gets a decode-audio task, which its video's join waits for).
+    tasks read and write (`RenderTargets`; `targets.writes` the shots whose video, sound or other shot
+    output this render writes: each gets its writer's task, `farm.worker.writers.SHOT_WRITERS`; a video's
+    join waits for the sound this render decodes).
 
     `priority`: a job with a higher priority has all its tasks run before a lower one's
     (`farm.planning.schedule.Priority`). Progress is published on the scheduler under the metadata key
@@ -292,9 +307,9 @@ class Driver:
     """Runs one :class:`~farm.planning.schedule.Schedule` on a Dask client, a shell around its
     :class:`~farm.planning.render_state.RenderState`: finished futures go in as events (a batch written,
     a shot failed or finished, workers joined, a cancel), and the instructions that come out are carried
-    out here (`carry_out`: decodes, blends, sound and shot finishing submitted, decoded tiles' futures let
-    go). The policy (window, releases, finishing, joins) is the state machine's, which the planner's
-    simulator runs too.
+    out here (`carry_out`: decodes, blends and shot outputs submitted, decoded tiles' futures let go).
+    The policy (window, releases, finishing, joins) is the state machine's, which the planner's simulator
+    runs too.
 
     Progress publishing, `farm cancel` polling and noticing workers that join or leave run on a thread of
     their own (:class:`Watcher`), so the loop only reacts to finished tasks.
@@ -335,12 +350,15 @@ class Driver:
         self.outputs_ready = options.outputs_ready
         self.latents_ahead = dict(options.latents_ahead or {})  # `ahead_key` → its read-ahead future
         self.on_shot_finished = options.on_shot_finished
-        self.sounds: dict[int, Any] = {}  # shot → its decode-audio future, until its video's join takes it
-        sound = targets.sound
+        # (shot, kind) → the task writing a shot output that another waits for, until that one takes it
+        self.waited_on: dict[tuple[int, str], Any] = {}
+        self.waited_kinds = {kind for writer in SHOT_WRITERS.values() for kind in writer.waits_on}
+        self.finishing: dict[int, set[str]] = {}  # shot → its outputs written after its last batch, running
         self.state = RenderState(
             schedule,
             [len(p.batches) for p in plans],
-            sound=[p for p, plan in enumerate(plans) if sound and plan.shot in sound.decode],
+            # the shots with an output written at their start, before (and waited for by) those at their end
+            sound=[p for p in range(len(plans)) if any(self.will_write(w, p) for w in shot_writers("start"))],
             pinned={piece[0] for piece in self.shared},  # their pieces go between given workers
             carried={p for p, plan in enumerate(plans) if plan.chunk.carry},
             outputs_open=options.outputs_ready is None,
@@ -365,12 +383,12 @@ class Driver:
                 self.submit_decode(self.schedule.decodes[instruction.step], instruction.slot)
             elif isinstance(instruction, SubmitBlend):
                 self.submit_blend(self.schedule.blends[instruction.blend])
-            elif isinstance(instruction, SubmitAudio):
-                self.submit_audio(instruction.shot)
+            elif isinstance(instruction, SubmitAudio):  # the shot's start: its sound
+                self.submit_shot_outputs(instruction.shot, "start")
             elif isinstance(instruction, Release):
                 self.release(instruction.unit)
-            elif isinstance(instruction, FinishShot):
-                self.submit_finish(instruction.shot)
+            elif isinstance(instruction, FinishShot):  # after its last batch: its video
+                self.submit_shot_outputs(instruction.shot, "end")
             elif isinstance(instruction, CancelShot):
                 self.record_failure(instruction.shot, FarmError(CANCELLED))
                 self.stats.shots[self.plans[instruction.shot].shot].cancelled = True
@@ -453,40 +471,38 @@ class Driver:
         self.futures.add(mark)
         self.meaning[mark.key] = ("blend", step)
 
-    def submit_audio(self, shot: int) -> None:
-        """The shot's sound, decoded whole on a decode worker (it is small beside any tile)."""
-        plan, t = self.plans[shot], self.targets
-        assert t.sound is not None
-        writer = SHOT_WRITERS[SOUND.name]
-        done = self.submit(
-            writer.task, t.job_path, t.sound.spec_json, t.out, plan.shot, plan.pixel_shape[0],
-            t.fps[plan.shot], t.sound.format, t.video.durable,
-            key=(writer.key, self.render_id, plan.shot),
-            workers=[self.workers[shot % len(self.workers)]], allow_other_workers=True, retries=t.retries,
-            priority=self.base + Priority.FINISH,
-        )  # fmt: skip
-        self.sounds[shot] = done
-        self.futures.add(done)
-        self.meaning[done.key] = ("audio", shot)
+    def will_write(self, writer: ShotWriter, shot: int) -> bool:
+        """Whether this render writes `writer`'s output of `shot` (an output written after the last batch
+        only where the shot's every batch is then written)."""
+        t, name = self.targets, self.plans[shot].shot
+        if writer.when == "end" and t.finish is not None and name not in t.finish:
+            return False  # a frame-range render whose shot still has other batches to do
+        if t.writes is None:
+            return writer.kind.asked(t.video.identity())
+        return name in t.writes.get(writer.kind.name, ())
 
-    def submit_finish(self, shot: int) -> None:
-        plan, t = self.plans[shot], self.targets
-        writer = SHOT_WRITERS[VIDEO.name]
-        if not writer.kind.asked(t.video.identity()) or (t.finish is not None and plan.shot not in t.finish):
-            return  # Zarr only, or a frame-range render whose shot still has other batches to do
-        sound = None
-        if t.sound is not None and plan.shot in t.sound.shots:  # formats are named as their suffixes
-            sound = str(t.out.audio_file(plan.shot, "." + t.sound.format))
-        waits = [self.sounds.pop(shot)] if shot in self.sounds else []
-        done = self.submit(
-            writer.task, t.out, plan.shot, t.total_batches[plan.shot],
-            {**t.metadata, **({"timecode": t.timecodes[plan.shot]} if plan.shot in t.timecodes else {})},
-            *waits,
-            durable=t.video.durable, sound=sound,
-            key=(writer.key, self.render_id, plan.shot), priority=self.base + Priority.FINISH,
-        )  # fmt: skip
-        self.futures.add(done)
-        self.meaning[done.key] = ("finish", shot)
+    def submit_shot_outputs(self, shot: int, when: Literal["start", "end"]) -> None:
+        """The tasks writing the shot's outputs of this timing (`farm.worker.writers.shot_writers`), each
+        placed, waiting and given its arguments as its writer says."""
+        context = ShotContext(self.targets, self.plans[shot])
+        for writer in shot_writers(when):
+            if not self.will_write(writer, shot):
+                continue
+            waits = [self.waited_on.pop((shot, k)) for k in writer.waits_on if (shot, k) in self.waited_on]
+            where: dict[str, Any] = {}
+            if writer.where == "decode":  # a GPU task: the shot's decode worker, retried as decodes are
+                where = {"workers": [self.workers[shot % len(self.workers)]], "allow_other_workers": True,
+                         "retries": self.targets.retries}  # fmt: skip
+            done = self.submit(
+                writer.task, *writer.args(context), *waits, **writer.keywords(context),
+                key=(writer.key, self.render_id, context.shot), priority=self.base + Priority.FINISH, **where,
+            )  # fmt: skip
+            if writer.kind.name in self.waited_kinds:
+                self.waited_on[(shot, writer.kind.name)] = done
+            if when == "end":
+                self.finishing.setdefault(shot, set()).add(writer.kind.name)
+            self.futures.add(done)
+            self.meaning[done.key] = ("shot-output", (shot, writer))
 
     def adopt(self, joined: Sequence[str]) -> None:
         """Decode workers that joined mid-render take work (`RenderState`'s `WorkersJoined`)."""
@@ -557,19 +573,26 @@ class Driver:
                 self.fail_shot(what.shot, _exception(fut))
             else:
                 self.batch_written(what, result)
-        elif kind == "finish":
-            if fut.status != "finished":
-                self.fail_shot(what, _exception(fut))
-            else:
-                self.stats.shots[self.plans[what].shot].video = result["video"]
-                self.carry_out(self.state.handle(ShotFinished(what)))
-                if self.on_shot_finished is not None:
-                    self.on_shot_finished(self.plans[what].shot)
-        elif kind == "audio":
-            if fut.status != "finished":
-                self.fail_shot(what, _exception(fut))
-            else:
-                self.stats.shots[self.plans[what].shot].audio = result["audio"]
+        elif kind == "shot-output":
+            shot, writer = what
+            self.shot_output_written(shot, writer, fut, result)
+
+    def shot_output_written(self, shot: int, writer: ShotWriter, fut: Any, result: Any) -> None:
+        """A shot output's task ended: its file goes into the outcome; once every output written after
+        the shot's last batch is, the shot is finished (`ShotFinished`, then `on_shot_finished`)."""
+        if fut.status != "finished":
+            self.fail_shot(shot, _exception(fut))
+            return
+        self.stats.shots[self.plans[shot].shot].files[writer.kind.name] = result[writer.reports]
+        finishing = self.finishing.get(shot)
+        if writer.when != "end" or finishing is None:
+            return
+        finishing.discard(writer.kind.name)
+        if not finishing:
+            del self.finishing[shot]
+            self.carry_out(self.state.handle(ShotFinished(shot)))
+            if self.on_shot_finished is not None:
+                self.on_shot_finished(self.plans[shot].shot)
 
     def cancel_all(self) -> None:
         self.carry_out(self.state.handle(RenderCancelled()))
@@ -709,7 +732,7 @@ class ProgressPublisher:
             "batches_total": stats.batches_total,
             "batches_written": stats.batches_written,
             "frames_written": stats.frames_written,
-            "shots": {name: asdict(outcome) for name, outcome in stats.shots.items()},
+            "shots": {name: {**asdict(shot), "video": shot.video} for name, shot in stats.shots.items()},
         }
         with contextlib.suppress(Exception):  # monitoring must never break a render
             self.client.set_metadata(self.key, record)

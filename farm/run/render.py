@@ -273,7 +273,8 @@ def _targets(
         fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=request.video,
         metadata={"comment": "farm render: " + job.spec.describe()},
         total_batches=points.totals, finish=points.finish, compile=request.compile,
-        sound=_sound(job, plans, points, request.video), timecodes=dict(timecodes),
+        sound=_sound(job, plans, request.video), timecodes=dict(timecodes),
+        writes={kind: frozenset(shots) for kind, shots in points.writes.items()},
     )  # fmt: skip
 
 
@@ -487,19 +488,17 @@ def _what_is_left(
     is refused here, with nothing touched, unless `restart`)."""
     video = request.video
     identities, _ = render_identities(job, plans, video, hashes)
-    sound = sound_shots(job, [p.shot for p in plans], video)
-    points = resume_points(request.out, plans, identities, restart=request.restart, video=video.writes_video,
-                           frames=request.frame_numbers, first_frame=video.first_frame, sound=sound,
-                           sound_suffix="." + video.audio_format)  # fmt: skip
+    points = resume_points(request.out, plans, identities, restart=request.restart,
+                           frames=request.frame_numbers, first_frame=video.first_frame)  # fmt: skip
     return identities, points
 
 
-def _sound(job: Job, plans: Sequence[ShotPlan], points: ResumePoints, video: VideoSettings) -> Sound | None:
-    """The render's sound (`farm.run.graph.Sound`): the shots whose videos carry it, those it decodes."""
+def _sound(job: Job, plans: Sequence[ShotPlan], video: VideoSettings) -> Sound | None:
+    """The render's sound (`farm.run.graph.Sound`): its decoder, the shots whose videos carry it."""
     shots = sound_shots(job, [p.shot for p in plans], video)
     if not shots or job.audio is None:
         return None
-    return Sound(job.audio.to_json(), frozenset(shots), frozenset(points.audio), video.audio_format)
+    return Sound(job.audio.to_json(), frozenset(shots), video.audio_format)
 
 
 def _start_output(
@@ -639,8 +638,8 @@ def _add_outcomes(
     started."""
     for plan in plans:
         if plan.shot not in stats.shots:  # finished by an earlier render
-            video_path = str(request.out.video(plan.shot)) if request.video.writes_video else None
-            stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video_path)
+            video = {"video": str(request.out.video(plan.shot))} if request.video.writes_video else {}
+            stats.shots[plan.shot] = ShotOutcome(plan.shot, len(plan.batches), len(plan.batches), video)
     for name, error in shot_errors.items():
         stats.shots[name] = ShotOutcome(name, 0, error=str(error))
     return stats

@@ -9,7 +9,7 @@ compares identities (`resume_points`) and renders only the batches not yet marke
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +25,11 @@ from farm.store.frames import FORMAT, fast_codecs
 from farm.store.job import Job, read_audio_latent
 from farm.store.output import Output, os_errors_in_one_line
 from farm.store.output_kinds import (
-    SOUND,
+    BATCH_OUTPUTS,
+    SHOT_OUTPUTS,
     VIDEO,
     Opening,
+    ShotOutput,
     batch_checks,
     verified_batches,
 )
@@ -263,15 +265,16 @@ class ResumePoints:
     """What a render does in OUT, decided before anything in it is touched.
 
     `pending`: plans of the batches to render; `totals`: each shot's batch count; `finish`: shots whose
-    video this render joins; `audio`: shots whose sound this render decodes; `restarts`: shots started
-    over, with the identity they replace (None when OUT recorded none); `notes`: what to tell the user
-    once the render starts.
+    every batch is done once this render's are (their outputs written after the last batch, the video,
+    are written then); `writes`: per shot output kind (`farm.store.output_kinds.SHOT_OUTPUTS`), the
+    shots whose file this render writes; `restarts`: shots started over, with the identity they replace
+    (None when OUT recorded none); `notes`: what to tell the user once the render starts.
     """
 
     pending: list[ShotPlan] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=dict)
     finish: set[str] = field(default_factory=set)
-    audio: set[str] = field(default_factory=set)
+    writes: dict[str, set[str]] = field(default_factory=dict)
     restarts: dict[str, dict | None] = field(default_factory=dict)
     damaged: dict[str, tuple[set[int], bool]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -287,19 +290,17 @@ def resume_points(
     identities: dict[str, dict],
     *,
     restart: bool,
-    video: bool = True,
     frames: Sequence[int] | None = None,
     first_frame: int = 1,
-    sound: Collection[str] = (),
-    sound_suffix: str = ".wav",
 ) -> ResumePoints:
     """What is left to do per shot, after checking OUT holds a render of the same job (or restarting).
 
     Reads OUT, changes nothing: a refusal (OUT holds a render of other settings, `frames` asks for no
     frame of a shot) raises before anything is deleted; `plan_opening` then says what is removed. With
     `frames` (frame numbers, the first numbered `first_frame`) only the batches holding those frames
-    are rendered; a shot's video is joined once all its batches are done. `sound`: the shots whose sound
-    is written (`sound_shots`); a shot is done only once its sound file is too.
+    are rendered; a shot's video is joined once all its batches are done. A shot is done once every
+    shot output its identity asks for (video, sound) is intact in OUT; each asked for and not intact is
+    written (`writes`).
     """
     points = ResumePoints()
     refused: dict[str, list[str]] = {}  # differences → the shots that have them
@@ -320,8 +321,8 @@ def resume_points(
             refused.setdefault("; ".join(differences), []).append(plan.shot)
             continue
         points.totals[plan.shot] = len(plan.batches)
-        video_kept = False
-        sound_done = plan.shot not in sound  # a shot started over decodes its sound again
+        asked = [kind for kind in SHOT_OUTPUTS if kind.asked(identities[plan.shot].get("outputs") or {})]
+        kept: set[str] = set()  # shot outputs intact in OUT and kept (a shot started over writes them again)
         unreadable = recorded is not None and not _frames_readable(out, plan.shot)
         if (restart or unreadable) and (recorded is not None or out.shot_group(plan.shot).exists()):
             points.restarts[plan.shot] = recorded
@@ -333,31 +334,18 @@ def resume_points(
             points.restarts[plan.shot] = None  # set up by a render that stopped before recording it
             done = set()
         else:
-            video_ok = video and VIDEO.intact(out, plan.shot)
-            joined = [VIDEO.name] if video_ok or not video else []  # no segments to check: joined, or none
-            done, damaged = verified_batches(out, plan.shot, batch_checks(joined))
-            sound_done = sound_done or SOUND.intact(out, plan.shot, sound_suffix)
-            video_kept = video_ok and not damaged  # joined and intact: at most its sound is missing
-            if video_kept and sound_done:
-                continue
-            if video_ok and damaged:  # frames to render again, and a video to join again from segments gone
-                done, damaged = set(), done | damaged
-            video_lost = video and not video_kept and VIDEO.marker(out, plan.shot).exists()
-            if damaged or video_lost:
-                points.damaged[plan.shot] = (damaged, video_lost)
-                lost = [f"{len(damaged)} finished batch(es)"] if damaged else []
-                lost += ["its video"] if video_lost else []
-                points.notes.append(f"farm: shot {plan.shot!r}: {' and '.join(lost)} missing or damaged "
-                                    "in OUT; rendering them again")  # fmt: skip
-            if sound_done and not video and len(done) == len(plan.batches):
-                continue
-        if not sound_done:
-            points.audio.add(plan.shot)
+            kept, done = _kept_outputs(out, plan, identities[plan.shot], asked, points)
+            everything = kept == {kind.name for kind in asked}  # every shot output asked for is there
+            if everything and (kept & JOINED_INTO or len(done) == len(plan.batches)):
+                continue  # done (a joined video stands for its batches)
+        for kind in asked:
+            if kind.name not in kept:
+                points.writes.setdefault(kind.name, set()).add(plan.shot)
         skipped = set()
         if frames is not None:
             wanted = {n - first_frame for n in frames}
             skipped = {b.index for b in plan.batches if not any(b.start <= i < b.stop for i in wanted)}
-        if not skipped - done and not video_kept:  # every unfinished batch is rendered now: join the video
+        if not skipped - done:  # every unfinished batch is rendered now: the shot can finish
             points.finish.add(plan.shot)
         if done:
             points.notes.append(
@@ -373,6 +361,35 @@ def resume_points(
             "to render those shots over (their finished work is discarded), or a new --out"
         )  # fmt: skip
     return points
+
+
+# The shot outputs batches' parts are joined into (the video, of segments): their parts are gone once
+# it is written, so it stands for the batches, and is joined again when one of them is rendered again.
+JOINED_INTO = frozenset(kind.joined_into for kind in BATCH_OUTPUTS if kind.joined_into)
+
+
+def _kept_outputs(
+    out: Output, plan: ShotPlan, identity: dict[str, Any], asked: Sequence[ShotOutput], points: ResumePoints
+) -> tuple[set[str], set[int]]:
+    """Of a resumed shot, the `asked` shot outputs kept (intact, and not to be joined again) and the
+    batches done; damaged batches and lost joined outputs go into `points` (`damaged`, `notes`)."""
+    outputs = identity.get("outputs") or {}
+    intact = {kind.name for kind in asked if kind.intact(out, plan.shot, kind.written_suffix(out, outputs))}
+    # the batch parts to check: not those joined into an output there, or into one not asked for
+    joined = [kind.name for kind in SHOT_OUTPUTS if kind.name in intact or kind not in asked]
+    done, damaged = verified_batches(out, plan.shot, batch_checks(joined))
+    kept = {name for name in intact if name not in JOINED_INTO or not damaged}
+    if intact & JOINED_INTO and damaged:  # frames to render again, and an output to join from parts gone
+        done, damaged = set(), done | damaged
+    lost = [kind.name for kind in asked if kind.name in JOINED_INTO and kind.name not in kept
+            and kind.marker(out, plan.shot).exists()]  # fmt: skip
+    if damaged or lost:
+        points.damaged[plan.shot] = (damaged, bool(lost))
+        words = [f"{len(damaged)} finished batch(es)"] if damaged else []
+        words += [f"its {name}" for name in lost]
+        points.notes.append(f"farm: shot {plan.shot!r}: {' and '.join(words)} missing or damaged "
+                            "in OUT; rendering them again")  # fmt: skip
+    return kept, done
 
 
 def check_frames_in_shot(frames: Sequence[int], plan: ShotPlan, first_frame: int) -> None:
@@ -421,7 +438,9 @@ def check_output_identity(out: Output) -> None:
 
 
 def _has_finished_work(out: Output, shot: str) -> bool:
-    return bool(out.batches_done(shot)) or VIDEO.marker(out, shot).exists()
+    """Batches marked done, or an output they were joined into."""
+    joined = [kind for kind in SHOT_OUTPUTS if kind.name in JOINED_INTO]
+    return bool(out.batches_done(shot)) or any(kind.marker(out, shot).exists() for kind in joined)
 
 
 def _frames_readable(out: Output, shot: str) -> bool:

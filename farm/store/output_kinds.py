@@ -75,6 +75,7 @@ class ShotOutput:
     suffixes: Callable[[Output, Recorded], tuple[str, ...]]
     every_suffix: Callable[[], tuple[str, ...]]  # every one it may have
     marker: Callable[[Output, str], Path]  # (out, shot): its done marker
+    written_suffix: Callable[[Output, Outputs], str]  # (out, outputs): the suffix a render of outputs writes
 
     scope = "shot"
 
@@ -245,6 +246,13 @@ def _sound_suffixes() -> tuple[str, ...]:
     return tuple(suffix for suffix, _, _ in FORMATS.values())
 
 
+def _sound_suffix(out: Output, outputs: Outputs) -> str:
+    """The suffix of the sound format a render's "audio" output names."""
+    from farm.media.audio import audio_suffix  # PyAV: off the planning and status paths
+
+    return audio_suffix((outputs.get("audio") or {}).get("format", "wav"))
+
+
 FRAMES = BatchOutput(
     "frames", asked=lambda outputs: True, record=_frames_record, intact=_frames_intact,
     forget=_forget_frames, remove=lambda out, shot, recorded: drop_frames(out, shot),
@@ -261,12 +269,13 @@ VIDEO = ShotOutput(
     "video", asked=lambda outputs: outputs.get("video") is not None,
     file=lambda out, shot, suffix: out.video(shot, suffix), suffixes=_video_written,
     every_suffix=_video_suffixes, marker=Output.video_done_marker,
+    written_suffix=lambda out, outputs: out.video_suffix,
 )  # fmt: skip
 SOUND = ShotOutput(
     "sound", asked=lambda outputs: outputs.get("audio") is not None,
     file=lambda out, shot, suffix: out.audio_file(shot, suffix),
     suffixes=lambda out, recorded: _sound_suffixes(), every_suffix=_sound_suffixes,
-    marker=Output.audio_done_marker,
+    marker=Output.audio_done_marker, written_suffix=_sound_suffix,
 )  # fmt: skip
 
 TIMELINE = RenderOutput(
