@@ -289,3 +289,50 @@ def test_resume_asks_each_shot_entry_whether_its_file_is_intact_and_what_it_spar
     (out.root / f"{SHOT}.txt").write_text("still")
     mark_done(still.marker(out, SHOT), file_record(out.root / f"{SHOT}.txt"))
     assert points().pending == []
+
+
+def test_a_file_in_the_place_of_any_shot_output_of_an_unrecorded_shot_is_the_users(tmp_path, monkeypatch):
+    """The ownership check asks the table: the video, the sound in the format this render writes, and a
+    kind added to it (a still) are each refused where OUT holds no record of the shot."""
+    from farm.store import ownership
+    from farm.store.ownership import check_no_foreign_files
+
+    out = Output(tmp_path / "out")
+    asked = {"video": "h264", "sequence": None, "audio": {"format": "flac"}}
+    unrecorded = lambda shot: None  # noqa: E731
+    check_no_foreign_files(out, [SHOT], unrecorded, lambda shot: asked, restart=False)  # nothing there
+    still = ShotOutput("still", asked=lambda outputs: True,
+                       file=lambda out, shot, suffix: out.root / f"{shot}{suffix}",
+                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
+                       marker=lambda out, shot: out.done_dir(shot) / "still",
+                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    monkeypatch.setattr(ownership, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
+    for path in (out.video(SHOT), out.audio_file(SHOT, ".flac"), out.root / f"{SHOT}.txt"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("the user's")
+        with pytest.raises(FarmError, match=f"{str(path)!r} is already there and farm did not write it"):
+            check_no_foreign_files(out, [SHOT], unrecorded, lambda shot: asked, restart=False)
+        check_no_foreign_files(out, [SHOT], unrecorded, lambda shot: asked, restart=True)  # consented
+        path.unlink()
+    out.audio_file(SHOT, ".wav").write_text("another format: not in the place of this render's sound")
+    check_no_foreign_files(out, [SHOT], unrecorded, lambda shot: asked, restart=False)
+
+
+def test_a_link_in_place_of_the_folder_of_any_shot_output_kind_is_refused(tmp_path, monkeypatch):
+    from farm.store import ownership
+    from farm.store.ownership import check_no_links
+
+    out = Output(tmp_path / "out")
+    out.root.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    still = ShotOutput("still", asked=lambda outputs: True,
+                       file=lambda out, shot, suffix: out.root / "stills" / f"{shot}{suffix}",
+                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
+                       marker=lambda out, shot: out.done_dir(shot) / "still",
+                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    (out.root / "stills").symlink_to(elsewhere)
+    check_no_links(out, [SHOT])  # not a folder of the table's kinds
+    monkeypatch.setattr(ownership, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
+    with pytest.raises(FarmError, match="stills"):
+        check_no_links(out, [SHOT])

@@ -33,7 +33,6 @@ from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
 from farm.decoders import decoder_class, decoder_timings
 from farm.errors import FarmError
 from farm.media.rates import start_timecode
-from farm.media.sequences import FORMATS
 from farm.media.settings import VideoSettings, with_decoder_hdr
 from farm.owner import owner
 from farm.planning.budgets import (
@@ -71,6 +70,7 @@ from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
     latent_identities,
+    outputs_asked,
     plan_opening,
     record_identity,
     recorded_identity,
@@ -406,11 +406,8 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
     """Before anything is written: no link where farm keeps its files, no file farm did not write where
     it would write one (`farm.store.ownership`)."""
     check_no_links(out, names)
-    check_no_foreign_files(
-        out, names, lambda shot: recorded_identity(out, shot), restart=restart, video=video.writes_video,
-        sequence_ext=FORMATS[video.sequence].ext if video.sequence else None,
-        sound=sound_shots(job, names, video), sound_suffix="." + video.audio_format,
-    )  # fmt: skip
+    check_no_foreign_files(out, names, lambda shot: recorded_identity(out, shot),
+                           lambda shot: outputs_asked(job, shot, video), restart=restart)  # fmt: skip
 
 
 def _on_cluster(

@@ -222,6 +222,15 @@ def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
             "format": video.audio_format}  # fmt: skip
 
 
+def outputs_asked(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
+    """The outputs a render of `video` writes for the shot, named as its identity's "outputs" name them
+    (the sound by its format only: what the shot's files are, not what they are decoded from)."""
+    outputs = video.identity()
+    if sound_shots(job, [shot], video):
+        outputs["audio"] = {"format": video.audio_format}
+    return outputs
+
+
 def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dict | None = None) -> dict:
     identity: dict[str, Any] = {
         "latents": latents if latents is not None else latent_identity(job, plan.shot),

@@ -5,8 +5,9 @@ path it will write or remove stays inside OUT and that no file it would replace 
   the lock, a rendered shot's Zarr group and everything in it) would send farm's writes, truncations
   and removals to wherever it points: it is refused, naming it. (A final file farm renames into place
   replaces a link instead of following it, so links among finished files are harmless.)
-- A video, sound file or image of a shot that OUT holds no farm record of (`farm.run.resume`'s render
-  identity) is the user's: it is refused, naming it, unless ``--restart`` (which allows replacing it).
+- A shot output's file (video, sound, …: `farm.store.output_kinds`) or image of a shot that OUT holds
+  no farm record of (`farm.run.resume`'s render identity) is the user's: it is refused, naming it,
+  unless ``--restart`` (which allows replacing it).
 
 Reads only, and reads only the paths of the shots being rendered (a few `lstat` calls per shot, and a
 walk of each such shot's Zarr group).
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from farm.errors import FarmError
 from farm.media.names import is_farm_temporary
 from farm.store.output import Output
+from farm.store.output_kinds import SHOT_OUTPUTS, Outputs
 
 
 def _is_link(path: Path) -> bool:
@@ -34,11 +36,14 @@ def _is_link(path: Path) -> bool:
 def farm_paths(out: Output, shots: Iterable[str]) -> list[Path]:
     """The folders and fixed files farm writes under OUT for these shots (whether they exist yet or not)."""
     state = out.state_dir
-    paths = [out.frames_zarr, out.frames_zarr / "zarr.json", out.videos_dir, out.sequences_dir, out.audio_dir,
-             state, out.lock_file, out.write_probe, state / "segments", state / "done"]  # fmt: skip
+    paths = [out.frames_zarr, out.frames_zarr / "zarr.json", out.sequences_dir, state, out.lock_file,
+             out.write_probe, state / "segments", state / "done"]  # fmt: skip
     for shot in shots:
         paths += [out.shot_group(shot), out.segments_dir(shot), out.done_dir(shot), out.sequence_dir(shot)]
-    return paths
+        # the folder each shot output kind's file goes in (videos/, audio/, …), whatever its suffix
+        folders = [kind.file(out, shot, "").parent for kind in SHOT_OUTPUTS]
+        paths += [folder for folder in folders if folder != out.root]
+    return list(dict.fromkeys(paths))
 
 
 def links_in(folder: Path) -> Iterable[Path]:
@@ -90,40 +95,45 @@ def check_folders_not_links(out: Output, *folders: Path) -> None:
             part = part.parent
 
 
-def foreign_files(out: Output, shot: str, *, sequence_ext: str | None, video: bool,
-                  sound_suffix: str | None) -> list[Path]:  # fmt: skip
-    """The files in this shot's final places (its video, sound file, image-sequence folder) that exist,
-    other than farm's own temporaries: for a shot OUT holds no farm record of, they are not farm's."""
+def foreign_files(
+    out: Output, shot: str, outputs: Outputs, *, shot_files: bool = True
+) -> list[Path]:
+    """The files in this shot's final places that exist, other than farm's own temporaries: its file of
+    each shot output kind `outputs` asks for (`farm.store.output_kinds.SHOT_OUTPUTS`: the video, the
+    sound, …; unless not `shot_files`), and its image-sequence folder when `outputs` names a sequence. For
+    a shot OUT holds no farm record of, they are not farm's."""
     found = []
-    if video and (out.video(shot).exists() or _is_link(out.video(shot))):
-        found.append(out.video(shot))
-    if sound_suffix and out.audio_file(shot, sound_suffix).exists():
-        found.append(out.audio_file(shot, sound_suffix))
+    for kind in SHOT_OUTPUTS if shot_files else ():
+        if kind.asked(outputs):
+            path = kind.file(out, shot, kind.written_suffix(out, outputs))
+            if path.exists() or _is_link(path):
+                found.append(path)
     folder = out.sequence_dir(shot)
-    if sequence_ext and folder.is_dir():
+    if outputs.get("sequence") and folder.is_dir():
         found += sorted(p for p in folder.iterdir() if not is_farm_temporary(p.name))[:1]
     return found
 
 
 def check_no_foreign_files(
-    out: Output, shots: Iterable[str], recorded: Callable[[str], dict | None], *, sequence_ext: str | None,
-    video: bool, sound: Collection[str], sound_suffix: str, restart: bool,
+    out: Output, shots: Iterable[str], recorded: Callable[[str], dict | None],
+    asked: Callable[[str], Outputs], *, restart: bool,
 ) -> None:  # fmt: skip
     """Refuse to render a shot over files farm did not write: where OUT holds no record of the shot
     (`recorded(shot)` is None, `farm.run.resume.recorded_identity`) and no folder of its done markers
-    (a shot whose record was damaged is `farm.run.resume`'s to refuse), whatever already sits in its final
-    places is the user's (`sound`: the shots whose sound is written). A shot whose record names no image
-    sequence owns no images either. `restart` allows replacing them."""
+    (a shot whose record was damaged is `farm.run.resume`'s to refuse), whatever already sits in the
+    final places of the outputs this render writes (`asked(shot)`: their identity's "outputs") is the
+    user's. A shot whose record names no image sequence owns no images either. `restart` allows
+    replacing them."""
     if restart:
         return
     for shot in shots:
         identity = recorded(shot)
-        outputs = (identity or {}).get("outputs") or {}
+        recorded_outputs = (identity or {}).get("outputs") or {}
+        outputs = asked(shot)
         if identity is None and not out.done_dir(shot).exists():  # no record, no marker: farm never began it
-            found = foreign_files(out, shot, sequence_ext=sequence_ext, video=video,
-                                  sound_suffix=sound_suffix if shot in sound else None)  # fmt: skip
-        elif sequence_ext and not outputs.get("sequence"):
-            found = foreign_files(out, shot, sequence_ext=sequence_ext, video=False, sound_suffix=None)
+            found = foreign_files(out, shot, outputs)
+        elif outputs.get("sequence") and not recorded_outputs.get("sequence"):
+            found = foreign_files(out, shot, outputs, shot_files=False)
         else:
             found = []
         if found:
