@@ -95,6 +95,15 @@ def out(tmp_path: Path) -> Output:
     return out
 
 
+def still_kind(folder: str) -> ShotOutput:
+    """A shot output kind added to the table: ``<folder>/<shot>.txt`` under OUT, marked done as "still"."""
+    return ShotOutput("still", asked=lambda outputs: True,
+                      file=lambda out, shot, suffix: out.root / folder / f"{shot}{suffix}",
+                      suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
+                      marker=lambda out, shot: out.done_dir(shot) / "still",
+                      written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+
+
 def files_under(root: Path) -> set[Path]:
     return {p for p in root.rglob("*") if p.is_file()}
 
@@ -278,11 +287,7 @@ def test_resume_asks_each_shot_entry_whether_its_file_is_intact_and_what_it_spar
     assert altered.writes == {"video": {SHOT}} and altered.damaged == {SHOT: (set(), True)}
     assert any("its video missing or damaged" in note for note in altered.notes)
 
-    still = ShotOutput("still", asked=lambda outputs: True,
-                       file=lambda out, shot, suffix: out.root / f"{shot}{suffix}",
-                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
-                       marker=lambda out, shot: out.done_dir(shot) / "still",
-                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    still = still_kind("")
     monkeypatch.setattr(resume, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
     finish_shot(out, SHOT, 2, {})  # the video joined again from the segments
     assert points().writes == {"still": {SHOT}} and points().finish == {SHOT}
@@ -301,11 +306,7 @@ def test_a_file_in_the_place_of_any_shot_output_of_an_unrecorded_shot_is_the_use
     asked = {"video": "h264", "sequence": None, "audio": {"format": "flac"}}
     unrecorded = lambda shot: None  # noqa: E731
     check_no_foreign_files(out, [SHOT], unrecorded, lambda shot: asked, restart=False)  # nothing there
-    still = ShotOutput("still", asked=lambda outputs: True,
-                       file=lambda out, shot, suffix: out.root / f"{shot}{suffix}",
-                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
-                       marker=lambda out, shot: out.done_dir(shot) / "still",
-                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    still = still_kind("")
     monkeypatch.setattr(ownership, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
     for path in (out.video(SHOT), out.audio_file(SHOT, ".flac"), out.root / f"{SHOT}.txt"):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -326,11 +327,7 @@ def test_a_link_in_place_of_the_folder_of_any_shot_output_kind_is_refused(tmp_pa
     out.root.mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    still = ShotOutput("still", asked=lambda outputs: True,
-                       file=lambda out, shot, suffix: out.root / "stills" / f"{shot}{suffix}",
-                       suffixes=lambda out, recorded: (".txt",), every_suffix=lambda: (".txt",),
-                       marker=lambda out, shot: out.done_dir(shot) / "still",
-                       written_suffix=lambda out, outputs: ".txt")  # fmt: skip
+    still = still_kind("stills")
     (out.root / "stills").symlink_to(elsewhere)
     check_no_links(out, [SHOT])  # not a folder of the table's kinds
     monkeypatch.setattr(ownership, "SHOT_OUTPUTS", (VIDEO, SOUND, still))
