@@ -552,3 +552,43 @@ def test_a_full_disk_is_one_line_and_the_rerun_completes(job, small_disk, schedu
     assert not stats.failed
     code, printed = run_cli(capsys, "status", str(out), "--verify")
     assert code == 0 and "2 of 2 shots finished" in printed
+
+
+@pytest.mark.slow
+def test_monitoring_calls_give_up_on_a_scheduler_that_does_not_answer(tmp_path):
+    """The render's watcher asks the scheduler for cancels and workers and publishes progress: against a
+    scheduler that stopped answering (here: SIGSTOP), each call gives up within seconds instead of waiting
+    out Dask's reconnect timeout, so the watcher can still name a lost scheduler."""
+    import subprocess
+    import sys
+
+    from distributed import Client
+
+    from farm.run.cluster import workers_info
+    from farm.run.graph import MONITOR_CALL_S, ProgressPublisher, RenderStats, cancel_requested
+
+    sched_file = tmp_path / "scheduler.json"
+    command = [sys.executable, "-m", "dask", "scheduler", "--host", "127.0.0.1", "--port", "0",
+               "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file)]  # fmt: skip
+    scheduler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with Client(scheduler_file=str(sched_file), timeout=30) as client:
+            publisher = ProgressPublisher(client, "r1", 0, {})
+            publisher.publish(RenderStats())  # a live scheduler answers
+            assert cancel_requested(client, "r1") is False
+            scheduler.send_signal(signal.SIGSTOP)
+            for call in (lambda: cancel_requested(client, "r1"), lambda: publisher.publish(RenderStats()),
+                         lambda: workers_info(client, timeout=MONITOR_CALL_S)):  # fmt: skip
+                publisher.last = 0.0  # not rate-limited
+                started = time.monotonic()
+                with contextlib.suppress(Exception):  # a timeout, for workers_info
+                    call()
+                assert time.monotonic() - started < MONITOR_CALL_S + 3
+            scheduler.send_signal(signal.SIGCONT)
+    finally:
+        scheduler.send_signal(signal.SIGCONT)
+        scheduler.kill()
+        scheduler.wait()

@@ -420,13 +420,14 @@ IO_WORKER_PREFIX = "farm-io-"  # the names of farm's I/O workers; on other clust
 IO_RESOURCE = "farm-io"  # the Dask worker resource that marks an I/O worker (dask worker --resources)
 
 
-def workers_info(client: Client) -> dict[str, dict[str, Any]]:
-    """The scheduler's workers now, by address, fetched for this call. (``client.scheduler_info()``
-    returns the client's cached copy, which its periodic refresh, without per-worker details, can
-    replace between the fetch and the return: a cluster then seemed to have no workers.)"""
+def workers_info(client: Client, timeout: float | None = None) -> dict[str, dict[str, Any]]:
+    """The scheduler's workers now, by address, fetched for this call (giving up after `timeout`
+    seconds, when given). (``client.scheduler_info()`` returns the client's cached copy, which its
+    periodic refresh, without per-worker details, can replace between the fetch and the return: a
+    cluster then seemed to have no workers.)"""
     if client.scheduler is None:
         raise FarmError("the Dask client is not connected to a scheduler")
-    return dict(client.sync(client.scheduler.identity, n_workers=-1)["workers"])
+    return dict(client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)["workers"])
 
 
 def check_worker_paths(client: Client, paths: dict[str, str]) -> None:

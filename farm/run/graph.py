@@ -652,6 +652,9 @@ def batch_cuts(plan: ShotPlan, step: DecodeStep) -> list[tuple[int, slice]]:
 
 
 SCHEDULER_LOST_S = 3.0  # a scheduler connection down this long is a lost scheduler, named as such
+# A monitoring call to the scheduler (progress, cancel, workers) gives up this soon: one made as the
+# scheduler dies would otherwise wait out Dask's reconnect timeout (30 s), and the watcher with it.
+MONITOR_CALL_S = 2.0
 
 
 class Watcher(threading.Thread):
@@ -693,7 +696,7 @@ class Watcher(threading.Thread):
         used that the scheduler no longer has (none of either on any error)."""
         d = self.driver
         try:
-            info = workers_info(d.client)
+            info = workers_info(d.client, timeout=MONITOR_CALL_S)
         except Exception:  # monitoring must never break a render
             return [], []
         known = set(d.workers) | set(d.io_workers)
@@ -735,12 +738,22 @@ class ProgressPublisher:
             "shots": {name: {**asdict(shot), "video": shot.video} for name, shot in stats.shots.items()},
         }
         with contextlib.suppress(Exception):  # monitoring must never break a render
-            self.client.set_metadata(self.key, record)
+            # the last record waits as long as Dask does: the page must not show a finished render running
+            _monitoring_call(self.client, "set_metadata", None if final else MONITOR_CALL_S,
+                             keys=self.key, value=record)  # fmt: skip
+
+
+def _monitoring_call(client: Client, method: str, timeout: float | None, **kwargs: Any) -> Any:
+    """The scheduler's `method` (a metadata call), given up after `timeout` seconds (None: Dask's)."""
+    if client.scheduler is None:
+        raise FarmError("the Dask client is not connected to a scheduler")
+    return client.sync(getattr(client.scheduler, method), callback_timeout=timeout, **kwargs)
 
 
 def cancel_requested(client: Client, render_id: str) -> bool:
     try:
-        cancelled = client.get_metadata(keys.metadata_path(*keys.CANCELLED), default={}) or {}
+        cancelled = _monitoring_call(client, "get_metadata", MONITOR_CALL_S,
+                                     keys=keys.metadata_path(*keys.CANCELLED), default={}) or {}  # fmt: skip
     except Exception:  # monitoring must never break a render
         return False
     return is_cancelled(render_id, cancelled)
