@@ -425,9 +425,15 @@ def workers_info(client: Client, timeout: float | None = None) -> dict[str, dict
     seconds, when given). (``client.scheduler_info()`` returns the client's cached copy, which its
     periodic refresh, without per-worker details, can replace between the fetch and the return: a
     cluster then seemed to have no workers.)"""
+    return dict(scheduler_call(client, "identity", timeout, n_workers=-1)["workers"])
+
+
+def scheduler_call(client: Client, method: str, timeout: float | None, **kwargs: Any) -> Any:
+    """The scheduler's rpc `method` called with `kwargs`, given up after `timeout` seconds (None: as
+    long as Dask waits, through its reconnect timeout)."""
     if client.scheduler is None:
         raise FarmError("the Dask client is not connected to a scheduler")
-    return dict(client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=timeout)["workers"])
+    return client.sync(getattr(client.scheduler, method), callback_timeout=timeout, **kwargs)
 
 
 def check_worker_paths(client: Client, paths: dict[str, str]) -> None:

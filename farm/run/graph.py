@@ -50,7 +50,7 @@ from farm.planning.render_state import (
 from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, make_schedule
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
-from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, workers_info
+from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
 from farm.store.output import Output
 from farm.worker.ipc import can_open, gpus_seen, one_host
 from farm.worker.tasks import (
@@ -739,21 +739,14 @@ class ProgressPublisher:
         }
         with contextlib.suppress(Exception):  # monitoring must never break a render
             # the last record waits as long as Dask does: the page must not show a finished render running
-            _monitoring_call(self.client, "set_metadata", None if final else MONITOR_CALL_S,
-                             keys=self.key, value=record)  # fmt: skip
-
-
-def _monitoring_call(client: Client, method: str, timeout: float | None, **kwargs: Any) -> Any:
-    """The scheduler's `method` (a metadata call), given up after `timeout` seconds (None: Dask's)."""
-    if client.scheduler is None:
-        raise FarmError("the Dask client is not connected to a scheduler")
-    return client.sync(getattr(client.scheduler, method), callback_timeout=timeout, **kwargs)
+            scheduler_call(self.client, "set_metadata", None if final else MONITOR_CALL_S,
+                           keys=self.key, value=record)  # fmt: skip
 
 
 def cancel_requested(client: Client, render_id: str) -> bool:
     try:
-        cancelled = _monitoring_call(client, "get_metadata", MONITOR_CALL_S,
-                                     keys=keys.metadata_path(*keys.CANCELLED), default={}) or {}  # fmt: skip
+        cancelled = scheduler_call(client, "get_metadata", MONITOR_CALL_S,
+                                   keys=keys.metadata_path(*keys.CANCELLED), default={}) or {}  # fmt: skip
     except Exception:  # monitoring must never break a render
         return False
     return is_cancelled(render_id, cancelled)
