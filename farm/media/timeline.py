@@ -61,9 +61,9 @@ def timeline_available() -> bool:
     return importlib.util.find_spec("opentimelineio") is not None
 
 
-def written_by_farm(path: str | os.PathLike[str]) -> bool:
-    """Whether the file at `path` is a timeline farm wrote (an OpenTimelineIO timeline whose clips all
-    carry farm's metadata), read as JSON: it can be replaced. False for anything else, or no file."""
+def _farm_clips(path: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
+    """The clips' farm metadata of the timeline at `path`, read as JSON, when it is an OpenTimelineIO
+    timeline whose clips all carry farm's metadata; None for anything else, or no file."""
     import json
 
     try:
@@ -71,24 +71,29 @@ def written_by_farm(path: str | os.PathLike[str]) -> bool:
             data = json.load(fh)
         clips = [c for track in data["tracks"]["children"] for c in track["children"]]
         farms = all("farm" in clip["metadata"] for clip in clips)
-        return str(data["OTIO_SCHEMA"]).startswith("Timeline.") and farms
+        if not (str(data["OTIO_SCHEMA"]).startswith("Timeline.") and farms):
+            return None
+        return [clip["metadata"]["farm"] for clip in clips]
     except (OSError, ValueError, KeyError, TypeError):
-        return False
+        return None
+
+
+def written_by_farm(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at `path` is a timeline farm wrote (an OpenTimelineIO timeline whose clips all
+    carry farm's metadata), read as JSON: it can be replaced. False for anything else, or no file."""
+    return _farm_clips(path) is not None
 
 
 def timeline_problem(path: str | os.PathLike[str], finished: Sequence[str]) -> str | None:
     """What is wrong with the timeline at `path` of an OUT whose `finished` shots are done (`farm status
     --verify`): not a timeline farm wrote, or one whose clips do not show a finished shot as finished;
     None when it is right, or when there is none (a render without OpenTimelineIO writes none)."""
-    import json
-
     if not os.path.exists(path):
         return None
-    if not written_by_farm(path):
+    clips = _farm_clips(path)
+    if clips is None:
         return ("is not a timeline farm wrote (unreadable, or changed by another program): renders leave it "
                 "as it is; move it away and the next render writes it again")  # fmt: skip
-    with open(path, encoding="utf-8") as fh:
-        clips = [c["metadata"]["farm"] for t in json.load(fh)["tracks"]["children"] for c in t["children"]]
     shown = {clip.get("shot") for clip in clips if clip.get("finished")}
     missing = [shot for shot in finished if shot not in shown]
     if missing:
