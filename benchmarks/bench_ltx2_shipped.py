@@ -277,7 +277,7 @@ def step_diffusion_tiles(repeats: int) -> dict:
         for tile in plan.tiles:
             block = z[(slice(None), *tile.decode_slices())]
             decoded = decode_block(decoder, block, plan.chunk, origin=tile.decode_origin()).float()
-            pixels = drop_context(decoded, tile, decoder.geometry.temporal_scale)
+            pixels = drop_context(decoded, tile, decoder.geometry)
             wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32, device=DEVICE) for s in tile.pixels)
             (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
             full[:, f0:f1, h0:h1, w0:w1] += pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)

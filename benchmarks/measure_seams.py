@@ -90,7 +90,7 @@ def decode_plan(decoder, latent, plan: ShotPlan):
     for tile in plan.tiles:
         block = latent[(slice(None), *tile.decode_slices())]
         pixels = decode_block(decoder, block, plan.chunk, origin=tile.decode_origin()).float()
-        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
+        pixels = drop_context(pixels, tile, decoder.geometry)
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
         pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
@@ -663,7 +663,7 @@ def decode_plan_shared(decoder, latent, plan: ShotPlan, stats):
         block = latent[(slice(None), *tile.decode_slices())]
         with with_shared_statistics(decoder, stats)():
             pixels = decoder.decode(block, origin=tile.decode_origin()).float()
-        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
+        pixels = drop_context(pixels, tile, decoder.geometry)
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
         full[:, f0:f1, h0:h1, w0:w1] += pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
@@ -746,7 +746,7 @@ def decode_plan_lockstep(decoder, latent, plan: ShotPlan):
             m.forward = f
     full_frames = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
     for i, tile in enumerate(tiles):
-        pixels = drop_context(outs[i], tile, decoder.geometry.temporal_scale)
+        pixels = drop_context(outs[i], tile, decoder.geometry)
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
         weights = wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)

@@ -408,6 +408,11 @@ def _add_plan_options(p: argparse.ArgumentParser) -> None:
                         "decoded twice; a shot's first batches are written while later chunks decode; "
                         "the last chunks halve down to one latent frame). Causal LTX-2 configs only: "
                         "the released decoders look ahead in time and refuse it")  # fmt: skip
+    p.add_argument("--gpu-memory", metavar="SIZE",
+                   help="GPU memory each decode worker is planned for and held to, e.g. 24GiB: plans for a "
+                        "smaller GPU than the one present, for GPUs that differ, or to share one (going "
+                        "over fails the tile instead of passing); farm.gpu-memory (default: what each "
+                        "worker's GPU has)")  # fmt: skip
     p.add_argument("--shots", help="comma-separated shot names (default: every shot)")
 
 
@@ -462,6 +467,7 @@ def _plan_options(args: argparse.Namespace):
         batch_frames=config.whole_number("batch-frames", 1) if args.batch_frames is None
         else args.batch_frames,
         chunk=chunk,
+        **({"worker_memory": config.parse_size(args.gpu_memory, "--gpu-memory")} if args.gpu_memory else {}),
     )
 
 

@@ -71,6 +71,28 @@ def whole_number(key: str, minimum: int | None = 0) -> int:
                     f"({'none' if packaged is None else packaged})")
 
 
+def byte_size(key: str) -> int | None:
+    """``farm.<key>`` as a number of bytes (``24GiB``, ``48 GB``, a whole number), or None when unset."""
+    value = get(key)
+    if value is None:
+        return None
+    return parse_size(str(value), source(key))
+
+
+def parse_size(text: str, where: str) -> int:
+    """A memory size as Dask writes them (``24GiB``, ``48GB``, ``2e10``) in bytes, at least 1 MiB."""
+    from dask.utils import parse_bytes
+
+    try:
+        number = int(parse_bytes(text.strip()))
+    except (ValueError, TypeError, KeyError, OverflowError):
+        number = -1
+    if number < 2**20 or number > 2**50:
+        raise FarmError(f"{where} {text!r} is not a memory size; give one like 24GiB or 48GB "
+                        "(from 1 MiB to 1 PiB)")  # fmt: skip
+    return number
+
+
 def source(key: str) -> str:
     """Where ``farm.<key>`` was set, in words: its environment variable when one is set, else the key."""
     variable = f"DASK_{NAMESPACE}__{key}".upper().replace("-", "_")
@@ -83,7 +105,7 @@ def source(key: str) -> str:
 # a decoder loads, zarrs when frames are written. A render takes those this process sets (a YAML file,
 # DASK_FARM__* or dask.config.set here, differing from the packaged defaults) along with its tasks; the
 # others are each worker's own (its YAML file or DASK_FARM__* variables).
-WORKER_SETTINGS = ("compile-cache", "launch-lead", "zarrs")
+WORKER_SETTINGS = ("compile-cache", "launch-lead", "zarrs", "gpu-memory")
 
 
 def worker_settings() -> dict[str, Any]:

@@ -100,8 +100,10 @@ def reference_tiles(name, model, latent: np.ndarray, plan) -> np.ndarray:
     full = torch.zeros((3, *plan.pixel_shape), dtype=torch.float32)
     for tile in plan.tiles:
         pixels = plain_decode(name, model, torch.from_numpy(latent[(slice(None), *tile.decode_slices())]))
-        t = EXPECTED[name][1]  # context and lookahead frames are decoded, then dropped
-        pixels = pixels[:, tile.context * t : pixels.shape[1] - tile.lookahead * t]
+        t, k = EXPECTED[name][1], EXPECTED[name][0]  # context frames and the halo are decoded, then dropped
+        top, bottom, left, right = (m * k for m in tile.halo)
+        pixels = pixels[:, tile.context * t : pixels.shape[1] - tile.lookahead * t,
+                        top : pixels.shape[2] - bottom, left : pixels.shape[3] - right]  # fmt: skip
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
         (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
         full[:, f0:f1, h0:h1, w0:w1] += pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)

@@ -82,7 +82,19 @@ class VideoDecoder(Protocol):
 
     @classmethod
     def spatial_overlap_for(cls, config: dict[str, Any]) -> int:
-        """Latent units of overlap where a plan splits height or width and no overlap was given."""
+        """Latent units of overlap where a plan splits height or width and no overlap was given (0 where
+        the halo alone makes tiles equal the untiled decode)."""
+        ...
+
+    @classmethod
+    def geometry_for_spec(cls, spec: DecoderSpec) -> Geometry:
+        """The geometry tiles are planned and decoded with: `geometry_for` the spec's config, with the
+        spatial halo and temporal context measured for its dtype."""
+        ...
+
+    @classmethod
+    def halo_is_exact(cls, config: dict[str, Any]) -> bool:
+        """Whether the config's halo alone brings its tiles to the untiled decode (no blend needed)."""
         ...
 
     @classmethod

@@ -89,6 +89,15 @@ def assert_materialised(model: Any, where: str) -> None:
         )
 
 
+def _for_dtype(table: dict[str, Any], dtype: str | None, otherwise: Any) -> Any:
+    """A per-dtype measurement: the dtype's own; float16 shares bfloat16's floor; else `otherwise`."""
+    if dtype in table:
+        return table[dtype]
+    if dtype == "float16" and "bfloat16" in table:
+        return table["bfloat16"]
+    return otherwise
+
+
 class DiffusersVideoDecoder:
     family: ClassVar[str]
     named_configs: ClassVar[dict[str, dict[str, Any]]]
@@ -126,7 +135,7 @@ class DiffusersVideoDecoder:
         self.model = model
         self.device = device
         self.torch_dtype = getattr(torch, spec.dtype)
-        self.geometry = self.geometry_for(spec.config)
+        self.geometry = self.geometry_for_spec(spec)
         self.latent_channels = self.latent_channels_for(spec.config)
         self._lock = threading.Lock()  # one decode at a time per model (adapters may keep per-call state)
         self.pacer: LaunchPacer | None = None  # set by `load` on a GPU (`farm.decoders.launch_pacing`)
@@ -182,15 +191,59 @@ class DiffusersVideoDecoder:
     @classmethod
     def spatial_overlap_for(cls, config: dict[str, Any]) -> int:
         """The default spatial overlap for a config: its named config's measured one, else the default."""
+        if cls.halo_is_exact(config):
+            return 0  # the halo makes each tile exact: blending would only add decode work
         for name, named in cls.named_configs.items():
             if named == config and name in cls.spatial_overlap:
                 return cls.spatial_overlap[name]
         return DEFAULT_SPATIAL_OVERLAP
 
+    # Spatial halo (latent rows and columns a tile decodes beyond each side that has a neighbour, then
+    # discards): per named config and dtype, the least at which a tile's own pixels equal the untiled
+    # decode to the dtype's noise floor (bfloat16 and float16: >= 50 dB over the seam band, no pixel more
+    # than 8 levels off; float32: >= 70 dB), measured with RANDOM weights by `benchmarks/measure_halo.py`
+    # (docs/fidelity.md "Halo"). A dtype not measured takes the config's largest; a config not measured,
+    # the family's largest (its reach is unknown).
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {}
+    # Named configs whose halo alone reaches the floor; the others keep blending at `spatial_overlap`
+    # beside their halo (a part of the decoder sees the whole frame, which no halo reaches).
+    halo_exact: ClassVar[frozenset[str]] = frozenset()
+    # Temporal context measured per dtype like the halo, where it is less than `temporal_context` (the
+    # receptive field): a temporal tile of that dtype decodes only this much.
+    measured_context: ClassVar[dict[str, dict[str, tuple[int, int]]]] = {}
+
+    @classmethod
+    def spatial_halo_for(cls, config: dict[str, Any], dtype: str | None = None) -> int:
+        """Latent rows and columns of halo for a config (and dtype): measured, else the largest known."""
+        name = cls._named(config)
+        table = cls.spatial_halo.get(name or "")
+        if table is None:
+            return max((m for t in cls.spatial_halo.values() for m in t.values()), default=0)
+        return _for_dtype(table, dtype, max(table.values()))
+
+    @classmethod
+    def geometry_for_spec(cls, spec: DecoderSpec) -> Geometry:
+        """`geometry_for` the spec's config, with the halo and temporal context measured for its dtype."""
+        geometry = cls.geometry_for(spec.config)
+        halo = cls.spatial_halo_for(spec.config, spec.dtype)
+        measured = cls.measured_context.get(cls._named(spec.config) or "", {})
+        context = _for_dtype(measured, spec.dtype, (geometry.context, geometry.lookahead))
+        return replace(geometry, halo=halo, context=context[0], lookahead=context[1])
+
+    @classmethod
+    def halo_is_exact(cls, config: dict[str, Any]) -> bool:
+        """Whether the config's halo alone brings its tiles to the untiled decode (no blend needed)."""
+        return cls._named(config) in cls.halo_exact
+
+    @classmethod
+    def _named(cls, config: dict[str, Any]) -> str | None:
+        return next((name for name, named in cls.named_configs.items() if named == config), None)
+
     @classmethod
     def _with_context(cls, geometry: Geometry, config: dict[str, Any]) -> Geometry:
         context, lookahead = cls.temporal_context_for(config)
-        return replace(geometry, context=context, lookahead=lookahead)
+        return replace(geometry, context=context, lookahead=lookahead, halo=cls.spatial_halo_for(config))
+
 
     @classmethod
     def decoder_parameters(cls, config: dict[str, Any]) -> int:

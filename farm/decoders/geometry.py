@@ -17,6 +17,10 @@ class Geometry:
     decode (the decoder's temporal receptive field; tiles at the shot's start / end need none). The
     adapter records them per config (``temporal_context_for``); 0 decodes each tile on its own.
 
+    `halo`: latent rows and columns a spatial tile (or chunk) decodes beyond each side that has a
+    neighbour and then discards, so its own pixels equal a whole-frame decode to the dtype's noise (the
+    least measured to do so, per config: ``spatial_halo_for``); tiles at the shot's edges need none there.
+
     `carries`: the decoder can decode a tile's temporal chunks one after another with its causal state
     carried from each to the next (`ChunkSize.carry`), instead of re-decoding context for each.
 
@@ -29,6 +33,7 @@ class Geometry:
     causal: bool = True
     context: int = 0
     lookahead: int = 0
+    halo: int = 0
     carries: bool = False
     min_block: tuple[int, int, int] = (1, 1, 1)
 
@@ -42,4 +47,4 @@ class Geometry:
         return (self.pixel_frames(f), h * self.spatial_scale, w * self.spatial_scale)
 
     def without_context(self) -> Geometry:
-        return replace(self, context=0, lookahead=0)
+        return replace(self, context=0, lookahead=0, halo=0)

@@ -128,8 +128,24 @@ class LTX2Decoder(DiffusersVideoDecoder):
     # A float32 decode on a CPU needs several times the width-scaled GPU figure per pixel-frame (the
     # output and its conversion do not shrink with the width; docs/performance.md#memory).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {"ltx2-tiny": {"bytes_per_pixel": 45.0}}
+    # The least context reaching the dtype's floor (`benchmarks/measure_halo.py context`, RANDOM weights,
+    # an H200, 241 frames at 704p split in two): bfloat16 8 frames a side for LTX-2 (51.0 dB over the band,
+    # worst pixel 4 levels; 6 gives 48.3 dB), 10 for LTX-2.3 (51.4 dB; 8 gives 49.6 dB).
+    measured_context: ClassVar[dict[str, dict[str, tuple[int, int]]]] = {
+        "ltx2": {"bfloat16": (8, 8)}, "ltx2.3": {"bfloat16": (10, 10)},
+    }  # fmt: skip
+    # The least halo reaching the dtype's floor (`benchmarks/measure_halo.py halo`, RANDOM weights, a 2x2
+    # grid without overlap against the untiled decode; docs/fidelity.md "Halo"): LTX-2 bfloat16 8 at
+    # 1088x1920 (50.7 dB over the band, worst 4 levels), float32 12 at 704x1216 (84.6 dB); LTX-2.3
+    # bfloat16 12 at 1088x1920 (52.0 dB; 8 and 10 give 49.1 and 49.4); the tiny configs float32 on a CPU.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
+        "ltx2": {"bfloat16": 8, "float32": 12}, "ltx2.3": {"bfloat16": 12},
+        "ltx2-tiny": {"float32": 6}, "ltx2.3-tiny": {"float32": 6},
+    }  # fmt: skip
+    halo_exact: ClassVar[frozenset[str]] = frozenset({"ltx2", "ltx2.3", "ltx2-tiny", "ltx2.3-tiny"})
     # Seam-band PSNR at spatial overlap 4 (`measure_seams.py`, RANDOM weights, float32 CPU): ltx2 27.3 dB
-    # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB.
+    # (its shipped overlap: the target's reference), ltx2-tiny 27.6-28.1 dB. Used only with a halo that is
+    # not exact (a custom config's): the named configs' halos make blending unnecessary.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltx2": 4, "ltx2-tiny": 4}
 
     # Numbers the carried state (`ltx2_carry`) holds per latent row x column of a chunk, for a CAUSAL

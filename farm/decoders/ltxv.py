@@ -147,6 +147,10 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # Seam-band PSNR on the worse axis (`measure_seams.py spatial`, RANDOM weights): ltxv-tiny 26.1 dB at
     # overlap 4, 28.5 at 5; ltxv (the 0.9.0 architecture, float32 CPU) 25.0 at 4, 27.1 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltxv": 5, "ltxv-tiny": 5}
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, 704x1216, bfloat16 on an H200): 8 gives
+    # 47.9 dB over the band (worst 6 levels), 10 no more (48.5): below the floor, so LTX-Video keeps
+    # blending at its overlap beside the halo.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {"ltxv": {"bfloat16": 8}}
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "ltxv-tiny": ("cpu", (33, 256, 384), 0.49),

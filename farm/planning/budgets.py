@@ -22,7 +22,7 @@ def tile_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, tile: Tile, chun
     measured on the H200: a chunked 121x704x1216 tile peaked at 4.46 GiB, 2.70 GiB for the call alone),
     and, for carried temporal chunks, two decoder states: the one a chunk starts from and the one it
     hands on (`carried_state_bytes`, per spatial chunk)."""
-    geometry = cls.geometry_for(spec.config)
+    geometry = cls.geometry_for_spec(spec)
     chunks = plan_chunks(tile.decoded_fhw, geometry, chunk)  # context frames included
     peak = max(cls.peak_bytes(spec, geometry.pixel_shape(c.decoded_fhw)) for c in chunks)
     states = 0

@@ -81,7 +81,7 @@ def plan_job(
     output was started with.
     """
     cls = decoder_class(job.spec)
-    geometry = cls.geometry_for(job.spec.config)
+    geometry = cls.geometry_for_spec(job.spec)
     channels = cls.latent_channels_for(job.spec.config)
     names = list(job.shots) if shots is None else list(shots)
     for name in names:

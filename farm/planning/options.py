@@ -29,7 +29,9 @@ class PlanOptions:
     worker count, between whole shots and tile grids, by predicted makespan; with auto, ``overlap``
     (if given) is the overlap it uses where it splits an axis, ``cost_model`` names the stored cost
     model (default: the decoder's, `farm.planning.costmodel.default_name`) and ``worker_memory`` bounds one
-    decode call in bytes (default: the cost model's worker memory). Explicit ``tiles`` always win.
+    decode call in bytes (default: farm.gpu-memory, else the cost model's worker memory). A render also
+    checks every plan against it and holds each GPU worker's allocator to it (``--gpu-memory``).
+    Explicit ``tiles`` always win.
     The defaults of ``tiles`` and ``batch_frames`` are dask.config's ``farm.tiles`` and
     ``farm.batch-frames`` (`farm.config`).
     """
@@ -39,7 +41,8 @@ class PlanOptions:
     batch_frames: int = field(default_factory=lambda: config.whole_number("batch-frames", 1))
     chunk: ChunkSize = ChunkSize()
     cost_model: str | None = None
-    worker_memory: int | None = None
+    # the GPU memory each decode worker is planned for and held to (``--gpu-memory``, farm.gpu-memory)
+    worker_memory: int | None = field(default_factory=lambda: config.byte_size("gpu-memory"))
 
 
 def configured_tiles() -> tuple[int, int, int] | str:

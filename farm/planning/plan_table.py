@@ -27,17 +27,22 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
             + normalised_note(plan)
             + chunk_note(plan)
         )
+        seams = seam_note(plan, cls.halo_is_exact(spec.config))
+        if seams:
+            lines.append(f"  {seams}")
         lines.append(
             f"  {'tile':>4} {'worker':>6}  {'latent F,H,W ranges':<28} {'pixel F,H,W ranges':<34} "
-            f"{'peak mem':>10}  {'context':>7}"
+            f"{'peak mem':>10}  {'context':>7}  {'halo':>11}"
         )
         for tile in plan.tiles:
             lat = " ".join(f"{iv.start}:{iv.end}" for iv in tile.latent)
             pix = " ".join(f"{s.start}:{s.stop}" for s in tile.pixels)
             mem = tile_peak_bytes(cls, spec, tile, plan.chunk)
             warm = f"{tile.context},{tile.lookahead}"
+            halo = ",".join(map(str, tile.halo))
             lines.append(
                 f"  {tile.index:>4} {tile.worker:>6}  {lat:<28} {pix:<34} {human_bytes(mem):>10}  {warm:>7}"
+                f"  {halo:>11}"
             )
         total_decoded += sum(t.latent_volume for t in plan.tiles)
         total_latent += f * h * w
@@ -45,6 +50,10 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
     lines.append(
         "context: latent frames a tile decodes before, after its own and discards (they warm the decoder's "
         "temporal state; never blended; counted in the redundant work)"
+    )
+    lines.append(
+        "halo: latent rows above, below, columns left, right a tile decodes beyond its own and discards (so "
+        "its pixels see what a whole-frame decode sees; counted in the redundant work)"
     )
     lines.append(
         f"job: {sum(len(p.tiles) for p in plans)} tiles, redundant work {total_decoded / total_latent:.2f}x"
@@ -69,3 +78,21 @@ def chunk_note(plan: ShotPlan) -> str:
 def normalised_note(plan: ShotPlan) -> str:
     axes = [a for a, done in zip(AXES, plan.complementary, strict=True) if not done]
     return f" (ramps normalised on {', '.join(axes)})" if axes else ""
+
+
+def seam_note(plan: ShotPlan, halo_exact: bool) -> str:
+    """How the shot's spatial seams are made: by the halo alone (each tile equals the untiled decode to
+    the dtype's noise), or by the halo and a blend (the decoder sees the whole frame somewhere)."""
+    if plan.grid.tiles[1:] == (1, 1):
+        return ""
+    halo = max((max(t.halo) for t in plan.tiles), default=0)
+    overlap = max(plan.grid.overlap[1:])
+    if halo and halo_exact and not overlap:
+        return (f"spatial seams: halo {halo}, no blend (each tile equals the untiled decode to the dtype's "
+                "noise)")  # fmt: skip
+    if halo and halo_exact:
+        return f"spatial seams: halo {halo} and a blend over overlap {overlap} (the halo alone would do)"
+    if halo:
+        return (f"spatial seams: halo {halo} and a blend over overlap {overlap} (this decoder sees the whole "
+                "frame somewhere, which no halo reaches)")  # fmt: skip
+    return f"spatial seams: blended over overlap {overlap}, no halo (this decoder's halo is not measured)"

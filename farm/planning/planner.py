@@ -72,6 +72,7 @@ from farm.planning.tiling import (
     plan_chunks,
     plan_geometry,
     plan_shot,
+    spatial_halo,
     split_by_count,
     temporal_context,
 )
@@ -147,16 +148,16 @@ def _axis_sizes(
     size: int, count: int, overlap: int, *, temporal: bool, causal: bool, geometry: Geometry | None = None
 ) -> list[int] | None:
     """Latent sizes each tile of an axis decodes (temporal: with the decoder's context and lookahead
-    frames), or None when the split is impossible at that overlap."""
+    frames; spatial: with its halo), or None when the split is impossible at that overlap."""
     try:
         intervals = split_by_count(size, count, overlap)
     except FarmError:
         return None
     if temporal and causal:
         intervals = causal_shift(intervals)
-    if temporal and geometry is not None:
-        warm = temporal_context(intervals, size, geometry)
-        return [c + iv.size + a for iv, (c, a) in zip(intervals, warm, strict=True)]
+    if geometry is not None:
+        margins = (temporal_context if temporal else spatial_halo)(intervals, size, geometry)
+        return [c + iv.size + a for iv, (c, a) in zip(intervals, margins, strict=True)]
     return [iv.size for iv in intervals]
 
 

@@ -153,12 +153,21 @@ class Tile:
     worker: int = 0  # round-robin slot, assigned over the whole job
     context: int = 0  # latent frames decoded before the tile's own, then discarded
     lookahead: int = 0  # latent frames decoded after the tile's own, then discarded
+    halo: tuple[int, int, int, int] = (0, 0, 0, 0)  # latent rows above, below, columns left, right: likewise
 
     @property
     def decoded_fhw(self) -> tuple[int, int, int]:
-        """Latent frames, rows and columns one decode of this tile takes (context and lookahead included)."""
+        """Latent frames, rows and columns one decode of this tile takes (context, lookahead and halo
+        included)."""
         f, h, w = self.latent
-        return (self.context + f.size + self.lookahead, h.size, w.size)
+        top, bottom, left, right = self.halo
+        return (self.context + f.size + self.lookahead, top + h.size + bottom, left + w.size + right)
+
+    @property
+    def block_fhw(self) -> tuple[int, int, int]:
+        """The tile's own latent frames with its decoded rows and columns (halo included): what its
+        temporal segments split."""
+        return (self.latent[0].size, *self.decoded_fhw[1:])
 
     @property
     def latent_volume(self) -> int:
@@ -174,9 +183,15 @@ class Tile:
         return tuple(slice(iv.start, iv.end) for iv in self.latent)  # type: ignore[return-value]
 
     def decode_slices(self) -> tuple[slice, slice, slice]:
-        """The latent block one decode of this tile reads: context and lookahead frames included."""
+        """The latent block one decode of this tile reads: context and lookahead frames and the halo
+        included."""
         f, h, w = self.latent_slices()
-        return (slice(f.start - self.context, f.stop + self.lookahead), h, w)
+        top, bottom, left, right = self.halo
+        return (
+            slice(f.start - self.context, f.stop + self.lookahead),
+            slice(h.start - top, h.stop + bottom),
+            slice(w.start - left, w.stop + right),
+        )
 
     def decode_origin(self) -> tuple[int, int, int]:
         """First latent frame, row and column of the decoded block in its shot."""
@@ -190,6 +205,14 @@ class Tile:
         ``[s t, e t)``), so ``c t`` go at the start and ``a t`` at the end either way.
         """
         return self.context * temporal_scale, self.lookahead * temporal_scale
+
+    def discarded_pixels(self, geometry: Geometry) -> tuple[tuple[int, int], ...]:
+        """Pixels of the decoded block to drop per axis (frames, rows, columns), at its start and end:
+        the context frames and the halo, decoded only so the tile's own pixels see what a whole-shot
+        decode sees."""
+        k = geometry.spatial_scale
+        top, bottom, left, right = self.halo
+        return self.discarded_frames(geometry.temporal_scale), (top * k, bottom * k), (left * k, right * k)
 
 
 @dataclass(frozen=True)
@@ -384,6 +407,13 @@ def temporal_context(intervals: Sequence[Interval], frames: int, geometry: Geome
     return [(min(geometry.context, iv.start), min(geometry.lookahead, frames - iv.end)) for iv in intervals]
 
 
+def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
+    """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
+    shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode
+    does)."""
+    return [(min(geometry.halo, iv.start), min(geometry.halo, size - iv.end)) for iv in intervals]
+
+
 def validate_chunking(
     grid: TileGrid, chunk: ChunkSize, temporal_tiles: Sequence[Interval], decoded: Sequence[int] = ()
 ) -> None:
@@ -448,9 +478,12 @@ def plan_shot(
         )
         per_axis.append((intervals, spans, complementary))
     warm = temporal_context(per_axis[0][0], f, geometry)
+    halos = [spatial_halo(per_axis[a][0], size, geometry) for a, size in ((1, h), (2, w))]
     decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
-    check_min_block([decoded, *([iv.size for iv in p[0]] for p in per_axis[1:])], geometry,
-                    f"shot {shot!r}: a tile", "use fewer tiles along {axis}")  # fmt: skip
+    spatial_decoded = [[b + iv.size + a for iv, (b, a) in zip(per_axis[k][0], halos[k - 1], strict=True)]
+                       for k in (1, 2)]  # fmt: skip
+    check_min_block([decoded, *spatial_decoded], geometry, f"shot {shot!r}: a tile",
+                    "use fewer tiles along {axis}")  # fmt: skip
     validate_chunking(grid, chunk, per_axis[0][0], decoded)
     if chunk.carry and not geometry.carries:
         raise FarmError(
@@ -473,6 +506,7 @@ def plan_shot(
                         pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
                         context=warm[i_f][0],
                         lookahead=warm[i_f][1],
+                        halo=(*halos[0][i_h], *halos[1][i_w]),
                     )
                 )
     if any(limit is not None for limit in chunk.limits()):  # a chunking that cannot be decoded: now
@@ -550,8 +584,11 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
         per_axis.append((intervals, spans))
     # carried chunks see their past through the state, not through decoded context
     warm = [(0, 0)] * len(per_axis[0][0]) if chunk.carry else temporal_context(per_axis[0][0], f, geometry)
+    halos = [spatial_halo(per_axis[a][0], size, geometry) for a, size in ((1, h), (2, w))]
     decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
-    check_min_block([decoded, *([iv.size for iv in p[0]] for p in per_axis[1:])], geometry, "a chunk",
+    spatial_decoded = [[b + iv.size + a for iv, (b, a) in zip(per_axis[k][0], halos[k - 1], strict=True)]
+                       for k in (1, 2)]  # fmt: skip
+    check_min_block([decoded, *spatial_decoded], geometry, "a chunk",
                     "use --chunk of at least {least} along {axis}, or none")  # fmt: skip
     chunks: list[Tile] = []
     for i_f in range(len(per_axis[0][0])):
@@ -567,6 +604,7 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
                         pixels=tuple(per_axis[a][1][pos[a]] for a in range(3)),  # type: ignore[arg-type]
                         context=warm[i_f][0],
                         lookahead=warm[i_f][1],
+                        halo=(*halos[0][i_h], *halos[1][i_w]),
                     )
                 )
     return tuple(chunks)
@@ -627,7 +665,7 @@ class Segment:
 def tile_segments(tile: Tile, geometry: Geometry, chunk: ChunkSize) -> list[Segment]:
     """The tile's temporal chunks, in order (one when `chunk` does not split frames)."""
     groups: dict[int, list[Tile]] = {}
-    for piece in plan_chunks([iv.size for iv in tile.latent], geometry, chunk):
+    for piece in plan_chunks(tile.block_fhw, geometry, chunk):
         groups.setdefault(piece.grid_pos[0], []).append(piece)
     return [
         Segment(i, (ps[0].pixels[0].start, ps[0].pixels[0].stop), ps[0].latent[0].size, tuple(ps))
@@ -673,4 +711,6 @@ def plan_identity(plan: ShotPlan) -> dict:
             if any(t.context or t.lookahead for t in plan.tiles)
             else {}
         ),  # fmt: skip
+        # likewise the spatial halo
+        **({"halo": [list(t.halo) for t in plan.tiles]} if any(any(t.halo) for t in plan.tiles) else {}),
     }

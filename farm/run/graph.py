@@ -214,10 +214,12 @@ def prepare_decoders(
 ) -> dict[str, Any]:  # fmt: skip
     """Submit `prepare_decoder` to each decode worker now, so that its decoder loads (imports, build,
     weights onto its device) while the render still sets up, instead of on its first decode's path.
-    Futures by worker address; each result is that worker's seconds per step."""
+    Futures by worker address; each result is that worker's seconds per step. The settings that travel
+    with the render's tasks (`farm.config.WORKER_SETTINGS`: the GPU-memory budget) travel with it too."""
+    prepare = functools.partial(config.run_with, config.worker_settings(), prepare_decoder)
     return {
         worker: client.submit(
-            prepare_decoder, spec_json, compile, key=(keys.PREPARE_DECODER, render_id, i), workers=[worker],
+            prepare, spec_json, compile, key=(keys.PREPARE_DECODER, render_id, i), workers=[worker],
             allow_other_workers=False, priority=Priority.base(priority) + Priority.PREPARE, pure=False,
         )  # fmt: skip
         for i, worker in enumerate(workers)

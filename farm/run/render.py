@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import dask.config
 import numpy as np
 
 from farm import keys, logs
@@ -193,16 +194,18 @@ def _render(request: RenderRequest) -> RenderStats:
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
+    budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
     if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
-        check_fits(early.plans, job.spec, local_gpu_memory(request.workers))
+        check_fits(early.plans, job.spec, within_budget(local_gpu_memory(request.workers), budget))
     with (
+        dask.config.set({"farm.gpu-memory": budget}),  # travels with the render's tasks (farm.config)
         removed_if_left_empty(out),
         output_lock(out.root) as lock,
         connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file,
                 workers=request.workers) as client,  # fmt: skip
     ):
         lock.record(render=request.render_id, scheduler=scheduler_address(client))  # for `farm cancel OUT`
-        decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early)
+        decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early, budget)
         n_workers = len(decode_workers)
         decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=request.compile,
                                           render_id=request.render_id, priority=request.priority)  # fmt: skip
@@ -248,15 +251,15 @@ def _render(request: RenderRequest) -> RenderStats:
 
 
 def _checked_cluster(
-    client: Client, job: Job, out: Output, early: BeforeCluster
+    client: Client, job: Job, out: Output, early: BeforeCluster, budget: int | None = None
 ) -> tuple[list[str], list[str], int | None]:
-    """The cluster's decode workers, its I/O workers and the smallest GPU memory among the former, once
-    OUT is writable, the workers see the job's and OUT's paths, and the plans fit: every refusal before
-    any task is submitted."""
+    """The cluster's decode workers, its I/O workers and the smallest GPU memory among the former (at
+    most the `budget`), once OUT is writable, the workers see the job's and OUT's paths, and the plans
+    fit: every refusal before any task is submitted."""
     check_writable(out)
     check_worker_paths(client, {"job store": str(job.path), "output folder": str(out.root)})
     decode_workers, io_workers = split_workers(client)  # decoders, and the farm-io-* writers
-    gpu_bytes = smallest_gpu_memory(client, decode_workers)
+    gpu_bytes = within_budget(smallest_gpu_memory(client, decode_workers), budget)
     check_fits(early.plans, job.spec, gpu_bytes)
     if early.checked is None:  # a fresh OUT on a running cluster: its latents were hashed meanwhile
         refuse_if_no_shot_hashed(early)
@@ -644,3 +647,11 @@ def _add_outcomes(
 
 __all__ = ["FirstReads", "SetupClock", "batch_layout", "check_out_tree", "chunk_claims", "mark_cancelled",
            "refuse_if_no_shot_hashed", "render", "run_render", "scheduler_address", "shot_timecodes"]
+
+
+def within_budget(gpu_bytes: int | None, budget: int | None) -> int | None:
+    """The GPU memory a plan may use: the GPU's, at most the --gpu-memory budget (no GPU: None, a CPU
+    cluster's plans are checked against the host)."""
+    if gpu_bytes is None or budget is None:
+        return gpu_bytes
+    return min(gpu_bytes, budget)

@@ -29,7 +29,7 @@ from farm.media.hdr import scene_linear_half
 from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
 from farm.media.yuv import rgb_to_yuv420
-from farm.planning.tiling import Batch, ChunkSize, Segment, Tile, plan_chunks, tile_segments
+from farm.planning.tiling import Batch, ChunkSize, Geometry, Segment, Tile, plan_chunks, tile_segments
 from farm.store.frames import VALID, mark_valid, write_frames
 from farm.store.job import read_audio_latent, read_latent
 from farm.store.markers import file_record, mark_done
@@ -37,6 +37,7 @@ from farm.store.output import Output
 from farm.store.output_kinds import batch_record
 from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
+from farm.worker.gpu_budget import hold_gpu_memory
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def decode_block(
     for piece in chunks:
         at = tuple(o + s.start for o, s in zip(origin, piece.decode_slices(), strict=True))
         pixels = decoder.decode(latent[(slice(None), *piece.decode_slices())], origin=at)
-        pixels = drop_context(pixels, piece, decoder.geometry.temporal_scale)
+        pixels = drop_context(pixels, piece, decoder.geometry)
         _weigh_in_place(pixels, piece)
         if out is None:
             shape = decoder.geometry.pixel_shape(latent.shape[1:])
@@ -109,13 +110,26 @@ def decode_block(
     return out
 
 
-def drop_context(pixels: torch.Tensor, tile: Tile, temporal_scale: int) -> torch.Tensor:
-    """The tile's own frames of a decoded block ``[3, F, H, W]``: context and lookahead frames dropped.
+def drop_context(pixels: torch.Tensor, tile: Tile, geometry: Geometry) -> torch.Tensor:
+    """The tile's own pixels of a decoded block ``[3, F, H, W]``: context and lookahead frames and the
+    halo's rows and columns dropped.
 
-    A view of `pixels` (callers weigh it in place: the dropped frames are never read again).
+    A view of `pixels` (callers weigh it in place: the dropped pixels are never read again).
     """
-    head, tail = tile.discarded_frames(temporal_scale)
-    return pixels[:, head : pixels.shape[1] - tail] if head or tail else pixels
+    cuts = tile.discarded_pixels(geometry)
+    if not any(any(cut) for cut in cuts):
+        return pixels
+    (f0, f1), (h0, h1), (w0, w1) = ((a, n - b) for (a, b), n in zip(cuts, pixels.shape[1:], strict=True))
+    return pixels[:, f0:f1, h0:h1, w0:w1]
+
+
+def drop_halo(pixels: torch.Tensor, tile: Tile, geometry: Geometry) -> torch.Tensor:
+    """The tile's own rows and columns of a decoded block ``[3, F, H, W]`` whose frames are already its
+    own (a temporal segment's): the halo dropped, as a view."""
+    _, (h0, h1), (w0, w1) = tile.discarded_pixels(geometry)
+    if not (h0 or h1 or w0 or w1):
+        return pixels
+    return pixels[:, :, h0 : pixels.shape[2] - h1, w0 : pixels.shape[3] - w1]
 
 
 # One decode at a time per worker process, always on the same thread: the GPU is the shared resource
@@ -202,6 +216,7 @@ def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, f
 
     imported = time.perf_counter()
     device = worker_device()
+    hold_gpu_memory()
     load_decoder(spec_json, device, compile=compile)
     loaded = time.perf_counter()
     build = decoder_timings()["load_s"].get(f"{spec_from_json(spec_json).describe()} on {device}")
@@ -239,6 +254,7 @@ def decode_tile(
     `first_latent`: `read_latent_ahead`'s result for this decode (a worker's first, read while the
     render set up), used when it holds the latent this decode reads."""
     check_visible(job_path, "job store")
+    hold_gpu_memory()  # a worker that joined after the render started is held too
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
     expected = tuple(span.size for span in tile.pixels)
     origin = tile.decode_origin()
@@ -273,7 +289,7 @@ def decode_tile(
 
     def decode() -> dict[int, Any]:
         pixels = decode_block(decoder, latent, chunk, origin=origin)
-        pixels = drop_context(pixels, tile, decoder.geometry.temporal_scale)
+        pixels = drop_context(pixels, tile, decoder.geometry)
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
                 f"shot {tile.shot!r}, tile {tile.index}: decoder produced {tuple(pixels.shape[1:])} pixels, "
@@ -480,16 +496,17 @@ def decode_segment(
         else:
             place = piece.grid_pos[1:]  # the same spatial chunk in every segment
             pixels, after[place] = decoder.decode_carried(block, state.get(place), origin=at)  # type: ignore[union-attr]
-        pixels = drop_context(pixels, piece, decoder.geometry.temporal_scale)
+        pixels = drop_context(pixels, piece, decoder.geometry)
         _weigh_in_place(pixels, piece)
-        if out is None:
-            shape = (pixels.shape[0], f1 - f0, tile.pixels[1].size, tile.pixels[2].size)
+        if out is None:  # the segment's frames over the tile's decoded rows and columns (halo included)
+            _, rows_decoded, cols_decoded = decoder.geometry.pixel_shape(tile.block_fhw)
+            shape = (pixels.shape[0], f1 - f0, rows_decoded, cols_decoded)
             out = torch.zeros(shape, dtype=torch.float32, device=pixels.device)
         (p0, p1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in piece.pixels)
         out[:, p0 - f0 : p1 - f0, h0:h1, w0:w1] += pixels
         del pixels
     assert out is not None  # a segment has at least one piece
-    return _weigh_in_place(out, tile, slice(f0, f1)), after
+    return _weigh_in_place(drop_halo(out, tile, decoder.geometry), tile, slice(f0, f1)), after
 
 
 @dataclass(frozen=True)
