@@ -254,18 +254,22 @@ def remove_tree(root: Path, path: Path) -> None:
 
 
 def fsync(root: Path, path: Path) -> None:
-    """fsync the file or folder `path` beneath `root` (a folder's fsync makes the names in it durable)."""
+    """fsync the file or folder `path` beneath `root` (a folder's fsync makes the names in it durable);
+    one that is gone since farm wrote it (moved away, or its folder) fails in one line naming it."""
     path = Path(path)
-    if path == Path(root):
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    else:
-        with folder(root, path.parent) as dir_fd:
-            try:
+    try:
+        if path == Path(root):
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            with folder(root, path.parent) as dir_fd:
                 fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise _refused(Path(root), path) from None
-                raise
+    except FileNotFoundError:
+        raise FarmError(f"output {str(root)!r}: {str(path)!r} was moved or removed while farm wrote it; "
+                        "run again to write it") from None  # fmt: skip
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(Path(root), path) from None
+        raise
     try:
         os.fsync(fd)
     finally:
