@@ -94,11 +94,14 @@ def encode_stream(container: Any, stream: Any, levels: np.ndarray) -> None:
         container.mux(packet)
 
 
-def write_audio(path: str | os.PathLike[str], levels: np.ndarray, sample_rate: int, fmt: str = "wav") -> None:
-    """Write int16 `levels` ``[channels, samples]`` as a WAV or FLAC file, atomically (renamed in whole)."""
+def write_audio(path: str | os.PathLike[str], levels: np.ndarray, sample_rate: int, fmt: str = "wav",
+                root: str | os.PathLike[str] | None = None) -> None:
+    """Write int16 `levels` ``[channels, samples]`` as a WAV or FLAC file, atomically (renamed in whole);
+    `root`: the folder from which no link is followed down to it (`farm.media.files.atomic_path`)."""
     _, muxer, codec = FORMATS[check_format(fmt)]
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp, av.open(tmp, mode="w", format=muxer) as out:
+    if root is None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, root) as tmp, av.open(tmp, mode="w", format=muxer) as out:
         encode_stream(out, add_stream(out, sample_rate, codec), levels)
 
 

@@ -39,21 +39,23 @@ def process_umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
-    """Yield a temp path next to ``path``; move it into place on success, delete it on failure."""
+def atomic_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
+                durable: bool = False) -> Iterator[str]:  # fmt: skip
+    """Yield a temp path next to ``path``; move it into place on success, delete it on failure.
+
+    `root`: the folder (OUT) from which every folder down to ``path`` is reached without following a
+    link, made where missing (`farm.media.beneath`); by default ``path``'s own folder. `durable`: the
+    file and its name are fsync'd before this returns."""
+    from farm.media.beneath import replacing
+
     final = Path(path)
-    fd, tmp = temp_file(final, final.suffix)
-    try:
-        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600; outputs get what open() would give
-    finally:
-        os.close(fd)
-    try:
+    within = final.parent if root is None else Path(root)
+    with contextlib.ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(replacing(within, final, final.suffix, durable=durable))
+        except OSError as e:  # making the temporary: a missing or unwritable folder
+            raise FarmError(f"cannot write {os.fspath(final)!r}: {e.strerror or e}") from None
         yield tmp
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def temp_file(final: Path, suffix: str = "") -> tuple[int, str]:

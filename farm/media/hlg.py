@@ -56,11 +56,13 @@ def encode_hlg_segment(
     preset: str = "veryfast",
     threads: int = 0,
     metadata: dict[str, str] | None = None,
+    root: str | os.PathLike[str] | None = None,
 ) -> None:
     """Encode scene-linear frames ``[F, H, W, 3]`` in `space` as one HLG HEVC ``.mp4`` segment at `path`.
 
     Frame ``k`` at ``k / fps`` seconds; ``threads`` as in `farm.media.video.encode_segment` (the bitstream
-    depends on them). Written to a temp file and renamed into place."""
+    depends on them). Written to a temp file and renamed into place;
+    `root`: the folder from which no link is followed down to it (`farm.media.files.atomic_path`)."""
     where = f"encode_hlg_segment({os.fspath(path)!r})"
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or not np.issubdtype(frames.dtype, np.floating):
@@ -77,7 +79,7 @@ def encode_hlg_segment(
         raise FarmError(f"{where}: fps must be positive, got {fps!r}")
     y, cb, cr = hlg_planes(frames, space)
     time_base = 1 / rate
-    with atomic_path(path) as tmp, av.open(tmp, mode="w", format="mp4") as out:
+    with atomic_path(path, root) as tmp, av.open(tmp, mode="w", format="mp4") as out:
         out.metadata.update(metadata or {})
         options = {"x265-params": _X265_HLG, "crf": str(crf), "preset": preset, **dict([CHROMA_CENTRE])}
         stream = out.add_stream("libx265", rate=rate, options=options)

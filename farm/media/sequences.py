@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
+from farm.media.beneath import make_folders
 from farm.media.colour import SPACES, colour_available, colour_space, convert, unit_float32
 from farm.media.files import atomic_path
 from farm.media.rates import timecode_at
@@ -218,6 +219,7 @@ def write_frames(
     timecode: str | None = None,
     exr_space: str | None = None,
     frames_space: str = "g24_rec709",
+    root: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Write ``frames[k]`` as ``<directory>/<shot>.<first_frame + start + k>.<ext>``; returns the paths.
 
@@ -226,7 +228,8 @@ def write_frames(
     ``framesPerSecond``; ``exr_values`` is ``"display"`` or ``"linear"`` (see the module doc); with
     ``timecode`` (the shot's first frame's, `farm.media.rates`) each file's ``timeCode`` is its own frame's.
     ``exr_space``: write the values converted from ``frames_space`` into that colour space, labelled so
-    (then ``exr_values`` is not used).
+    (then ``exr_values`` is not used). ``root``: the folder from which no link is followed down to the
+    files (`farm.media.files.atomic_path`).
     """
     where = f"write_frames({shot!r}, {os.fspath(directory)!r})"
     if format not in FORMATS:
@@ -259,7 +262,10 @@ def write_frames(
     fmt = FORMATS[format]
     out_dir = Path(directory)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        if root is None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            make_folders(Path(root), out_dir)
     except OSError as e:
         raise FarmError(f"{where}: cannot create the folder: {e}") from e
     if format == "exr":
@@ -274,7 +280,7 @@ def write_frames(
     paths = []
     for k in range(data.shape[0]):
         path = frame_path(out_dir, shot, first_frame + start + k, fmt.ext, padding)
-        with atomic_path(path) as tmp:
+        with atomic_path(path, root) as tmp:
             if format == "exr":
                 label = timecode_at(timecode, Fraction(fps), start + k) if timecode and fps else None
                 _write_exr(data[k], tmp, exr_compression, fps, exr_values, label, exr_space)

@@ -177,6 +177,6 @@ def write_timeline(out: str | os.PathLike[str], shots: Sequence[TimelineShot], n
     otio = _otio()
     text = otio.adapters.write_to_string(timeline(shots, name), "otio_json")
     path = Path(out) / TIMELINE_FILE
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_path(path, out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
     return path

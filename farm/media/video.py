@@ -214,6 +214,7 @@ def encode_segment(
     threads: int = 0,
     space: str | None = None,
     frames_space: str = "g24_rec709",
+    root: str | os.PathLike[str] | None = None,
 ) -> None:
     """Encode RGB frames ``[F, H, W, 3]`` as one independently decodable video file at ``path``.
 
@@ -222,7 +223,8 @@ def encode_segment(
     ``yuv420``: the frames already converted to BT.709 tv-range yuv420p planes (``farm.media.yuv``), fed to
     the encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
     ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
-    ``path`` is either complete or absent. ``threads``: the encoder's threads (x264 and x265 slice
+    ``path`` is either complete or absent; `root`: the folder from which no link is followed down to it
+    (`farm.media.files.atomic_path`). ``threads``: the encoder's threads (x264 and x265 slice
     threads: the bitstream depends on them); 0 lets the encoder choose from the machine's cores.
     ``space`` (ProRes only): the frames, in the `farm.media.colour` space ``frames_space``, converted into
     that space by OpenColorIO, clipped to [0, 1] and fed to the encoder at 16 bits; tagged per
@@ -258,7 +260,7 @@ def encode_segment(
     time_base = 1 / rate
 
     with (
-        atomic_path(path) as tmp,
+        atomic_path(path, root) as tmp,
         av.open(tmp, mode="w", format=spec.container, options=_MDTA_KEYS if space_metadata else None) as out,
     ):
         out.metadata.update({**(metadata or {}), **space_metadata})
@@ -386,6 +388,7 @@ def join_segments(
     *,
     metadata: dict[str, str] | None = None,
     sound: str | os.PathLike[str] | None = None,
+    root: str | os.PathLike[str] | None = None,
 ) -> None:
     """Concatenate segments written by :func:`encode_segment`, in order, into one file, without re-encoding.
 
@@ -437,7 +440,7 @@ def join_segments(
                             "segments must be encoded in one colour space to be joined")  # fmt: skip
     space_metadata = spaces[0]
     with (
-        atomic_path(path) as tmp,
+        atomic_path(path, root) as tmp,
         _open_video(segments[0]) as first,
         av.open(tmp, mode="w", format=container, options=_MDTA_KEYS if space_metadata else None) as out,
     ):

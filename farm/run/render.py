@@ -33,6 +33,7 @@ from farm.dashboard.monitor import install as install_monitor
 from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
 from farm.decoders import decoder_class, decoder_timings
 from farm.errors import FarmError
+from farm.media import beneath
 from farm.media.rates import start_timecode
 from farm.media.settings import VideoSettings, with_decoder_hdr
 from farm.owner import owner
@@ -317,9 +318,9 @@ def mark_cancelled(out: Output, cancelled: Sequence[str], resumed: Sequence[str]
     """Record in OUT the shots `farm cancel` stopped (`farm status` reads them), and forget the mark of
     shots a render takes up again (`resumed`)."""
     for shot in resumed:
-        out.cancelled_marker(shot).unlink(missing_ok=True)
+        beneath.unlink(out.root, out.cancelled_marker(shot))
     for shot in cancelled:
-        mark_done(out.cancelled_marker(shot))
+        mark_done(out.cancelled_marker(shot), root=out.root)
 
 
 class FirstReads:

@@ -158,8 +158,10 @@ def record_identity(
     earlier render still running on a shared cluster then write nothing into it, `farm.worker.tasks`)."""
     import zarr
 
+    from farm.store.beneath_zarr import frames_store
+
     with os_errors_in_one_line(f"cannot record shot {shot!r} in {str(out.root)!r}"):
-        group = zarr.open_group(store=str(out.shot_group(shot)), mode="r+")
+        group = zarr.open_group(store=frames_store(out), path=shot, mode="r+")
         group.attrs.update({"render": identity, "batches": total_batches, "owner": owner})
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from farm import config
-from farm.media.files import fsync_all, fsync_path, run_side_by_side
+from farm.media import beneath
+from farm.media.files import run_side_by_side
 from farm.media.rates import rate_text, start_timecode
 from farm.store.output import Output, ShotFolders, check_writable, os_errors_in_one_line, remove_own_files
 
@@ -59,8 +60,10 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
                     colour: dict[str, Any]) -> None:  # fmt: skip
     import zarr
 
+    from farm.store.beneath_zarr import frames_store
+
     check_writable(out)
-    root = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3)
+    root = zarr.open_group(store=frames_store(out), mode="a", zarr_format=3)
     root.attrs["farm"] = {
         "format": FORMAT,
         "job": str(job.path),
@@ -80,8 +83,8 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
             frames.attrs.update(settled)
         write_coordinates(group, shape[0], first_frame)
         create_validity(out, name, shape[0], batch_frames)
-        out.segments_dir(name).mkdir(parents=True, exist_ok=True)
-        out.done_dir(name).mkdir(parents=True, exist_ok=True)
+        beneath.make_folders(out.root, out.segments_dir(name))
+        beneath.make_folders(out.root, out.done_dir(name))
 
     shots = list(shots)
     with ThreadPoolExecutor(max_workers=min(8, max(len(shots), 1)), thread_name_prefix="farm-out") as pool:
@@ -108,11 +111,14 @@ def create_frames_array(
 ) -> None:
     """The shot's ``frames`` array ``[F, H, W, 3]`` in the output's Zarr group, unless it exists (an
     array from before dimension names were written, or with other chunks, is kept as it is: writes
-    follow its chunks)."""
+    follow its chunks). Written beneath OUT, `frames_zarr`'s folder (`farm.store.beneath_zarr`)."""
     import zarr
     from zarr.codecs import ZstdCodec
 
-    group = zarr.open_group(store=str(frames_zarr), mode="a", zarr_format=3).require_group(shot)
+    from farm.store.beneath_zarr import BeneathStore
+
+    store = BeneathStore(frames_zarr, within=Path(frames_zarr).parent)
+    group = zarr.open_group(store=store, mode="a", zarr_format=3).require_group(shot)
     if "frames" not in group:
         f, h, w = shape
         frame_bytes = h * w * 3 * np.dtype(dtype).itemsize
@@ -144,7 +150,9 @@ def create_validity(out: Output, shot: str, frames: int, batch_frames: int) -> N
     Made from the done markers where an output lacks it, or has it in other chunks."""
     import zarr
 
-    group = zarr.open_group(store=str(out.frames_zarr), mode="a", zarr_format=3).require_group(shot)
+    from farm.store.beneath_zarr import frames_store
+
+    group = zarr.open_group(store=frames_store(out), mode="a", zarr_format=3).require_group(shot)
     size = max(1, min(batch_frames, frames))
     found = group.get(VALID)
     if isinstance(found, zarr.Array) and found.shape == (frames,) and found.chunks == (size,):
@@ -160,8 +168,11 @@ def mark_valid(out: Output, shot: str, start: int, stop: int) -> None:
     """Frames [start, stop) of the shot are in place: set them in its ``valid`` array (a batch's chunk)."""
     import zarr
 
+    from farm.store.beneath_zarr import BeneathStore
+
     with contextlib.suppress(FileNotFoundError, KeyError):  # an output made before the array existed
-        zarr.open_array(store=str(out.shot_group(shot) / VALID), mode="r+")[start:stop] = True
+        store = BeneathStore(out.shot_group(shot) / VALID, within=out.root)
+        zarr.open_array(store=store, mode="r+")[start:stop] = True
 
 
 def write_coordinates(group: Any, frames: int, first_frame: int) -> None:
@@ -251,9 +262,11 @@ def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, dura
     (one after another they cost 0.69 s a batch on an H200 host, docs/performance.md)."""
     import zarr
 
-    use_fast_codecs()
+    from farm.store.beneath_zarr import BeneathStore
+
+    use_fast_codecs()  # for the worker's other arrays: frames go through zarr's codecs (`BeneathStore`)
     path = out.frames_array(shot)
-    arr = zarr.open_array(store=str(path), mode="r+")
+    arr = zarr.open_array(store=BeneathStore(path, within=out.root), mode="r+")
     stop = start + frames.shape[0]
     if not durable:
         arr[start:stop] = frames
@@ -266,11 +279,11 @@ def write_frames(out: Output, shot: str, start: int, frames: np.ndarray, *, dura
         # a chunk equal to the fill value is not stored
         stored = [c for c in chunk_files(path, arr, first, last) if c.exists()]
         for chunk in stored:
-            fsync_path(chunk)
+            beneath.fsync(out.root, chunk)
         return stored
 
     written = run_side_by_side(write_and_sync, range(start, stop, step))
-    fsync_all([], chunk_folders(path, [chunk for chunks in written for chunk in chunks]))
+    beneath.fsync_all(out.root, [], chunk_folders(path, [chunk for chunks in written for chunk in chunks]))
 
 
 def chunk_files(array_dir: Path, arr: Any, start: int, stop: int) -> list[Path]:
@@ -323,11 +336,11 @@ def chunks_of(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> list[
     return [chunk for start, stop in frame_ranges for chunk in chunk_files(array_dir, arr, start, stop)]
 
 
-def remove_chunks(array_dir: Path, frame_ranges: Iterable[tuple[int, int]]) -> None:
+def remove_chunks(array_dir: Path, frame_ranges: Iterable[tuple[int, int]], *, root: Path) -> None:
     """Remove the chunk files of the array in `array_dir` that hold the given frame ranges (`chunks_of`);
-    those chunks read back as the array's fill value."""
+    those chunks read back as the array's fill value. `root`: OUT, from which no link is followed."""
     for chunk in chunks_of(array_dir, frame_ranges):
-        chunk.unlink(missing_ok=True)
+        beneath.unlink(root, chunk)
 
 
 def drop_frames(out: Output, shot: str) -> None:
@@ -336,6 +349,6 @@ def drop_frames(out: Output, shot: str) -> None:
     group = out.shot_group(shot)
     for name in FRAME_ARRAYS:
         array = group / name
-        remove_own_files(array / "c", lambda n: n.isdigit(), recursive=True)
-        remove_own_files(array, lambda n: n == "zarr.json")
-    remove_own_files(group, lambda n: n == "zarr.json")
+        remove_own_files(array / "c", lambda n: n.isdigit(), recursive=True, root=out.root)
+        remove_own_files(array, lambda n: n == "zarr.json", root=out.root)
+    remove_own_files(group, lambda n: n == "zarr.json", root=out.root)

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from farm.errors import FarmError
+from farm.media import beneath
 from farm.store.output import Output
 
 
@@ -88,13 +89,25 @@ def output_lock(out_root: Path) -> Iterator[LockHolder]:
     """
     path = lock_path(out_root)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        Path(out_root).mkdir(parents=True, exist_ok=True)
+        state = beneath.open_folder(Path(out_root), path.parent, create=True)  # OUT/.farm, never a link
     except OSError as exc:
         raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
+    try:
+        with _locked(out_root, path, state) as holder:
+            yield holder
+    finally:
+        os.close(state)
+
+
+@contextmanager
+def _locked(out_root: Path, path: Path, state: int) -> Iterator[LockHolder]:
+    """`output_lock` in the folder of descriptor `state` (OUT/.farm)."""
     while True:
         try:
             # never through a link: truncating and writing the owner record would hit its target
-            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            flags = os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(path.name, flags, 0o644, dir_fd=state)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise FarmError(
@@ -114,7 +127,7 @@ def output_lock(out_root: Path) -> Iterator[LockHolder]:
                 f"cancel it with `{cancel_command(out_root)}` (the lock is released when that process ends)"
             ) from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            same = os.fstat(fd).st_ino == os.stat(path.name, dir_fd=state, follow_symlinks=False).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -126,7 +139,7 @@ def output_lock(out_root: Path) -> Iterator[LockHolder]:
         yield holder
     finally:
         with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)  # while still holding it: see the module docstring
+            os.unlink(path.name, dir_fd=state)  # while still holding it: see the module docstring
         os.close(fd)  # releases the flock
 
 

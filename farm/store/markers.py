@@ -7,34 +7,24 @@ altered file is rendered again (`farm.store.output_kinds` says what each kind's 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from farm.media.files import fsync_path, process_umask, temp_file
+from farm.media.beneath import write_file
 
 
-def mark_done(path: Path, record: dict | None = None) -> None:
-    """Create a marker file durably (fsync'd) so it only exists once what it marks is in place;
-    `record` (what it marks: checksums) is its JSON content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = temp_file(path)
-    try:
-        os.fchmod(fd, 0o666 & ~process_umask())  # mkstemp makes 0600: markers are read by colleagues too
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(json.dumps(record).encode() if record else b"")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_path(path.parent)  # the rename itself
+def mark_done(path: Path, record: dict | None = None, *, root: Path | None = None) -> None:
+    """Create a marker file durably (fsync'd, its name too) so it only exists once what it marks is in
+    place; `record` (what it marks: checksums) is its JSON content. `root`: OUT, from which its folders
+    are reached (made where missing) without following a link (`farm.media.beneath`); without it, the
+    marker's own folder (made where missing)."""
+    if root is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_file(path.parent if root is None else root, path, json.dumps(record).encode() if record else b"",
+               durable=True)  # fmt: skip
 
 
 def file_digest(path: Path) -> str | None:

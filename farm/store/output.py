@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
+from farm.media import beneath
 from farm.media.names import child_path, is_farm_temporary
 
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
@@ -173,30 +174,31 @@ def os_errors_in_one_line(what: str) -> Iterator[None]:
 def check_writable(out: Output) -> None:
     try:
         out.root.mkdir(parents=True, exist_ok=True)
-        out.videos_dir.mkdir(exist_ok=True)
+        beneath.make_folders(out.root, out.videos_dir)
         probe = out.write_probe
-        probe.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
-        probe.unlink()
+        with beneath.folder(out.root, probe.parent, create=True) as state:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(probe.name, flags, 0o644, dir_fd=state))
+            os.unlink(probe.name, dir_fd=state)
     except OSError as exc:
         raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
 
 
-def remove_own_files(folder: Path, own: Any, *, recursive: bool = False) -> None:
+def remove_own_files(folder: Path, own: Any, *, root: Path, recursive: bool = False) -> None:
     """Remove the files in `folder` whose names `own(name)` accepts (and farm's temporaries), in its
     sub-folders too when `recursive` (only those whose names it accepts), then every folder so emptied:
-    a file farm did not write stays, and so does the folder holding it."""
+    a file farm did not write stays, and so does the folder holding it. `root`: OUT, from which each
+    removal is reached without following a link (`farm.media.beneath`)."""
     if folder.is_symlink() or not folder.is_dir():
         return
     for entry in folder.iterdir():
         if entry.is_symlink() or not (own(entry.name) or is_farm_temporary(entry.name)):
             continue
         if entry.is_file():
-            entry.unlink(missing_ok=True)
+            beneath.unlink(root, entry)
         elif recursive and entry.is_dir():
-            remove_own_files(entry, own, recursive=True)
-    with contextlib.suppress(OSError):
-        folder.rmdir()  # only when nothing else is in it
+            remove_own_files(entry, own, root=root, recursive=True)
+    beneath.remove_folder(root, folder)  # only when nothing else is in it
 
 
 @contextlib.contextmanager

@@ -23,13 +23,13 @@ over these entries. Whether a render asks for a kind is read from the "outputs" 
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from farm.media import beneath
 from farm.media.files import run_side_by_side
 from farm.media.sequences import FORMATS as SEQUENCE_FORMATS
 from farm.media.sequences import frame_path
@@ -103,7 +103,7 @@ class ShotOutput:
 
     def remove(self, out: Output, shot: str, recorded: Recorded) -> None:
         for path in self.files(out, shot, recorded):
-            path.unlink(missing_ok=True)
+            beneath.unlink(out.root, path)
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class RenderOutput:
     scope = "render"
 
     def remove(self, out: Output) -> None:
-        self.file(out).unlink(missing_ok=True)
+        beneath.unlink(out.root, self.file(out))
 
 
 # -- frames ------------------------------------------------------------------------------------------
@@ -162,11 +162,11 @@ def _forget_frames(out: Output, shot: str, batch: int, record: dict[str, Any]) -
     for name in record.get("chunks") or {}:
         chunk = array_dir / name
         if chunk.resolve().is_relative_to(array_dir.resolve()) and re.fullmatch(r"c(/\d+)+", name):
-            chunk.unlink(missing_ok=True)
+            beneath.unlink(out.root, chunk)
     valid_dir = out.shot_group(shot) / VALID
     if (valid_dir / "zarr.json").exists():
         size = zarr.open_array(store=str(valid_dir), mode="r").chunks[0]
-        remove_chunks(valid_dir, [(batch * size, batch * size + 1)])
+        remove_chunks(valid_dir, [(batch * size, batch * size + 1)], root=out.root)
 
 
 # -- segments ----------------------------------------------------------------------------------------
@@ -197,7 +197,8 @@ def _segment_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) 
 
 
 def _remove_segments(out: Output, shot: str, recorded: Recorded) -> None:
-    remove_own_files(out.segments_dir(shot), lambda name: SEGMENT_NAME.fullmatch(name) is not None)
+    remove_own_files(out.segments_dir(shot), lambda name: SEGMENT_NAME.fullmatch(name) is not None,
+                     root=out.root)  # fmt: skip
 
 
 # -- image sequences ---------------------------------------------------------------------------------
@@ -212,9 +213,8 @@ def _remove_sequence(out: Output, shot: str, recorded: Recorded) -> None:
     if sequence in SEQUENCE_FORMATS and isinstance(first, int) and isinstance(frames, int):
         folder = out.sequence_dir(shot)
         for number in range(first, first + frames):
-            frame_path(folder, shot, number, SEQUENCE_FORMATS[sequence].ext).unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            folder.rmdir()  # only when nothing else is in it
+            beneath.unlink(out.root, frame_path(folder, shot, number, SEQUENCE_FORMATS[sequence].ext))
+        beneath.remove_folder(out.root, folder)  # only when nothing else is in it
 
 
 def _nothing_recorded(out: Output, shot: str, batch: int, start: int, stop: int) -> dict[str, Any]:
@@ -365,20 +365,19 @@ def open_for_render(out: Output, opening: Opening) -> None:
                   for chunk in unfinished_chunks(folders[shot], ranges)]  # fmt: skip
 
         for path in stale:
-            path.unlink(missing_ok=True)
+            beneath.unlink(out.root, path)
         for shot, recorded in opening.restarts.items():
             for marker in restarted[shot]:
-                marker.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                folders[shot].done.rmdir()  # only when nothing else is in it
+                beneath.unlink(out.root, marker)
+            beneath.remove_folder(out.root, folders[shot].done)  # only when nothing else is in it
             for kind in ALL_OUTPUTS:
                 kind.remove(out, shot, recorded)
         for (shot, batch), record in records.items():  # each damaged batch: its marker, then its files
-            (folders[shot].done / batch_marker_name(batch)).unlink(missing_ok=True)
+            beneath.unlink(out.root, folders[shot].done / batch_marker_name(batch))
             for batch_kind in BATCH_OUTPUTS:
                 batch_kind.forget(out, shot, batch, record)
         for shot, (_, shot_outputs) in opening.damaged.items():
             for name in shot_outputs:
-                SHOT_KIND[name].marker(out, shot).unlink(missing_ok=True)
+                beneath.unlink(out.root, SHOT_KIND[name].marker(out, shot))
         for chunk in chunks:
-            chunk.unlink(missing_ok=True)
+            beneath.unlink(out.root, chunk)

@@ -24,7 +24,7 @@ from dask.sizeof import sizeof
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
 from farm.errors import FarmError, FarmRuntimeError
-from farm.media.files import fsync_all, fsync_path
+from farm.media import beneath
 from farm.media.hdr import scene_linear_half
 from farm.media.sequences import write_frames as write_images
 from farm.media.settings import VideoSettings
@@ -682,14 +682,13 @@ def encode_batch(
     check_folders_not_links(out, segment.parent)
     if video.hdr is not None:  # the HLG master's segment, from the scene-linear frames
         encode_hlg_segment(rgb, segment, fps, space=video.frames_space, metadata=metadata,
-                           threads=video.encoder_threads)  # fmt: skip
+                           threads=video.encoder_threads, root=out.root)  # fmt: skip
     else:
         encode_segment(rgb, segment, fps, codec=video.codec, crf=video.crf, preset=video.preset,
                        metadata=metadata, yuv420=frames.yuv420, threads=video.encoder_threads,
-                       space=video.video_space, frames_space=video.frames_space)  # fmt: skip
+                       space=video.video_space, frames_space=video.frames_space, root=out.root)  # fmt: skip
     if video.durable:
-        fsync_path(segment)
-        fsync_path(segment.parent)
+        beneath.fsync_all(out.root, [segment], [segment.parent])
     return time.perf_counter() - t0
 
 
@@ -707,9 +706,9 @@ def write_sequence(
                            first_frame=video.first_frame, format=video.sequence or "png8", fps=fps,
                            exr_values=video.exr_values, timecode=timecode,
                            exr_space=video.exr_space if video.sequence == "exr" else None,
-                           frames_space=video.frames_space)  # fmt: skip
+                           frames_space=video.frames_space, root=out.root)  # fmt: skip
     if video.durable:
-        fsync_all([Path(path) for path in written or []], [folder])
+        beneath.fsync_all(out.root, [Path(path) for path in written or []], [folder])
     return time.perf_counter() - t0
 
 
@@ -720,7 +719,7 @@ def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outp
     check_folders_not_links(out, out.done_dir(batch.shot), out.shot_group(batch.shot) / VALID)
     mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
-    mark_done(out.done_marker(batch.shot, batch.index), record)
+    mark_done(out.done_marker(batch.shot, batch.index), record, root=out.root)
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
             "encode_s": encode_s}  # fmt: skip
 
@@ -771,12 +770,12 @@ def finish_shot(
     if missing:
         raise FarmError(f"shot {shot!r}: cannot join the video, segments missing: {missing[:3]}")
     check_folders_not_links(out, out.videos_dir, out.done_dir(shot))
-    join_segments(segments, out.video(shot), metadata=metadata, sound=sound)
+    join_segments(segments, out.video(shot), metadata=metadata, sound=sound, root=out.root)
     if durable:
-        fsync_all([out.video(shot)], [out.video(shot).parent])
-    mark_done(out.video_done_marker(shot), file_record(out.video(shot)))
+        beneath.fsync_all(out.root, [out.video(shot)], [out.video(shot).parent])
+    mark_done(out.video_done_marker(shot), file_record(out.video(shot)), root=out.root)
     for s in segments:
-        s.unlink(missing_ok=True)
+        beneath.unlink(out.root, s)
     return {"shot": shot, "video": str(out.video(shot)), "batches": n_batches}
 
 
@@ -803,10 +802,10 @@ def decode_audio(
     levels = to_levels(fit_length(waveform, samples))
     path = out.audio_file(shot, audio_suffix(fmt))
     check_folders_not_links(out, path.parent, out.done_dir(shot))
-    write_audio(path, levels, decoder.sample_rate, fmt)
+    write_audio(path, levels, decoder.sample_rate, fmt, root=out.root)
     if durable:
-        fsync_all([path], [path.parent])
-    mark_done(out.audio_done_marker(shot), file_record(path))
+        beneath.fsync_all(out.root, [path], [path.parent])
+    mark_done(out.audio_done_marker(shot), file_record(path), root=out.root)
     return {
         "shot": shot,
         "audio": str(path),

@@ -43,7 +43,7 @@ class FarmErrorsInOneLine(logging.Filter):
             return True
         args = record.args if isinstance(record.args, tuple) else ()
         exception = str(args[3]) if len(args) > 3 else ""
-        return not exception.startswith(("FarmError(", "FarmRuntimeError("))
+        return not exception.startswith(("FarmError(", "FarmRuntimeError(", "LinkInOutput("))
 
 
 def quiet_farm_errors() -> None:
