@@ -702,12 +702,12 @@ DEMO_MARK = "farm demo"  # the job store's attrs farm.made_by: a later demo may 
 
 def _made_by_demo(job_path: Path) -> bool:
     """Whether the job store at `job_path` is one `farm demo` made (its root attributes say so)."""
-    import json
+    from farm.safe_read import read_json
 
     try:
-        meta = json.loads((job_path / "zarr.json").read_text())
+        meta = read_json(job_path / "zarr.json")
         return bool(meta["attributes"]["farm"]["made_by"] == DEMO_MARK) and not job_path.is_symlink()
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, FarmError, KeyError, TypeError):
         return False
 
 

@@ -333,6 +333,8 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     A named config needs `weights` (farm initialises random weights only when a spec asks for them)."""
     import json
 
+    from farm.safe_read import parse_json, read_json
+
     if isinstance(decoder, DecoderSpec):
         raw = decoder.to_json()
     elif isinstance(decoder, Mapping):
@@ -340,17 +342,13 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     else:
         text = decoder.strip()
         if text.startswith("{"):
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                raise FarmError(f"--decoder: not valid JSON ({exc})") from None
+            raw = parse_json(text, "--decoder")
         elif text.endswith(".json") or Path(text).is_file():
             try:
-                raw = json.loads(Path(text).read_text())
-            except (OSError, ValueError) as exc:
-                raise FarmError(
-                    f"--decoder {text}: cannot read a JSON decoder spec from it ({exc})"
-                ) from None
+                raw = read_json(text, f"--decoder {text}")
+            except FileNotFoundError:
+                raise FarmError(f"--decoder {text}: no such file; give a JSON decoder spec file or a "
+                                "named config") from None  # fmt: skip
         else:
             raw = {"family": resolve_decoder(text)[0], "config": text}
     if not isinstance(raw, dict):

@@ -80,6 +80,7 @@ from farm.run.resume import (
     sound_shots,
 )
 from farm.run.timeline import RenderTimeline
+from farm.run.validate import check_frame_numbers_fit
 from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
@@ -187,6 +188,7 @@ def _render(request: RenderRequest) -> RenderStats:
         job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, dtype="float32"))
     out = request.out
     request.check()
+    check_frame_numbers_fit(request.video.first_frame, pixel_frames(job, request.shots))
     timecodes = shot_timecodes(job, request.video.timecode)
     joins = joins_running_cluster(request.scheduler, request.scheduler_file, request.workers)
     early = _before_cluster(job, request, clock, joins=joins)
@@ -292,6 +294,19 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     for worker, timed in steps.items():
         logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
     return steps
+
+
+def pixel_frames(job: Job, shots: Sequence[str] | None) -> dict[str, int]:
+    """The frames each named shot (every shot) decodes to; shots whose latent cannot render are left
+    out (they fail by name where shots are checked)."""
+    geometry = decoder_class(job.spec).geometry_for(job.spec.config)
+    frames = {}
+    for name in job.shots if shots is None else shots:
+        info = job.shots.get(name)
+        shape = info.latent_shape if info is not None and info.problem is None else ()
+        if len(shape) == 4 and shape[1] > 0:
+            frames[name] = geometry.pixel_shape(tuple(shape[1:]))[0]
+    return frames
 
 
 def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:

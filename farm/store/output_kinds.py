@@ -137,14 +137,15 @@ def _frames_record(out: Output, shot: str, batch: int, start: int, stop: int) ->
 
 
 def _frames_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) -> bool:
-    return not damaged_chunks(out, shot, record)
+    return isinstance(record.get("chunks", {}), dict) and not damaged_chunks(out, shot, record)
 
 
 def damaged_chunks(out: Output, shot: str, record: dict[str, Any]) -> list[Path]:
     """The chunk files a batch's marker `record` names that are missing, truncated or altered."""
     array_dir = out.frames_array(shot)
     damaged = []
-    for name, digest in (record.get("chunks") or {}).items():
+    chunks = record.get("chunks")
+    for name, digest in (chunks if isinstance(chunks, dict) else {}).items():
         chunk = array_dir / name
         if digest is None:
             if chunk.exists() and chunk.stat().st_size == 0:
@@ -159,7 +160,8 @@ def _forget_frames(out: Output, shot: str, batch: int, record: dict[str, Any]) -
     import zarr
 
     array_dir = out.frames_array(shot)
-    for name in record.get("chunks") or {}:
+    chunks = record.get("chunks")
+    for name in chunks if isinstance(chunks, dict) else {}:
         chunk = array_dir / name
         if chunk.resolve().is_relative_to(array_dir.resolve()) and re.fullmatch(r"c(/\d+)+", name):
             chunk.unlink(missing_ok=True)
@@ -188,8 +190,9 @@ def _segment_record(out: Output, shot: str, batch: int, start: int, stop: int) -
 
 
 def _segment_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) -> bool:
-    if not record:  # a marker without checksums (an older render's): its segment at least is there
-        return any(Output(out.root, s).segment(shot, batch).exists() for s in _video_suffixes())
+    if not record:  # a marker without checksums (an older render's): its segment at least is there, not empty
+        segments = [Output(out.root, s).segment(shot, batch) for s in _video_suffixes()]
+        return any(p.is_file() and not p.is_symlink() and p.stat().st_size > 0 for p in segments)
     segment = record.get("segment")
     if not isinstance(segment, dict) or not SEGMENT_NAME.fullmatch(str(segment.get("name"))):
         return False
