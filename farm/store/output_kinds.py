@@ -211,11 +211,20 @@ def _remove_sequence(out: Output, shot: str, recorded: Recorded) -> None:
     no file of the old settings is left beside the new ones; then the folder, when nothing else is in it."""
     outputs = (recorded or {}).get("outputs") or {}
     sequence, first = outputs.get("sequence"), outputs.get("first_frame")
-    frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
-    if sequence in SEQUENCE_FORMATS and isinstance(first, int) and isinstance(frames, int):
-        folder = out.sequence_dir(shot)
-        for number in range(first, first + frames):
-            frame_path(folder, shot, number, SEQUENCE_FORMATS[sequence].ext).unlink(missing_ok=True)
+    shape = ((recorded or {}).get("plan") or {}).get("pixel_shape")
+    frames = shape[0] if isinstance(shape, list) and shape else None
+    folder = out.sequence_dir(shot)
+    recorded_range = isinstance(first, int) and isinstance(frames, int)
+    if sequence in SEQUENCE_FORMATS and recorded_range and folder.is_dir():
+        # the folder's own entries, checked against the recorded range: OUT's record is not trusted to
+        # bound a loop (a damaged one could claim 10^10 frames)
+        ext = SEQUENCE_FORMATS[sequence].ext
+        for entry in folder.iterdir():
+            number = entry.name.removeprefix(f"{shot}.").removesuffix(f".{ext}")
+            if not (number.isdigit() and first <= int(number) < first + frames):
+                continue
+            if entry.name == frame_path(folder, shot, int(number), ext).name and not entry.is_symlink():
+                entry.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             folder.rmdir()  # only when nothing else is in it
 
