@@ -635,6 +635,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     shots = args.shots.split(",") if args.shots else None
     report = plan_report(args.job, _plan_options(args), args.workers, shots, video=not args.no_video)
+    for problem in report.skipped:  # shots that cannot be planned, named; the others are
+        LOGGER.error(f"{problem} (left out of the plan)")
     print(report.table())
     if report.refusal is not None:  # after the table: it shows why
         raise report.refusal

@@ -69,6 +69,7 @@ from farm.run.recorded import given_settings, with_recorded_settings
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
+    check_one_job,
     latent_identities,
     outputs_asked,
     plan_opening,
@@ -421,6 +422,7 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
     """Before anything is written: no link where farm keeps its files, no file farm did not write where
     it would write one (`farm.store.ownership`)."""
     check_no_links(out, names)
+    check_one_job(out, job.path, restart)
     check_no_foreign_files(out, names, lambda shot: recorded_identity(out, shot),
                            lambda shot: outputs_asked(job, shot, video), restart=restart)  # fmt: skip
 

@@ -155,8 +155,8 @@ def open_job(path: str | os.PathLike) -> Job:
     shots = {}
     roots = shot_roots(path, meta.get("view_of"))
     for name in shot_folders(path):
-        check_shot_name(name)
-        try:
+        try:  # a shot that cannot be read fails by name; the others render (docs/guarantees.md)
+            check_shot_name(name)
             group = open_shot_group(path, name, roots)
         except FarmError as exc:
             shots[name] = unreadable_shot(name, str(exc))
@@ -165,7 +165,8 @@ def open_job(path: str | os.PathLike) -> Job:
             continue  # an array beside the shots, not a shot
         latent = group.get("latent")
         if not isinstance(latent, zarr.Array):
-            raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
+            shots[name] = unreadable_shot(name, f"{path}: shot {name!r} has no 'latent' array")
+            continue
         sound = group.get("audio")
         shots[name] = ShotInfo(
             name=name,

@@ -214,14 +214,15 @@ def _remove_sequence(out: Output, shot: str, recorded: Recorded) -> None:
     shape = ((recorded or {}).get("plan") or {}).get("pixel_shape")
     frames = shape[0] if isinstance(shape, list) and shape else None
     folder = out.sequence_dir(shot)
-    recorded_range = isinstance(first, int) and isinstance(frames, int)
-    if sequence in SEQUENCE_FORMATS and recorded_range and folder.is_dir():
+    recorded_range = (first, frames) if isinstance(first, int) and isinstance(frames, int) else None
+    if sequence in SEQUENCE_FORMATS and recorded_range is not None and folder.is_dir():
+        start, count = recorded_range
         # the folder's own entries, checked against the recorded range: OUT's record is not trusted to
         # bound a loop (a damaged one could claim 10^10 frames)
         ext = SEQUENCE_FORMATS[sequence].ext
         for entry in folder.iterdir():
             number = entry.name.removeprefix(f"{shot}.").removesuffix(f".{ext}")
-            if not (number.isdigit() and first <= int(number) < first + frames):
+            if not (number.isdigit() and start <= int(number) < start + count):
                 continue
             if entry.name == frame_path(folder, shot, int(number), ext).name and not entry.is_symlink():
                 entry.unlink(missing_ok=True)
@@ -329,10 +330,13 @@ def batch_intact(out: Output, shot: str, batch: int, kinds: Iterable[BatchOutput
     return record is not None and all(kind.intact(out, shot, batch, record) for kind in kinds)
 
 
-def verified_batches(out: Output, shot: str, kinds: Iterable[BatchOutput]) -> tuple[set[int], set[int]]:
-    """The shot's batches marked done: (intact, damaged), checked side by side (`batch_intact`)."""
+def verified_batches(
+    out: Output, shot: str, kinds: Iterable[BatchOutput], total: int | None = None
+) -> tuple[set[int], set[int]]:
+    """The shot's batches marked done (of its `total`, when given): (intact, damaged), checked side by
+    side (`batch_intact`)."""
     kinds = tuple(kinds)
-    marked = sorted(out.batches_done(shot))
+    marked = sorted(out.batches_done(shot, total))
     intact = run_side_by_side(lambda k: batch_intact(out, shot, k, kinds), marked)
     return ({k for k, ok in zip(marked, intact, strict=True) if ok},
             {k for k, ok in zip(marked, intact, strict=True) if not ok})  # fmt: skip
