@@ -58,7 +58,7 @@ def read_regular_bytes(path: str | os.PathLike[str], what: str, limit: int = MAX
 def parse_json(text: str | bytes, what: str, depth: int = MAX_JSON_DEPTH) -> Any:
     """`text` parsed as JSON nested at most `depth` deep; FarmError naming `what` for anything else."""
     if nesting(text) > depth:
-        raise FarmError(f"{what} nests JSON more than {depth} levels deep; it is not a file farm reads")
+        raise FarmError(f"{what} nests too deep to read (JSON more than {depth} levels deep)")
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:

@@ -298,16 +298,14 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
 
 
 def pixel_frames(job: Job, shots: Sequence[str] | None) -> dict[str, int]:
-    """The frames each named shot (every shot) decodes to; shots whose latent cannot render are left
-    out (they fail by name where shots are checked)."""
-    geometry = decoder_class(job.spec).geometry_for(job.spec.config)
-    frames = {}
-    for name in job.shots if shots is None else shots:
-        info = job.shots.get(name)
-        shape = info.latent_shape if info is not None and info.problem is None else ()
-        if len(shape) == 4 and shape[1] > 0:
-            frames[name] = geometry.pixel_shape(tuple(shape[1:]))[0]
-    return frames
+    """The frames each named shot (every shot) decodes to; shots whose values cannot render are left
+    out (they fail by name where shots are checked: `farm.planning.jobplan.check_shots`)."""
+    cls = decoder_class(job.spec)
+    geometry = cls.geometry_for(job.spec.config)
+    names = [name for name in (job.shots if shots is None else shots) if name in job.shots]
+    failing = check_shots(job, names, cls.latent_channels_for(job.spec.config))
+    return {name: geometry.pixel_shape(tuple(job.shots[name].latent_shape[1:]))[0]
+            for name in names if name not in failing}  # fmt: skip
 
 
 def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
