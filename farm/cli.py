@@ -641,6 +641,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     shots = args.shots.split(",") if args.shots else None
     report = plan_report(args.job, _plan_options(args), args.workers, shots, video=not args.no_video)
+    for problem in report.skipped:  # shots that cannot be planned, named; the others are
+        LOGGER.error(f"{problem} (left out of the plan)")
     print(report.table())
     if report.refusal is not None:  # after the table: it shows why
         raise report.refusal
@@ -708,12 +710,12 @@ DEMO_MARK = "farm demo"  # the job store's attrs farm.made_by: a later demo may 
 
 def _made_by_demo(job_path: Path) -> bool:
     """Whether the job store at `job_path` is one `farm demo` made (its root attributes say so)."""
-    import json
+    from farm.safe_read import read_json
 
     try:
-        meta = json.loads((job_path / "zarr.json").read_text())
+        meta = read_json(job_path / "zarr.json")
         return bool(meta["attributes"]["farm"]["made_by"] == DEMO_MARK) and not job_path.is_symlink()
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    except (OSError, FarmError, KeyError, TypeError):
         return False
 
 

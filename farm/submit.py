@@ -19,7 +19,6 @@ Submission ids look like ``s1a2b3c4``; render ids of a submission ``s1a2b3c4.1-j
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -38,7 +37,7 @@ from farm.dashboard.monitor import FINAL_STATES, install
 from farm.errors import FarmError
 from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
-from farm.run.cluster import workers_info
+from farm.run.cluster import scheduler_file_address, workers_info
 from farm.run.tls import check_tls, check_tls_to
 from farm.store.lock import lock_owner
 from farm.workflow import (
@@ -78,15 +77,7 @@ def resolve_address(scheduler: str | None, scheduler_file: str | None) -> str:
             "no cluster given: pass --scheduler ADDRESS or --scheduler-file FILE of a running cluster, or "
             "set DASK_SCHEDULER_ADDRESS (start one with `farm cluster --scheduler-file FILE`)"
         )
-    try:
-        return str(json.loads(Path(scheduler_file).read_text())["address"])
-    except FileNotFoundError:
-        raise FarmError(
-            f"scheduler file {scheduler_file} does not exist; start a cluster with "
-            f"`farm cluster --scheduler-file {scheduler_file}`, or give --scheduler ADDRESS"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise FarmError(f"scheduler file {scheduler_file} is not a Dask scheduler file ({exc})") from None
+    return scheduler_file_address(scheduler_file)
 
 
 def client_for(address: str) -> Client:

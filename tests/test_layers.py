@@ -148,7 +148,8 @@ def test_the_render_module_exports_only_what_it_defines():
 
 
 # The modules under farm/ that every package may import: the ground floor (docs/architecture.md).
-GROUND = {"farm.errors", "farm.config", "farm.logs", "farm.keys", "farm.render_ids", "farm.owner"}
+GROUND = {"farm.errors", "farm.config", "farm.logs", "farm.keys", "farm.render_ids", "farm.owner",
+          "farm.safe_read"}
 
 
 def may_import(package: str) -> set[str]:

@@ -94,5 +94,5 @@ def test_job_stores_refuse_hostile_shot_names(tmp_path):
         with pytest.raises(FarmError, match="is not allowed"):
             write_shot(job, name, np.zeros((8, 2, 2, 2), np.float32), fps=24.0)
     zarr.open_group(store=str(job), mode="r+").create_group("x.tmp")  # written by another tool
-    with pytest.raises(FarmError, match="shot name 'x.tmp' is not allowed"):
-        open_job(job)
+    refused = open_job(job).shots["x.tmp"].problem  # that shot fails by name, the others render
+    assert refused is not None and "shot name 'x.tmp' is not allowed" in refused

@@ -113,6 +113,9 @@ def target_for(spec: DecoderSpec, existing: Sequence[str] = (), exists: bool = F
                   frozenset(existing), exists)  # fmt: skip
 
 
+MAX_NAME = 200  # characters in a shot name (farm.media.names)
+
+
 def sanitize_name(text: str) -> str:
     """`text` made a valid shot name: characters other than letters, digits, '-', '_', '.' become '_'."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._-")  # no hidden folders, nothing like an option
@@ -120,10 +123,19 @@ def sanitize_name(text: str) -> str:
 
 
 def check_name_pattern(pattern: str) -> None:
+    shown = pattern if len(pattern) <= 80 else pattern[:80] + "..."
+    if len(pattern) > MAX_NAME:
+        raise FarmError(f"--name {shown!r} is longer than a shot name may be ({MAX_NAME} characters)")
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(pattern) if f is not None]
+        parsed = [(f, spec) for _, f, spec, _ in string.Formatter().parse(pattern) if f is not None]
     except ValueError as exc:
-        raise FarmError(f"--name {pattern!r} is not a valid pattern ({exc})") from None
+        raise FarmError(f"--name {shown!r} is not a valid pattern ({exc})") from None
+    fields = [f for f, _ in parsed]
+    for field_name, spec in parsed:
+        widths = [int(digits) for digits in re.findall(r"\d+", spec or "")]
+        if "{" in (spec or "") or any(width > MAX_NAME for width in widths):
+            raise FarmError(f"--name {shown!r}: the format of {{{field_name}}} is wider than a shot name may "
+                            f"be ({MAX_NAME} characters); use a width such as {{index:03d}}")  # fmt: skip
     unknown = [f for f in fields if f.split(".")[0].split("[")[0] not in NAME_FIELDS]
     if unknown:
         allowed = ", ".join("{" + f + "}" for f in NAME_FIELDS)
@@ -141,6 +153,9 @@ def shot_name(pattern: str | None, found: FoundTensor, sample: int | None, n: in
         text = pattern.format(stem=found.stem, index=sample or 0, n=n, key=found.key or "")
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise FarmError(f"--name {pattern!r} cannot be filled in ({type(exc).__name__}: {exc})") from None
+    if len(text) > MAX_NAME:
+        raise FarmError(f"--name {pattern!r} makes a name of {len(text)} characters for {found.path} "
+                        f"({text[:40]!r}...); a shot name has at most {MAX_NAME}")  # fmt: skip
     return sanitize_name(text)
 
 
@@ -270,9 +285,8 @@ def plan_shots(
                 )
             origin[name] = where
             comfy = item.comfyui
-            shot_fps = (
-                fps or (comfy.fps if comfy and comfy.fps else None) or _metadata_fps(item) or DEFAULT_FPS
-            )
+            named = comfy.fps if comfy and comfy.fps else None
+            shot_fps = fps or named or _metadata_fps(item, where) or DEFAULT_FPS
             rate = parse_rate(shot_fps, where=f"{where}: fps")
             clock = {"timecode": parse_timecode(timecode, rate)} if timecode else {}
             planned.append(PlannedShot(name, item, sample, shape, rate,
@@ -282,11 +296,12 @@ def plan_shots(
     return planned
 
 
-def _metadata_fps(item: FoundTensor) -> Fraction | None:
-    try:
-        return parse_rate(item.metadata.get("fps", ""))  # "24000/1001" or a number
-    except FarmError:
+def _metadata_fps(item: FoundTensor, where: str) -> Fraction | None:
+    """The rate the file's metadata names ("24000/1001" or a number), None when it names none; one it
+    names that is not a rate (nan, inf, 0, negative) is refused, not replaced by the default."""
+    if "fps" not in item.metadata:
         return None
+    return parse_rate(item.metadata["fps"], where=f"{where}: the 'fps' in its metadata")
 
 
 def source_attrs(item: FoundTensor, sample: int | None) -> dict[str, Any]:
@@ -333,6 +348,8 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     A named config needs `weights` (farm initialises random weights only when a spec asks for them)."""
     import json
 
+    from farm.safe_read import parse_json, read_json
+
     if isinstance(decoder, DecoderSpec):
         raw = decoder.to_json()
     elif isinstance(decoder, Mapping):
@@ -340,17 +357,13 @@ def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str
     else:
         text = decoder.strip()
         if text.startswith("{"):
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                raise FarmError(f"--decoder: not valid JSON ({exc})") from None
+            raw = parse_json(text, "--decoder")
         elif text.endswith(".json") or Path(text).is_file():
             try:
-                raw = json.loads(Path(text).read_text())
-            except (OSError, ValueError) as exc:
-                raise FarmError(
-                    f"--decoder {text}: cannot read a JSON decoder spec from it ({exc})"
-                ) from None
+                raw = read_json(text, f"--decoder {text}")
+            except FileNotFoundError:
+                raise FarmError(f"--decoder {text}: no such file; give a JSON decoder spec file or a "
+                                "named config") from None  # fmt: skip
         else:
             raw = {"family": resolve_decoder(text)[0], "config": text}
     if not isinstance(raw, dict):

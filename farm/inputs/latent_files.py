@@ -18,7 +18,6 @@ metadata) and :func:`load` reads the data.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ import numpy as np
 from farm.decoders import FAMILIES
 from farm.decoders.checkpoints import check_torch_storages
 from farm.errors import FarmError
+from farm.safe_read import parse_json
 
 FORMATS = {
     ".latent": "comfyui",
@@ -118,8 +118,8 @@ def comfyui_info(tensor_names: set[str], metadata: Mapping[str, str]) -> ComfyIn
     families: set[str] = set()
     rates: set[float] = set()
     try:
-        prompt = json.loads(metadata.get("prompt") or "{}")
-    except ValueError:
+        prompt = parse_json(metadata.get("prompt") or "{}", "the ComfyUI prompt in its metadata")
+    except FarmError:
         prompt = {}
     nodes = prompt.values() if isinstance(prompt, dict) else []
     for node in nodes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -19,6 +18,7 @@ from farm.decoders.ltx2_audio import AudioSpec, check_audio_weights, resolve_aud
 from farm.errors import FarmError
 from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
 from farm.media.rates import parse_rate
+from farm.safe_read import parse_json, read_json
 from farm.store.job import Job, create_job, open_job, write_shot
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
@@ -42,10 +42,7 @@ def synth_spec(
     """The spec of a synthetic job: a named config, or a decoder spec (``{"family": ..., "config": {...}}``,
     e.g. a custom config; as JSON text on the command line) whose weights default to random ones of `seed`."""
     if isinstance(decoder, str) and decoder.lstrip().startswith("{"):
-        try:
-            decoder = json.loads(decoder)
-        except ValueError as exc:
-            raise FarmError(f"--decoder: not valid JSON ({exc})") from None
+        decoder = parse_json(decoder, "--decoder")
         if not isinstance(decoder, dict):
             raise FarmError(f"--decoder: expected a JSON object, got {type(decoder).__name__}")
     if isinstance(decoder, Mapping):
@@ -169,8 +166,8 @@ def is_job_store(path: Path) -> bool:
     """Whether `path` is a folder holding a farm job store's root metadata (``zarr.json`` of a Zarr v3
     group whose attribute 'farm' names a decoder), read without zarr (a damaged one counts as not)."""
     try:
-        meta = json.loads((path / "zarr.json").read_text())
-    except (OSError, ValueError):
+        meta = read_json(path / "zarr.json", f"{str(path / 'zarr.json')!r}")
+    except (OSError, FarmError):
         return False
     farm_attr = meta.get("attributes", {}).get("farm") if isinstance(meta, dict) else None
     return (

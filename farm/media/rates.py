@@ -123,9 +123,9 @@ def parse_timecode(text: str, rate: Fraction, where: str = "--timecode") -> str:
     h, m, s, sep, f = found.groups()
     hours, minutes, seconds, frame = int(h), int(m), int(s), int(f)
     drop = sep in ";,"
-    if minutes > 59 or seconds > 59 or frame >= nominal:
+    if hours > 23 or minutes > 59 or seconds > 59 or frame >= nominal:
         raise FarmError(
-            f"{where} {text!r} is invalid at {rate_text(rate)} fps: minutes and seconds 0-59, "
+            f"{where} {text!r} is invalid at {rate_text(rate)} fps: hours 0-23, minutes and seconds 0-59, "
             f"frames 0-{nominal - 1}"
         )
     skipped = drop_frames_per_minute(rate)

@@ -23,6 +23,7 @@ from typing import Any
 from farm.errors import FarmError
 from farm.media.files import atomic_path
 from farm.media.rates import parse_timecode, rate_text, timecode_to_frames
+from farm.safe_read import read_json
 
 TIMELINE_FILE = "timeline.otio"
 VIDEO_KEY = "video"  # the clips' media reference keys
@@ -64,17 +65,14 @@ def timeline_available() -> bool:
 def _farm_clips(path: str | os.PathLike[str]) -> list[dict[str, Any]] | None:
     """The clips' farm metadata of the timeline at `path`, read as JSON, when it is an OpenTimelineIO
     timeline whose clips all carry farm's metadata; None for anything else, or no file."""
-    import json
-
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = read_json(path, f"timeline {os.fspath(path)}")
         clips = [c for track in data["tracks"]["children"] for c in track["children"]]
         farms = all("farm" in clip["metadata"] for clip in clips)
         if not (str(data["OTIO_SCHEMA"]).startswith("Timeline.") and farms):
             return None
         return [clip["metadata"]["farm"] for clip in clips]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, FarmError, KeyError, TypeError):
         return None
 
 
@@ -88,7 +86,7 @@ def timeline_problem(path: str | os.PathLike[str], finished: Sequence[str]) -> s
     """What is wrong with the timeline at `path` of an OUT whose `finished` shots are done (`farm status
     --verify`): not a timeline farm wrote, or one whose clips do not show a finished shot as finished;
     None when it is right, or when there is none (a render without OpenTimelineIO writes none)."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
     clips = _farm_clips(path)
     if clips is None:

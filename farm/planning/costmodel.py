@@ -334,10 +334,13 @@ def load(name: str) -> CostModel:
     if name.endswith(".json"):
         from pathlib import Path
 
-        path = Path(name)
-        if not path.is_file():
-            raise FarmError(f"cost model file {name!r} does not exist")
-        return CostModel.from_json(json.loads(path.read_text()), where=name)
+        from farm.safe_read import read_json
+
+        try:
+            record = read_json(Path(name), f"cost model file {name!r}")
+        except FileNotFoundError:
+            raise FarmError(f"cost model file {name!r} does not exist") from None
+        return CostModel.from_json(record, where=name)
     resource = resources.files("farm.planning") / "costmodels" / f"{name}.json"
     if not resource.is_file():
         raise FarmError(f"unknown cost model {name!r}; stored models: {available()} (or give a .json path)")

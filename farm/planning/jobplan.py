@@ -12,7 +12,7 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class, memory_model
 from farm.errors import FarmError
-from farm.media.rates import RANGE_TEXT, parse_timecode
+from farm.media.rates import RANGE_TEXT, parse_timecode, read_rate
 from farm.planning import planner
 from farm.planning.budgets import default_window, tile_peak_bytes
 from farm.planning.costmodel import CostModel, cost_model
@@ -287,9 +287,11 @@ def check_shots(job: Job, names: Sequence[str], channels: int) -> dict[str, Farm
             errors[name] = FarmError(info.problem)
             continue
         if info.rate is None or not (math.isfinite(info.fps) and 0 < info.fps <= MAX_FPS):
-            raw = info.attrs.get("rate", raw_fps)
-            problem = (f"fps {raw!r} is invalid; set the shot's 'fps' attribute (or 'rate', a ratio such as "
-                       f"\"24000/1001\") to frames per second {RANGE_TEXT}")  # fmt: skip
+            # the attribute that is wrong: 'fps' (which wins) unless only 'rate' is there or fps is fine
+            field = "rate" if "rate" in info.attrs and read_rate({"fps": raw_fps}) is not None else "fps"
+            raw = info.attrs["rate"] if field == "rate" else raw_fps
+            problem = (f"{field} {raw!r} is invalid; set the shot's 'fps' attribute (or 'rate', a ratio such "
+                       f"as \"24000/1001\") to frames per second {RANGE_TEXT}")  # fmt: skip
         elif (timecode_problem := _timecode_problem(info)) is not None:
             problem = timecode_problem
         elif not _floating(info.latent_dtype):

@@ -504,18 +504,13 @@ def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
     check_tls(("client",))  # a TLS setting that is missing or wrong fails here in words, not in the comm
     if scheduler_file is not None:
-        # Client(scheduler_file=...) waits for a missing file to appear; a typo should fail now.
-        if not os.path.isfile(scheduler_file):
-            raise FarmError(
-                f"scheduler file {scheduler_file} does not exist; give the file a running scheduler "
-                "wrote (dask scheduler --scheduler-file PATH), or --scheduler ADDRESS"
-            )
+        # Client(scheduler_file=...) waits for a missing file to appear, and reads a FIFO without end:
+        # the address is read here, defensively, and joined as --scheduler would be
+        scheduler = scheduler_file_address(scheduler_file)
         where = f"the scheduler in {scheduler_file}"
-        kwargs: dict[str, Any] = {"scheduler_file": scheduler_file}
-        address = _scheduler_file_address(scheduler_file)
-        if address:  # else Client's own message for a file that is not a scheduler file
-            check_tls_to(address)
-            probe_scheduler(address, where)
+        kwargs: dict[str, Any] = {"address": scheduler}
+        check_tls_to(scheduler)
+        probe_scheduler(scheduler, where)
     else:
         where = f"a scheduler at {scheduler}"
         kwargs = {"address": scheduler}
@@ -530,14 +525,24 @@ def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
         ) from e
 
 
-def _scheduler_file_address(path: str) -> str | None:
-    import json
+def scheduler_file_address(path: str | os.PathLike[str]) -> str:
+    """The address in the Dask scheduler file at `path`, read as a regular file of bounded size and depth
+    (`farm.safe_read`); FarmError in one line when there is none, or it is not a scheduler file."""
+    from farm.safe_read import read_json
 
+    what = f"scheduler file {os.fspath(path)}"
     try:
-        with open(path) as fh:
-            return str(json.load(fh)["address"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = read_json(path, what, limit=1024 * 1024)
+    except FileNotFoundError:
+        raise FarmError(
+            f"{what} does not exist; give the file a running scheduler wrote (farm cluster / dask "
+            "scheduler --scheduler-file PATH), or --scheduler ADDRESS"
+        ) from None
+    address = record.get("address") if isinstance(record, dict) else None
+    if not isinstance(address, str) or not address:
+        raise FarmError(f"{what} is not a Dask scheduler file (no \"address\"); give the file a running "
+                        "scheduler wrote, or --scheduler ADDRESS")  # fmt: skip
+    return address
 
 
 PROBE_TIMEOUT_S = 5.0  # a scheduler on a reachable host answers in milliseconds

@@ -42,6 +42,7 @@ from farm.run.cluster import (
 )
 from farm.run.tls import check_tls
 from farm.run.validate import check_local_workers
+from farm.safe_read import read_json
 from farm.worker import transport_plugin
 
 
@@ -263,8 +264,8 @@ def check_scheduler_file_free(path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         return
     try:
-        address = json.loads(path.read_text())["address"]
-    except (OSError, ValueError, KeyError, TypeError):
+        address = read_json(path, f"--scheduler-file {str(path)!r}", limit=1024 * 1024)["address"]
+    except (OSError, FarmError, KeyError, TypeError):
         raise FarmError(
             f"--scheduler-file {str(path)!r} exists and is not a Dask scheduler file; choose another path "
             "(nothing was changed)"
@@ -290,9 +291,9 @@ def write_scheduler_file(path: Path, info: dict[str, Any]) -> str:
 def remove_own_scheduler_file(path: Path, identity: str | None) -> None:
     """Remove the scheduler file only while it is still this cluster's (another may have replaced it)."""
     try:
-        if json.loads(path.read_text()).get("id") == identity:
+        if read_json(path, f"scheduler file {path}", limit=1024 * 1024).get("id") == identity:
             path.unlink()
-    except (OSError, ValueError, AttributeError):
+    except (OSError, FarmError, AttributeError):
         pass
 
 

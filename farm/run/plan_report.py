@@ -42,6 +42,7 @@ class PlanReport:
     prediction: planner.Prediction | None
     window: int | None  # render's default window per worker on the cost model's GPU; None on CPU
     refusal: FarmError | None
+    skipped: tuple[str, ...] = ()  # why each shot that cannot be planned is left out (every shot asked for)
 
     def table(self) -> str:
         """The tile table (`farm.planning.plan_table.describe_plans`): it shows why a refusal refuses."""
@@ -87,13 +88,19 @@ def plan_report(
     if not video:
         model = model.with_(encode_s_per_pixel=0.0)
     n_io = planned_io_workers(model, n_workers)
+    skipped: tuple[str, ...] = ()
+    if shots is None:  # every shot: one whose metadata cannot be read is named and left out
+        unreadable = {name: info.problem for name, info in job.shots.items() if info.problem is not None}
+        if unreadable and len(unreadable) < len(job.shots):
+            shots = [name for name in job.shots if name not in unreadable]
+            skipped = tuple(str(problem) for problem in unreadable.values())
     plans = plan_job(job, options, n_workers, shots, n_io=n_io, video=video)
     try:
         check_fits(plans, job.spec, None if model.decode_on_host else model.worker_memory_bytes)
     except FarmError as refusal:
-        return PlanReport(plans, job.spec, model, n_workers, n_io, None, None, refusal)
+        return PlanReport(plans, job.spec, model, n_workers, n_io, None, None, refusal, skipped)
     prediction, window = predict_render(plans, job.spec, model, n_workers, n_io)
-    return PlanReport(plans, job.spec, model, n_workers, n_io, prediction, window, None)
+    return PlanReport(plans, job.spec, model, n_workers, n_io, prediction, window, None, skipped)
 
 
 def planned_io_workers(model: CostModel, n_workers: int) -> int:

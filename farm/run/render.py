@@ -71,6 +71,7 @@ from farm.run.recorded import given_settings, with_recorded_settings
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
+    check_one_job,
     latent_identities,
     outputs_asked,
     plan_opening,
@@ -82,6 +83,7 @@ from farm.run.resume import (
     sound_shots,
 )
 from farm.run.timeline import RenderTimeline
+from farm.run.validate import check_frame_numbers_fit
 from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
@@ -189,6 +191,7 @@ def _render(request: RenderRequest) -> RenderStats:
         job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, dtype="float32"))
     out = request.out
     request.check()
+    check_frame_numbers_fit(request.video.first_frame, pixel_frames(job, request.shots))
     timecodes = shot_timecodes(job, request.video.timecode)
     joins = joins_running_cluster(request.scheduler, request.scheduler_file, request.workers)
     early = _before_cluster(job, request, clock, joins=joins)
@@ -296,6 +299,17 @@ def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, d
     for worker, timed in steps.items():
         logs.LOGGER.debug("worker %s: %s", worker, ", ".join(f"{k} {v:.2f} s" for k, v in timed.items()))
     return steps
+
+
+def pixel_frames(job: Job, shots: Sequence[str] | None) -> dict[str, int]:
+    """The frames each named shot (every shot) decodes to; shots whose values cannot render are left
+    out (they fail by name where shots are checked: `farm.planning.jobplan.check_shots`)."""
+    cls = decoder_class(job.spec)
+    geometry = cls.geometry_for(job.spec.config)
+    names = [name for name in (job.shots if shots is None else shots) if name in job.shots]
+    failing = check_shots(job, names, cls.latent_channels_for(job.spec.config))
+    return {name: geometry.pixel_shape(tuple(job.shots[name].latent_shape[1:]))[0]
+            for name in names if name not in failing}  # fmt: skip
 
 
 def shot_timecodes(job: Job, override: str | None) -> dict[str, str]:
@@ -410,6 +424,7 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
     """Before anything is written: no link where farm keeps its files, no file farm did not write where
     it would write one (`farm.store.ownership`)."""
     check_no_links(out, names)
+    check_one_job(out, job.path, restart)
     check_no_foreign_files(out, names, lambda shot: recorded_identity(out, shot),
                            lambda shot: outputs_asked(job, shot, video), restart=restart)  # fmt: skip
 

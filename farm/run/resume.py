@@ -388,7 +388,7 @@ def _kept_outputs(
     intact = {kind.name for kind in asked if kind.intact(out, plan.shot, kind.written_suffix(out, outputs))}
     # the batch parts to check: not those joined into an output there, or into one not asked for
     joined = [kind.name for kind in SHOT_OUTPUTS if kind.name in intact or kind not in asked]
-    done, damaged = verified_batches(out, plan.shot, batch_checks(joined))
+    done, damaged = verified_batches(out, plan.shot, batch_checks(joined), total=len(plan.batches))
     kept = {name for name in intact if name not in JOINED_INTO or not damaged}
     if intact & JOINED_INTO and damaged:  # frames to render again, and an output to join from parts gone
         done, damaged = set(), done | damaged
@@ -445,6 +445,35 @@ def check_output_identity(out: Output) -> None:
             f"output {str(out.root)!r}: {str(out.frames_zarr)!r} is not a farm render's frames store (its "
             f"metadata is {meta if isinstance(meta, str) else 'missing farm attributes'}), so what it "
             "holds cannot be established. Nothing was changed. Use a new --out, or repair or remove it"
+        )
+
+
+def check_one_job(out: Output, job_path: str | os.PathLike[str], restart: bool) -> None:
+    """OUT holds the render of one job: a render of another job store than the one OUT's root records is
+    refused, nothing changed, unless `restart` (then OUT becomes the new job's). A recorded job that is
+    no longer there (moved) refuses nothing: each shot's recorded latents decide (`resume_points`)."""
+    from farm.safe_read import read_json
+
+    root_meta = out.frames_zarr / "zarr.json"
+    if restart or not os.path.lexists(root_meta):
+        return
+    try:
+        meta = read_json(root_meta, f"output {str(out.root)!r}: {str(root_meta)!r}")
+    except (OSError, FarmError):
+        return  # unreadable: `check_output_identity` refuses it in its words
+    farm_meta = (meta.get("attributes") or {}).get("farm") if isinstance(meta, dict) else None
+    recorded = farm_meta.get("job") if isinstance(farm_meta, dict) else None
+    if not isinstance(recorded, str):
+        return
+    try:
+        same = os.path.samefile(recorded, job_path)
+    except (OSError, ValueError):
+        return
+    if not same:
+        raise FarmError(
+            f"output {str(out.root)!r} holds a render of job {recorded!r}, not of {os.fspath(job_path)!r}; "
+            "an output folder holds one job's render. Nothing was changed. Use a new --out, or --restart to "
+            "make it this job's"
         )
 
 

@@ -142,4 +142,4 @@ def finished_in_out(out: Output, shot: str) -> bool:
         return False
     if (identity.get("outputs") or {}).get("video") is not None:
         return VIDEO.present(out, shot)
-    return isinstance(batches, int) and len(out.batches_done(shot)) >= batches
+    return isinstance(batches, int) and len(out.batches_done(shot, batches)) >= batches

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +35,8 @@ FRAMES_DTYPES = ("uint8", "float16")
 # Priorities scale a render's Dask priorities by `farm.planning.schedule.Priority.JOB` (10^6) and stay below a
 # detached workflow driver's (10^12), so every priority in this range orders as given.
 MAX_PRIORITY = 999_999
+# The largest frame number: OpenEXR's and OpenTimelineIO's frame numbers are 32-bit signed integers
+MAX_FRAME_NUMBER = 2**31 - 1
 WORKERS_PER_CORE = 4  # a local CPU cluster of more worker processes than this per core only thrashes
 
 
@@ -53,16 +56,14 @@ def check_render_options(
     from farm.run.cluster import (  # Dask distributed: off `farm plan`'s path
         choose_cluster,
         cpu_decode_threads,
+        scheduler_file_address,
     )
 
     choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
                    ucx_available=False, cpu_count=1)  # fmt: skip  # its checks of --workers and addresses
     cpu_decode_threads()  # the setting, checked before a cluster starts
-    if scheduler_file is not None and not os.path.isfile(scheduler_file):
-        raise FarmError(
-            f"scheduler file {scheduler_file!r} does not exist; give the file a running scheduler wrote "
-            "(farm cluster / dask scheduler --scheduler-file PATH), or --scheduler ADDRESS"
-        )
+    if scheduler_file is not None:
+        scheduler_file_address(scheduler_file)  # there, a regular file, a scheduler's
     _whole(window, "--window", 1, allow_none=True)
     launch_lead()  # read by each GPU worker's decoder; checked here, before any cluster starts
     _whole(options.batch_frames, "--batch-frames", 1)
@@ -71,6 +72,20 @@ def check_render_options(
     compile_mode(compile)
     check_video_settings(video)
     return parse_frame_numbers(frames) if frames else None
+
+
+def check_frame_numbers_fit(first_frame: int, frames: Mapping[str, int]) -> None:
+    """Every shot's last frame number (`first_frame` + its `frames` - 1) is at most `MAX_FRAME_NUMBER`."""
+    if not frames:
+        return
+    longest = max(frames, key=lambda shot: frames[shot])
+    most = MAX_FRAME_NUMBER - frames[longest] + 1
+    if first_frame > most:
+        raise FarmError(
+            f"--first-frame {first_frame} is too large: shot {longest!r} has {frames[longest]} frames, so "
+            f"its last frame number would pass {MAX_FRAME_NUMBER} (the largest EXR and OpenTimelineIO hold); "
+            f"give at most {most}"
+        )
 
 
 def check_distinct_paths(job: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
@@ -156,6 +171,9 @@ def check_video_settings(video: VideoSettings) -> None:
         raise FarmError(f"--frames-dtype {video.frames_dtype!r} is invalid; choose one of "
                         f"{list(FRAMES_DTYPES)}")  # fmt: skip
     _whole(video.first_frame, "--first-frame", 0)
+    if video.first_frame > MAX_FRAME_NUMBER:
+        raise FarmError(f"--first-frame {video.first_frame} is invalid; use a whole number from 0 to "
+                        f"{MAX_FRAME_NUMBER} (less each shot's frames: its last frame's number must fit)")
     _whole(video.encoder_threads, "farm.encoder-threads", 0)  # 0: the encoder's own choice
     _whole(video.frame_chunk_mib, "farm.frame-chunk-mib", 1)
     if video.sequence is not None:

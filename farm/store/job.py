@@ -30,6 +30,7 @@ from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_
 from farm.errors import FarmError
 from farm.media.names import check_name
 from farm.media.rates import parse_rate, parse_timecode, rate_text, read_rate
+from farm.safe_read import read_json
 from farm.store.claims import codec_names, shape_problem
 
 FORMAT = 1
@@ -154,8 +155,8 @@ def open_job(path: str | os.PathLike) -> Job:
     shots = {}
     roots = shot_roots(path, meta.get("view_of"))
     for name in shot_folders(path):
-        check_shot_name(name)
-        try:
+        try:  # a shot that cannot be read fails by name; the others render (docs/guarantees.md)
+            check_shot_name(name)
             group = open_shot_group(path, name, roots)
         except FarmError as exc:
             shots[name] = unreadable_shot(name, str(exc))
@@ -164,7 +165,8 @@ def open_job(path: str | os.PathLike) -> Job:
             continue  # an array beside the shots, not a shot
         latent = group.get("latent")
         if not isinstance(latent, zarr.Array):
-            raise FarmError(f"{path}: shot {name!r} has no 'latent' array")
+            shots[name] = unreadable_shot(name, f"{path}: shot {name!r} has no 'latent' array")
+            continue
         sound = group.get("audio")
         shots[name] = ShotInfo(
             name=name,
@@ -209,7 +211,6 @@ def open_shot_group(path: Path, name: str, roots: tuple[Path, ...] | None = None
     """A shot's Zarr group (None when the entry is an array, not a group), or a FarmError saying why the
     shot cannot be read: a folder that leaves the job store (a link to elsewhere; `roots`: where shots
     may lead, `shot_roots`), metadata that is not JSON or nests beyond reason."""
-    import json
 
     import zarr
 
@@ -221,10 +222,12 @@ def open_shot_group(path: Path, name: str, roots: tuple[Path, ...] | None = None
                 "a job store's shots are its own folders"
             )
     try:
-        meta = json.loads((folder / "zarr.json").read_bytes())
+        meta = read_json(folder / "zarr.json", f"shot {name!r}: {str(folder / 'zarr.json')!r}")
         if not isinstance(meta, dict) or meta.get("node_type") != "group":
             return None
         return zarr.open_group(store=str(folder), mode="r")
+    except FarmError:
+        raise
     except RecursionError:
         raise FarmError(f"shot {name!r}: {str(folder / 'zarr.json')!r} nests too deep to read; rewrite its "
                         "attributes") from None  # fmt: skip

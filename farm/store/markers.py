@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from farm.errors import FarmError
 from farm.media.beneath import write_file
+from farm.safe_read import parse_json, read_regular_bytes
+
+# a batch marker holds a sha256 per chunk file of its frames: a few hundred bytes per chunk
+MAX_MARKER_BYTES = 16 * 1024 * 1024
 
 
 def mark_done(path: Path, record: dict | None = None, *, root: Path | None = None) -> None:
@@ -28,26 +35,34 @@ def mark_done(path: Path, record: dict | None = None, *, root: Path | None = Non
 
 
 def file_digest(path: Path) -> str | None:
-    """sha256 of a file's bytes; None when there is no such file."""
+    """sha256 of a regular file's bytes; None when there is no such file, or it is not a regular file
+    (a link, a FIFO, a device or a folder where a marker names a file) or cannot be read."""
     try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        except OSError:
+            return None
 
 
 def read_marker(path: Path) -> dict[str, Any] | None:
     """A done marker's record: {} for a marker without one (written before markers held checksums), None
-    for no marker or one that cannot be read."""
+    for no marker or one that cannot be read (not a regular file, too large, too deep, not a JSON
+    object): a damaged marker marks nothing done."""
     try:
-        text = path.read_bytes()
-    except OSError:
+        text = read_regular_bytes(path, f"done marker {path}", MAX_MARKER_BYTES)
+    except (OSError, FarmError):
         return None
     if not text:
         return {}
     try:
-        record = json.loads(text)
-    except ValueError:
+        record = parse_json(text, f"done marker {path}")
+    except FarmError:
         return None
     return record if isinstance(record, dict) else None
 
@@ -62,8 +77,8 @@ def file_intact(marker: Path, path: Path) -> bool:
     record = read_marker(marker)
     if record is None:
         return False
-    if not record:  # a marker without a checksum
-        return path.exists() and path.stat().st_size > 0
+    if not record:  # a marker without a checksum: at least a non-empty regular file
+        return path.is_file() and not path.is_symlink() and path.stat().st_size > 0
     return record.get("name") == path.name and file_digest(path) == record.get("sha256")
 
 

@@ -148,9 +148,19 @@ class Output:
     def cancelled_marker(self, shot: str) -> Path:
         return self.done_dir(shot) / CANCELLED_MARKER
 
-    def batches_done(self, shot: str) -> set[int]:
+    def batches_done(self, shot: str, total: int | None = None) -> set[int]:
+        """The batches of the shot marked done; with `total` (the batches its plan has), only those below
+        it: a marker of a batch the plan does not have (`stray_markers`) marks nothing."""
         folder = self.done_dir(shot)
-        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
+        marked = {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.exists() else set()
+        return marked if total is None else {k for k in marked if k < total}
+
+    def stray_markers(self, shot: str, total: int) -> list[Path]:
+        """Batch done markers of the shot for batches its plan of `total` batches does not have."""
+        folder = self.done_dir(shot)
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if p.name.isdigit() and int(p.name) >= total)
 
     def stale_temporaries(self) -> list[Path]:
         """Temp files a killed render left behind (never final outputs: those are renamed into place only

@@ -137,14 +137,15 @@ def _frames_record(out: Output, shot: str, batch: int, start: int, stop: int) ->
 
 
 def _frames_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) -> bool:
-    return not damaged_chunks(out, shot, record)
+    return isinstance(record.get("chunks", {}), dict) and not damaged_chunks(out, shot, record)
 
 
 def damaged_chunks(out: Output, shot: str, record: dict[str, Any]) -> list[Path]:
     """The chunk files a batch's marker `record` names that are missing, truncated or altered."""
     array_dir = out.frames_array(shot)
     damaged = []
-    for name, digest in (record.get("chunks") or {}).items():
+    chunks = record.get("chunks")
+    for name, digest in (chunks if isinstance(chunks, dict) else {}).items():
         chunk = array_dir / name
         if digest is None:
             if chunk.exists() and chunk.stat().st_size == 0:
@@ -159,7 +160,8 @@ def _forget_frames(out: Output, shot: str, batch: int, record: dict[str, Any]) -
     import zarr
 
     array_dir = out.frames_array(shot)
-    for name in record.get("chunks") or {}:
+    chunks = record.get("chunks")
+    for name in chunks if isinstance(chunks, dict) else {}:
         chunk = array_dir / name
         if chunk.resolve().is_relative_to(array_dir.resolve()) and re.fullmatch(r"c(/\d+)+", name):
             beneath.unlink(out.root, chunk)
@@ -188,8 +190,9 @@ def _segment_record(out: Output, shot: str, batch: int, start: int, stop: int) -
 
 
 def _segment_intact(out: Output, shot: str, batch: int, record: dict[str, Any]) -> bool:
-    if not record:  # a marker without checksums (an older render's): its segment at least is there
-        return any(Output(out.root, s).segment(shot, batch).exists() for s in _video_suffixes())
+    if not record:  # a marker without checksums (an older render's): its segment at least is there, not empty
+        segments = [Output(out.root, s).segment(shot, batch) for s in _video_suffixes()]
+        return any(p.is_file() and not p.is_symlink() and p.stat().st_size > 0 for p in segments)
     segment = record.get("segment")
     if not isinstance(segment, dict) or not SEGMENT_NAME.fullmatch(str(segment.get("name"))):
         return False
@@ -209,11 +212,21 @@ def _remove_sequence(out: Output, shot: str, recorded: Recorded) -> None:
     no file of the old settings is left beside the new ones; then the folder, when nothing else is in it."""
     outputs = (recorded or {}).get("outputs") or {}
     sequence, first = outputs.get("sequence"), outputs.get("first_frame")
-    frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
-    if sequence in SEQUENCE_FORMATS and isinstance(first, int) and isinstance(frames, int):
-        folder = out.sequence_dir(shot)
-        for number in range(first, first + frames):
-            beneath.unlink(out.root, frame_path(folder, shot, number, SEQUENCE_FORMATS[sequence].ext))
+    shape = ((recorded or {}).get("plan") or {}).get("pixel_shape")
+    frames = shape[0] if isinstance(shape, list) and shape else None
+    folder = out.sequence_dir(shot)
+    recorded_range = (first, frames) if isinstance(first, int) and isinstance(frames, int) else None
+    if sequence in SEQUENCE_FORMATS and recorded_range is not None and folder.is_dir():
+        start, count = recorded_range
+        # the folder's own entries, checked against the recorded range: OUT's record is not trusted to
+        # bound a loop (a damaged one could claim 10^10 frames)
+        ext = SEQUENCE_FORMATS[sequence].ext
+        for entry in folder.iterdir():
+            number = entry.name.removeprefix(f"{shot}.").removesuffix(f".{ext}")
+            if not (number.isdigit() and start <= int(number) < start + count):
+                continue
+            if entry.name == frame_path(folder, shot, int(number), ext).name:
+                beneath.unlink(out.root, entry)  # never through a link
         beneath.remove_folder(out.root, folder)  # only when nothing else is in it
 
 
@@ -317,10 +330,13 @@ def batch_intact(out: Output, shot: str, batch: int, kinds: Iterable[BatchOutput
     return record is not None and all(kind.intact(out, shot, batch, record) for kind in kinds)
 
 
-def verified_batches(out: Output, shot: str, kinds: Iterable[BatchOutput]) -> tuple[set[int], set[int]]:
-    """The shot's batches marked done: (intact, damaged), checked side by side (`batch_intact`)."""
+def verified_batches(
+    out: Output, shot: str, kinds: Iterable[BatchOutput], total: int | None = None
+) -> tuple[set[int], set[int]]:
+    """The shot's batches marked done (of its `total`, when given): (intact, damaged), checked side by
+    side (`batch_intact`)."""
     kinds = tuple(kinds)
-    marked = sorted(out.batches_done(shot))
+    marked = sorted(out.batches_done(shot, total))
     intact = run_side_by_side(lambda k: batch_intact(out, shot, k, kinds), marked)
     return ({k for k, ok in zip(marked, intact, strict=True) if ok},
             {k for k, ok in zip(marked, intact, strict=True) if not ok})  # fmt: skip

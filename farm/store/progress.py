@@ -65,16 +65,21 @@ def output_progress(out_root: str | os.PathLike, *, verify: bool = False) -> lis
         identity = group.attrs.get("render")
         identity = identity if isinstance(identity, dict) else {}
         wants_video = (identity.get("outputs") or {}).get("video") is not None
-        marked = out.batches_done(name)
+        batches = total if isinstance(total, int) and not isinstance(total, bool) else None
+        marked = out.batches_done(name, batches)  # a stray marker (no such batch) marks nothing
         frames = rendered_frames(identity, marked)
         video = VIDEO.present(out, name)
-        batches = total if isinstance(total, int) else None
         damaged: int | None = None
         damaged_outputs: tuple[str, ...] = ()
         if verify:  # the frames of each finished batch; what batches are joined into, as the shot's own
-            _, bad = verified_batches(out, name, batch_checks(joined=[k.name for k in SHOT_OUTPUTS]))
-            damaged = len(bad) + sum(kind.damaged(out, name) for kind in SHOT_OUTPUTS)
-            damaged_outputs = damaged_in_words(out, name, bad)
+            joined = batch_checks(joined=[k.name for k in SHOT_OUTPUTS])
+            _, bad = verified_batches(out, name, joined, batches)
+            strays = out.stray_markers(name, batches) if batches is not None else []
+            damaged = len(bad) + len(strays) + sum(kind.damaged(out, name) for kind in SHOT_OUTPUTS)
+            damaged_outputs = damaged_in_words(out, name, bad) + tuple(
+                f"{marker.relative_to(out.root)} marks a batch the shot does not have ({batches} batches): "
+                "ignored; remove it" for marker in strays
+            )
             video = video and not VIDEO.damaged(out, name)
         finished = (video if wants_video else batches is not None and len(marked) >= batches) and not damaged
         cancelled = not finished and out.cancelled_marker(name).exists()
