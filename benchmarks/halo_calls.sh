@@ -6,10 +6,11 @@
 #   bash benchmarks/halo_calls.sh context    # context: LTX-2, LTX-2.3 (241 frames, 704p, bf16); LTX-2 halo fp32
 #   bash benchmarks/halo_calls.sh others     # halo: Wan 2.1, HunyuanVideo (480p, bf16)
 #   bash benchmarks/halo_calls.sh diffusion  # halo: the LTX-2.5 diffusion decoder (704p, bf16)
+#   bash benchmarks/halo_calls.sh floors     # bf16's own distance from float32 where a halo plateaus
 #
 # Each step writes its log and JSON under $OUT (the device's result folder) with a timeout of its own.
 set -uo pipefail
-case "${1:-}" in ltx | context | others | diffusion) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion" >&2; exit 2 ;; esac
+case "${1:-}" in ltx | context | others | diffusion | floors) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/halo-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
@@ -40,6 +41,11 @@ others)
     step halo-hunyuan-bf16 150 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 4,8,16
     ;;
 diffusion)
-    step halo-diffusion-bf16 250 halo --decoder ltx2-diffusion --dtype bfloat16 --shape 5,22,38 --halos 2,4,6,8
+    step halo-diffusion-bf16 200 halo --decoder ltx2-diffusion --dtype bfloat16 --shape 5,22,38 --halos 2,4,6
+    ;;
+floors)  # where a halo plateaus: how far the dtype itself is from float32 (the floor it can reach)
+    step floor-ltxv-bf16 100 halo --decoder ltxv --dtype bfloat16 --shape 16,22,38 --halos 12,14 --dtype-noise
+    step floor-wan-bf16 100 halo --decoder wan --dtype bfloat16 --shape 21,60,104 --halos 8 --dtype-noise
+    step floor-ltx23-bf16 100 halo --decoder ltx2.3 --dtype bfloat16 --shape 16,34,60 --halos 12 --dtype-noise
     ;;
 esac

@@ -142,6 +142,14 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
     print(f"{args.decoder} {args.dtype} latent {tuple(latent.shape)} -> {tuple(whole.shape)}: whole decode "
           f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
     rows = []
+    if args.dtype != "float32" and args.dtype_noise:  # the dtype's own noise: its whole decode vs float32's
+        exact = load_random(args.decoder, args.seed, "float32", args.device)
+        reference = exact.decode(latent, origin=(0, 0, 0)).float()
+        noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
+        rows.append({"value": "whole vs float32", **noise, "floor": None})
+        print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
+              f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
+        del exact, reference
     for value in values:
         decoder.geometry = geometry_for(base, value)
         plan = plan_shot("probe", latent.shape, decoder.geometry, grid)
@@ -186,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         help="latent values: white noise (the harder case, default) or farm synth's smooth ones",
     )
     parser.add_argument("--stop", action="store_true", help="stop at the first value reaching the floor")
+    parser.add_argument("--dtype-noise", action="store_true",
+                        help="also compare the whole decode with a float32 one: the dtype's own noise")
     parser.add_argument("--out-json", default=None)
     args = parser.parse_args(argv)
     args.shape = tuple(int(x) for x in args.shape.split(","))
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     # float32 means float32: cuDNN's default TF32 convolutions would put the floor near 65 dB on a GPU
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = args.dtype != "float32"
     rows = sweep(args, values, grid, geometry_for)
-    least = next((r["value"] for r in rows if r["floor"]), None)
+    least = next((r["value"] for r in rows if r["floor"]), None)  # the dtype-noise row's floor is None
     print(f"{args.decoder} {args.dtype}: least {args.mode} reaching the floor: {least}", flush=True)
     if args.out_json:
         device = (
