@@ -11,8 +11,10 @@ config with RANDOM weights (seeded), a shot decoded as farm's workers decode it 
 Per row: PSNR over the whole clip, over the band 16 pixels (spatial) or 8 frames (temporal) either side
 of each seam, and the worst pixel, all on uint8 levels as a render writes them. The floor is the
 dtype's noise: bfloat16 (and float16) ≥ 50 dB over the band with no pixel more than 8 levels off,
-float32 ≥ 70 dB over the band. The least value reaching it is what the adapters record
-(``spatial_halo`` / ``temporal_context``); `--stop` ends a sweep at the first value that does.
+float32 ≥ 70 dB over the band; where the dtype's own noise (its whole decode against float32's,
+`--dtype-noise`) is already below 50 dB, within 0.5 dB of that. The least value reaching it is what
+the adapters record (``spatial_halo`` / ``measured_context``); `--stop` ends a sweep at the first
+value that does.
 
 Random weights make activations larger and seams wider than a trained decoder's: upper bounds.
 
@@ -122,8 +124,11 @@ def psnr(mse_levels: float) -> float:
     return math.inf if mse_levels == 0 else 10 * math.log10(255.0**2 / mse_levels)
 
 
-def reaches_floor(row: dict, dtype: str) -> bool:
+def reaches_floor(row: dict, dtype: str, noise_db: float | None = None) -> bool:
+    """The floor, or where the dtype's own noise (`--dtype-noise`) is below it, within 0.5 dB of that."""
     band, worst = FLOOR[dtype]
+    if noise_db is not None:
+        band = min(band, noise_db - 0.5)
     return row["band_psnr_db"] >= band and row["worst_levels"] <= worst
 
 
@@ -142,11 +147,13 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
     print(f"{args.decoder} {args.dtype} latent {tuple(latent.shape)} -> {tuple(whole.shape)}: whole decode "
           f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
     rows = []
+    noise_db = None
     if args.dtype != "float32" and args.dtype_noise:  # the dtype's own noise: its whole decode vs float32's
         exact = load_random(args.decoder, args.seed, "float32", args.device)
         reference = exact.decode(latent, origin=(0, 0, 0)).float()
         noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
         rows.append({"value": "whole vs float32", **noise, "floor": None})
+        noise_db = noise["psnr_db"]
         print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
               f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
         del exact, reference
@@ -158,7 +165,7 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
         row = {"value": value, **compare(tiled, whole, seam_band(plan, tiled.device)),
                "redundancy": round(plan.redundancy, 3),
                "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
-        row["floor"] = reaches_floor(row, args.dtype)
+        row["floor"] = reaches_floor(row, args.dtype, noise_db)
         rows.append(row)
         print(f"  {args.mode} {value:>3}: PSNR {row['psnr_db']:.1f} dB, band {row['band_psnr_db']:.1f} dB, "
               f"worst {row['worst_levels']:.0f} levels, redundancy {row['redundancy']}, "

@@ -147,10 +147,14 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     # Seam-band PSNR on the worse axis (`measure_seams.py spatial`, RANDOM weights): ltxv-tiny 26.1 dB at
     # overlap 4, 28.5 at 5; ltxv (the 0.9.0 architecture, float32 CPU) 25.0 at 4, 27.1 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"ltxv": 5, "ltxv-tiny": 5}
-    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, 704x1216, bfloat16 on an H200): 8 gives
-    # 47.9 dB over the band (worst 6 levels), 10 no more (48.5): below the floor, so LTX-Video keeps
-    # blending at its overlap beside the halo.
-    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {"ltxv": {"bfloat16": 8}}
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): ltxv bfloat16 at 704x1216 on an H200, 8
+    # gives 47.9 dB over the band (worst 6 levels), 10 48.5, 12 and 14 48.4: bfloat16's own noise for this
+    # decoder (its whole decode is 48.4 dB from float32's), so 10; ltxv-tiny float32 on a CPU reaches
+    # 96.0 dB at 10 (8 gives 64.6). No part of it sees the whole frame: the halo alone is exact.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
+        "ltxv": {"bfloat16": 10}, "ltxv-tiny": {"float32": 10},
+    }  # fmt: skip
+    halo_exact: ClassVar[frozenset[str]] = frozenset({"ltxv", "ltxv-tiny"})
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "ltxv-tiny": ("cpu", (33, 256, 384), 0.49),

@@ -109,10 +109,13 @@ class WanDecoder(DiffusersVideoDecoder):
     # overlap 4, 25.5 at 5, 27.0 at 6, 27.7 at 7; wan (the real architecture, float32 CPU) 25.2 at 3, 27.1
     # at 4, 28.7 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"wan": 4, "wan-tiny": 6}
-    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, 480x832, bfloat16 on an H200): 8 gives
-    # 45.6 dB over the band (worst 8 levels), 12 and 16 no more (46.0, 46.2): the mid block's attention
-    # sees the whole frame, which no halo reaches, so Wan keeps blending at its overlap beside the halo.
-    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {"wan": {"bfloat16": 8}, "wan2.2": {"bfloat16": 8}}
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): wan bfloat16 at 480x832 on an H200, 8 gives
+    # 45.6 dB over the band (worst 8 levels), 12 and 16 no more (46.0, 46.2), where bfloat16's own noise
+    # would allow 47.6; wan-tiny float32 on a CPU stops at 43.7 dB (8) and 44.6 (10). The mid block's
+    # attention sees the whole frame, which no halo reaches, so Wan keeps blending beside the halo.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
+        "wan": {"bfloat16": 8}, "wan2.2": {"bfloat16": 8}, "wan-tiny": {"float32": 8},
+    }  # fmt: skip
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory); the
     # frame-by-frame loop makes wan-tiny ~80 times slower than ltx2-tiny per pixel on a CPU
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {

@@ -61,7 +61,8 @@ class PlanReport:
             peak = window_peak_bytes(self.plans, self.spec, self.window)
             host = host_peak_bytes(self.plans, self.window, VideoSettings())
             lines.append(
-                f"  render's default window on a {gpu_bytes / 2**30:.1f} GiB GPU (the cost model's): "
+                f"  render's default window on a {gpu_bytes / 2**30:.1f} GiB GPU (the cost model's, at most "
+                "--gpu-memory): "
                 f"{self.window} decoded tiles per worker, GPU memory per worker at most {peak / 2**30:.2f} "
                 f"GiB, host memory for blended batches at most {host / 2**30:.2f} GiB"
             )
@@ -87,6 +88,9 @@ def plan_report(
     model = cost_model(job.spec, options.cost_model)
     if not video:
         model = model.with_(encode_s_per_pixel=0.0)
+    if options.worker_memory and model.worker_memory_bytes and not model.decode_on_host:
+        # --gpu-memory: the plans, their check and the window are for the budget, not the model's GPU
+        model = model.with_(worker_memory_bytes=min(model.worker_memory_bytes, options.worker_memory))
     n_io = planned_io_workers(model, n_workers)
     skipped: tuple[str, ...] = ()
     if shots is None:  # every shot: one whose metadata cannot be read is named and left out
