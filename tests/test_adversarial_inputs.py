@@ -161,7 +161,8 @@ def test_a_latent_file_claiming_more_than_4_gib_is_refused_though_each_shot_fits
                             capture_output=True, text=True, preexec_fn=bounded, timeout=300)  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "claims 4.5 GiB" in lines[0] and "4.0 GiB of latent per file" in lines[0], lines
+    assert len(lines) == 1 and "claims 4.5 GiB" in lines[0], lines
+    assert "4.0 GiB of latent per file" in lines[0], lines
 
 
 def test_a_shot_within_the_frame_and_side_limits_but_over_4_gib_is_refused(tmp_path):

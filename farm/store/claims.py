@@ -69,7 +69,8 @@ def file_claim_problem(shape: Sequence[int], itemsize: int) -> str | None:
     size = math.prod(shape) * itemsize
     if size > MAX_LATENT_BYTES:
         return (f"its latent tensor {tuple(shape)} claims {human(size)}; farm reads at most "
-                f"{human(MAX_LATENT_BYTES)} of latent per file (and per shot): split it into files")  # fmt: skip
+                f"{human(MAX_LATENT_BYTES)} of latent per file (and per shot): split it into "
+                "files")  # fmt: skip
     return None
 
 

@@ -124,7 +124,8 @@ def write_shot(
                             "create the job with one (--audio-decoder)")  # fmt: skip
         check_audio_latent(tuple(audio.shape), parse_audio_spec(meta["audio_decoder"]), f"shot {name!r}")
         sound = group.create_array("audio", shape=audio.shape, dtype=audio.dtype, chunks=audio.shape,
-                                   overwrite=True, dimension_names=AUDIO_DIMS)  # fmt: skip
+                                   overwrite=True, dimension_names=AUDIO_DIMS,
+                                   config={"write_empty_chunks": True})  # fmt: skip
         sound[...] = audio
 
 
@@ -287,9 +288,11 @@ def read_latent(
 
 
 def read_audio_latent(path: str | os.PathLike, shot: str) -> np.ndarray:
-    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound)."""
+    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound); a missing
+    chunk is a FarmError, never its fill value."""
     import zarr
 
+    store = checked_store(Path(path) / shot / "audio", shot)
     with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
-        arr = zarr.open_array(store=str(Path(path) / shot / "audio"), mode="r")
+        arr = zarr.open_array(store=store, mode="r")
     return np.asarray(arr[...])
