@@ -413,7 +413,7 @@ class Driver:
         chunks = None if recorded is None else recorded.covering(tile.decode_slices())
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            ahead, chunks, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
+            ahead, chunks=chunks, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip
