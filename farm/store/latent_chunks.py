@@ -9,6 +9,7 @@ as grey frames). Only the chunks a tile reads travel with its task (`LatentChunk
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import math
@@ -110,7 +111,10 @@ def checked_store(
             if byte_range is not None:  # farm's latents are never sharded: a chunk is read whole
                 raise FarmError(f"shot {shot!r}: latent chunk {key!r} was read in part; farm reads whole "
                                 "chunks (store the latent without sharding)")  # fmt: skip
-            digest = hashlib.sha256(data.to_bytes()).hexdigest()
+            if seen is None and recorded is None:
+                return data
+            # off the event loop: zarr's other chunk reads go on meanwhile (sha256 releases the GIL)
+            digest = await asyncio.to_thread(lambda: hashlib.sha256(data.to_bytes()).hexdigest())
             if seen is not None:
                 seen[key] = digest
             if recorded is not None and recorded.get(key) != digest:
