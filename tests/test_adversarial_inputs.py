@@ -80,6 +80,26 @@ def test_weights_replaced_after_the_render_checked_them_are_not_loaded(tmp_path)
     assert not done_markers(out, "shot000")
 
 
+def test_pinned_weights_pass_a_touch_or_a_copy_and_refuse_other_content(tmp_path):
+    from safetensors.numpy import save_file
+
+    from farm.decoders import spec_from_json
+    from farm.decoders.weights import check_pinned, pinned_weights
+
+    path = tmp_path / "vae.safetensors"
+    save_file({"decoder.conv_in.weight": np.ones((64, 64, 3), np.float32)}, str(path))
+    pinned = pinned_weights(spec_from_json({"family": "ltx2", "config": "ltx2-tiny",
+                                            "weights": {"path": str(path)}}))  # fmt: skip
+    check_pinned(pinned)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # a touch: same bytes
+    shutil.copyfile(path, tmp_path / "copy")
+    os.replace(tmp_path / "copy", path)  # a copy of the same bytes: another inode
+    check_pinned(pinned)
+    save_file({"decoder.conv_in.weight": np.full((64, 64, 3), 2, np.float32)}, str(path))  # same size
+    with pytest.raises(FarmError, match=f"weights file '{path}' changed since this render checked it"):
+        check_pinned(pinned)
+
+
 @pytest.mark.slow
 def test_latents_rewritten_after_the_render_hashed_them_fail_their_shot(tmp_path):
     job = tmp_path / "job.zarr"
