@@ -332,10 +332,10 @@ def _with_read_ahead(pieces: dict[Any, Any], ahead: tuple[tuple[int, int], Futur
 
 def read_latent_ahead(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> tuple | None:
     """A decode worker's first latent, read while the render still sets up (`farm.run.graph`'s
-    ``read_first_latents``): ``(frames, latent)`` for the decode that takes it (`frames`: a streamed
-    segment's tile-local latent frames, None for the whole tile), and the sha256 of each chunk as read
-    (the render's digests may not be in yet: the decode checks them). None when it cannot be read: that
-    decode then reads it itself and reports the error as any decode does."""
+    ``read_first_latents``): ``(frames, latent, digests)`` for the decode that takes it (`frames`: a
+    streamed segment's tile-local latent frames, None for the whole tile; `digests`: each chunk's sha256
+    as read, which that decode checks against the render's, not yet recorded when this may run). None
+    when it cannot be read: that decode then reads it itself and reports the error as any decode does."""
     seen: dict[str, str] = {}
     try:
         return frames, _read_for_this_worker(job_path, tile, frames, None, seen), seen
