@@ -181,7 +181,7 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
             future, plan = ahead[ahead_key(plans[step.shot], step)], plans[step.shot]
             tile = plan.tiles[step.tile]
             assert future.key[:4] == ("read-latent", render_id, plan.shot, tile.index)
-            frames, latent = future.result()
+            frames, latent, _ = future.result()  # and the digests of the chunks read
             assert set(cluster3.who_has(future)[future.key]) == {workers[slot]}  # read on its decoder
             if step.segment >= 0:
                 segments = tile_segments(tile, plan_geometry(plan), plan.chunk)

@@ -35,6 +35,7 @@ from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
 from farm.decoders.wan import WanDecoder
+from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
 
 FAMILIES: dict[str, type[VideoDecoder]] = {
@@ -83,7 +84,9 @@ def load_decoder(
     with _cache_lock:  # several task threads may ask at once: build once
         if key not in _cache:
             started = time.perf_counter()
+            check_pinned(spec)  # the files the render checked, before and after they are read
             decoder = decoder_class(spec).load(spec, device)
+            check_pinned(spec)
             _timings["load_s"][f"{spec.describe()} on {device}"] = time.perf_counter() - started
             if mode is not None:
                 use_compile_cache()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import pickle
 import re
 import zipfile
@@ -109,6 +110,7 @@ class _Storage:
     def __init__(self, dtype: str, key: str, numel: int) -> None:
         self.dtype, self.key, self.numel = dtype, key, numel
         self.used = 0  # elements its tensors reach (offset + span), the most of them
+        self.expanded = 0  # elements of its largest tensor, materialised (stride 0 and overlaps expanded)
 
 
 class _Tensor:
@@ -126,6 +128,7 @@ def _rebuild_tensor(storage: _Storage, offset: int, size: Iterable[int], stride:
     reach = sum((n - 1) * s for n, s in zip(tensor.shape, strides, strict=False))
     span = 0 if 0 in tensor.shape else 1 + reach
     storage.used = max(storage.used, int(offset) + span)
+    storage.expanded = max(storage.expanded, math.prod(tensor.shape))
     return tensor
 
 
@@ -218,6 +221,13 @@ def check_storages(path: Path, z: zipfile.ZipFile, root: str, storages: dict[str
             raise FarmError(f"weights file {str(path)!r}: storage {key} has no member {name!r}") from None
         need = storage.numel * ITEMSIZE.get(storage.dtype, 1)
         used = storage.used * ITEMSIZE.get(storage.dtype, 1)
+        expanded = storage.expanded * ITEMSIZE.get(storage.dtype, 1)
+        if expanded - need > STORAGE_SLACK_BYTES:  # a stride-0 or overlapping view: counted as torch.load
+            raise FarmError(  # and every reader of it would materialise it, not as stored
+                f"{str(path)!r}: storage {key} holds {need} bytes but a tensor of it expands to {expanded} "
+                "bytes (a stride-0 or overlapping view, e.g. expand()); refused unread. Save the tensor "
+                "itself (contiguous() or clone() before torch.save)"
+            )
         if need - used > STORAGE_SLACK_BYTES:
             raise FarmError(
                 f"weights file {str(path)!r}: storage {key} declares {need} bytes for tensors of {used} "

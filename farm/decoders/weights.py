@@ -231,6 +231,53 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
     return replace(spec, weights={**spec.weights, **record})
 
 
+# ---- pinned for a render ------------------------------------------------------------------------
+
+
+def file_stamp(path: Path) -> list[int]:
+    """What changes when a file is written, replaced or renamed over: size, mtime, ctime, inode, device."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def pinned_weights(spec: DecoderSpec) -> DecoderSpec:
+    """The spec with its weight files as a render found them: each file's stamp (`file_stamp`) and their
+    content identity (`farm.decoders.checkpoints.content_identity`; the job's own, which the render's
+    check compares the files with). Workers load only those files (`check_pinned`)."""
+    if spec.random_weights:
+        return spec
+    files = C.weight_files(Path(spec.weights["path"]))
+    stamps = {f.name: file_stamp(f) for f in files}  # before the identity: a file replaced between the two
+    identity = spec.weights.get("identity") or C.content_identity(files)  # then fails the identity check
+    return replace(spec, weights={**spec.weights, "identity": identity, "stamps": stamps})
+
+
+def check_pinned(spec: DecoderSpec) -> None:
+    """Refuse weights other than those the render pinned (`pinned_weights`): a file whose stamp changed is
+    compared by content identity, and refused unless it is the same; a spec never pinned passes. Costs a
+    `stat` per file while the stamps hold."""
+    pinned = spec.weights.get("stamps")
+    if spec.random_weights or not isinstance(pinned, dict):
+        return
+    path = Path(spec.weights["path"])
+    try:
+        files = C.weight_files(path)
+        changed = [f for f in files if pinned.get(f.name) != file_stamp(f)]
+    except (OSError, FarmError) as exc:
+        raise FarmError(f"weights at {str(path)!r} cannot be read any more on this worker ({exc}); nothing "
+                        "was decoded with them: restore them and render again") from None  # fmt: skip
+    names = sorted(f.name for f in files)
+    if names != sorted(pinned):
+        raise FarmError(f"weights at {str(path)!r} are other files than this render checked "
+                        f"({sorted(pinned)}, now {names}); nothing was decoded with them")  # fmt: skip
+    if changed and C.content_identity(files) != spec.weights.get("identity"):
+        raise FarmError(
+            f"weights file {str(changed[0])!r} changed since this render checked it (content identity "
+            f"{spec.weights.get('identity')}, now {C.content_identity(files)}); nothing was decoded with it: "
+            "restore the weights and render again"
+        )
+
+
 # ---- reading (worker) --------------------------------------------------------------------------
 
 

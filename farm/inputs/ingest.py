@@ -66,7 +66,7 @@ from farm.inputs.synthetic import resolve_decoder
 from farm.media.files import exchange
 from farm.media.rates import parse_rate, parse_timecode
 from farm.planning.tiling import MIN_SPATIAL_CHUNK, Geometry
-from farm.store.claims import shape_problem
+from farm.store.claims import file_claim_problem, shape_problem
 from farm.store.job import check_shot_name, create_job, open_job, write_shot
 from farm.store.lock import job_replace_lock
 
@@ -586,6 +586,10 @@ def ingest(
     skipped: list[Path] = []
     paths = latent_files.expand_sources(list(sources), on_skip=skipped.append)
     found = [latent_files.scan(p, tensor) for p in paths]
+    for source in found:  # each file is read whole: its claim (as float32, what ingest stores) comes first
+        claim = file_claim_problem(source.shape, 4)
+        if claim:
+            raise FarmError(f"{source.path}: {claim}")
     target = target_for(spec, current[1] if current else (), exists=current is not None)
     planned = plan_shots(found, target, pattern=name, fps=fps, replace=replace, timecode=timecode)
     audio_spec = _job_audio(job, current is not None, audio_decoder, audio_weights, audio_tensor is not None)

@@ -51,6 +51,7 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
+from farm.store.latent_chunks import LatentChunks
 from farm.store.output import Output
 from farm.worker.ipc import can_open, gpus_seen, one_host
 from farm.worker.tasks import (
@@ -147,6 +148,9 @@ class RenderTargets:
     # per shot output kind, the shots whose file this render writes (`farm.run.resume.ResumePoints.writes`;
     # None: every shot, of each kind the video settings ask for)
     writes: Mapping[str, Collection[str]] | None = None
+    # per shot, the digests of its latent's chunks the render recorded when it hashed the job: each decode
+    # gets those of the chunks its tile reads, and checks every chunk it reads against them
+    latent_chunks: Mapping[str, LatentChunks] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -407,9 +411,11 @@ class Driver:
         carried = plan.chunk.carry and step.segment >= 0
         previous = self.carried.pop((step.shot, step.tile), None) if carried else None
         ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
+        recorded = t.latent_chunks.get(plan.shot)
+        chunks = None if recorded is None else recorded.covering(tile.decode_slices())
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            ahead, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
+            ahead, chunks=chunks, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip

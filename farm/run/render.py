@@ -32,6 +32,7 @@ from farm.dashboard.monitor import dashboard_link
 from farm.dashboard.monitor import install as install_monitor
 from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
 from farm.decoders import decoder_class, decoder_timings
+from farm.decoders.weights import pinned_weights
 from farm.errors import FarmError
 from farm.media import beneath
 from farm.media.rates import start_timecode
@@ -87,6 +88,7 @@ from farm.run.validate import check_frame_numbers_fit
 from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
+from farm.store.latent_chunks import LatentChunks
 from farm.store.lock import cancel_command, job_read_lock, output_lock
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, removed_if_left_empty
@@ -194,6 +196,8 @@ def _render(request: RenderRequest) -> RenderStats:
     check_frame_numbers_fit(request.video.first_frame, pixel_frames(job, request.shots))
     timecodes = shot_timecodes(job, request.video.timecode)
     joins = joins_running_cluster(request.scheduler, request.scheduler_file, request.workers)
+    # the weights as workers must find them, stamped before `_before_cluster` checks their content
+    worker_spec = pinned_weights(job.spec).to_json()
     early = _before_cluster(job, request, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
@@ -211,7 +215,7 @@ def _render(request: RenderRequest) -> RenderStats:
         lock.record(render=request.render_id, scheduler=scheduler_address(client))  # for `farm cancel OUT`
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early, budget)
         n_workers = len(decode_workers)
-        decoders_ready = prepare_decoders(client, decode_workers, job.spec.to_json(), compile=request.compile,
+        decoders_ready = prepare_decoders(client, decode_workers, worker_spec, compile=request.compile,
                                           render_id=request.render_id, priority=request.priority)  # fmt: skip
         clock.mark("connect, check the workers")
         first_reads = FirstReads(client, request, decode_workers, len(io_workers))
@@ -234,7 +238,8 @@ def _render(request: RenderRequest) -> RenderStats:
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, request.render_id, out, request.on_progress,
                                     middle) as thumbnails:  # fmt: skip  # the farm page's
-                    targets = _targets(job, request, plans, points, timecodes)
+                    targets = _targets(job, request, plans, points, timecodes, worker_spec,
+                                       latent_chunks(early.hashing.result()[0]))  # fmt: skip
                     stats = run_graph(
                         client, assigned, targets, window=window, on_progress=thumbnails,
                         priority=request.priority, render_id=request.render_id, outputs_ready=outputs.result,
@@ -272,17 +277,24 @@ def _checked_cluster(
 
 def _targets(
     job: Job, request: RenderRequest, plans: Sequence[ShotPlan], points: ResumePoints,
-    timecodes: Mapping[str, str],
+    timecodes: Mapping[str, str], spec_json: dict, chunks: Mapping[str, LatentChunks],
 ) -> RenderTargets:  # fmt: skip
-    """Where the render's tasks read and write, and what they write: one value for the graph."""
+    """Where the render's tasks read and write, and what they write: one value for the graph. `spec_json`:
+    the decoder spec with its weights pinned (`farm.decoders.weights.pinned_weights`); `chunks`: the
+    digests of each shot's latent chunks."""
     return RenderTargets(
-        job_path=str(job.path), spec_json=job.spec.to_json(), out=request.out,
+        job_path=str(job.path), spec_json=spec_json, out=request.out, latent_chunks=chunks,
         fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=request.video,
         metadata={"comment": "farm render: " + job.spec.describe()},
         total_batches=points.totals, finish=points.finish, compile=request.compile,
         sound=_sound(job, plans, request.video), timecodes=dict(timecodes),
         writes={kind: frozenset(shots) for kind, shots in points.writes.items()},
     )  # fmt: skip
+
+
+def latent_chunks(hashes: Mapping[str, dict]) -> dict[str, LatentChunks]:
+    """Each hashed shot's latent chunk digests (`farm.run.resume.latent_identity`'s "chunks")."""
+    return {name: h["chunks"] for name, h in hashes.items() if "chunks" in h}
 
 
 def _worker_steps(client: Client, decoders_ready: dict[str, Any]) -> dict[str, dict[str, float]]:

@@ -23,6 +23,7 @@ from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, pl
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.frames import FORMAT, fast_codecs
 from farm.store.job import Job, read_audio_latent
+from farm.store.latent_chunks import chunk_digests
 from farm.store.output import Output, os_errors_in_one_line
 from farm.store.output_kinds import (
     BATCH_OUTPUTS,
@@ -42,7 +43,9 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
     """Content hash of a shot's latent (reads it once on the client: ~7 MB for a 121x704x1216 shot).
 
     The latent is read in one call; the digest covers blocks of 8 latent frames in order, as it always
-    has, so older outputs still resume."""
+    has, so older outputs still resume. Under ``"chunks"`` (never recorded in OUT, `render_identity`)
+    the sha256 of each stored chunk, which workers check each chunk they read against
+    (`farm.store.latent_chunks`); a chunk missing from the store is refused here."""
     import hashlib
 
     import zarr
@@ -50,6 +53,8 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
     arr = zarr.open_array(store=str(job.path / shot / "latent"), mode="r")
     # no chunk unpacks beyond its claim
     check_chunk_files(job.path / shot / "latent", codec_names(arr), array_chunk_bytes(arr), shot)
+    chunks = chunk_digests(job.path / shot / "latent", arr, shot)  # before the values: a chunk rewritten
+    # between the two reads then fails the workers' check, never passes it
     try:
         latent = np.asarray(arr[...])
     except Exception:  # codec and store errors of many types: find the first block that fails
@@ -64,7 +69,7 @@ def latent_identity(job: Job, shot: str) -> dict[str, Any]:
                 "re-export the latents"
             )
         digest.update(np.ascontiguousarray(block).data)
-    return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+    return {"sha256": digest.hexdigest(), "shape": list(arr.shape), "dtype": str(arr.dtype), "chunks": chunks}
 
 
 def _latent_block(arr: Any, shot: str, job: Job, start: int) -> np.ndarray:
@@ -234,8 +239,9 @@ def outputs_asked(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
 
 
 def render_identity(job: Job, plan: ShotPlan, video: VideoSettings, latents: dict | None = None) -> dict:
+    latents = latents if latents is not None else latent_identity(job, plan.shot)
     identity: dict[str, Any] = {
-        "latents": latents if latents is not None else latent_identity(job, plan.shot),
+        "latents": {k: v for k, v in latents.items() if k != "chunks"},  # the workers' check, not OUT's
         "decoder": job.spec.to_json(),
         "plan": plan_identity(plan),
         "outputs": video.identity(),

@@ -4,6 +4,7 @@ each other, so no read, hash or plan allocates memory in proportion to a claim.
 
 - `shape_problem`: a shot's declared latent within `MAX_LATENT_FRAMES`, `MAX_LATENT_SIDE` and
   `MAX_LATENT_BYTES`, and chunks that hold no more than the array (beyond a small floor).
+- `file_claim_problem`: a latent file's whole tensor (all its shots) within `MAX_LATENT_BYTES` too.
 - `check_chunk_files`: every stored chunk's compressed frame declares at most its chunk's bytes (zstd's
   frame content size, blosc's header), read from the first bytes of each file; a compressor whose
   unpacked size cannot be read from its header is refused by name.
@@ -59,6 +60,17 @@ def shape_problem(shape: Sequence[int], chunks: Sequence[int] | None, itemsize: 
                 f"latent declares chunks of {tuple(chunks)} ({human(chunk)}), more than the array "
                 f"{tuple(shape)} holds ({human(size)}); rewrite it with chunks within its shape"
             )
+    return None
+
+
+def file_claim_problem(shape: Sequence[int], itemsize: int) -> str | None:
+    """What is wrong with a latent file whose tensor claims `shape` (every shot of it: ``[B, C, F, H, W]``
+    or ``[C, F, H, W]``) of `itemsize` bytes each, read whole before it is split (None: fine)."""
+    size = math.prod(shape) * itemsize
+    if size > MAX_LATENT_BYTES:
+        return (f"its latent tensor {tuple(shape)} claims {human(size)}; farm reads at most "
+                f"{human(MAX_LATENT_BYTES)} of latent per file (and per shot): split it into "
+                "files")  # fmt: skip
     return None
 
 

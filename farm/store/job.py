@@ -32,6 +32,7 @@ from farm.media.names import check_name
 from farm.media.rates import parse_rate, parse_timecode, rate_text, read_rate
 from farm.safe_read import read_json
 from farm.store.claims import codec_names, shape_problem
+from farm.store.latent_chunks import LatentChunks, checked_store
 
 FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
@@ -114,7 +115,7 @@ def write_shot(
     c, f, h, w = latent.shape
     arr = group.create_array(
         "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
-        dimension_names=LATENT_DIMS,
+        dimension_names=LATENT_DIMS, config={"write_empty_chunks": True},  # a missing chunk is an error
     )  # fmt: skip
     arr[...] = latent
     if audio is not None:
@@ -124,7 +125,8 @@ def write_shot(
                             "create the job with one (--audio-decoder)")  # fmt: skip
         check_audio_latent(tuple(audio.shape), parse_audio_spec(meta["audio_decoder"]), f"shot {name!r}")
         sound = group.create_array("audio", shape=audio.shape, dtype=audio.dtype, chunks=audio.shape,
-                                   overwrite=True, dimension_names=AUDIO_DIMS)  # fmt: skip
+                                   overwrite=True, dimension_names=AUDIO_DIMS,
+                                   config={"write_empty_chunks": True})  # fmt: skip
         sound[...] = audio
 
 
@@ -271,20 +273,29 @@ def read_fps(value: Any) -> float:
 ZARR_PYTHON_PIPELINE = "zarr.core.codec_pipeline.BatchedCodecPipeline"
 
 
-def read_latent(path: str | os.PathLike, shot: str, region: Iterable[slice]) -> np.ndarray:
+def read_latent(
+    path: str | os.PathLike, shot: str, region: Iterable[slice], expected: LatentChunks | None = None,
+    seen: dict[str, str] | None = None,
+) -> np.ndarray:
     """One tile's latent block ``[C, f, h, w]``: read on the worker that decodes it, through zarr-python's
-    own codec pipeline whatever this process writes with (the pipeline is chosen when an array opens)."""
+    own codec pipeline whatever this process writes with (the pipeline is chosen when an array opens).
+    A missing chunk is a FarmError, never its fill value; with `expected` (the chunks' digests the render
+    recorded) so is a chunk whose bytes differ; `seen` receives each chunk's sha256 as read
+    (`farm.store.latent_chunks`)."""
     import zarr
 
+    store = checked_store(Path(path) / shot / "latent", shot, expected, seen)
     with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
-        arr = zarr.open_array(store=str(Path(path) / shot / "latent"), mode="r")
+        arr = zarr.open_array(store=store, mode="r")
     return np.asarray(arr[(slice(None), *region)])
 
 
 def read_audio_latent(path: str | os.PathLike, shot: str) -> np.ndarray:
-    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound)."""
+    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound); a missing
+    chunk is a FarmError, never its fill value."""
     import zarr
 
+    store = checked_store(Path(path) / shot / "audio", shot)
     with zarr.config.set({"codec_pipeline.path": ZARR_PYTHON_PIPELINE}):
-        arr = zarr.open_array(store=str(Path(path) / shot / "audio"), mode="r")
+        arr = zarr.open_array(store=store, mode="r")
     return np.asarray(arr[...])

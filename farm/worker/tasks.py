@@ -32,6 +32,7 @@ from farm.media.yuv import rgb_to_yuv420
 from farm.planning.tiling import Batch, ChunkSize, Geometry, Segment, Tile, plan_chunks, tile_segments
 from farm.store.frames import VALID, mark_valid, write_frames
 from farm.store.job import read_audio_latent, read_latent
+from farm.store.latent_chunks import LatentChunks, check_read
 from farm.store.markers import file_record, mark_done
 from farm.store.output import Output
 from farm.store.output_kinds import batch_record
@@ -238,6 +239,7 @@ def decode_tile(
     segment: int = -1,
     previous: dict | None = None,
     first_latent: tuple | None = None,
+    chunks: LatentChunks | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -252,7 +254,10 @@ def decode_tile(
     (``NEXT_LATENT``), which the next segment then decodes instead of reading it itself.
 
     `first_latent`: `read_latent_ahead`'s result for this decode (a worker's first, read while the
-    render set up), used when it holds the latent this decode reads."""
+    render set up), used when it holds the latent this decode reads.
+
+    `chunks`: the digests the render recorded of the latent chunks this tile reads; every chunk read is
+    checked against them (`farm.store.latent_chunks`), the one read ahead included."""
     check_visible(job_path, "job store")
     hold_gpu_memory()  # a worker that joined after the render started is held too
     decoder = load_decoder(spec_json, worker_device(), compile=compile)
@@ -265,9 +270,9 @@ def decode_tile(
         first, stop = segment_latent_frames(segments[segment])
         latent = read_ahead_latent(previous, (first, stop))
         if latent is None:
-            latent = _latent_from(first_latent, (first, stop))
+            latent = _latent_from(first_latent, (first, stop), chunks, job_path)
         if latent is None:
-            latent = read_tile_latent(job_path, tile, slice(first, stop))
+            latent = read_tile_latent(job_path, tile, slice(first, stop), chunks)
         state, ahead = None, None
         if chunk.carry:
             assert (previous is None) == (segment == 0), (
@@ -275,13 +280,14 @@ def decode_tile(
             )
             state = {} if previous is None else previous[CARRIED]
             if segment + 1 < len(segments):
-                ahead = _start_read_ahead(job_path, tile, segment_latent_frames(segments[segment + 1]))
+                following = segment_latent_frames(segments[segment + 1])
+                ahead = _start_read_ahead(job_path, tile, following, chunks)
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         pieces = on_decode_thread(ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
-    latent = _latent_from(first_latent, None)
+    latent = _latent_from(first_latent, None, chunks, job_path)
     if latent is None:
-        latent = read_tile_latent(job_path, tile)
+        latent = read_tile_latent(job_path, tile, None, chunks)
     if len(segments) > 1:
         state = {} if chunk.carry else None
         return on_decode_thread(ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
@@ -314,14 +320,19 @@ NEXT_LATENT = "next-latent"
 _read_ahead_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="farm-read-ahead")
 
 
-def _start_read_ahead(job_path: str, tile: Tile, frames: tuple[int, int]) -> tuple[tuple[int, int], Future]:
-    return frames, _read_ahead_thread.submit(_read_for_this_worker, job_path, tile, frames)
+def _start_read_ahead(
+    job_path: str, tile: Tile, frames: tuple[int, int], chunks: LatentChunks | None
+) -> tuple[tuple[int, int], Future]:
+    return frames, _read_ahead_thread.submit(_read_for_this_worker, job_path, tile, frames, chunks)
 
 
-def _read_for_this_worker(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> torch.Tensor:
+def _read_for_this_worker(
+    job_path: str, tile: Tile, frames: tuple[int, int] | None, chunks: LatentChunks | None = None,
+    seen: dict[str, str] | None = None,
+) -> torch.Tensor:
     """The latent frames, in pinned memory on a GPU worker: the decoder's copy to the GPU then neither
     pins (a pinned allocation took up to 27 ms there) nor waits for queued kernels."""
-    latent = read_tile_latent(job_path, tile, None if frames is None else slice(*frames))
+    latent = read_tile_latent(job_path, tile, None if frames is None else slice(*frames), chunks, seen)
     return latent.pin_memory() if worker_device().startswith("cuda") else latent
 
 
@@ -337,19 +348,27 @@ def _with_read_ahead(pieces: dict[Any, Any], ahead: tuple[tuple[int, int], Futur
 
 def read_latent_ahead(job_path: str, tile: Tile, frames: tuple[int, int] | None) -> tuple | None:
     """A decode worker's first latent, read while the render still sets up (`farm.run.graph`'s
-    ``read_first_latents``): ``(frames, latent)`` for the decode that takes it (`frames`: a streamed
-    segment's tile-local latent frames, None for the whole tile). None when it cannot be read: that
-    decode then reads it itself and reports the error as any decode does."""
+    ``read_first_latents``): ``(frames, latent, digests)`` for the decode that takes it (`frames`: a
+    streamed segment's tile-local latent frames, None for the whole tile; `digests`: each chunk's sha256
+    as read, which that decode checks against the render's, not yet recorded when this may run). None
+    when it cannot be read: that decode then reads it itself and reports the error as any decode does."""
+    seen: dict[str, str] = {}
     try:
-        return frames, _read_for_this_worker(job_path, tile, frames)
+        return frames, _read_for_this_worker(job_path, tile, frames, None, seen), seen
     except FarmError:
         return None
 
 
-def _latent_from(ahead: tuple | None, frames: tuple[int, int] | None) -> torch.Tensor | None:
-    """The latent `read_latent_ahead` read, if it is the one of `frames` (None: the whole tile)."""
+def _latent_from(
+    ahead: tuple | None, frames: tuple[int, int] | None, chunks: LatentChunks | None = None,
+    job_path: str = "",
+) -> torch.Tensor | None:
+    """The latent `read_latent_ahead` read, if it is the one of `frames` (None: the whole tile), its
+    chunks checked against the render's digests (`chunks`) where it carries what it read."""
     if ahead is None or (None if ahead[0] is None else tuple(ahead[0])) != frames:
         return None
+    if chunks is not None and len(ahead) > 2:
+        check_read(ahead[2], chunks, Path(job_path) / chunks.shot / "latent")
     return ahead[1]
 
 
@@ -358,9 +377,13 @@ def read_ahead_latent(previous: dict | None, frames: tuple[int, int]) -> torch.T
     return _latent_from((previous or {}).get(NEXT_LATENT), frames)
 
 
-def read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> torch.Tensor:
+def read_tile_latent(
+    job_path: str, tile: Tile, frames: slice | None = None, chunks: LatentChunks | None = None,
+    seen: dict[str, str] | None = None,
+) -> torch.Tensor:
     """The latent block `tile` decodes (context included), or only its tile-local latent `frames`,
-    checked finite."""
+    checked finite; every chunk read checked present and, with `chunks`, against the render's digests
+    (`seen` receives each chunk's sha256 as read)."""
     import torch
 
     region = tile.decode_slices()
@@ -368,7 +391,9 @@ def read_tile_latent(job_path: str, tile: Tile, frames: slice | None = None) -> 
         start = region[0].start
         region = (slice(start + frames.start, start + frames.stop), *region[1:])
     try:
-        block = read_latent(job_path, tile.shot, region)
+        block = read_latent(job_path, tile.shot, region, chunks, seen)
+    except FarmError:  # a missing or changed chunk: said in its own words
+        raise
     except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
         raise FarmError(
             f"shot {tile.shot!r}: cannot read latent frames {region[0].start}-{region[0].stop - 1} from "
