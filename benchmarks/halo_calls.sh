@@ -41,7 +41,7 @@ others)
     step halo-hunyuan-bf16 150 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 4,8,16
     ;;
 diffusion)
-    step halo-diffusion-bf16 200 halo --decoder ltx2-diffusion --dtype bfloat16 --shape 5,22,38 --halos 2,4,6
+    step halo-diffusion-bf16 250 halo --decoder ltx2-diffusion --dtype bfloat16 --shape 5,22,38 --halos 2,4,6,8,10
     ;;
 floors)  # where a halo plateaus: how far the dtype itself is from float32 (the floor it can reach)
     step floor-ltxv-bf16 100 halo --decoder ltxv --dtype bfloat16 --shape 16,22,38 --halos 12,14 --dtype-noise
