@@ -55,7 +55,8 @@ def test_plan_prints_tiles_workers_and_redundancy(job):
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "shot shot000: latent 8x3x2x3 -> 17 frames 96x64" in out
-    assert "redundant work 1.33x" in out  # width: 2 tiles of 2 columns for 3: 4/3
+    # width: 2 tiles of 2 columns for 3, each decoding the other's last column as its halo: 6/3
+    assert "redundant work 2.00x" in out and "spatial seams: halo 1 and a blend over overlap 1" in out
     # worker slots cycle over the job's 4 tiles: 0, 1 (shot000), 2, 0 (shot001)
     assert "     1      1  0:3 0:2 1:3" in out and "     0      2  0:3 0:2 0:2" in out
     assert "makespan" in out  # the planner's prediction
