@@ -112,6 +112,9 @@ SETTING_NAMES = {
     ("outputs", "hdr"): "--hdr",
     ("outputs", "colorspace"): "--colorspace",
     ("plan", "pixel_shape"): "frames (F,H,W)",
+    # what each tile decodes beyond its own (the decoder's measured halo and context), per tile
+    ("plan", "halo"): "spatial halo",
+    ("plan", "context"): "temporal context",
 }
 # what an identity means by a setting it leaves out (recorded only when not the default)
 UNRECORDED = {("outputs", "exr_values"): "display"}
