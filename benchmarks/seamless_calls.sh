@@ -4,8 +4,9 @@
 # root on the device, with the staged site carried (.gpu-site.tar.xz):
 #
 #   bash benchmarks/seamless_calls.sh ltx2   # LTX-2 121x1088x1920 at 24 GiB, 121x2176x3840 at 48 GiB
+#   bash benchmarks/seamless_calls.sh ltx23  # LTX-2.3 121x1088x1920 at 24 GiB
 set -uo pipefail
-case "${1:-}" in ltx2) ;; *) echo "usage: bash benchmarks/seamless_calls.sh ltx2" >&2; exit 2 ;; esac
+case "${1:-}" in ltx2 | ltx23) ;; *) echo "usage: bash benchmarks/seamless_calls.sh ltx2|ltx23" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/seamless-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
@@ -22,5 +23,8 @@ case "$1" in
 ltx2)
     step ltx2-1080p-24g 250 --decoder ltx2 --frames 121 --height 1088 --width 1920 --gpu-memory 24GiB
     step ltx2-4k-48g 330 --decoder ltx2 --frames 121 --height 2176 --width 3840 --gpu-memory 48GiB --timeout 300
+    ;;
+ltx23)
+    step ltx23-1080p-24g 300 --decoder ltx2.3 --frames 121 --height 1088 --width 1920 --gpu-memory 24GiB
     ;;
 esac
