@@ -25,8 +25,12 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
     device = torch.cuda.current_device()
     if _held.get(device) == budget:
         return budget
-    total = torch.cuda.get_device_properties(device).total_memory
-    fraction = min(1.0, budget / total)
+    fraction = memory_fraction(budget, torch.cuda.get_device_properties(device).total_memory)
     torch.cuda.set_per_process_memory_fraction(fraction, device)
     _held[device] = budget
     return budget if fraction < 1.0 else None
+
+
+def memory_fraction(budget: int, total: int) -> float:
+    """The share of a device of `total` bytes torch's allocator may hold for a `budget` (at most all)."""
+    return min(1.0, budget / total)

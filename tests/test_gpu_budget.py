@@ -1,0 +1,81 @@
+"""`--gpu-memory` / farm.gpu-memory: the plan is made for the budget, and each GPU worker is held to it.
+
+The allocator cap itself needs a GPU (`benchmarks/bench_seamless.py` measures a render's peak against
+it); here the planning side, the parsing and the share of the device a budget asks for.
+"""
+
+from __future__ import annotations
+
+import re
+
+import dask.config
+import pytest
+
+from farm.config import parse_size
+from farm.errors import FarmError
+from farm.planning.options import PlanOptions
+from farm.worker.gpu_budget import hold_gpu_memory, memory_fraction
+from tests.helpers import farm
+
+GIB = 2**30
+
+
+def test_sizes_parse_as_dask_writes_them_and_nonsense_is_refused_by_name():
+    assert parse_size("24GiB", "--gpu-memory") == 24 * GIB
+    assert parse_size("48 GB", "--gpu-memory") == 48 * 10**9
+    for bad in ("lots", "-1GiB", "12", "2PiB"):
+        with pytest.raises(FarmError, match="--gpu-memory") as refused:
+            parse_size(bad, "--gpu-memory")
+        assert "24GiB" in str(refused.value)
+
+
+def test_the_budget_comes_from_farm_gpu_memory_when_not_given():
+    assert PlanOptions().worker_memory is None
+    with dask.config.set({"farm.gpu-memory": "24GiB"}):
+        assert PlanOptions().worker_memory == 24 * GIB
+    with dask.config.set({"farm.gpu-memory": "nonsense"}), pytest.raises(FarmError, match="farm.gpu-memory"):
+        PlanOptions()
+
+
+def test_a_budget_holds_a_share_of_the_device_and_nothing_without_a_gpu():
+    assert memory_fraction(24 * GIB, 96 * GIB) == 0.25
+    assert memory_fraction(200 * GIB, 96 * GIB) == 1.0
+    import torch
+
+    if not torch.cuda.is_available():
+        assert hold_gpu_memory(24 * GIB) is None
+
+
+@pytest.fixture(scope="module")
+def job_1080p(tmp_path_factory):
+    """A released-size LTX-2 shot (latents only: planning reads shapes, never decodes)."""
+    path = tmp_path_factory.mktemp("budget") / "job.zarr"
+    made = farm("synth", str(path), "--decoder", "ltx2", "--dtype", "bfloat16", "--frames", "121", "--height",
+                "1088", "--width", "1920")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return path
+
+
+def plan(job, *options: str) -> str:
+    done = farm("plan", str(job), "--workers", "1", "--cost-model", "ltx2-h200", "--no-video", *options)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_plan_splits_a_1080p_shot_to_fit_the_budget_with_halo_tiles(job_1080p):
+    whole = plan(job_1080p)
+    assert "tiles 1x1x1" in whole
+    budgeted = plan(job_1080p, "--gpu-memory", "24GiB")
+    assert "tiles 1x1x1" not in budgeted
+    assert "spatial seams: halo 8, no blend" in budgeted
+    assert "render's default window on a 24.0 GiB GPU" in budgeted
+    peaks = [float(p) for p in re.findall(r"peak memory per worker ([0-9.]+) GiB", budgeted)]
+    assert peaks and max(peaks) <= 24.0
+
+
+@pytest.mark.slow
+def test_a_budget_that_is_not_a_size_is_one_line(job_1080p):
+    done = farm("plan", str(job_1080p), "--gpu-memory", "big")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--gpu-memory 'big' is not a memory size" in done.stderr
