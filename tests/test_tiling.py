@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -799,3 +800,52 @@ def test_carried_chunks_taper_to_one_latent_frame_at_the_end(size, limit, sizes)
     assert carried_frames(size, limit) == sizes
     assert sum(sizes) == size and max(sizes) <= limit
     assert carried_frames(size, limit, taper=False) == [min(limit, size - s) for s in range(0, size, limit)]
+
+
+# --------------------------------------------------------------------------------------------------
+# The spatial halo
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_tile_decodes_its_halo_on_sides_with_a_neighbour_only():
+    geometry = Geometry(spatial_scale=32, temporal_scale=8, causal=True, halo=3)
+    plan = plan_shot("s", (8, 4, 10, 20), geometry, TileGrid((1, 2, 2), (0, 0, 0)))
+    by_pos = {t.grid_pos: t for t in plan.tiles}
+    assert by_pos[(0, 0, 0)].halo == (0, 3, 0, 3)
+    assert by_pos[(0, 1, 1)].halo == (3, 0, 3, 0)
+    corner = by_pos[(0, 0, 1)]
+    assert corner.latent_slices()[1:] == (slice(0, 5), slice(10, 20))
+    assert corner.decode_slices()[1:] == (slice(0, 8), slice(7, 20))
+    assert corner.decoded_fhw == (4, 8, 13)
+    assert corner.discarded_pixels(geometry) == ((0, 0), (0, 96), (96, 0))
+    assert plan.redundancy == pytest.approx(4 * 8 * 13 * 4 / (4 * 10 * 20))
+    assert plan_identity(plan)["halo"] == [list(t.halo) for t in plan.tiles]
+    # a halo wider than the neighbour stops at the shot's edge; without a halo nothing is recorded
+    wide = plan_shot("s", (8, 4, 10, 20), replace(geometry, halo=30), TileGrid((1, 2, 2), (0, 0, 0)))
+    assert {t.decoded_fhw[1:] for t in wide.tiles} == {(10, 20)}
+    assert "halo" not in plan_identity(plan_shot("s", (8, 4, 10, 20), replace(geometry, halo=0),
+                                                 TileGrid((1, 2, 2), (0, 0, 0))))  # fmt: skip
+
+
+def test_chunks_inside_a_tile_decode_the_halo_too():
+    geometry = Geometry(spatial_scale=32, temporal_scale=8, causal=True, halo=2)
+    chunks = plan_chunks((3, 6, 12), geometry, ChunkSize(width=6, overlap=(0, 0, 0)))
+    assert [c.halo for c in chunks] == [(0, 0, 0, 2), (0, 0, 2, 0)]
+    assert [c.decode_slices()[2] for c in chunks] == [slice(0, 8), slice(4, 12)]
+
+
+def test_drop_context_crops_the_halo_and_the_context_frames():
+    import torch
+
+    from farm.worker.tasks import drop_context
+
+    geometry = Geometry(spatial_scale=2, temporal_scale=1, causal=False, context=1, halo=1)
+    plan = plan_shot("s", (1, 4, 6, 6), geometry, TileGrid((2, 2, 2), (0, 0, 0)))
+    shape = geometry.pixel_shape((4, 6, 6))
+    whole = torch.arange(3 * math.prod(shape), dtype=torch.float32).reshape(3, *shape)
+    for tile in plan.tiles:
+        block = whole[(slice(None), *(slice(s.start * k, s.stop * k) for s, k in
+                                      zip(tile.decode_slices(), (1, 2, 2), strict=True)))]  # fmt: skip
+        own = drop_context(block, tile, geometry)
+        (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
+        assert torch.equal(own, whole[:, f0:f1, h0:h1, w0:w1])
