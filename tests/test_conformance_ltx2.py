@@ -142,9 +142,10 @@ def test_spatial_tiles_are_at_least_as_close_as_ltx_core_own_tiling(released, tm
     tiling = TilingConfig(spatial_config=spatial, temporal_config=whole_clip)
     theirs = levels(reference_frames(checkpoint, latent, tiling))
     ours = rendered(job, tmp_path / "out", "--tiles", "1,2,2", "--overlap", "0,2,2")
-    # the same blend on the same grid: farm's tiles are ltx-core's but for float rounding
-    assert psnr(ours, untiled) >= psnr(theirs, untiled) - 0.01, (psnr(ours, untiled), psnr(theirs, untiled))
-    assert np.abs(ours.astype(int) - theirs).max() <= 1
+    # the same grid and blend, but farm's tiles decode their halo: they equal ltx-core's untiled decode
+    # (within a level of rounding), where ltx-core's own tiles are seams away from it
+    assert np.abs(ours.astype(int) - untiled).max() <= 1
+    assert psnr(ours, untiled) > psnr(theirs, untiled) + 10, (psnr(ours, untiled), psnr(theirs, untiled))
 
 
 def test_carry_is_refused_for_a_decoder_that_looks_ahead(released, tmp_path):

@@ -260,7 +260,8 @@ def test_a_job_holding_latents_of_the_old_tiny_config_is_refused_before_renderin
            audio_decoder={"config": "ltx2-audio-tiny", "weights": {"random_seed": 0}})  # fmt: skip
     audio_identity(open_job(job), "a", VideoSettings())  # the current shape: accepted
     root = zarr.open_group(store=str(job), mode="r+", zarr_format=3)
-    root["a"].create_array("audio", shape=(4, 9, 4), dtype="float32", overwrite=True,
-                           dimension_names=AUDIO_DIMS)  # fmt: skip
+    old = root["a"].create_array("audio", shape=(4, 9, 4), dtype="float32", overwrite=True,
+                                 dimension_names=AUDIO_DIMS)  # fmt: skip
+    old[:] = 1.0  # every chunk written: a missing one is refused first
     with pytest.raises(FarmError, match=r"shot 'a': audio latent has shape \[4, 9, 4\].*C = 2 and M = 16"):
         audio_identity(open_job(job), "a", VideoSettings())

@@ -6,6 +6,7 @@ workers."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -107,7 +108,9 @@ def test_the_smallest_block_is_where_every_stages_window_fits():
 
 
 def test_plans_never_cut_blocks_smaller_than_the_attention_window():
-    geometry = LTX2DiffusionDecoder.geometry_for({})
+    # without the halo, which widens what a small tile decodes past the window (checked at the end)
+    halo = LTX2DiffusionDecoder.geometry_for({})
+    geometry = replace(halo, halo=0)
     shot = (128, 16, 22, 38)
     plan_shot("s", shot, geometry, TileGrid((1, 2, 2), (0, 2, 2)))  # 12 rows, 20 columns a tile
     with pytest.raises(FarmError, match="shot 's': a tile would decode 6 latent units of height, but this "
@@ -121,6 +124,9 @@ def test_plans_never_cut_blocks_smaller_than_the_attention_window():
         assert min(t.latent[1].size for t in tiles) >= 7 and min(t.latent[2].size for t in tiles) >= 7
     rows = {c.grid.tiles[1]: c.grid.overlap[1] for c in planner.candidates(shot, geometry, model, None, None)}
     assert rows[4] >= 2  # 22 rows in 4 tiles: only with overlap enough for 7 rows a tile
+    for candidate in planner.candidates(shot, halo, model, None, None):  # with it: decoded blocks fit
+        tiles = plan_shot("s", shot, halo, candidate.grid).tiles
+        assert min(min(t.decoded_fhw[1:]) for t in tiles) >= 7
 
 
 def diffusers_decode(model, z, noise, origin, steps):
