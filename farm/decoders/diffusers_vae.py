@@ -102,6 +102,10 @@ class DiffusersVideoDecoder:
     family: ClassVar[str]
     named_configs: ClassVar[dict[str, dict[str, Any]]]
     model_class_name: ClassVar[str]  # a class exported by `diffusers`
+    # Named configs farm once resolved to other constructor arguments: their current revision, and what
+    # changed (`farm.decoders.base.named_config_revision`); configs never revised are absent.
+    config_revisions: ClassVar[dict[str, int]] = {}
+    config_revision_notes: ClassVar[dict[str, str]] = {}
     required_weights: ClassVar[tuple[str, ...]] = W.DECODER_PREFIXES
     # Latent statistics the weights carry as tensors (LTX): needed to un-normalise latents only.
     statistics_tensors: ClassVar[tuple[str, ...]] = ()

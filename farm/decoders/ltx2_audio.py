@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -121,12 +121,12 @@ NAMED_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
 class AudioConfigs:
     """The named audio configs' revisions, in the form `farm.decoders.base`'s revision helpers read."""
 
-    family = FAMILY
+    family: ClassVar[str] = FAMILY
     # Revision 1 of `ltx2-audio-tiny` took 16 mel bins and played 8 kHz: not LTX-2's structure, and a vocoder
     # Lightricks' decoder cannot build (it takes 2 x 64 mel bins). Every spec naming it carries its revision,
     # so a sound decoded with the old one is never resumed or called finished silently.
-    config_revisions: dict[str, int] = {"ltx2-audio-tiny": 2}
-    config_revision_notes: dict[str, str] = {
+    config_revisions: ClassVar[dict[str, int]] = {"ltx2-audio-tiny": 2}
+    config_revision_notes: ClassVar[dict[str, str]] = {
         "ltx2-audio-tiny": "now LTX-2's sound structure at small widths (64 mel bins, 24 kHz); revision 1 "
         "took 16 mel bins and played 8 kHz"
     }

@@ -120,6 +120,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     }
     comfyui_latents: ClassVar[str | None] = "normalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv",)
+    injects_noise = False  # whether a decoder block adds noise (set by `_install_noise_hooks`)
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # Non-causal convolutions: a frame depends on latent frames both ways. Measured receptive fields: tiny
     # configs to errors below 0.01 levels (float32, CPU); real ones to the float32 noise floor of an H200
@@ -265,7 +266,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         import torch
 
         t, scale, seed = self.decode_settings(self.spec, bool(self.model.config.timestep_conditioning))
-        if origin is None and (scale > 0 or getattr(self, "injects_noise", False)):
+        if origin is None and (scale > 0 or self.injects_noise):
             raise FarmError(
                 f"{self.spec.family} decoder [{self.spec.config_name or 'custom config'}] draws noise per "
                 "latent position (decode_noise_scale > 0 or injected decoder noise): decode() needs the "

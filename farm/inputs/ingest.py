@@ -75,7 +75,7 @@ DEFAULT_FPS = 24.0
 COMFYUI_CONVENTION: dict[str, str] = {
     family: convention
     for family, cls in FAMILIES.items()
-    if (convention := getattr(cls, "comfyui_latents", None))
+    if (convention := cls.comfyui_latents)
 }
 NAME_FIELDS = ("stem", "index", "n", "key")
 
@@ -628,7 +628,7 @@ def ingest(
 
 def _with_decode_steps(spec: DecoderSpec, steps: int, *, exists: bool) -> DecoderSpec:
     """`spec` with a diffusion decoder's denoising steps (a new job only: its shots share one spec)."""
-    if "decode_steps" not in getattr(decoder_class(spec), "spec_fields", {}):
+    if "decode_steps" not in decoder_class(spec).spec_fields:
         raise FarmError(
             f"--decode-steps: the {spec.family} decoder does not denoise; it applies to ltx2-diffusion"
         )

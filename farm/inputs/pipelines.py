@@ -48,7 +48,7 @@ class PipelineConvention:
 PIPELINES: dict[str, PipelineConvention] = {
     name: PipelineConvention(family, latents, packed)
     for family, cls in FAMILIES.items()
-    for name, (latents, packed) in getattr(cls, "pipeline_conventions", {}).items()
+    for name, (latents, packed) in cls.pipeline_conventions.items()
 }
 
 
@@ -166,7 +166,7 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     if vae is None:
         raise FarmError("give decoder= (the pipeline has no vae to take the decoder spec from)")
     vae_class = type(vae).__name__
-    family = next((f for f, c in FAMILIES.items() if getattr(c, "model_class_name", None) == vae_class), None)
+    family = next((f for f, c in FAMILIES.items() if c.model_class_name == vae_class), None)
     if family is None:
         raise FarmError(f"farm has no decoder for {type(vae).__name__}; known: {sorted(FAMILIES)}")
     config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
