@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from farm.cli import main as farm_main
-from farm.decoders.ltx2_audio import (
+from farm.decoders.ltx2.audio import (
     LTX2_3_AUDIO_TINY,
     check_audio_weights,
     load_audio_decoder,
@@ -305,7 +305,7 @@ def test_recorded_vocoder_defaults_are_the_installed_classes():
 
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
-    from farm.decoders.ltx2_vocoder_config import LTX2_VOCODER_DEFAULTS, LTX2_VOCODER_WITH_BWE_DEFAULTS
+    from farm.decoders.ltx2.vocoder_config import LTX2_VOCODER_DEFAULTS, LTX2_VOCODER_WITH_BWE_DEFAULTS
 
     for cls, recorded in ((LTX2Vocoder, LTX2_VOCODER_DEFAULTS),
                           (LTX2VocoderWithBWE, LTX2_VOCODER_WITH_BWE_DEFAULTS)):  # fmt: skip
@@ -354,7 +354,7 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
     from farm.decoders import checkpoints as C
     from farm.decoders import weights as W
     from farm.decoders.ltx2 import LTX2_3, LTX2Decoder
-    from farm.decoders.ltx2_audio import LTX2_3_AUDIO, bwe_vocoder_name
+    from farm.decoders.ltx2.audio import LTX2_3_AUDIO, bwe_vocoder_name
 
     with torch.device("meta"):
         models = ltx_core_models(LTX23_CONFIG)

@@ -98,6 +98,20 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
     return header, n
 
 
+def file_vae_config(path: Path, header: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``vae`` entry of a safetensors file's ``config`` metadata (`header`: its parsed JSON header),
+    or None when the file carries none. A config that is not JSON is refused, naming the file."""
+    metadata = header.get("__metadata__")
+    if not isinstance(metadata, dict) or "config" not in metadata:
+        return None
+    try:
+        config = json.loads(metadata["config"])
+    except (TypeError, ValueError) as exc:
+        raise FarmError(f"weights file {str(path)!r}: its 'config' metadata is not JSON ({exc})") from None
+    vae = config.get("vae") if isinstance(config, dict) else None
+    return vae if isinstance(vae, dict) else None
+
+
 # Bytes per element of safetensors' dtypes and torch's storage types (by their names here).
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
             "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "Long": 8, "Int": 4, "Short": 2, "Char": 1, "Byte": 1,

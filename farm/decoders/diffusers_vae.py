@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
-from farm.decoders.checkpoints import SAFETENSORS_SUFFIX, safetensors_header
+from farm.decoders.checkpoints import SAFETENSORS_SUFFIX, file_vae_config, safetensors_header
 from farm.decoders.geometry import Geometry
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
-from farm.decoders.ltx_metadata import file_vae_config
 from farm.decoders.memory import MemoryModel
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError

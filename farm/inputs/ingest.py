@@ -27,7 +27,7 @@ HunyuanVideo latents are the VAE's own (``denormalized``).
 Sound (LTX-2): a shot's audio latents ``[C, T, M]`` (a sample of the pipeline's ``[B, C, T, M]``) are
 stored beside its video latents, from the tensor ``--audio-tensor`` names in the same file, or from the
 pipeline's output (`add_pipeline_shot`'s ``audio_latents``). The job then records the audio decoder
-(`farm.decoders.ltx2_audio`) that decodes them; every shot's sound shares it.
+(`farm.decoders.ltx2.audio`) that decodes them; every shot's sound shares it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, check_audio_weights, resolve_audio_spec
+from farm.decoders.ltx2.audio import AudioSpec, check_audio_latent, check_audio_weights, resolve_audio_spec
 from farm.errors import FarmError
 from farm.inputs import latent_files
 from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_weights, resolve_audio_spec
+from farm.decoders.ltx2.audio import AudioSpec, check_audio_weights, resolve_audio_spec
 from farm.errors import FarmError
 from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
 from farm.media.rates import parse_rate

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
-from farm.decoders.ltx2_audio_vae_config import audio_vae_contradictions
-from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
+from farm.decoders.ltx2.audio_vae_config import audio_vae_contradictions
+from farm.decoders.ltx2.vocoder_config import vocoder_contradictions
 from farm.errors import FarmError
 
 if TYPE_CHECKING:

@@ -18,11 +18,10 @@ Attention: diffusers' FlexAttention path without ``torch.compile`` materialises 
 of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
 takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
 inward at the borders, as NATTEN and the flex mask define it) as one fused Triton kernel on CUDA devices
-(`farm.decoders.device.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
-kernels (`farm.decoders.neighborhood_attention`), and decodes each stage in runs of frames
-(`farm.decoders.device.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and
-context and one
-run's temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
+(`device.na_triton` in this folder), elsewhere as blocks of queries against their keys' halo through
+fused SDPA kernels (`neighborhood_attention`), and decodes each stage in runs of frames
+(`device.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and context and one run's
+temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
 """
 
 from __future__ import annotations
@@ -33,24 +32,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
-from farm.decoders.neighborhood_attention import use_blocked_attention
+from farm.decoders.ltx2_diffusion.configs import LTX2_DIFFUSION_TINY
+from farm.decoders.ltx2_diffusion.neighborhood_attention import use_blocked_attention
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import torch
 
-# Same class, a few channels and 3x3x3 windows: decodes 9x64x96 in well under a second on one CPU core.
-LTX2_DIFFUSION_TINY = {
-    "latent_channels": 8,
-    "decoder_head_dim": 8,
-    "decoder_stage_channels": [32, 16, 8, 8, 8],
-    "decoder_stage_depths": [1, 1, 1, 1, 1],
-    "decoder_stage_kernels": [[3, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3]],
-    "decoder_upsample_channel_reductions": [2, 2, 1, 1],
-    "decoder_stage5_kernel": [3, 3, 3],
-    "decoder_t_emb_dim": 16,
-}
 # Noise values drawn at once (float64, with int64 hash temporaries of the same count).
 NOISE_ELEMENTS = 1 << 25
 
@@ -209,8 +198,10 @@ def decode_with_noise(
     tokens: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
-    in runs of frames of about `tokens` tokens (`farm.decoders.device.ltx2_diffusion_chunked`)."""
-    from farm.decoders.device import ltx2_diffusion_chunked as chunked  # torch and Triton: a decode's alone
+    in runs of frames of about `tokens` tokens (`device.ltx2_diffusion_chunked`)."""
+    from farm.decoders.ltx2_diffusion.device import (
+        ltx2_diffusion_chunked as chunked,  # torch and Triton: a decode's alone
+    )
 
     tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder
