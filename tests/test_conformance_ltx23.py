@@ -363,13 +363,13 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
     shapes = {name: tuple(t.shape) for name, t in original_layout(*models).items()}
     infos = {name: C.TensorInfo(shape, "BF16", Path("ltx-2.3.safetensors")) for name, shape in shapes.items()}
 
-    layout = C.detect_layout(infos, "ltx2", "x")
+    layout = C.detect_layout(infos, LTX2Decoder, "x")
     assert layout == C.Layout("ltx-original", "vae.")
     expected = W.recorded_decoder_tensors("ltx2", "ltx2.3")
-    found = W.converted_names(layout, "ltx2", infos)
+    found = W.converted_names(layout, LTX2Decoder, infos)
     full = LTX2Decoder._full_config(LTX2_3)
     names = {
-        k: found.get(k) or layout.prefix + C.original_name(k, layout.name, "ltx2", full) for k in expected
+        k: found.get(k) or layout.prefix + LTX2Decoder.original_name(k, layout.name, full) for k in expected
     }
     assert W.weight_mismatches(expected, infos, names, layout.prefix) == []
     assert len(expected) == sum(n.startswith("vae.") for n in shapes) == 86  # decoder and statistics

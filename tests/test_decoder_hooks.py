@@ -14,6 +14,8 @@ from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 
 ROOT = Path(__file__).resolve().parents[1]
 FARM = ROOT / "farm"
+REGISTRY = FARM / "decoders" / "__init__.py"
+SEQUENCES = (ast.Tuple, ast.Set, ast.List)
 
 
 def adapter_names() -> set[str]:
@@ -74,3 +76,30 @@ def test_the_protocol_declares_what_the_base_provides():
     assert not missing, f"VideoDecoder declares {missing}, which DiffusersVideoDecoder does not provide"
     for cls in FAMILIES.values():
         assert issubclass(cls, DiffusersVideoDecoder), cls
+
+
+def layout_names() -> set[str]:
+    """Every family's original checkpoint layouts, as their adapters name them."""
+    from farm.decoders.ltx2.layout import LTX_ORIGINAL
+    from farm.decoders.wan.layout import WAN22_ORIGINAL, WAN_ORIGINAL
+
+    return {LTX_ORIGINAL, WAN_ORIGINAL, WAN22_ORIGINAL}
+
+
+def test_no_code_outside_a_family_folder_branches_on_its_name_or_layouts():
+    """A comparison with a family's name or one of its layouts belongs in the family's class (a hook)."""
+    named = set(FAMILIES) | layout_names()
+    homes = {family_home(cls) for cls in FAMILIES.values()}
+    found = []
+    for path, tree in sources():
+        if any(home in path.parents or path == home for home in homes) or path == REGISTRY:
+            continue  # a family's own code, and the registry
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            values = [e for o in operands for e in (o.elts if isinstance(o, SEQUENCES) else [o])]
+            hits = [v.value for v in values if isinstance(v, ast.Constant) and v.value in named]
+            if hits:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} compares with {hits}")
+    assert not found, "move these into a hook on the family's class: " + "; ".join(found)

@@ -115,6 +115,16 @@ class VideoDecoder(Protocol):
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
 
     @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        """The family's original checkpoint layout that a checkpoint's VAE names are in (None: diffusers')."""
+        ...
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        """The name diffusers' tensor `name` has in a checkpoint `layout` (without a file's prefix)."""
+        ...
+
+    @classmethod
     def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:
         """Raise FarmError if the spec's weights cannot load into its config, or changed since the spec
         recorded their identity (cheap: headers and a few sampled blocks, no torch); returns the spec

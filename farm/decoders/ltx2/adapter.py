@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec, dtype_bytes
+from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
 from farm.decoders.geometry import Geometry
 from farm.decoders.ltx2 import metadata as ltx_metadata
 from farm.decoders.ltx2.carry import decode_with_state
 from farm.decoders.ltx2.configs import LTX2_3, LTX2_3_TINY, LTX2_RELEASED, LTX2_TINY
+from farm.decoders.ltx2.layout import LTX_ORIGINAL, convert_ltx2_names, is_ltx_original, ltx_original_name
 
 if TYPE_CHECKING:
     import torch
@@ -145,6 +147,20 @@ class LTX2Decoder(DiffusersVideoDecoder):
     def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:
         """An LTX-2 file's own decoder settings, as ltx-core reads its ``config`` metadata."""
         return ltx_metadata.ltx2_decoder_config(vae, where)
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_ltx_original(names) else None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_original_name(name, "ltx2", full_config)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        return convert_ltx2_names(tensors) if layout.name == LTX_ORIGINAL else {}
 
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 

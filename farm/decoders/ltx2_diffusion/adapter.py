@@ -27,12 +27,21 @@ temporaries. The model's own processors are the SDPA blocks too, for callers of 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
+from farm.decoders.checkpoints import Derived, Layout, TensorInfo
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.ltx2_diffusion.configs import LTX2_DIFFUSION_TINY
+from farm.decoders.ltx2_diffusion.layout import (
+    LTX_ORIGINAL,
+    is_lightricks_diffusion,
+    ltx_diffusion_metadata_mismatches,
+    ltx_diffusion_original_name,
+    ltx_diffusion_tensors,
+)
 from farm.decoders.ltx2_diffusion.neighborhood_attention import use_blocked_attention
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
@@ -105,6 +114,34 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         return cls._full_config(config)["decoder_stage_channels"][-1] / 256
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_lightricks_diffusion(names) else None  # Lightricks' names (ltx-core)
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_diffusion_original_name(name)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def file_tensors(
+        cls, infos: dict[str, TensorInfo], layout: Layout, files: list[Path], full_config: dict[str, Any],
+        where: str,
+    ) -> tuple[dict[str, TensorInfo], dict[str, Derived]]:
+        """Lightricks' layout: fused projections split, gates folded, the timestep MLP renamed
+        (`ltx_diffusion_tensors`), once the files' own config metadata agrees with the spec's."""
+        if layout.name != LTX_ORIGINAL:
+            return infos, {}
+        mismatches = ltx_diffusion_metadata_mismatches(files, full_config)
+        if mismatches:
+            raise FarmError(
+                f"weights at {where} were saved for another diffusion decoder config: "
+                f"{'; '.join(mismatches)}. "
+                "Use the config the checkpoint names (its safetensors metadata 'config' → 'vae' → 'decoder')"
+            )
+        return ltx_diffusion_tensors(infos, layout.prefix)
 
     def decode_steps(self) -> int:
         steps = self.spec.extra.get("decode_steps") or self.model.config.decoder_num_inference_steps

@@ -18,10 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
+from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.ltx2.layout import LTX_ORIGINAL, is_ltx_original, ltx_original_name
 from farm.decoders.ltxv import metadata as ltxv_metadata
 from farm.decoders.ltxv.configs import LTXV_091, LTXV_091_TINY, LTXV_095, LTXV_095_TINY, LTXV_TINY
+from farm.decoders.ltxv.layout import convert_ltxv_names, ltxv_variant
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 
@@ -153,6 +156,20 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:
         """An LTX-Video file's own decoder settings, as ltx-video reads its ``config`` metadata."""
         return ltxv_metadata.ltxv_decoder_config(vae, where)
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_ltx_original(names) else None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_original_name(name, ltxv_variant(full_config), full_config)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        return convert_ltxv_names(tensors, layout.prefix, missing) if layout.name == LTX_ORIGINAL else {}
 
     @classmethod
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> LTXVideoDecoder:

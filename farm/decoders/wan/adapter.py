@@ -19,9 +19,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.wan.configs import WAN22, WAN22_TINY, WAN_TINY
+from farm.decoders.wan.layout import (
+    WAN22_ORIGINAL,
+    WAN_ORIGINAL,
+    check_layout_fits,
+    wan_layout,
+    wan_original_name,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -100,6 +108,29 @@ class WanDecoder(DiffusersVideoDecoder):
         full = cls._full_config(config)
         width = (full["decoder_base_dim"] or full["base_dim"]) / (full["patch_size"] or 1)
         return min(1.0, width / 96)  # the real configs measure alike; tiny ones scale down
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return wan_layout(names)
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout in (WAN_ORIGINAL, WAN22_ORIGINAL):
+            return wan_original_name(name, layout, full_config)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def check_layout_fits(cls, layout: str, full_config: dict[str, Any], where: str) -> None:
+        check_layout_fits(layout, full_config, where)
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        """diffusers' Wan 2.1 converter (none in its library for Wan 2.2's: `original_name` names it)."""
+        if layout.name != WAN_ORIGINAL:
+            return {}
+        from diffusers.loaders import single_file_utils as su
+
+        return dict(su.convert_wan_vae_to_diffusers(tensors))
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``WanPipeline``: ``z / (1 / latents_std) + latents_mean`` with the config's lists."""
