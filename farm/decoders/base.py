@@ -84,6 +84,7 @@ class VideoDecoder(Protocol):
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]]
     comfyui_latents: ClassVar[str | None]
     comfyui_words: ClassVar[tuple[str, ...]]
+    sound_configs: ClassVar[dict[str, str]]  # named video config → the sound config that goes with it
     spec: DecoderSpec
     geometry: Geometry
     latent_channels: int

@@ -137,6 +137,8 @@ class DiffusersVideoDecoder:
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {}
     comfyui_latents: ClassVar[str | None] = None
     comfyui_words: ClassVar[tuple[str, ...]] = ()
+    # named video config → the named sound config that goes with it (`farm synth --audio`)
+    sound_configs: ClassVar[dict[str, str]] = {}
 
     def __init__(self, spec: DecoderSpec, model: Any, device: str) -> None:
         import torch

@@ -32,6 +32,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import HDR_TRANSFERS
+from farm.decoders.ltx2.audio import FAMILY as SOUND_FAMILY
 from farm.errors import FarmError
 from farm.inputs.latent_files import torch_to_numpy
 from farm.planning.tiling import Geometry
@@ -221,4 +222,4 @@ def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[
         )
     torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
     dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
-    return {"family": "ltx2-audio", "config": config, "weights": {"path": source}, "dtype": dtype}
+    return {"family": SOUND_FAMILY, "config": config, "weights": {"path": source}, "dtype": dtype}

@@ -37,6 +37,9 @@ class LTX2Decoder(DiffusersVideoDecoder):
     }
     comfyui_latents: ClassVar[str | None] = "normalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv", "ltx-2", "ltx2")  # ComfyUI's LTX-2 nodes are LTXV…
+    # the sound of LTX-2 and LTX-2.3 (`farm.decoders.ltx2.audio`), tiny with tiny
+    sound_configs: ClassVar[dict[str, str]] = {"ltx2": "ltx2-audio", "ltx2-tiny": "ltx2-audio-tiny",
+                                               "ltx2.3": "ltx2.3-audio", "ltx2.3-tiny": "ltx2.3-audio-tiny"}
     # Revision 1 of both names was diffusers' constructor defaults: a decoder causal in time, which decodes
     # the released weights to other frames (13 dB from ltx-core's decode of the same latent).
     config_revisions: ClassVar[dict[str, int]] = {"ltx2": 2, "ltx2-tiny": 2}

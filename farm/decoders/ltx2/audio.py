@@ -301,35 +301,6 @@ def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
     return AudioSpec(name, resolved, dict(weights), dtype, revision.get(CONFIG_REVISION))
 
 
-def resolve_audio_spec(decoder: str | dict[str, Any] | AudioSpec, weights: str | None = None,
-                       where: str = "--audio-decoder",
-                       default_weights: dict[str, Any] | None = None) -> AudioSpec:  # fmt: skip
-    """An audio spec from a named config (with `weights`), a JSON object or text, or a spec."""
-    if isinstance(decoder, AudioSpec):
-        raw = decoder.to_json()
-    elif isinstance(decoder, dict):
-        raw = dict(decoder)
-    else:
-        text = decoder.strip()
-        if text.startswith("{"):
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                raise FarmError(f"{where}: not valid JSON ({exc})") from None
-        else:
-            raw = {"family": FAMILY, "config": text}
-    if weights is not None:
-        raw["weights"] = {"path": str(weights)}
-    elif "weights" not in raw and default_weights is not None:
-        raw["weights"] = dict(default_weights)
-    elif "weights" not in raw:
-        raise FarmError(
-            f"{where} {raw.get('config')!r} needs weights: --audio-weights PATH (a diffusers "
-            "pipeline folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint)"
-        )
-    return parse_audio_spec(raw, where=where)
-
-
 def check_audio_latent(shape: tuple[int, ...], spec: AudioSpec, where: str) -> None:
     """Refuse an audio latent the spec's VAE cannot decode, saying what it takes."""
     want = f"[C, T, M] with C = {spec.latent_channels} and M = {spec.latent_mel_bins}"
