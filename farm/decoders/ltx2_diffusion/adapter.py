@@ -34,9 +34,9 @@ from farm.decoders.base import DecoderSpec
 from farm.decoders.checkpoints import Derived, Layout, TensorInfo
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.ltx2.layout import LTX_ORIGINAL
 from farm.decoders.ltx2_diffusion.configs import LTX2_DIFFUSION_TINY
 from farm.decoders.ltx2_diffusion.layout import (
-    LTX_ORIGINAL,
     is_lightricks_diffusion,
     ltx_diffusion_metadata_mismatches,
     ltx_diffusion_original_name,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.decoders.checkpoints import SAFETENSORS_SUFFIX, Derived, TensorInfo, safetensors_header
-from farm.decoders.ltx2.layout import LTX_ORIGINAL, LTX_STATISTICS
+from farm.decoders.ltx2.layout import LTX_STATISTICS
 
 _LTX_DIFFUSION_RENAMES = (
     (".attn.to_q.", ".attn.qkv.to_q."),
@@ -122,6 +122,3 @@ def is_lightricks_diffusion(names: list[str]) -> bool:
     """Whether a diffusion decoder checkpoint's names are Lightricks' (ltx-core's) rather than diffusers'."""
     return any(mark in n for n in names for mark in LTX_DIFFUSION_MARKS)
 
-
-__all__ = ["LTX_ORIGINAL", "ltx_diffusion_original_name", "ltx_diffusion_tensors",
-           "ltx_diffusion_metadata_mismatches", "is_lightricks_diffusion", "LTX_DIFFUSION_GATES"]  # fmt: skip
