@@ -85,7 +85,7 @@ def write_single_file(folder: Path, path: Path, config: str) -> None:
         state.update(load_file(str(f)))
     keep = LTX2Decoder.decoder_tensor_shapes(LTX2Decoder.named_configs[config])
     out = {
-        "vae." + C.original_name(k, "ltx-original", "ltx2", full): v for k, v in state.items() if k in keep
+        "vae." + LTX2Decoder.original_name(k, "ltx-original", full): v for k, v in state.items() if k in keep
     }
     save_file(out, str(path))
     print(f"wrote {path} ({len(out)} tensors, LTX-2 original layout under vae.)")

@@ -5,9 +5,9 @@ into ltx-core's modules) and decode the same latent in bf16; farm is given ltx-c
 generator's draw for the same shape), so the outputs differ only by arithmetic. Each step runs in a
 process of its own under a timeout:
 
-* ``kernel``: the fused Triton neighbourhood attention (`farm.decoders.device.na_triton`) against the blocked
-  SDPA path on the GPU: largest error (float32 and bf16) on a small grid, and times at stage 5's shape
-  (121x176x304, 4 heads of 64, 11x11x11) for a few kernel configurations;
+* ``kernel``: the fused Triton neighbourhood attention (`farm.decoders.ltx2_diffusion.device.na_triton`)
+  against the blocked SDPA path on the GPU: largest error (float32 and bf16) on a small grid, and times at
+  stage 5's shape (121x176x304, 4 heads of 64, 11x11x11) for a few kernel configurations;
 * ``decode:704``, ``decode:1088``: 121 frames at 704x1216 and 1088x1920: ltx-core ``combined`` and
   ``chunked_eager`` with its Triton na3d (its paths without NATTEN), then farm's decode
   (`farm.decoders.ltx2_diffusion.decode_with_noise`): first call, median warm call, peak memory above the
@@ -75,8 +75,8 @@ def _first_and_warm(fn: Any) -> dict:
 def step_kernel() -> dict:
     import torch
 
-    from farm.decoders.device import na_triton
-    from farm.decoders.neighborhood_attention import neighborhood_attention as blocked
+    from farm.decoders.ltx2_diffusion.device import na_triton
+    from farm.decoders.ltx2_diffusion.neighborhood_attention import neighborhood_attention as blocked
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     out: dict[str, Any] = {}
@@ -181,7 +181,7 @@ def step_decode(which: str) -> dict:
     import numpy as np
     import torch
 
-    from farm.decoders.ltx2_diffusion import decode_with_noise
+    from farm.decoders.ltx2_diffusion.adapter import decode_with_noise
     from farm.inputs.synthetic import smooth_latent
 
     frames, height, width = SHOTS[which]
@@ -233,7 +233,7 @@ def step_sizes() -> dict:
     import numpy as np
     import torch
 
-    from farm.decoders.ltx2_diffusion import decode_with_noise
+    from farm.decoders.ltx2_diffusion.adapter import decode_with_noise
     from farm.inputs.synthetic import smooth_latent
 
     model = _farm_model()

@@ -77,7 +77,7 @@ def _peak_gib() -> float:
 def step_audio(repeats: int) -> dict:
     import numpy as np
 
-    from farm.decoders.ltx2_audio import load_audio_decoder
+    from farm.decoders.ltx2.audio import load_audio_decoder
 
     spec = {"config": "ltx2-audio" + SUFFIX, "weights": {"random_seed": 0}, "dtype": _dtype()}
     started = time.perf_counter()
@@ -134,7 +134,7 @@ def step_diffusion(repeats: int) -> dict:
 def step_attention(repeats: int) -> dict:
     import torch
 
-    from farm.decoders.neighborhood_attention import neighborhood_attention
+    from farm.decoders.ltx2_diffusion.neighborhood_attention import neighborhood_attention
 
     def reference(q: Any, k: Any, v: Any, kernel: tuple) -> Any:  # dense, the window as the mask
         _, t, h, w, heads, d = q.shape

@@ -88,10 +88,9 @@ model.save_pretrained({str(folder)!r})
     if single_file is not None:  # LTX-2's full checkpoint: the VAE under "vae.", beside a transformer
         code += f"""
 from safetensors.torch import save_file
-from farm.decoders import checkpoints
 full = cls._full_config(cls.named_configs[name])
 wanted = cls.decoder_tensor_shapes(cls.named_configs[name])
-state = {{"vae." + checkpoints.original_name(k, "ltx-original", family, full): v.contiguous()
+state = {{"vae." + cls.original_name(k, "ltx-original", full): v.contiguous()
          for k, v in model.state_dict().items() if k in wanted}}
 state["model.diffusion_model.stand_in.weight"] = torch.zeros(2**28, dtype=torch.bfloat16)  # never read
 save_file(state, {str(single_file)!r})

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from farm.cli import main as farm_main
-from farm.decoders.ltx2_audio import (
+from farm.decoders.ltx2.audio import (
     LTX2_AUDIO_TINY,
     load_audio_decoder,
     parse_audio_spec,

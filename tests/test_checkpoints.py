@@ -57,7 +57,7 @@ def original_state(spec, cls, model, layout: str) -> dict[str, torch.Tensor]:
     """The decoder's tensors of `model` under their names in `layout` (farm's inverse of diffusers')."""
     full = cls._full_config(spec.config)
     keep = cls.decoder_tensor_shapes(spec.config)
-    return {C.original_name(k, layout, spec.family, full): v.detach().clone().contiguous()
+    return {decoder_class(spec).original_name(k, layout, full): v.detach().clone().contiguous()
             for k, v in model.state_dict().items() if k in keep}  # fmt: skip
 
 
@@ -205,12 +205,12 @@ def test_inverse_names_agree_with_diffusers_converters(family, cls):
             if layout == "wan-original" and full.get("is_residual"):
                 continue  # Wan 2.2's own layout is not Wan 2.1's
             for prefix in ("", "vae.") if layout == "ltx-original" else ("",):
-                infos = {prefix + C.original_name(k, layout, family, full):
+                infos = {prefix + cls.original_name(k, layout, full):
                          C.TensorInfo(tuple(s), "F32", Path("x")) for k, s in expected.items()}  # fmt: skip
-                assert C.detect_layout(infos, family, "x") == C.Layout(layout, prefix)
-                names = W.converted_names(C.Layout(layout, prefix), family, infos)
+                assert C.detect_layout(infos, cls, "x", FAMILIES.values()) == C.Layout(layout, prefix)
+                names = W.converted_names(C.Layout(layout, prefix), cls, infos)
                 assert {k: names[k] for k in expected} == {
-                    k: prefix + C.original_name(k, layout, family, full) for k in expected
+                    k: prefix + cls.original_name(k, layout, full) for k in expected
                 }, (name, layout, prefix)
 
 
@@ -336,3 +336,15 @@ def test_render_through_a_cluster_and_refuse_changed_weights(tmp_path, scheduler
     result = farm("render", str(tmp_path / "file.zarr"), "--out", str(tmp_path / "out-changed"))
     assert result.returncode == 2 and "changed since the job was made" in result.stderr, result.stderr
     assert not (tmp_path / "out-changed").exists()
+
+
+def test_a_layout_only_another_family_reads_is_refused_naming_that_family():
+    wan, hunyuan = FAMILIES["wan"], FAMILIES["hunyuanvideo"]
+    config = wan.named_configs["wan-tiny"]
+    full = wan._full_config(config)
+    infos = {wan.original_name(k, "wan-original", full): C.TensorInfo(shape, "F32", Path("Wan2.1_VAE.pth"))
+             for k, shape in wan.decoder_tensor_shapes(config).items()}  # fmt: skip
+    assert C.detect_layout(infos, wan, "x", FAMILIES.values()) == C.Layout("wan-original", "")
+    with pytest.raises(FarmError, match="in the wan-original layout, which wan read, not the hunyuanvideo "
+                                        "decoder: check the spec's family"):  # fmt: skip
+        C.detect_layout(infos, hunyuan, "x", FAMILIES.values())

@@ -169,7 +169,7 @@ def test_a_named_config_that_contradicts_the_file_is_refused_naming_the_field(tm
 
 def test_the_file_config_maps_to_the_named_config():
     from farm.decoders.ltx2 import LTX2Decoder
-    from farm.decoders.ltx_metadata import ltx2_decoder_config
+    from farm.decoders.ltx2.metadata import ltx2_decoder_config
 
     config_contradictions = LTX2Decoder.config_contradictions
 

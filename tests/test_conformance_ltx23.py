@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from farm.cli import main as farm_main
-from farm.decoders.ltx2_audio import (
+from farm.decoders.ltx2.audio import (
     LTX2_3_AUDIO_TINY,
     check_audio_weights,
     load_audio_decoder,
@@ -305,7 +305,7 @@ def test_recorded_vocoder_defaults_are_the_installed_classes():
 
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder, LTX2VocoderWithBWE
 
-    from farm.decoders.ltx2_vocoder_config import LTX2_VOCODER_DEFAULTS, LTX2_VOCODER_WITH_BWE_DEFAULTS
+    from farm.decoders.ltx2.vocoder_config import LTX2_VOCODER_DEFAULTS, LTX2_VOCODER_WITH_BWE_DEFAULTS
 
     for cls, recorded in ((LTX2Vocoder, LTX2_VOCODER_DEFAULTS),
                           (LTX2VocoderWithBWE, LTX2_VOCODER_WITH_BWE_DEFAULTS)):  # fmt: skip
@@ -354,7 +354,7 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
     from farm.decoders import checkpoints as C
     from farm.decoders import weights as W
     from farm.decoders.ltx2 import LTX2_3, LTX2Decoder
-    from farm.decoders.ltx2_audio import LTX2_3_AUDIO, bwe_vocoder_name
+    from farm.decoders.ltx2.audio import LTX2_3_AUDIO, bwe_vocoder_name
 
     with torch.device("meta"):
         models = ltx_core_models(LTX23_CONFIG)
@@ -363,13 +363,13 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
     shapes = {name: tuple(t.shape) for name, t in original_layout(*models).items()}
     infos = {name: C.TensorInfo(shape, "BF16", Path("ltx-2.3.safetensors")) for name, shape in shapes.items()}
 
-    layout = C.detect_layout(infos, "ltx2", "x")
+    layout = C.detect_layout(infos, LTX2Decoder, "x")
     assert layout == C.Layout("ltx-original", "vae.")
     expected = W.recorded_decoder_tensors("ltx2", "ltx2.3")
-    found = W.converted_names(layout, "ltx2", infos)
+    found = W.converted_names(layout, LTX2Decoder, infos)
     full = LTX2Decoder._full_config(LTX2_3)
     names = {
-        k: found.get(k) or layout.prefix + C.original_name(k, layout.name, "ltx2", full) for k in expected
+        k: found.get(k) or layout.prefix + LTX2Decoder.original_name(k, layout.name, full) for k in expected
     }
     assert W.weight_mismatches(expected, infos, names, layout.prefix) == []
     assert len(expected) == sum(n.startswith("vae.") for n in shapes) == 86  # decoder and statistics

@@ -30,7 +30,7 @@ from test_conformance_ltx23 import (  # noqa: E402
 )
 
 from farm.cli import main as farm_main  # noqa: E402
-from farm.decoders.ltx2_audio import (  # noqa: E402
+from farm.decoders.ltx2.audio import (  # noqa: E402
     LTX2_AUDIO,
     LTX2_AUDIO_TINY,
     check_audio_weights,
@@ -167,8 +167,8 @@ def test_ltx2_audio_is_the_released_sound():
     from diffusers import AutoencoderKLLTX2Audio
     from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
 
-    from farm.decoders.ltx2_audio_vae_config import LTX2_AUDIO_VAE_DEFAULTS, audio_vae_contradictions
-    from farm.decoders.ltx2_vocoder_config import LTX2_VOCODER_DEFAULTS, vocoder_contradictions
+    from farm.decoders.ltx2.audio_vae_config import LTX2_AUDIO_VAE_DEFAULTS, audio_vae_contradictions
+    from farm.decoders.ltx2.vocoder_config import LTX2_VOCODER_DEFAULTS, vocoder_contradictions
 
     assert audio_vae_contradictions(LTX2_SOUND_CONFIG, LTX2_AUDIO["audio_vae"]) == []
     assert vocoder_contradictions(LTX2_SOUND_CONFIG, LTX2_AUDIO["vocoder"], bwe=False) == []
@@ -211,7 +211,7 @@ def test_recorded_audio_vae_defaults_are_the_installed_class():
 
     from diffusers import AutoencoderKLLTX2Audio
 
-    from farm.decoders.ltx2_audio_vae_config import LTX2_AUDIO_VAE_DEFAULTS
+    from farm.decoders.ltx2.audio_vae_config import LTX2_AUDIO_VAE_DEFAULTS
 
     live = {k: p.default for k, p in inspect.signature(AutoencoderKLLTX2Audio.__init__).parameters.items()
             if p.default is not inspect.Parameter.empty}  # fmt: skip

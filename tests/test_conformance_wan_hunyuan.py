@@ -92,14 +92,13 @@ def test_wan21_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
     from diffusers import AutoencoderKLWan
     from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
 
-    from farm.decoders import checkpoints as C
 
     cls, name = FAMILIES["wan"], "wan-tiny"
     source = seeded(AutoencoderKLWan, cls.named_configs[name])
     full = cls._full_config(cls.named_configs[name])
     keep = cls.decoder_tensor_shapes(cls.named_configs[name])
     path = tmp_path / "Wan2.1_VAE.pth"
-    torch.save({C.original_name(k, "wan-original", "wan", full): v.contiguous()
+    torch.save({cls.original_name(k, "wan-original", full): v.contiguous()
                 for k, v in source.state_dict().items() if k in keep}, path)  # fmt: skip
 
     reference = AutoencoderKLWan(**cls.named_configs[name]).eval()  # read as diffusers' converter reads it
@@ -123,7 +122,6 @@ def test_wan21_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
 def test_wan22_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
     from diffusers import AutoencoderKLWan
 
-    from farm.decoders import checkpoints as C
 
     cls, name = FAMILIES["wan"], "wan2.2-tiny"
     # the reference: diffusers' class with the weights under their diffusers names, which is what
@@ -132,7 +130,7 @@ def test_wan22_original_file_renders_as_diffusers_decodes(tmp_path, scheduler3):
     full = cls._full_config(cls.named_configs[name])
     keep = cls.decoder_tensor_shapes(cls.named_configs[name])
     path = tmp_path / "Wan2.2_VAE.pth"
-    torch.save({C.original_name(k, "wan22-original", "wan", full): v.contiguous()
+    torch.save({cls.original_name(k, "wan22-original", full): v.contiguous()
                 for k, v in reference.state_dict().items() if k in keep}, path)  # fmt: skip
     latent = smooth_latent(np.random.default_rng(4), (8, 3, *LATENT_HW))
     z = wan_reference_decode(reference, torch.from_numpy(latent))

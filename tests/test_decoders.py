@@ -255,7 +255,7 @@ def test_ltxv_decode_noise_is_positional_and_as_the_pipeline_mixes_it():
     assert torch.equal(a, decoder.decode(z, origin=(1, 2, 3)))  # deterministic
     assert not torch.equal(a, decoder.decode(z, origin=(0, 0, 0)))  # noise follows the position
     # (1 - s) z + s noise(position), then the timestep-conditioned decode without noise
-    from farm.decoders.ltxv import NOISE_SALT_LATENT
+    from farm.decoders.ltxv.adapter import NOISE_SALT_LATENT
     from farm.decoders.noise import hash_seed
 
     coords = [torch.arange(8), 1 + torch.arange(2), 2 + torch.arange(2), 3 + torch.arange(3)]

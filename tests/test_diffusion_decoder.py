@@ -13,10 +13,11 @@ import pytest
 import torch
 
 import farm
-from farm.decoders import load_decoder, ltx2_diffusion
-from farm.decoders.device import ltx2_diffusion_chunked as chunked
-from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
-from farm.decoders.neighborhood_attention import (
+from farm.decoders import load_decoder
+from farm.decoders.ltx2_diffusion import adapter as ltx2_diffusion
+from farm.decoders.ltx2_diffusion.adapter import LTX2DiffusionDecoder, decode_with_noise
+from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
+from farm.decoders.ltx2_diffusion.neighborhood_attention import (
     axis_blocks,
     block_shape,
     chunk_boxes,

@@ -339,7 +339,7 @@ def tiny_pipeline(family: str, vae_dir: Path):
             video_connector_num_learnable_registers=None, audio_connector_num_attention_heads=2,
             audio_connector_attention_head_dim=8, audio_connector_num_layers=1,
             audio_connector_num_learnable_registers=None, connector_rope_base_seq_len=32)  # fmt: skip
-        from farm.decoders.ltx2_audio import LTX2_AUDIO_TINY
+        from farm.decoders.ltx2.audio import LTX2_AUDIO_TINY
 
         # LTX-2's sound at farm's tiny widths: 2 latent channels x 16 latent mel bins = 32 audio channels
         audio_vae = d.AutoencoderKLLTX2Audio(**LTX2_AUDIO_TINY["audio_vae"])

@@ -28,13 +28,22 @@ print(json.dumps({m: sorted(set(HEAVY) & set(sys.modules)) for m in MODULES
 """
 
 
+# Sub-packages of code that runs on a device and imports torch when it is imported (only inside the
+# functions that decode): `farm.decoders.<family>.device`.
+DEVICE_CODE = "device"
+
+
 def modules_of(*packages: str) -> list[str]:
-    """The modules of farm's `packages` (``""``: the modules directly under farm/), by their files."""
+    """The modules of farm's `packages` (``""``: the modules directly under farm/) and of their
+    sub-packages (a decoder family's folder), by their files; device code left out."""
     names = []
     for package in packages:
         folder = ROOT / "farm" / package
-        for path in sorted(folder.glob("*.py")):
-            parts = ["farm", *([package] if package else []), path.stem]
+        for path in sorted(folder.rglob("*.py") if package else folder.glob("*.py")):
+            inner = path.relative_to(folder).parts
+            if DEVICE_CODE in inner[:-1]:
+                continue
+            parts = ["farm", *([package] if package else []), *inner[:-1], path.stem]
             names.append(".".join(parts[:-1] if path.stem == "__init__" else parts))
     return names
 

@@ -14,6 +14,8 @@ from safetensors.torch import save_file
 
 from farm.decoders import checkpoints as C
 from farm.decoders import decoder_class, load_decoder, spec_from_json
+from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
+from farm.decoders.ltx2_diffusion.layout import LTX_DIFFUSION_GATES
 from farm.errors import FarmError
 
 pytestmark = pytest.mark.model
@@ -36,7 +38,7 @@ def lightricks_file(path, spec, cls, model, *, prefix: str = "", config: dict | 
     of two, so folding them back is exact), the timestep MLP as ``t_embedder.mlp.{0,2}``; with an encoder
     tensor, a preview head and the latent statistics beside it."""
     full = cls._full_config(spec.config)
-    state = {C.original_name(k, "ltx-original", "ltx2-diffusion", full): v.detach().clone()
+    state = {LTX2DiffusionDecoder.original_name(k, "ltx-original", full): v.detach().clone()
              for k, v in model.state_dict().items()}  # fmt: skip
     out: dict[str, torch.Tensor] = {}
     for name, value in state.items():
@@ -53,7 +55,7 @@ def lightricks_file(path, spec, cls, model, *, prefix: str = "", config: dict | 
                 name = name.replace("t_embedder.timestep_embedder." + module, "t_embedder." + reference)
             out[name] = value
     for block in range(len(model.decoder.diff_blocks)):
-        for projection, suffix in C.LTX_DIFFUSION_GATES.items():
+        for projection, suffix in LTX_DIFFUSION_GATES.items():
             stem = f"decoder.diff_blocks.{block}"
             weight = out[f"{stem}{projection}weight"]
             gate = 2.0 ** torch.randint(
@@ -89,7 +91,7 @@ def test_lightricks_split_file_decodes_as_the_same_weights(tmp_path, prefix):
         path, spec, cls, model, prefix=prefix, config=released_config(cls._full_config(spec.config))
     )
     infos = C.read_tensor_infos([path])
-    assert C.detect_layout(infos, "ltx2-diffusion", "x") == C.Layout("ltx-original", prefix)
+    assert C.detect_layout(infos, LTX2DiffusionDecoder, "x") == C.Layout("ltx-original", prefix)
     raw = {**TINY, "weights": {"path": str(path)}, "latents": "normalized"}
     assert cls.check_weights(spec_from_json(raw)).weights["layout"] == "ltx-original"  # headers only
     from_file = load_decoder(raw)
@@ -115,7 +117,7 @@ def test_diffusers_layout_is_still_read_as_it_is(tmp_path):
     spec, cls, model = tiny_model()
     path = tmp_path / "diffusers.safetensors"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
-    assert C.detect_layout(C.read_tensor_infos([path]), "ltx2-diffusion", "x").name == "diffusers"
+    assert C.detect_layout(C.read_tensor_infos([path]), LTX2DiffusionDecoder, "x").name == "diffusers"
     raw = {**TINY, "weights": {"path": str(path)}}
     assert cls.check_weights(spec_from_json(raw)).weights["layout"] == "diffusers"
     assert torch.equal(load_decoder(raw).model.decoder.conv_in.weight, model.decoder.conv_in.weight)

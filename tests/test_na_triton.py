@@ -1,7 +1,7 @@
-"""The fused Triton neighbourhood attention (`farm.decoders.device.na_triton`) against the windowed
-definition and
-the blocked SDPA path, run by Triton's interpreter on the CPU (``TRITON_INTERPRET=1``: numpy executes the
-kernel's program, the same program a GPU compiles); and the diffusion decoder through it."""
+"""The fused Triton neighbourhood attention (`farm.decoders.ltx2_diffusion.device.na_triton`) against
+the windowed definition and the blocked SDPA path, run by Triton's interpreter on the CPU
+(``TRITON_INTERPRET=1``: numpy executes the kernel's program, the same program a GPU compiles); and the
+diffusion decoder through it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from farm.decoders import load_decoder
-from farm.decoders.device import ltx2_diffusion_chunked as chunked
-from farm.decoders.device import na_triton
-from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder, decode_with_noise
-from farm.decoders.neighborhood_attention import neighborhood_attention
+from farm.decoders.ltx2_diffusion.adapter import LTX2DiffusionDecoder, decode_with_noise
+from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
+from farm.decoders.ltx2_diffusion.device import na_triton
+from farm.decoders.ltx2_diffusion.neighborhood_attention import neighborhood_attention
 from tests.test_diffusion_decoder import SPEC, diffusers_decode, windowed_reference
 
 pytestmark = [

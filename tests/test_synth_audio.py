@@ -7,7 +7,7 @@ import av
 import pytest
 
 from farm.cli import main as farm_main
-from farm.decoders.ltx2_audio import NAMED_CONFIGS
+from farm.decoders.ltx2.audio import NAMED_CONFIGS
 from farm.errors import FarmError
 from farm.inputs.synthetic import synth
 from farm.media.audio import read_audio

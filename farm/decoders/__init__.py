@@ -10,7 +10,10 @@ A decoder spec is a JSON object:
      "hdr": "logc3"}                         # optional, HDR latents: the decoded values are "acescct" or
                                              # "logc3" codes (farm.media.hdr); needs dtype float32
 
-Adding a model: one module with a class implementing `VideoDecoder`, plus an entry in `FAMILIES`.
+Adding a model: a folder, `farm/decoders/<family>/`, whose adapter derives from
+`farm.decoders.diffusers_vae.DiffusersVideoDecoder` (every hook declared there with its default), plus
+one entry in `FAMILIES` (docs/decoders.md "Adding a model"). The specs users give (a named config, JSON
+text or file) are read by `farm.decoders.user_spec`, for video and sound decoders alike.
 
 The driver plans from what the adapters say of a spec (`geometry`, `memory` terms, weights checks,
 recorded constructor defaults), and workers decode with them: every module here imports torch and

@@ -66,10 +66,25 @@ class DecoderSpec:
 
 
 class VideoDecoder(Protocol):
-    """What farm needs of a video VAE decoder."""
+    """What farm needs of a video VAE decoder: every hook farm reads, each with its default on
+    `farm.decoders.diffusers_vae.DiffusersVideoDecoder` (an adapter overrides only what differs)."""
 
     family: ClassVar[str]
     named_configs: ClassVar[dict[str, dict[str, Any]]]
+    model_class_name: ClassVar[str]  # the diffusers class the adapter builds
+    # named config → its current revision, and what changed in it (only configs ever revised)
+    config_revisions: ClassVar[dict[str, int]]
+    config_revision_notes: ClassVar[dict[str, str]]
+    # extra spec fields the adapter reads: name → (accepted types, what to write in an error message)
+    spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]]
+    # named config → (machine kind, pixel frames/height/width, seconds of one decode call)
+    decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]]
+    # how the family's latents reach farm: diffusers pipelines → (latent convention, packed as tokens),
+    # what ComfyUI's .latent files hold (None: none farm reads), words of a ComfyUI workflow naming it
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]]
+    comfyui_latents: ClassVar[str | None]
+    comfyui_words: ClassVar[tuple[str, ...]]
+    sound_configs: ClassVar[dict[str, str]]  # named video config → the sound config that goes with it
     spec: DecoderSpec
     geometry: Geometry
     latent_channels: int
@@ -99,6 +114,16 @@ class VideoDecoder(Protocol):
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        """The family's original checkpoint layout that a checkpoint's VAE names are in (None: diffusers')."""
+        ...
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        """The name diffusers' tensor `name` has in a checkpoint `layout` (without a file's prefix)."""
+        ...
 
     @classmethod
     def check_weights(cls, spec: DecoderSpec) -> DecoderSpec:
@@ -212,10 +237,18 @@ def parse_spec(
 CONFIG_REVISION = "config_revision"
 
 
-def named_config_revision(cls: Any, name: str, given: Any, where: str) -> dict[str, int]:
+class RevisedConfigs(Protocol):
+    """What the revision helpers read of a family (a video adapter, or the sound's configs)."""
+
+    family: ClassVar[str]
+    config_revisions: ClassVar[dict[str, int]]
+    config_revision_notes: ClassVar[dict[str, str]]
+
+
+def named_config_revision(cls: type[RevisedConfigs], name: str, given: Any, where: str) -> dict[str, int]:
     """``{"config_revision": N}`` for a named config `cls` revises (empty for one never revised), refusing
     a spec that asks for a revision other than the current one."""
-    current = getattr(cls, "config_revisions", {}).get(name)
+    current = cls.config_revisions.get(name)
     if current is None:
         if given is not None:
             raise FarmError(
@@ -230,12 +263,12 @@ def named_config_revision(cls: Any, name: str, given: Any, where: str) -> dict[s
     return {CONFIG_REVISION: current}
 
 
-def superseded_why(cls: Any, name: str) -> str:
+def superseded_why(cls: type[RevisedConfigs], name: str) -> str:
     """What changed in a named config's current revision, from the adapter's notes."""
-    return str(getattr(cls, "config_revision_notes", {}).get(name, "its constructor arguments changed"))
+    return cls.config_revision_notes.get(name, "its constructor arguments changed")
 
 
-def superseded_config(raw: Any, families: Mapping[str, Any]) -> str | None:
+def superseded_config(raw: Any, families: Mapping[str, type[RevisedConfigs]]) -> str | None:
     """Why a recorded decoder spec (a render identity's ``decoder``) names an earlier revision of a named
     config than farm decodes now, or None when it is current (or not a named config farm knows)."""
     if not isinstance(raw, dict) or not isinstance(raw.get("config"), str):
@@ -243,7 +276,7 @@ def superseded_config(raw: Any, families: Mapping[str, Any]) -> str | None:
     if raw.get("family") not in families:
         return None
     cls, name = families[raw["family"]], raw["config"]
-    current = getattr(cls, "config_revisions", {}).get(name)
+    current = cls.config_revisions.get(name)
     recorded = raw.get(CONFIG_REVISION, 1)
     if current is None or recorded == current:
         return None

@@ -7,15 +7,11 @@ ingest, render) checks weights in milliseconds:
   (``.pt``/``.pth``: Wan 2.1's ``Wan2.1_VAE.pth``, HunyuanVideo's ``{"state_dict": ...}``); a pickle's
   tensor names and shapes come from its ``data.pkl`` read by a restricted unpickler that builds no
   tensor and imports nothing;
-* layouts, told apart by the names: ``diffusers`` (what ``save_pretrained`` writes), ``ltx-original``
-  (Lightricks' naming, LTX-2 and LTX-Video 0.9.x alike, as in their full checkpoints under ``vae.`` and in
-  ComfyUI's VAE-only files without it), ``wan-original`` (Wan 2.1's own naming) and ``wan22-original``
-  (Wan 2.2 TI2V's ``Wan2.2_VAE.pth``: residual up blocks, each a sequence of resnets and a resampler);
-* :func:`original_name`: a diffusers tensor name in an original layout, the inverse of diffusers'
-  converters (``diffusers.loaders.single_file_utils``) for the decoder's tensors; the workers convert
-  with diffusers' own converters and the tests check both directions agree (diffusers' library has no
-  converter for Wan 2.2's file: its names follow ``convert_vae_22`` in diffusers'
-  ``scripts/convert_wan_to_diffusers.py``, checked against Wan2.2's own module names);
+* layouts, told apart by the names (:func:`detect_layout`): ``diffusers`` (what ``save_pretrained``
+  writes), or one of a family's original layouts, which its adapter recognises (``original_layout``) and
+  names (``original_name``, the inverse of diffusers' converters for the decoder's tensors; the workers
+  convert with diffusers' own converters, ``convert_names``, and the tests check both directions agree).
+  The families' own code says what each layout is (``farm/decoders/<family>/layout.py``);
 * :func:`content_identity`: sizes, safetensors headers and sampled bytes, hashed, so a render notices
   weights that changed since its job was made (a few dozen small reads per file, whatever its size).
 """
@@ -26,19 +22,17 @@ import hashlib
 import json
 import math
 import pickle
-import re
 import zipfile
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from farm.errors import FarmError
 
 SAFETENSORS_SUFFIX = ".safetensors"
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-LAYOUTS = ("diffusers", "ltx-original", "wan-original", "wan22-original")
 # A file's LTX-2 (or LTX-Video) video VAE sits under this prefix in the full checkpoints.
 VAE_PREFIX = "vae."
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")
@@ -96,6 +90,20 @@ def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
     except (OSError, ValueError) as exc:
         raise FarmError(f"weights file {str(path)!r} is not a readable .safetensors file: {exc}") from None
     return header, n
+
+
+def file_vae_config(path: Path, header: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``vae`` entry of a safetensors file's ``config`` metadata (`header`: its parsed JSON header),
+    or None when the file carries none. A config that is not JSON is refused, naming the file."""
+    metadata = header.get("__metadata__")
+    if not isinstance(metadata, dict) or "config" not in metadata:
+        return None
+    try:
+        config = json.loads(metadata["config"])
+    except (TypeError, ValueError) as exc:
+        raise FarmError(f"weights file {str(path)!r}: its 'config' metadata is not JSON ({exc})") from None
+    vae = config.get("vae") if isinstance(config, dict) else None
+    return vae if isinstance(vae, dict) else None
 
 
 # Bytes per element of safetensors' dtypes and torch's storage types (by their names here).
@@ -325,8 +333,22 @@ def content_identity(files: list[Path]) -> str:
 # ---- layouts -----------------------------------------------------------------------------------
 
 
-def detect_layout(names: Iterable[str], family: str, where: str) -> Layout:
-    """The layout of a checkpoint holding `names`, for a decoder of `family`."""
+class LayoutReader(Protocol):
+    """What the layout functions ask of a decoder family (its adapter class): which of its original
+    layouts a checkpoint's names are in."""
+
+    family: ClassVar[str]
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None: ...
+
+
+def detect_layout(
+    names: Iterable[str], reader: type[LayoutReader], where: str, others: Iterable[type[LayoutReader]] = ()
+) -> Layout:
+    """The layout of a checkpoint holding `names`, for a decoder of the family `reader`: one of its original
+    layouts (`original_layout`), else diffusers'. A layout only `others` (the other families) read is
+    refused, naming them."""
     names = list(names)
     prefix = VAE_PREFIX if any(n.startswith(VAE_PREFIX + "decoder.") for n in names) else ""
     inner = [n[len(prefix) :] for n in names if n.startswith(prefix)]
@@ -335,125 +357,18 @@ def detect_layout(names: Iterable[str], family: str, where: str) -> Layout:
             f"weights at {where} hold no decoder tensors (no name starts with 'decoder.' or "
             f"'vae.decoder.'; e.g. {names[0] if names else 'no tensors at all'!r}); give a VAE checkpoint"
         )
-    if family == "ltx2-diffusion":  # Lightricks' names (ltx-core) or diffusers'
-        lightricks = any(mark in n for n in inner for mark in LTX_DIFFUSION_MARKS)
-        return Layout("ltx-original" if lightricks else "diffusers", prefix)
-    ltx = any(
-        n.startswith("decoder.up_blocks.0.res_blocks.") or "per_channel_statistics." in n for n in inner
-    )
-    wan = any(n.startswith("decoder.middle.") for n in inner)
-    if any(n.startswith("decoder.mid_block.") for n in inner) or not (ltx or wan):
-        return Layout("diffusers", prefix)  # (a partial file is compared as one: its mismatches are named)
-    if ltx and family in ("ltx2", "ltxv"):
-        return Layout("ltx-original", prefix)
-    if wan and family == "wan":  # Wan 2.2's up blocks hold their resnets and resampler as `upsamples`
-        residual = any(_WAN22_UP.fullmatch(n) for n in inner)
-        return Layout("wan22-original" if residual else "wan-original", prefix)
-    raise FarmError(
-        f"weights at {where} are in {'an LTX' if ltx else 'a Wan'} original layout, not one a {family} "
-        "decoder reads: check the spec's family (LTX original files: ltx2, ltxv; Wan 2.1 / 2.2 files: wan)"
-    )
-
-
-def ltx_variant(family: str, full_config: dict[str, Any]) -> str:
-    """Which of Lightricks' decoder namings a config has: LTX-2 ("ltx2"), LTX-Video 0.9.0 ("0.9.0": up
-    blocks with their own conv_in) or 0.9.1 and later ("0.9.1": residual upsamplers)."""
-    if family == "ltx2":
-        return "ltx2"
-    return "0.9.1" if any(full_config.get("upsample_residual") or ()) else "0.9.0"
-
-
-def _ltx_block_table(variant: str, n_blocks: int) -> list[tuple[str, str]]:
-    """(diffusers prefix, original prefix) of the decoder's blocks, longest diffusers prefix first."""
-    if variant == "0.9.0":  # diffusers' VAE_KEYS_RENAME_DICT, inverted
-        forward = ["mid_block", "up_blocks.0", "up_blocks.1.upsamplers.0", "up_blocks.1",
-                   "up_blocks.2.conv_in", "up_blocks.2.upsamplers.0", "up_blocks.2", "up_blocks.3.conv_in",
-                   "up_blocks.3.upsamplers.0", "up_blocks.3"]  # fmt: skip
-    else:  # LTX-2 and LTX-Video 0.9.1/0.9.5: each up block's upsampler, then its resnets
-        forward = ["mid_block"] + [
-            p for i in range(n_blocks) for p in (f"up_blocks.{i}.upsamplers.0", f"up_blocks.{i}")
-        ]
-    table = [(f"decoder.{d}.", f"decoder.up_blocks.{i}.") for i, d in enumerate(forward)]
-    return sorted(table, key=lambda t: -len(t[0]))
-
-
-_LTX_STATISTICS = {
-    "latents_mean": "per_channel_statistics.mean-of-means",
-    "latents_std": "per_channel_statistics.std-of-means",
-}
-_WAN_RESNET_PARTS = {"norm1.gamma": "residual.0.gamma", "conv1.": "residual.2.",
-                     "norm2.gamma": "residual.3.gamma", "conv2.": "residual.6.",
-                     "conv_shortcut.": "shortcut."}  # fmt: skip
-
-
-def original_name(name: str, layout: str, family: str, full_config: dict[str, Any]) -> str:
-    """The name diffusers' tensor `name` has in `layout` (without a file's prefix)."""
-    if layout == "diffusers":
-        return name
-    if layout == "ltx-original" and family == "ltx2-diffusion":
-        return _ltx_diffusion_original(name)
-    if layout == "ltx-original":
-        return _ltx_original(name, ltx_variant(family, full_config), full_config)
-    if layout == "wan-original":
-        return _wan_original(name)
-    if layout == "wan22-original":
-        return _wan22_original(name, int(full_config["num_res_blocks"]))
-    raise ValueError(layout)
-
-
-def _ltx_original(name: str, variant: str, full: dict[str, Any]) -> str:
-    if name in _LTX_STATISTICS:
-        return _LTX_STATISTICS[name]
-    for diffusers_prefix, original in _ltx_block_table(variant, len(full["decoder_block_out_channels"])):
-        if name.startswith(diffusers_prefix):
-            name = original + name[len(diffusers_prefix) :]
-            break
-    name = name.replace(".resnets.", ".res_blocks.")
-    if variant != "ltx2":  # LTX-Video's converter also renames these
-        name = name.replace("conv_shortcut.conv.", "conv_shortcut.").replace(".norm3.", ".norm3.norm.")
-        for top in ("time_embedder.", "scale_shift_table"):
-            if name.startswith("decoder." + top):
-                name = "decoder.last_" + name[len("decoder.") :]
-    return name
-
-
-# ---- LTX-2.5's diffusion decoder in Lightricks' layout -------------------------------------------
-#
-# As ltx-core 1.2.0 reads it (`ltx_core/model/video_vae/model_configurator.py`,
-# `_build_diffusion_vae_decoder_sd_ops`): the names of its `DiffusionVideoDecoder` modules, with, in the
-# released files, one fused ``attn.qkv`` projection (split into ``to_q``/``to_k``/``to_v``), static gates
-# beside three projections (``gate_msa``, ``gate_mlp``, ``gate_ctx``: folded into the projection's rows),
-# the timestep MLP under the reference's ``t_embedder.mlp.{0,2}`` and preview heads (``coarse_*``) that
-# the decoder does not run.
-
-_LTX_DIFFUSION_RENAMES = (
-    (".attn.to_q.", ".attn.qkv.to_q."),
-    (".attn.to_k.", ".attn.qkv.to_k."),
-    (".attn.to_v.", ".attn.qkv.to_v."),
-    (".attn.to_out.0.", ".attn.proj."),
-    (".attn.norm_q.", ".attn.q_norm."),
-    (".attn.norm_k.", ".attn.k_norm."),
-)
-_LTX_DIFFUSION_TIMESTEP = (
-    ("decoder.t_embedder.mlp.0.", "decoder.t_embedder.timestep_embedder.linear_1."),
-    ("decoder.t_embedder.mlp.2.", "decoder.t_embedder.timestep_embedder.linear_2."),
-)
-# Lightricks' layout: a projection (its weight and bias) and the gate tensor that scales its output rows
-LTX_DIFFUSION_GATES = {
-    ".attn.proj.": ".gate_msa",
-    ".mlp.w_down.": ".gate_mlp",
-    ".context_proj.": ".gate_ctx",
-}
-# names only Lightricks' layout has (diffusers' modules share the rest: det_stages, diff_blocks, ...)
-LTX_DIFFUSION_MARKS = (".attn.qkv.", ".attn.proj.", "per_channel_statistics.", "t_embedder.mlp.")
-
-
-def _ltx_diffusion_original(name: str) -> str:
-    if name in _LTX_STATISTICS:
-        return _LTX_STATISTICS[name]
-    for diffusers_part, original in _LTX_DIFFUSION_RENAMES:
-        name = name.replace(diffusers_part, original)
-    return name
+    own = reader.original_layout(inner)
+    if own is not None:
+        return Layout(own, prefix)
+    theirs = {other.family: other.original_layout(inner) for other in others if other is not reader}
+    foreign = next((layout for layout in theirs.values() if layout is not None), None)
+    if foreign is not None:  # (a partial diffusers file is compared as one: its mismatches are named)
+        readers = ", ".join(f for f, layout in theirs.items() if layout == foreign)
+        raise FarmError(
+            f"weights at {where} are in the {foreign} layout, which {readers} read, not the {reader.family} "
+            "decoder: check the spec's family"
+        )
+    return Layout("diffusers", prefix)
 
 
 @dataclass(frozen=True)
@@ -464,137 +379,3 @@ class Derived:
     base: str
     part: int | None = None
     gate: str | None = None
-
-
-def ltx_diffusion_tensors(
-    infos: dict[str, TensorInfo], prefix: str
-) -> tuple[dict[str, TensorInfo], dict[str, Derived]]:
-    """A Lightricks-layout diffusion decoder file's tensors as the decoder's modules take them: fused
-    projections split (virtual names ``…attn.qkv.to_q.weight``), the timestep MLP renamed, gates and
-    preview heads consumed; and how each virtual or gated tensor is read (:class:`Derived`)."""
-    gate_suffixes = tuple(LTX_DIFFUSION_GATES.values())
-    gates = {n for n in infos if n.startswith(prefix + "decoder.") and n.endswith(gate_suffixes)}
-    out: dict[str, TensorInfo] = {}
-    derived: dict[str, Derived] = {}
-    for name, info in infos.items():
-        if name in gates or name.startswith(prefix + "decoder.coarse_"):
-            continue
-        leaf = name.rsplit(".", 1)[-1]
-        if name.endswith((".attn.qkv.weight", ".attn.qkv.bias")) and info.shape and info.shape[0] % 3 == 0:
-            for part, which in enumerate("qkv"):
-                virtual = f"{name[: -len(leaf)]}to_{which}.{leaf}"
-                out[virtual] = TensorInfo((info.shape[0] // 3, *info.shape[1:]), info.dtype, info.file)
-                derived[virtual] = Derived(name, part)
-            continue
-        renamed = name
-        for reference, module in _LTX_DIFFUSION_TIMESTEP:
-            if name.startswith(prefix + reference):
-                renamed = prefix + module + name[len(prefix + reference) :]
-                derived[renamed] = Derived(name)
-        out[renamed] = info
-    for name in out:
-        for projection, suffix in LTX_DIFFUSION_GATES.items():
-            leaf = name.rsplit(".", 1)[-1]
-            if name.endswith(projection + leaf) and leaf in ("weight", "bias"):
-                gate = name[: -len(projection + leaf)] + suffix
-                if gate in gates:
-                    base = derived[name].base if name in derived else name
-                    derived[name] = Derived(base, derived[name].part if name in derived else None, gate)
-    return out, derived
-
-
-def ltx_diffusion_metadata_mismatches(files: list[Path], full_config: dict[str, Any]) -> list[str]:
-    """How the ``config`` JSON a Lightricks file carries in its metadata (``vae`` → ``decoder``, as
-    ltx-core's `_build_diffusion_video_decoder` reads it) differs from the decoder config; empty where
-    the files carry none."""
-    found: list[str] = []
-    for f in files:
-        if not f.name.endswith(SAFETENSORS_SUFFIX):
-            continue
-        meta = safetensors_header(f)[0].get("__metadata__") or {}
-        try:
-            vae = json.loads(meta["config"])["vae"]
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not isinstance(vae, dict):
-            continue
-        decoder = vae.get("decoder", vae) if isinstance(vae.get("decoder", vae), dict) else vae
-        pairs = {"stage_channels": "decoder_stage_channels", "stage_depths": "decoder_stage_depths",
-                 "stage5_kernel": "decoder_stage5_kernel", "head_dim": "decoder_head_dim",
-                 "patch_size": "patch_size", "t_emb_dim": "decoder_t_emb_dim",
-                 "timestep_scale_multiplier": "decoder_timestep_scale_multiplier",
-                 "default_num_inference_steps": "decoder_num_inference_steps"}  # fmt: skip
-        theirs = {key: decoder[key] for key in pairs if key in decoder}
-        if "stage_kernels" in decoder:  # one a stage; the last is stage 5's, read from stage5_kernel
-            theirs["stage_kernels"] = decoder["stage_kernels"][: len(full_config["decoder_stage_kernels"])]
-            pairs["stage_kernels"] = "decoder_stage_kernels"
-        if "model_output_type" in vae:
-            theirs["model_output_type"] = vae["model_output_type"]
-            pairs["model_output_type"] = "decoder_model_output_type"
-        for key, value in theirs.items():
-            ours = full_config.get(pairs[key])
-            if json.loads(json.dumps(value)) != json.loads(json.dumps(ours)):
-                found.append(f"{key} {value!r} in {f.name}'s config ≠ {pairs[key]} {ours!r}")
-    return found
-
-
-_WAN_UP_BLOCK = re.compile(r"decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsamplers\.0)\.(.*)")
-_WAN_MID = re.compile(r"decoder\.mid_block\.(resnets\.(\d+)|attentions\.0)\.(.*)")
-WAN_ORIGINAL_RESNETS = 3  # per up block: the converter's fixed numbering (num_res_blocks 2)
-
-
-def _wan_original(name: str) -> str:
-    fixed = {"decoder.conv_in.": "decoder.conv1.", "decoder.norm_out.": "decoder.head.0.",
-             "decoder.conv_out.": "decoder.head.2.", "post_quant_conv.": "conv2.",
-             "quant_conv.": "conv1."}  # fmt: skip
-    for new, old in fixed.items():
-        if name.startswith(new):
-            return old + name[len(new) :]
-    if m := _WAN_MID.fullmatch(name):
-        if m.group(2) is None:
-            return f"decoder.middle.1.{m.group(3)}"
-        return f"decoder.middle.{2 * int(m.group(2))}.{_wan_resnet_part(m.group(3))}"
-    if m := _WAN_UP_BLOCK.fullmatch(name):
-        block = int(m.group(1)) * (WAN_ORIGINAL_RESNETS + 1)
-        if m.group(3) is None:
-            return f"decoder.upsamples.{block + WAN_ORIGINAL_RESNETS}.{m.group(4)}"
-        return f"decoder.upsamples.{block + int(m.group(3))}.{_wan_resnet_part(m.group(4))}"
-    return name
-
-
-_WAN22_UP = re.compile(r"decoder\.upsamples\.\d+\.upsamples\.\d+\..*")
-_WAN22_UP_BLOCK = re.compile(r"decoder\.up_blocks\.(\d+)\.(resnets\.(\d+)|upsampler)\.(.*)")
-
-
-def _wan22_original(name: str, num_res_blocks: int) -> str:
-    """Wan 2.2's naming: up block ``i`` is ``decoder.upsamples.i``, its resnets ``.upsamples.j`` and its
-    resampler the one after them (``num_res_blocks + 1`` resnets a block); the rest is Wan 2.1's."""
-    if m := _WAN22_UP_BLOCK.fullmatch(name):
-        if m.group(3) is None:
-            return f"decoder.upsamples.{m.group(1)}.upsamples.{num_res_blocks + 1}.{m.group(4)}"
-        return f"decoder.upsamples.{m.group(1)}.upsamples.{m.group(3)}.{_wan_resnet_part(m.group(4))}"
-    return _wan_original(name)
-
-
-def _wan_resnet_part(rest: str) -> str:
-    for new, old in _WAN_RESNET_PARTS.items():
-        if rest.startswith(new):
-            return old + rest[len(new) :]
-    return rest
-
-
-def check_layout_fits(layout: str, family: str, full_config: dict[str, Any], where: str) -> None:
-    """Refuse an original layout whose fixed numbering cannot name this config's tensors."""
-    if layout == "wan22-original" and not full_config.get("is_residual"):
-        raise FarmError(
-            f"weights at {where} are in Wan 2.2 TI2V's original layout (residual up blocks); this config "
-            "has none: use a Wan 2.2 config (wan2.2, wan2.2-tiny)"
-        )
-    if layout == "wan-original" and (
-        full_config.get("num_res_blocks") != 2 or full_config.get("is_residual")
-    ):
-        raise FarmError(
-            f"weights at {where} are in Wan 2.1's original layout, which numbers 2 resnets per encoder "
-            "block (3 per decoder block) and no residual up blocks; this config has num_res_blocks="
-            f"{full_config.get('num_res_blocks')}: use a Wan 2.1 config (wan, wan-tiny) or a diffusers folder"
-        )

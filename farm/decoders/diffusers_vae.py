@@ -26,10 +26,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
 from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
-from farm.decoders.checkpoints import SAFETENSORS_SUFFIX, safetensors_header
+from farm.decoders.checkpoints import (
+    SAFETENSORS_SUFFIX,
+    Derived,
+    Layout,
+    TensorInfo,
+    file_vae_config,
+    safetensors_header,
+)
 from farm.decoders.geometry import Geometry
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
-from farm.decoders.ltx_metadata import file_vae_config
 from farm.decoders.memory import MemoryModel
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
@@ -102,6 +108,10 @@ class DiffusersVideoDecoder:
     family: ClassVar[str]
     named_configs: ClassVar[dict[str, dict[str, Any]]]
     model_class_name: ClassVar[str]  # a class exported by `diffusers`
+    # Named configs farm once resolved to other constructor arguments: their current revision, and what
+    # changed (`farm.decoders.base.named_config_revision`); configs never revised are absent.
+    config_revisions: ClassVar[dict[str, int]] = {}
+    config_revision_notes: ClassVar[dict[str, str]] = {}
     required_weights: ClassVar[tuple[str, ...]] = W.DECODER_PREFIXES
     # Latent statistics the weights carry as tensors (LTX): needed to un-normalise latents only.
     statistics_tensors: ClassVar[tuple[str, ...]] = ()
@@ -127,6 +137,8 @@ class DiffusersVideoDecoder:
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {}
     comfyui_latents: ClassVar[str | None] = None
     comfyui_words: ClassVar[tuple[str, ...]] = ()
+    # named video config → the named sound config that goes with it (`farm synth --audio`)
+    sound_configs: ClassVar[dict[str, str]] = {}
 
     def __init__(self, spec: DecoderSpec, model: Any, device: str) -> None:
         import torch
@@ -414,6 +426,45 @@ class DiffusersVideoDecoder:
             self.pacer = pace_launches(getattr(self.model, "decoder", self.model), lead)
         if self.pacer is not None:
             self.pacer.lead = lead
+
+    # ---- checkpoint layouts ----------------------------------------------------------------------
+    # A family whose released checkpoints are not in diffusers' layout says how to read them: which of its
+    # layouts a file's names are in, the original name of each diffusers tensor, which configs a layout can
+    # name, diffusers' converter for it, and tensors the file holds only as parts of others
+    # (`farm.decoders.checkpoints.detect_layout` and `farm.decoders.weights` call these).
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        """The family's original layout that a checkpoint's VAE tensor names (a file's prefix removed) are
+        in, or None: diffusers' layout (or no layout of this family's)."""
+        return None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        """The name diffusers' tensor `name` has in `layout` (without a file's prefix)."""
+        if layout == "diffusers":
+            return name
+        raise ValueError(f"the {cls.family} decoder reads no {layout!r} layout")
+
+    @classmethod
+    def check_layout_fits(cls, layout: str, full_config: dict[str, Any], where: str) -> None:
+        """Refuse an original layout whose fixed numbering cannot name this config's tensors."""
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        """diffusers' own converter for an original `layout`, run on name-and-shape stand-ins (`tensors`,
+        by their names in the file; `missing` stands for a tensor the file lacks): diffusers' names → the
+        stand-ins. Empty where diffusers has no converter (`original_name` names the tensors then)."""
+        return {}
+
+    @classmethod
+    def file_tensors(
+        cls, infos: dict[str, TensorInfo], layout: Layout, files: list[Path], full_config: dict[str, Any],
+        where: str,
+    ) -> tuple[dict[str, TensorInfo], dict[str, Derived]]:
+        """A checkpoint's tensors as the decoder's modules take them, and how each tensor the file holds
+        only as part of others is read (`farm.decoders.checkpoints.Derived`); by default, as they are."""
+        return infos, {}
 
     @classmethod
     def file_decoder_config(cls, vae: dict[str, Any], where: str) -> dict[str, Any] | None:

@@ -37,6 +37,7 @@ from farm.errors import FarmError
 
 if TYPE_CHECKING:
     from farm.decoders.base import DecoderSpec
+    from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 
 DECODER_PREFIXES: tuple[str, ...] = ("decoder.",)
 TENSORS_FILE = Path(__file__).with_name("decoder_tensors.json")
@@ -104,7 +105,7 @@ def recorded_decoder_tensors(family: str, config_name: str) -> dict[str, tuple[i
     return None if shapes is None else {k: tuple(v) for k, v in shapes.items()}
 
 
-def expected_tensors(spec: DecoderSpec, cls: Any) -> dict[str, tuple[int, ...]]:
+def expected_tensors(spec: DecoderSpec, cls: type[DiffusersVideoDecoder]) -> dict[str, tuple[int, ...]]:
     """The decoder's tensors (diffusers names → shapes) for the spec's config: recorded for a named
     config, else built on the meta device (imports torch and diffusers)."""
     recorded = recorded_decoder_tensors(spec.family, spec.config_name) if spec.config_name else None
@@ -178,32 +179,26 @@ def refuse_missing_statistics(missing: list[str], spec: DecoderSpec, where: str)
 
 
 def inspect_weights(
-    spec: DecoderSpec, cls: Any
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder]
 ) -> tuple[list[Path], C.Layout, dict[str, C.TensorInfo], dict[str, C.Derived]]:
-    """The weights' files, layout and tensors (headers only), and the tensors derived from others (a
-    Lightricks-layout diffusion decoder's fused and gated projections, `C.ltx_diffusion_tensors`)."""
+    """The weights' files, layout and tensors (headers only), as the family's decoder takes them, and the
+    tensors derived from others (the family's `file_tensors`: e.g. a Lightricks-layout diffusion decoder's
+    fused and gated projections)."""
+    from farm.decoders import FAMILIES  # the registry names the other families' layouts in a refusal
+
     path = Path(spec.weights["path"])
     files = C.weight_files(path)
     full = cls._full_config(spec.config)
     _check_folder_config(path, full)
     infos = C.read_tensor_infos(files)
-    layout = C.detect_layout(infos, spec.family, str(path))
-    C.check_layout_fits(layout.name, spec.family, full, str(path))
+    layout = C.detect_layout(infos, cls, str(path), FAMILIES.values())
+    cls.check_layout_fits(layout.name, full, str(path))
     cls.check_file_config(spec, files)
-    derived: dict[str, C.Derived] = {}
-    if layout.name == "ltx-original" and spec.family == "ltx2-diffusion":
-        infos, derived = C.ltx_diffusion_tensors(infos, layout.prefix)
-        mismatches = C.ltx_diffusion_metadata_mismatches(files, full)
-        if mismatches:
-            raise FarmError(
-                f"weights at {path} were saved for another diffusion decoder config: "
-                f"{'; '.join(mismatches)}. "
-                "Use the config the checkpoint names (its safetensors metadata 'config' → 'vae' → 'decoder')"
-            )
+    infos, derived = cls.file_tensors(infos, layout, files, full, str(path))
     return files, layout, infos, derived
 
 
-def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
+def check_weights(spec: DecoderSpec, cls: type[DiffusersVideoDecoder]) -> DecoderSpec:
     """Refuse weights that do not fit the spec's config, or that changed since the spec recorded them;
     return the spec with the weights' layout and content identity recorded. Reads file headers and a
     few sampled blocks only; imports neither torch nor diffusers for a named config."""
@@ -220,9 +215,9 @@ def check_weights(spec: DecoderSpec, cls: Any) -> DecoderSpec:
         )
     full = cls._full_config(spec.config)
     expected = expected_tensors(spec, cls)
-    names = {k: layout.prefix + C.original_name(k, layout.name, spec.family, full) for k in expected}
+    names = {k: layout.prefix + cls.original_name(k, layout.name, full) for k in expected}
     for k in cls.statistics_tensors:
-        names.setdefault(k, layout.prefix + C.original_name(k, layout.name, spec.family, full))
+        names.setdefault(k, layout.prefix + cls.original_name(k, layout.name, full))
     parts = weight_mismatches(expected, infos, names, layout.prefix, cls.required_weights)
     if parts:
         raise_mismatch(parts, path)
@@ -289,43 +284,16 @@ class _Named:
         self.shape = shape
 
 
-def converted_names(layout: C.Layout, family: str, infos: dict[str, C.TensorInfo]) -> dict[str, str]:
-    """Diffusers names → the file's names, by diffusers' own converter for the layout, fed names and
-    shapes only (no tensor is read)."""
+def converted_names(
+    layout: C.Layout, cls: type[DiffusersVideoDecoder], infos: dict[str, C.TensorInfo]
+) -> dict[str, str]:
+    """Diffusers names → the file's names, by diffusers' own converter for the layout (the family's
+    `convert_names`), fed names and shapes only (no tensor is read); empty where diffusers has none."""
     mine = {n: _Named(n, i.shape) for n, i in infos.items() if n.startswith(layout.prefix)}
     if layout.name == "diffusers":
         return {n[len(layout.prefix) :]: n for n in mine}
-    from diffusers.loaders import single_file_utils as su
-
-    if layout.name == "ltx-original" and family == "ltx2":
-        out = su.convert_ltx2_vae_to_diffusers(mine)  # the video VAE's names only: never audio_vae.*
-        out = {_ltx2_3_up_blocks(k): v for k, v in out.items()}
-    elif layout.name == "ltx-original":
-        # the converter keeps names with "vae." and tells 0.9.5 from the encoder's last convolution; the
-        # decoder's names are the same for 0.9.1 and 0.9.5, and a file without an encoder has no say
-        inner = {C.VAE_PREFIX + n[len(layout.prefix) :]: v for n, v in mine.items()}
-        inner.setdefault("vae.encoder.conv_out.conv.weight", _Named(None, (0, 0)))
-        out = su.convert_ltx_vae_checkpoint_to_diffusers(inner)
-    elif layout.name == "wan-original":
-        out = su.convert_wan_vae_to_diffusers(mine)
-    elif layout.name == "wan22-original":  # no converter in diffusers' library: `C.original_name` names them
-        return {}
-    else:
-        raise ValueError(layout.name)
+    out = cls.convert_names(layout, mine, _Named(None, (0, 0)))
     return {k: v.name for k, v in out.items() if isinstance(v, _Named) and v.name is not None}
-
-
-# LTX-2.3's fourth decoder stage, which diffusers' single-file converter (LTX-2 2.0's names) leaves as it
-# found it: the conversion script's LTX_2_3_VIDEO_VAE_RENAME_DICT (`scripts/convert_ltx2_to_diffusers.py`).
-_LTX2_3_UP_BLOCKS = {"decoder.up_blocks.7.": "decoder.up_blocks.3.upsamplers.0.",
-                     "decoder.up_blocks.8.": "decoder.up_blocks.3."}  # fmt: skip
-
-
-def _ltx2_3_up_blocks(name: str) -> str:
-    for old, new in _LTX2_3_UP_BLOCKS.items():
-        if name.startswith(old):
-            return new + name[len(old) :]
-    return name
 
 
 def read_derived(fh: Any, how: C.Derived) -> Any:
@@ -342,7 +310,8 @@ def read_derived(fh: Any, how: C.Derived) -> Any:
 
 
 def read_decoder_state(
-    spec: DecoderSpec, cls: Any, expected: dict[str, tuple[int, ...]], device: str, dtype: Any
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder], expected: dict[str, tuple[int, ...]], device: str,
+    dtype: Any,
 ) -> dict[str, Any]:
     """The decoder's tensors (diffusers names) from the spec's weights, read straight onto `device` in
     `dtype`; every other tensor of the files is left unread. Raises FarmError where they do not fit."""
@@ -350,9 +319,9 @@ def read_decoder_state(
 
     path = str(spec.weights["path"])
     files, layout, infos, derived = inspect_weights(spec, cls)
-    found = converted_names(layout, spec.family, infos)
+    found = converted_names(layout, cls, infos)
     full = cls._full_config(spec.config)
-    names = {k: found.get(k) or layout.prefix + C.original_name(k, layout.name, spec.family, full)
+    names = {k: found.get(k) or layout.prefix + cls.original_name(k, layout.name, full)
              for k in [*expected, *cls.statistics_tensors]}  # fmt: skip
     parts = weight_mismatches(expected, infos, names, layout.prefix, cls.required_weights)
     if parts:

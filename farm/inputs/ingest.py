@@ -27,7 +27,7 @@ HunyuanVideo latents are the VAE's own (``denormalized``).
 Sound (LTX-2): a shot's audio latents ``[C, T, M]`` (a sample of the pipeline's ``[B, C, T, M]``) are
 stored beside its video latents, from the tensor ``--audio-tensor`` names in the same file, or from the
 pipeline's output (`add_pipeline_shot`'s ``audio_latents``). The job then records the audio decoder
-(`farm.decoders.ltx2_audio`) that decodes them; every shot's sound shares it.
+(`farm.decoders.ltx2.audio`) that decodes them; every shot's sound shares it.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, check_audio_weights, resolve_audio_spec
+from farm.decoders.ltx2.audio import AudioSpec, check_audio_latent, check_audio_weights
+from farm.decoders.user_spec import resolve_sound_spec, resolve_spec
 from farm.errors import FarmError
 from farm.inputs import latent_files
 from farm.inputs.latent_files import CHANNEL_FAMILIES, FoundTensor, float_latent
@@ -62,7 +63,6 @@ from farm.inputs.pipelines import (
     spec_from_pipeline,
     to_numpy,
 )
-from farm.inputs.synthetic import resolve_decoder
 from farm.media.files import exchange
 from farm.media.rates import parse_rate, parse_timecode
 from farm.planning.tiling import MIN_SPATIAL_CHUNK, Geometry
@@ -75,7 +75,7 @@ DEFAULT_FPS = 24.0
 COMFYUI_CONVENTION: dict[str, str] = {
     family: convention
     for family, cls in FAMILIES.items()
-    if (convention := getattr(cls, "comfyui_latents", None))
+    if (convention := cls.comfyui_latents)
 }
 NAME_FIELDS = ("stem", "index", "n", "key")
 
@@ -340,53 +340,6 @@ def known_conventions(found: Sequence[FoundTensor], family: str) -> dict[str, st
     return {str(f.path): COMFYUI_CONVENTION[family] for f in found if f.format == "comfyui"}
 
 
-def resolve_spec(decoder: str | Mapping[str, Any] | DecoderSpec, *, weights: str | os.PathLike | None = None,
-                 latents: str | None = None, dtype: str | None = None,
-                 default_weights: Mapping[str, Any] | None = None) -> DecoderSpec:  # fmt: skip
-    """A decoder spec from a named config ('ltx2'), a JSON object or file, or a spec, with overrides.
-
-    A named config needs `weights` (farm initialises random weights only when a spec asks for them)."""
-    import json
-
-    from farm.safe_read import parse_json, read_json
-
-    if isinstance(decoder, DecoderSpec):
-        raw = decoder.to_json()
-    elif isinstance(decoder, Mapping):
-        raw = dict(decoder)
-    else:
-        text = decoder.strip()
-        if text.startswith("{"):
-            raw = parse_json(text, "--decoder")
-        elif text.endswith(".json") or Path(text).is_file():
-            try:
-                raw = read_json(text, f"--decoder {text}")
-            except FileNotFoundError:
-                raise FarmError(f"--decoder {text}: no such file; give a JSON decoder spec file or a "
-                                "named config") from None  # fmt: skip
-        else:
-            raw = {"family": resolve_decoder(text)[0], "config": text}
-    if not isinstance(raw, dict):
-        raise FarmError(f"--decoder: expected a JSON object, got {type(raw).__name__}")
-    if weights is not None:
-        raw["weights"] = {"path": str(weights)}
-    elif "weights" not in raw and default_weights is not None:
-        raw["weights"] = dict(default_weights)
-    elif "weights" not in raw:
-        raise FarmError(
-            f"--decoder {raw.get('config')!r} needs weights: --weights PATH (a diffusers VAE folder or one "
-            '.safetensors file), or a JSON spec with "weights": {"path": PATH}, or, for tests and demos '
-            f"only, random weights: --decoder '{json.dumps({**raw, 'weights': {'random_seed': 0}})}'"
-        )
-    if latents is not None:
-        raw["latents"] = latents
-    if dtype is not None:
-        raw["dtype"] = dtype
-    elif "dtype" not in raw:
-        raw["dtype"] = "float32" if str(raw.get("config", "")).endswith("-tiny") else "bfloat16"
-    return spec_from_json(raw, where="--decoder")
-
-
 # --------------------------------------------------------------------------------------------------
 # Staging and commit (I/O)
 # --------------------------------------------------------------------------------------------------
@@ -628,9 +581,10 @@ def ingest(
 
 def _with_decode_steps(spec: DecoderSpec, steps: int, *, exists: bool) -> DecoderSpec:
     """`spec` with a diffusion decoder's denoising steps (a new job only: its shots share one spec)."""
-    if "decode_steps" not in getattr(decoder_class(spec), "spec_fields", {}):
+    if "decode_steps" not in decoder_class(spec).spec_fields:
         raise FarmError(
-            f"--decode-steps: the {spec.family} decoder does not denoise; it applies to ltx2-diffusion"
+            f"--decode-steps: the {spec.family} decoder does not denoise; it applies to "
+            + ", ".join(f for f, cls in FAMILIES.items() if "decode_steps" in cls.spec_fields)
         )
     if exists and spec.extra.get("decode_steps") != steps:
         raise FarmError(
@@ -680,8 +634,7 @@ def _job_audio(
     given = None
     if decoder is not None:
         raw = decoder if isinstance(decoder, AudioSpec | str) else dict(decoder)
-        given = resolve_audio_spec(raw, str(weights) if weights is not None else None,
-                                   default_weights=current.weights if current else None)  # fmt: skip
+        given = resolve_sound_spec(raw, weights=weights, default_weights=current.weights if current else None)
     if exists:
         if wanted and current is None:
             raise FarmError(

@@ -47,8 +47,8 @@ COMFYUI_LEGACY_SCALE = 1.0 / 0.18215  # ComfyUI's LoadLatent, for files without 
 # Wan examples start from EmptyHunyuanLatentVideo.
 # Each adapter declares its words (`comfyui_words`); a word may point to several families.
 COMFYUI_FAMILY_WORDS: dict[str, tuple[str, ...]] = {
-    word: tuple(f for f, c in FAMILIES.items() if word in getattr(c, "comfyui_words", ()))
-    for word in sorted({w for c in FAMILIES.values() for w in getattr(c, "comfyui_words", ())})
+    word: tuple(f for f, c in FAMILIES.items() if word in c.comfyui_words)
+    for word in sorted({w for c in FAMILIES.values() for w in c.comfyui_words})
 }
 COMFYUI_MODEL_INPUTS = ("vae_name", "unet_name", "ckpt_name", "model_name")
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import HDR_TRANSFERS
+from farm.decoders.ltx2.audio import FAMILY as SOUND_FAMILY
 from farm.errors import FarmError
 from farm.inputs.latent_files import torch_to_numpy
 from farm.planning.tiling import Geometry
@@ -48,7 +49,7 @@ class PipelineConvention:
 PIPELINES: dict[str, PipelineConvention] = {
     name: PipelineConvention(family, latents, packed)
     for family, cls in FAMILIES.items()
-    for name, (latents, packed) in getattr(cls, "pipeline_conventions", {}).items()
+    for name, (latents, packed) in cls.pipeline_conventions.items()
 }
 
 
@@ -166,7 +167,7 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     if vae is None:
         raise FarmError("give decoder= (the pipeline has no vae to take the decoder spec from)")
     vae_class = type(vae).__name__
-    family = next((f for f, c in FAMILIES.items() if getattr(c, "model_class_name", None) == vae_class), None)
+    family = next((f for f, c in FAMILIES.items() if c.model_class_name == vae_class), None)
     if family is None:
         raise FarmError(f"farm has no decoder for {type(vae).__name__}; known: {sorted(FAMILIES)}")
     config = {k: v for k, v in dict(vae.config).items() if not k.startswith("_")}
@@ -221,4 +222,4 @@ def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[
         )
     torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
     dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
-    return {"family": "ltx2-audio", "config": config, "weights": {"path": source}, "dtype": dtype}
+    return {"family": SOUND_FAMILY, "config": config, "weights": {"path": source}, "dtype": dtype}

@@ -13,50 +13,33 @@ from typing import Any
 
 import numpy as np
 
-from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_weights, resolve_audio_spec
+from farm.decoders import FAMILIES, DecoderSpec, decoder_class
+from farm.decoders.ltx2.audio import AudioSpec, check_audio_weights
+from farm.decoders.user_spec import resolve_sound_spec, resolve_spec, video_family_of
 from farm.errors import FarmError
 from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
 from farm.media.rates import parse_rate
-from farm.safe_read import parse_json, read_json
+from farm.safe_read import read_json
 from farm.store.job import Job, create_job, open_job, write_shot
 
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds alike
-# The sound that goes with each named video config that has one: LTX-2's and LTX-2.3's, tiny with tiny.
-SOUND_CONFIGS = {"ltx2": "ltx2-audio", "ltx2-tiny": "ltx2-audio-tiny", "ltx2.3": "ltx2.3-audio",
-                 "ltx2.3-tiny": "ltx2.3-audio-tiny"}  # fmt: skip
+# The sound that goes with each named video config that has one, as each adapter says (`sound_configs`).
+SOUND_CONFIGS = {name: sound for cls in FAMILIES.values() for name, sound in cls.sound_configs.items()}
 
 
 def resolve_decoder(name: str) -> tuple[str, str]:
     """A named config ('ltx2-tiny') → (family, config name)."""
-    for family, cls in FAMILIES.items():
-        if name in cls.named_configs:
-            return family, name
-    known = sorted(n for cls in FAMILIES.values() for n in cls.named_configs)
-    raise FarmError(f"unknown decoder {name!r}; choose one of {known}")
+    return video_family_of(name), name
 
 
 def synth_spec(
     decoder: str | Mapping[str, Any], *, seed: int = 0, dtype: str | None = None, weights: str | None = None
 ) -> DecoderSpec:
     """The spec of a synthetic job: a named config, or a decoder spec (``{"family": ..., "config": {...}}``,
-    e.g. a custom config; as JSON text on the command line) whose weights default to random ones of `seed`."""
-    if isinstance(decoder, str) and decoder.lstrip().startswith("{"):
-        decoder = parse_json(decoder, "--decoder")
-        if not isinstance(decoder, dict):
-            raise FarmError(f"--decoder: expected a JSON object, got {type(decoder).__name__}")
-    if isinstance(decoder, Mapping):
-        raw = dict(decoder)
-        tiny = False
-    else:
-        family, config = resolve_decoder(decoder)
-        raw = {"family": family, "config": config}
-        tiny = config.endswith("-tiny")
-    if weights or "weights" not in raw:
-        raw["weights"] = {"path": str(weights)} if weights else {"random_seed": seed}
-    if dtype or "dtype" not in raw:
-        raw["dtype"] = dtype or ("float32" if tiny or isinstance(decoder, Mapping) else "bfloat16")
-    return spec_from_json(raw, where="--decoder")
+    e.g. a custom config; as JSON text on the command line) whose weights default to random ones of `seed`
+    (float32 unless it names a released config by name)."""
+    return resolve_spec(decoder, weights=weights, dtype=dtype, default_weights={"random_seed": seed},
+                        object_dtype="float32")  # fmt: skip
 
 
 def synth(
@@ -150,7 +133,7 @@ def synth_audio_spec(
             )
         audio = SOUND_CONFIGS[decoder]
     given = audio if isinstance(audio, str | AudioSpec) else dict(audio)  # type: ignore[arg-type]
-    spec = resolve_audio_spec(given, weights, where="--audio-decoder", default_weights={"random_seed": seed})
+    spec = resolve_sound_spec(given, weights=weights, default_weights={"random_seed": seed})
     check_audio_weights(spec)
     return spec
 

@@ -382,7 +382,7 @@ def cost_model(spec: DecoderSpec, name: str | None = None) -> CostModel:
     its decode seconds scaled to the spec's config where the adapter records a decode of it on that kind
     of machine (``decode_seconds_measured``)."""
     model = load(name or default_name(spec))
-    measured = getattr(decoder_class(spec), "decode_seconds_measured", {}).get(spec.config_name or "")
+    measured = decoder_class(spec).decode_seconds_measured.get(spec.config_name or "")
     return scaled_to(model, spec.config_name, measured)
 
 

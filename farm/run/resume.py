@@ -17,7 +17,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
-from farm.decoders.ltx2_audio import check_audio_latent, superseded_sound
+from farm.decoders.ltx2.audio import check_audio_latent, superseded_sound
 from farm.errors import FarmError
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names

@@ -7,7 +7,7 @@
         latent                        float array [C, F, H, W], the decoder's latent space
                                       (dimensions channel, frame, y, x)
         audio                         optional float array [C, T, M]: the shot's sound, audio latents
-                                      of the job's audio decoder (`farm.decoders.ltx2_audio`)
+                                      of the job's audio decoder (`farm.decoders.ltx2.audio`)
                                       (dimensions audio_channel, audio_frame, mel)
 
 The render's output folder is `farm.store.output`'s; what an output is a render of is `farm.run.resume`'s.
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import DecoderSpec, spec_from_json
-from farm.decoders.ltx2_audio import AudioSpec, check_audio_latent, parse_audio_spec
+from farm.decoders.ltx2.audio import AudioSpec, check_audio_latent, parse_audio_spec
 from farm.errors import FarmError
 from farm.media.names import check_name
 from farm.media.rates import parse_rate, parse_timecode, rate_text, read_rate

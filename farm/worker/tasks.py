@@ -22,7 +22,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from farm.decoders import load_decoder
-from farm.decoders.ltx2_audio import load_audio_decoder, samples_for_frames
+from farm.decoders.ltx2.audio import load_audio_decoder, samples_for_frames
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media import beneath
 from farm.media.hdr import scene_linear_half

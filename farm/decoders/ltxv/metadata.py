@@ -1,7 +1,7 @@
 """The decoder config LTX-Video 0.9.x single files carry, read as Lightricks' `ltx-video` reads it, in the
 terms of diffusers' ``AutoencoderKLLTXVideo``.
 
-The files hold ``__metadata__["config"]`` → ``"vae"`` (`farm.decoders.ltx_metadata.file_vae_config`) with
+The files hold ``__metadata__["config"]`` → ``"vae"`` (`farm.decoders.checkpoints.file_vae_config`) with
 ltx-video's keys; ltx-video 0.1.2 builds its decoder from them
 (``CausalVideoAutoencoder.from_config`` in ``ltx_video/models/autoencoders/causal_video_autoencoder.py``)
 with its own defaults for missing keys, which are not ltx-core's: no timestep conditioning, zero
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from farm.decoders.ltx_metadata import block_settings as _block
+from farm.decoders.ltx2.metadata import block_settings as _block
 from farm.errors import FarmError
 
 # ltx-video's defaults for keys a file's `vae` config leaves out (CausalVideoAutoencoder.from_config)

@@ -32,13 +32,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
-from farm.decoders.ltx2_audio_vae_config import audio_vae_contradictions
-from farm.decoders.ltx2_vocoder_config import vocoder_contradictions
+from farm.decoders.ltx2.audio_vae_config import audio_vae_contradictions
+from farm.decoders.ltx2.vocoder_config import vocoder_contradictions
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -121,12 +121,12 @@ NAMED_CONFIGS: dict[str, dict[str, dict[str, Any]]] = {
 class AudioConfigs:
     """The named audio configs' revisions, in the form `farm.decoders.base`'s revision helpers read."""
 
-    family = FAMILY
+    family: ClassVar[str] = FAMILY
     # Revision 1 of `ltx2-audio-tiny` took 16 mel bins and played 8 kHz: not LTX-2's structure, and a vocoder
     # Lightricks' decoder cannot build (it takes 2 x 64 mel bins). Every spec naming it carries its revision,
     # so a sound decoded with the old one is never resumed or called finished silently.
-    config_revisions: dict[str, int] = {"ltx2-audio-tiny": 2}
-    config_revision_notes: dict[str, str] = {
+    config_revisions: ClassVar[dict[str, int]] = {"ltx2-audio-tiny": 2}
+    config_revision_notes: ClassVar[dict[str, str]] = {
         "ltx2-audio-tiny": "now LTX-2's sound structure at small widths (64 mel bins, 24 kHz); revision 1 "
         "took 16 mel bins and played 8 kHz"
     }
@@ -299,35 +299,6 @@ def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
         raise FarmError(f"{where}: 'config_revision' is for named configs only; remove it")
     revision = named_config_revision(AudioConfigs, name, given, where) if name is not None else {}
     return AudioSpec(name, resolved, dict(weights), dtype, revision.get(CONFIG_REVISION))
-
-
-def resolve_audio_spec(decoder: str | dict[str, Any] | AudioSpec, weights: str | None = None,
-                       where: str = "--audio-decoder",
-                       default_weights: dict[str, Any] | None = None) -> AudioSpec:  # fmt: skip
-    """An audio spec from a named config (with `weights`), a JSON object or text, or a spec."""
-    if isinstance(decoder, AudioSpec):
-        raw = decoder.to_json()
-    elif isinstance(decoder, dict):
-        raw = dict(decoder)
-    else:
-        text = decoder.strip()
-        if text.startswith("{"):
-            try:
-                raw = json.loads(text)
-            except ValueError as exc:
-                raise FarmError(f"{where}: not valid JSON ({exc})") from None
-        else:
-            raw = {"family": FAMILY, "config": text}
-    if weights is not None:
-        raw["weights"] = {"path": str(weights)}
-    elif "weights" not in raw and default_weights is not None:
-        raw["weights"] = dict(default_weights)
-    elif "weights" not in raw:
-        raise FarmError(
-            f"{where} {raw.get('config')!r} needs weights: --audio-weights PATH (a diffusers "
-            "pipeline folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint)"
-        )
-    return parse_audio_spec(raw, where=where)
 
 
 def check_audio_latent(shape: tuple[int, ...], spec: AudioSpec, where: str) -> None:

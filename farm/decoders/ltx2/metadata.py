@@ -12,8 +12,6 @@ it decodes. Pure: JSON in, a dict out; no torch.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
@@ -39,20 +37,6 @@ DECODER_KEYS = (
     "upsample_factor", "timestep_conditioning", "patch_size", "patch_size_t", "decoder_causal",
     "decoder_spatial_padding_mode",
 )  # fmt: skip
-
-
-def file_vae_config(path: Path, header: dict[str, Any]) -> dict[str, Any] | None:
-    """The ``vae`` entry of a safetensors file's ``config`` metadata (`header`: its parsed JSON header),
-    or None when the file carries none. A config that is not JSON is refused, naming the file."""
-    metadata = header.get("__metadata__")
-    if not isinstance(metadata, dict) or "config" not in metadata:
-        return None
-    try:
-        config = json.loads(metadata["config"])
-    except (TypeError, ValueError) as exc:
-        raise FarmError(f"weights file {str(path)!r}: its 'config' metadata is not JSON ({exc})") from None
-    vae = config.get("vae") if isinstance(config, dict) else None
-    return vae if isinstance(vae, dict) else None
 
 
 def ltx2_decoder_config(vae: dict[str, Any], where: str) -> dict[str, Any]:

@@ -1,17 +1,17 @@
 """3-D neighbourhood attention as one fused Triton kernel: the window is computed in the kernel.
 
-Same definition as `farm.decoders.neighborhood_attention` (NATTEN's and diffusers'): along an axis of ``n``
-positions the query at ``i`` sees keys ``[s, s + k)`` with ``s = clamp(i - k // 2, 0, n - k)``. Each
-program takes a 3-D tile of queries of one head and walks the keys' halo (the union of its queries' windows,
-at most ``tile + k - 1`` an axis) in runs of ``BLOCK_K`` keys in raster order, with an online softmax in
-float32; a key outside a query's window is masked from the query's row in registers. Nothing is gathered or
+Same definition as `farm.decoders.ltx2_diffusion.neighborhood_attention` (NATTEN's and diffusers'): along an
+axis of ``n`` positions the query at ``i`` sees keys ``[s, s + k)`` with ``s = clamp(i - k // 2, 0, n - k)``.
+Each program takes a 3-D tile of queries of one head and walks the keys' halo (the union of its queries'
+windows, at most ``tile + k - 1`` an axis) in runs of ``BLOCK_K`` keys in raster order, with an online softmax
+in float32; a key outside a query's window is masked from the query's row in registers. Nothing is gathered or
 materialised: no halo copies of K and V, no bias tensor; memory is the output alone.
 
-Queries may be a run of frames inside a larger key grid (``q_frame_offset``): a chunk of frames attends to
-the keys of its windows, which is how a decode holds one chunk's Q/K/V at a time
-(`farm.decoders.device.ltx2_diffusion_chunked`). A window is computed against the key grid's own
-frames; a caller
-gives the key frames ``[s(t0), s(t1 - 1) + k)`` of the whole grid, and the windows are then the whole grid's.
+Queries may be a run of frames inside a larger key grid (``q_frame_offset``): a chunk of frames attends to the
+keys of its windows, which is how a decode holds one chunk's Q/K/V at a time
+(`farm.decoders.ltx2_diffusion.device.ltx2_diffusion_chunked`). A window is computed against the key grid's
+own frames; a caller gives the key frames ``[s(t0), s(t1 - 1) + k)`` of the whole grid, and the windows are
+then the whole grid's.
 
 Triton runs on CUDA devices, and on the CPU under ``TRITON_INTERPRET=1`` (numpy; the tests check the kernel
 against the reference there). Import this module only where `available()` says so.

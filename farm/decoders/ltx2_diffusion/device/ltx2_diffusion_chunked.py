@@ -8,11 +8,11 @@ keys of its windows, frames ``[s(t0), s(t1 - 1) + k)``: their Q/K/V are projecte
 (rotary positions are the frames' places in the whole grid, so the scores are the whole grid's), and its
 output is added to the residual stream once no later run reads those frames' old values.
 
-Attention: `farm.decoders.device.na_triton` (one fused kernel, queries of the run against the key
-frames) where
-Triton runs; elsewhere the blocked SDPA path (`farm.decoders.neighborhood_attention`) over the key frames,
-keeping the run's rows. Both are the windowed definition; the decode equals diffusers' within float
-summation order (`tests/test_diffusion_decoder.py`).
+Attention: `farm.decoders.ltx2_diffusion.device.na_triton` (one fused kernel, queries of the run against the
+key frames) where Triton runs; elsewhere the blocked SDPA path
+(`farm.decoders.ltx2_diffusion.neighborhood_attention`) over the key frames, keeping the run's rows. Both are
+the windowed definition; the decode equals diffusers' within float summation order
+(`tests/test_diffusion_decoder.py`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from farm.decoders.device import na_triton
-from farm.decoders.neighborhood_attention import neighborhood_attention as blocked_attention
+from farm.decoders.ltx2_diffusion.device import na_triton
+from farm.decoders.ltx2_diffusion.neighborhood_attention import neighborhood_attention as blocked_attention
 
 # Tokens a run of frames holds (its key frames hold up to a window more): bounds the temporaries.
 CHUNK_TOKENS = 1 << 21

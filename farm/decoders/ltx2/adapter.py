@@ -5,84 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders import ltx_metadata
 from farm.decoders.base import DecoderSpec, dtype_bytes
+from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
 from farm.decoders.geometry import Geometry
-from farm.decoders.ltx2_carry import decode_with_state
+from farm.decoders.ltx2 import metadata as ltx_metadata
+from farm.decoders.ltx2.carry import decode_with_state
+from farm.decoders.ltx2.configs import LTX2_3, LTX2_3_TINY, LTX2_RELEASED, LTX2_TINY
+from farm.decoders.ltx2.layout import LTX_ORIGINAL, convert_ltx2_names, is_ltx_original, ltx_original_name
 
 if TYPE_CHECKING:
     import torch
-
-# LTX-2 (2.0) as released: the video VAE config diffusers' `scripts/convert_ltx2_to_diffusers.py`
-# (`get_ltx2_video_vae_config("2.0")`) writes, which is what Lightricks' ltx-core builds from the
-# checkpoint's own metadata (`ltx_core/model/video_vae/model_configurator.py`: `causal_decoder` False,
-# reflect padding, no timestep conditioning). diffusers' constructor defaults differ in one place that
-# matters: they make the decoder causal in time, which the released model is not.
-LTX2_RELEASED = {
-    "latent_channels": 128,
-    "block_out_channels": [256, 512, 1024, 2048],
-    "decoder_block_out_channels": [256, 512, 1024],
-    "layers_per_block": [4, 6, 6, 2, 2],
-    "decoder_layers_per_block": [5, 5, 5, 5],
-    "decoder_spatio_temporal_scaling": [True, True, True],
-    "decoder_inject_noise": [False, False, False, False],
-    "upsample_type": ["spatiotemporal", "spatiotemporal", "spatiotemporal"],
-    "upsample_residual": [True, True, True],
-    "upsample_factor": [2, 2, 2],
-    "timestep_conditioning": False,
-    "patch_size": 4,
-    "patch_size_t": 1,
-    "decoder_causal": False,
-    "decoder_spatial_padding_mode": "reflect",
-}
-
-# The released structure (non-causal, reflect padding, residual spatio-temporal upsamplers, pixel norm) at
-# a few channels: decodes 17x128x192 in ~0.1 s on one CPU core, through the same code paths.
-LTX2_TINY = {
-    **LTX2_RELEASED,
-    "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 32],
-    "decoder_block_out_channels": [8, 16, 32],
-    "layers_per_block": [1, 1, 1, 1, 1],
-    "decoder_layers_per_block": [1, 1, 1, 1],
-}
-
-# LTX-2.3's video VAE, as diffusers' conversion script writes it (`scripts/convert_ltx2_to_diffusers.py`,
-# `get_ltx2_video_vae_config("2.3")`, with the script's default `timestep_conditioning=False`): four decoder
-# stages, upsamplers spatiotemporal / spatiotemporal / temporal / spatial without residual (channel factors
-# 2, 2, 1, 2), zero padding, not causal. Lightricks' own form (the file's `config` -> `vae`): decoder_blocks
-# res_x 4, compress_space x2, res_x 6, compress_time x2, res_x 4, compress_all x1, res_x 2, compress_all x2,
-# res_x 2, causal_decoder false, spatial_padding_mode zeros (ltx-core's VideoDecoder builds them reversed).
-LTX2_3 = {
-    "in_channels": 3, "out_channels": 3, "latent_channels": 128,
-    "block_out_channels": [256, 512, 1024, 1024],
-    "down_block_types": ["LTX2VideoDownBlock3D"] * 4,
-    "decoder_block_out_channels": [256, 512, 512, 1024],
-    "layers_per_block": [4, 6, 4, 2, 2],
-    "decoder_layers_per_block": [4, 6, 4, 2, 2],
-    "spatio_temporal_scaling": [True, True, True, True],
-    "decoder_spatio_temporal_scaling": [True, True, True, True],
-    "decoder_inject_noise": [False, False, False, False, False],
-    "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
-    "upsample_type": ["spatiotemporal", "spatiotemporal", "temporal", "spatial"],
-    "upsample_residual": [False, False, False, False],
-    "upsample_factor": [2, 2, 1, 2],
-    "timestep_conditioning": False,
-    "patch_size": 4, "patch_size_t": 1, "resnet_norm_eps": 1e-6,
-    "encoder_causal": True, "decoder_causal": False,
-    "encoder_spatial_padding_mode": "zeros", "decoder_spatial_padding_mode": "zeros",
-    "spatial_compression_ratio": 32, "temporal_compression_ratio": 8,
-}  # fmt: skip
-# LTX-2.3's structure (stages, upsampler kinds and factors, padding, causality) at widths 1/32 of it.
-LTX2_3_TINY = {
-    **LTX2_3,
-    "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 32],
-    "decoder_block_out_channels": [8, 16, 16, 32],
-    "layers_per_block": [1, 1, 1, 1, 1],
-    "decoder_layers_per_block": [1, 1, 1, 1, 1],
-}
 
 # Peak device memory of an untiled bf16 decode above the weights, per output pixel-frame: linear in the
 # shot's pixels on a GPU (docs/performance.md#memory); other configs scale with the width of the last
@@ -104,6 +37,9 @@ class LTX2Decoder(DiffusersVideoDecoder):
     }
     comfyui_latents: ClassVar[str | None] = "normalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv", "ltx-2", "ltx2")  # ComfyUI's LTX-2 nodes are LTXV…
+    # the sound of LTX-2 and LTX-2.3 (`farm.decoders.ltx2.audio`), tiny with tiny
+    sound_configs: ClassVar[dict[str, str]] = {"ltx2": "ltx2-audio", "ltx2-tiny": "ltx2-audio-tiny",
+                                               "ltx2.3": "ltx2.3-audio", "ltx2.3-tiny": "ltx2.3-audio-tiny"}
     # Revision 1 of both names was diffusers' constructor defaults: a decoder causal in time, which decodes
     # the released weights to other frames (13 dB from ltx-core's decode of the same latent).
     config_revisions: ClassVar[dict[str, int]] = {"ltx2": 2, "ltx2-tiny": 2}
@@ -215,6 +151,20 @@ class LTX2Decoder(DiffusersVideoDecoder):
         """An LTX-2 file's own decoder settings, as ltx-core reads its ``config`` metadata."""
         return ltx_metadata.ltx2_decoder_config(vae, where)
 
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_ltx_original(names) else None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_original_name(name, "ltx2", full_config)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        return convert_ltx2_names(tensors) if layout.name == LTX_ORIGINAL else {}
+
     # ---- decoding (build, load, check_weights, enable_compile, decode: DiffusersVideoDecoder) ------
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
@@ -235,7 +185,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
         self, latent: torch.Tensor, state: list | None, origin: tuple[int, int, int] | None = None
     ) -> tuple[torch.Tensor, list]:
         """`decode` of a temporal chunk that follows the chunk `state` came from (None: the first),
-        with the state after it (`farm.decoders.ltx2_carry`). Runs eager even with --compile: the
+        with the state after it (`farm.decoders.ltx2.carry`). Runs eager even with --compile: the
         carried forwards are swapped in per call, which a compiled graph would not see."""
         import torch
 

@@ -26,19 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
     import torch
-
-# Same class as the real model (diffusers' default constructor = the published HunyuanVideo VAE), a few
-# channels; GroupNorm needs channels divisible by norm_num_groups.
-HUNYUANVIDEO_TINY = {
-    "latent_channels": 4,
-    "block_out_channels": [8, 16, 32, 32],
-    "layers_per_block": 1,
-    "norm_num_groups": 4,
-}
-
 
 class HunyuanVideoDecoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "hunyuanvideo"

@@ -18,39 +18,37 @@ Attention: diffusers' FlexAttention path without ``torch.compile`` materialises 
 of memory on an H200 at 704x1216), and a compiled block mask over a shot's millions of stage-5 tokens
 takes longer to build than the decode. farm runs the same neighbourhood attention (the window shifted
 inward at the borders, as NATTEN and the flex mask define it) as one fused Triton kernel on CUDA devices
-(`farm.decoders.device.na_triton`), elsewhere as blocks of queries against their keys' halo through fused SDPA
-kernels (`farm.decoders.neighborhood_attention`), and decodes each stage in runs of frames
-(`farm.decoders.device.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and
-context and one
-run's temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
+(`device.na_triton` in this folder), elsewhere as blocks of queries against their keys' halo through
+fused SDPA kernels (`neighborhood_attention`), and decodes each stage in runs of frames
+(`device.ltx2_diffusion_chunked`), so a decode holds a stage's residual stream and context and one run's
+temporaries. The model's own processors are the SDPA blocks too, for callers of its forward.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec
+from farm.decoders.checkpoints import Derived, Layout, TensorInfo
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
-from farm.decoders.neighborhood_attention import use_blocked_attention
+from farm.decoders.ltx2.layout import LTX_ORIGINAL
+from farm.decoders.ltx2_diffusion.configs import LTX2_DIFFUSION_TINY
+from farm.decoders.ltx2_diffusion.layout import (
+    is_lightricks_diffusion,
+    ltx_diffusion_metadata_mismatches,
+    ltx_diffusion_original_name,
+    ltx_diffusion_tensors,
+)
+from farm.decoders.ltx2_diffusion.neighborhood_attention import use_blocked_attention
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import torch
 
-# Same class, a few channels and 3x3x3 windows: decodes 9x64x96 in well under a second on one CPU core.
-LTX2_DIFFUSION_TINY = {
-    "latent_channels": 8,
-    "decoder_head_dim": 8,
-    "decoder_stage_channels": [32, 16, 8, 8, 8],
-    "decoder_stage_depths": [1, 1, 1, 1, 1],
-    "decoder_stage_kernels": [[3, 3, 3], [3, 3, 3], [3, 3, 3], [3, 3, 3]],
-    "decoder_upsample_channel_reductions": [2, 2, 1, 1],
-    "decoder_stage5_kernel": [3, 3, 3],
-    "decoder_t_emb_dim": 16,
-}
 # Noise values drawn at once (float64, with int64 hash temporaries of the same count).
 NOISE_ELEMENTS = 1 << 25
 
@@ -116,6 +114,34 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         return cls._full_config(config)["decoder_stage_channels"][-1] / 256
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_lightricks_diffusion(names) else None  # Lightricks' names (ltx-core)
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_diffusion_original_name(name)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def file_tensors(
+        cls, infos: dict[str, TensorInfo], layout: Layout, files: list[Path], full_config: dict[str, Any],
+        where: str,
+    ) -> tuple[dict[str, TensorInfo], dict[str, Derived]]:
+        """Lightricks' layout: fused projections split, gates folded, the timestep MLP renamed
+        (`ltx_diffusion_tensors`), once the files' own config metadata agrees with the spec's."""
+        if layout.name != LTX_ORIGINAL:
+            return infos, {}
+        mismatches = ltx_diffusion_metadata_mismatches(files, full_config)
+        if mismatches:
+            raise FarmError(
+                f"weights at {where} were saved for another diffusion decoder config: "
+                f"{'; '.join(mismatches)}. "
+                "Use the config the checkpoint names (its safetensors metadata 'config' → 'vae' → 'decoder')"
+            )
+        return ltx_diffusion_tensors(infos, layout.prefix)
 
     def decode_steps(self) -> int:
         steps = self.spec.extra.get("decode_steps") or self.model.config.decoder_num_inference_steps
@@ -209,8 +235,10 @@ def decode_with_noise(
     tokens: int | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """`LTX2VideoDiffusionDecoder3d.forward`, with `noise(pixel_shape, origin)` for its generator's, run
-    in runs of frames of about `tokens` tokens (`farm.decoders.device.ltx2_diffusion_chunked`)."""
-    from farm.decoders.device import ltx2_diffusion_chunked as chunked  # torch and Triton: a decode's alone
+    in runs of frames of about `tokens` tokens (`device.ltx2_diffusion_chunked`)."""
+    from farm.decoders.ltx2_diffusion.device import (
+        ltx2_diffusion_chunked as chunked,  # torch and Triton: a decode's alone
+    )
 
     tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder

@@ -17,75 +17,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders import ltxv_metadata
 from farm.decoders.base import DecoderSpec
+from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.ltx2.layout import LTX_ORIGINAL, is_ltx_original, ltx_original_name
+from farm.decoders.ltxv import metadata as ltxv_metadata
+from farm.decoders.ltxv.configs import LTXV_091, LTXV_091_TINY, LTXV_095, LTXV_095_TINY, LTXV_TINY
+from farm.decoders.ltxv.layout import convert_ltxv_names, ltxv_variant
 from farm.decoders.noise import hash_seed, position_noise
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import torch
-
-# The released VAEs, from diffusers' `scripts/convert_ltx_to_diffusers.py` (`get_vae_config("0.9.0")`,
-# "0.9.1", "0.9.5"): the single files' `config` -> `vae` metadata in diffusers' terms. Lightricks'
-# `ltx-video` 0.1.2 builds its `CausalVideoAutoencoder` from that metadata; built from the released
-# block lists, its decoder has the same tensor names and shapes as each config here (docs/decoders.md).
-# All three: not causal in time (`causal_decoder: false`), zero spatial padding (no release sets
-# `spatial_padding_mode`; zeros is ltx-video's default and the only mode diffusers' class has), pixel
-# norm, per-channel latent statistics carried by the file. 0.9.0 is diffusers' default constructor, so
-# "ltxv" is the empty config. A file's own metadata is checked against the job's config
-# (`check_file_config`, `farm.decoders.ltxv_metadata`).
-LTXV_091 = {
-    "decoder_block_out_channels": [256, 512, 1024],
-    "decoder_layers_per_block": [5, 6, 7, 8],
-    "decoder_spatio_temporal_scaling": [True, True, True],
-    "decoder_inject_noise": [True, True, True, False],
-    "upsample_residual": [True, True, True],
-    "upsample_factor": [2, 2, 2],
-    "timestep_conditioning": True,
-}
-LTXV_095 = {
-    "block_out_channels": [128, 256, 512, 1024, 2048],
-    "down_block_types": ["LTXVideo095DownBlock3D"] * 4,
-    "layers_per_block": [4, 6, 6, 2, 2],
-    "spatio_temporal_scaling": [True, True, True, True],
-    "downsample_type": ["spatial", "temporal", "spatiotemporal", "spatiotemporal"],
-    "decoder_block_out_channels": [256, 512, 1024],
-    "decoder_layers_per_block": [5, 5, 5, 5],
-    "decoder_spatio_temporal_scaling": [True, True, True],
-    "decoder_inject_noise": [False, False, False, False],
-    "upsample_residual": [True, True, True],
-    "upsample_factor": [2, 2, 2],
-    "timestep_conditioning": True,
-    "spatial_compression_ratio": 32,
-    "temporal_compression_ratio": 8,
-}
-# Same classes, a few channels, one layer per block: the 0.9.0 structure, the 0.9.1 one (timestep,
-# injected noise, residual upsamplers) and the 0.9.5 one (timestep, residual upsamplers, no noise).
-LTXV_TINY = {
-    "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 32],
-    "decoder_block_out_channels": [8, 16, 32, 32],
-    "layers_per_block": [1, 1, 1, 1, 1],
-    "decoder_layers_per_block": [1, 1, 1, 1, 1],
-}
-LTXV_091_TINY = {
-    **LTXV_091,
-    "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 32],
-    "layers_per_block": [1, 1, 1, 1, 1],
-    "decoder_block_out_channels": [16, 32, 64],
-    "decoder_layers_per_block": [1, 1, 1, 1],
-}
-LTXV_095_TINY = {
-    **LTXV_095,
-    "latent_channels": 8,
-    "block_out_channels": [8, 16, 32, 64, 128],
-    "layers_per_block": [1, 1, 1, 1, 1],
-    "decoder_block_out_channels": [16, 32, 64],
-    "decoder_layers_per_block": [1, 1, 1, 1],
-}
 
 # hash_seed salts: the noise mixed into the latent (timestep-conditioned decode), the noise each layer injects
 NOISE_SALT_LATENT = 1
@@ -120,6 +64,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
     }
     comfyui_latents: ClassVar[str | None] = "normalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("ltxv",)
+    injects_noise = False  # whether a decoder block adds noise (set by `_install_noise_hooks`)
     statistics_tensors: ClassVar[tuple[str, ...]] = ("latents_mean", "latents_std")
     # Non-causal convolutions: a frame depends on latent frames both ways. Measured receptive fields: tiny
     # configs to errors below 0.01 levels (float32, CPU); real ones to the float32 noise floor of an H200
@@ -213,6 +158,20 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         return ltxv_metadata.ltxv_decoder_config(vae, where)
 
     @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return LTX_ORIGINAL if is_ltx_original(names) else None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == LTX_ORIGINAL:
+            return ltx_original_name(name, ltxv_variant(full_config), full_config)
+        return super().original_name(name, layout, full_config)
+
+    @classmethod
+    def convert_names(cls, layout: Layout, tensors: dict[str, Any], missing: Any) -> dict[str, Any]:
+        return convert_ltxv_names(tensors, layout.prefix, missing) if layout.name == LTX_ORIGINAL else {}
+
+    @classmethod
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> LTXVideoDecoder:
         decoder = super().from_model(spec, model, device)
         assert isinstance(decoder, LTXVideoDecoder)
@@ -265,7 +224,7 @@ class LTXVideoDecoder(DiffusersVideoDecoder):
         import torch
 
         t, scale, seed = self.decode_settings(self.spec, bool(self.model.config.timestep_conditioning))
-        if origin is None and (scale > 0 or getattr(self, "injects_noise", False)):
+        if origin is None and (scale > 0 or self.injects_noise):
             raise FarmError(
                 f"{self.spec.family} decoder [{self.spec.config_name or 'custom config'}] draws noise per "
                 "latent position (decode_noise_scale > 0 or injected decoder noise): decode() needs the "
