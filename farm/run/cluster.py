@@ -28,11 +28,9 @@ from farm import config, logs
 from farm.errors import FarmError
 from farm.run import backends
 from farm.run.backends import ClusterAsk, ClusterChoice
-from farm.run.backends.local_cpu import MAX_DEFAULT_CPU_WORKERS as MAX_DEFAULT_CPU_WORKERS
 from farm.run.backends.local_cuda import io_workers_beside_gpus as io_workers_beside_gpus
 from farm.run.backends.setup import IO_RESOURCE as IO_RESOURCE
 from farm.run.backends.setup import IO_WORKER_PREFIX as IO_WORKER_PREFIX
-from farm.run.backends.setup import QuickExitPlugin as QuickExitPlugin
 from farm.run.backends.setup import quiet_distributed_logs, set_up_workers, start_cluster
 from farm.run.machine import cpu_count, cpu_decode_threads, detect_gpus, ucx_available
 from farm.run.machine import local_gpu_memory as local_gpu_memory
@@ -54,7 +52,7 @@ def choose_cluster(
     cpu_decode_threads: int | None = None,
 ) -> ClusterChoice:
     """Decide, without starting anything, which cluster to use: the backend ``farm.cluster-backend``
-    names, or by default (`farm.run.backends.select`)
+    names, or by default (`farm.run.backends.select`):
 
     - ``scheduler`` or ``scheduler_file``: join that cluster (``n_workers`` 0: it has what it has).
     - GPUs present: a local CUDA cluster, one worker per GPU (`farm.run.backends.local_cuda`).
@@ -78,7 +76,8 @@ def choose_cluster(
 
 def local_decode_workers() -> int:
     """The decode workers `connect` starts on this machine when nothing is said: one per GPU, or up to
-    `MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many as `farm render` runs)."""
+    `farm.run.backends.local_cpu.MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many
+    as `farm render` runs)."""
     choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=detect_gpus(),
                             ucx_available=False, cpu_count=cpu_count())  # fmt: skip
     return choice.n_workers
