@@ -1,5 +1,6 @@
 """Cluster backends behind one protocol (`farm.run.backends`): a backend registered beside the built-in ones
-runs a render with nothing else changed, farm's own worker set-up applied to its workers; ``auto`` asks
+runs a render with nothing else changed, farm's own worker set-up applied to its workers, and its
+workers' memory known before it starts bounds the plan; ``auto`` asks
 the built-ins in order; a backend named outright must fit what was asked; and no module outside
 `farm/run/backends/` names a backend."""
 
@@ -100,6 +101,27 @@ def test_a_registered_backend_runs_a_render_with_nothing_else_changed(tiny_job, 
     for shot in open_job(tiny_job).shots:
         ours = read_frames(Output(tmp_path / "out"), shot).tobytes()
         assert ours == read_frames(Output(tmp_path / "plain"), shot).tobytes()
+
+
+class SmallGPUs(RecordingCPU):
+    """A backend whose decode workers will have 1 MiB of GPU memory each."""
+
+    name = "test-small-gpus"
+
+    def decode_memory(self, choice: ClusterChoice) -> int | None:
+        return 1 << 20
+
+
+def test_a_plan_that_cannot_fit_the_backends_workers_starts_no_cluster(tiny_job, tmp_path):
+    backend = SmallGPUs(tmp_path)
+    backends.register(backend)
+    try:
+        with dask.config.set({"farm.cluster-backend": backend.name}), pytest.raises(FarmError) as err:
+            farm.render(tiny_job, tmp_path / "out", workers=1, options=WHOLE, log=lambda _: None)
+    finally:
+        backends.unregister(backend.name)
+    assert "more than the smallest worker GPU has (1.0 MiB)" in str(err.value)
+    assert backend.chosen and not backend.started
 
 
 def ask(**kw: Any) -> ClusterAsk:

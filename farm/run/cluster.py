@@ -33,7 +33,6 @@ from farm.run.backends.setup import IO_RESOURCE as IO_RESOURCE
 from farm.run.backends.setup import IO_WORKER_PREFIX as IO_WORKER_PREFIX
 from farm.run.backends.setup import quiet_distributed_logs, set_up_workers, start_cluster
 from farm.run.machine import cpu_count, cpu_decode_threads, detect_gpus, ucx_available
-from farm.run.machine import local_gpu_memory as local_gpu_memory
 from farm.run.tls import check_tls, check_tls_to
 from farm.worker import transport_plugin
 from farm.worker.tasks import path_problem, where_am_i
@@ -94,6 +93,14 @@ def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers
 def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
     """Whether `connect` with these arguments joins a running cluster (starts none)."""
     return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
+
+
+def planned_gpu_memory(workers: int | None) -> int | None:
+    """The GPU memory of the smallest decode worker of the cluster `connect` would start with `workers`
+    (and no scheduler), as its backend knows it before starting (None: CPU workers)."""
+    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
+                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    return choice.backend.decode_memory(choice)
 
 
 @contextlib.contextmanager

@@ -99,6 +99,12 @@ class ClusterBackend(ABC):
         do)."""
         raise TypeError(f"the {self.name} backend joins a running cluster; it starts none")
 
+    def decode_memory(self, choice: ClusterChoice) -> int | None:
+        """The GPU memory of the smallest decode worker the cluster `choice` describes will have, known
+        before it starts (a plan that cannot fit then starts none); None when its workers decode on CPUs
+        or say so only once they join."""
+        return None
+
     def worker_plugins(self, choice: ClusterChoice) -> list[Any]:
         """Worker plugins this backend's workers need beside farm's own (`farm.run.backends.setup`)."""
         return []

@@ -11,7 +11,7 @@ import dask
 
 from farm.errors import FarmError
 from farm.run.backends import ClusterAsk, ClusterBackend, ClusterChoice, register
-from farm.run.machine import detect_gpus
+from farm.run.machine import detect_gpus, local_gpu_memory
 
 UCX_WARNING = (
     "UCX is not installed (distributed-ucxx; pip install 'farm-decode[cuda]'): workers talk over TCP, so "
@@ -69,6 +69,9 @@ class LocalCUDA(ClusterBackend):
             # (the scheduler of a local cluster runs in this process). Workers get it from dask-cuda.
             stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
         return LocalCUDACluster(**cluster_kwargs)
+
+    def decode_memory(self, choice: ClusterChoice) -> int | None:
+        return local_gpu_memory(choice.n_workers)  # the first n_workers GPUs: dask-cuda's
 
     def default_io_workers(self, choice: ClusterChoice, cpu_count: int) -> int:
         return io_workers_beside_gpus(choice.n_workers, cpu_count)
