@@ -10,7 +10,7 @@ from farm.run.backends import ClusterAsk, ClusterBackend, ClusterChoice, registe
 
 class ExistingScheduler(ClusterBackend):
     name = "existing"
-    label = "running cluster's"
+    label = "running cluster"
     starts_cluster = False
 
     def applies(self, ask: ClusterAsk) -> bool:
