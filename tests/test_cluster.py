@@ -17,6 +17,7 @@ import farm
 from farm.dashboard import monitor
 from farm.errors import FarmError
 from farm.run import cluster
+from farm.run.backends.setup import QuickExitPlugin
 from farm.run.cluster import ClusterChoice, choose_cluster, connect, workers_info
 from farm.worker import transport
 
@@ -211,7 +212,7 @@ def _close_like_a_worker_process(marker: str, log: str) -> None:
     stream = open(log, "w", buffering=1 << 16)  # noqa: SIM115 (left open: the exit must flush it)
     logging.basicConfig(stream=stream, force=True)
     logging.getLogger("check").warning("logged before exit")
-    cluster.QuickExitPlugin().teardown(None)
+    QuickExitPlugin().teardown(None)
     sys.exit(3)  # what a closing worker process does next: exit, here through the handlers
 
 

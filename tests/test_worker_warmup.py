@@ -9,7 +9,7 @@ import time
 import pytest
 from distributed import Client, LocalCluster
 
-from farm.run.cluster import WARMUP_PRELOAD
+from farm.run.backends.setup import WARMUP_PRELOAD
 from farm.worker import warmup
 
 pytestmark = pytest.mark.cluster

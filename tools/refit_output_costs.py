@@ -26,7 +26,7 @@ from farm.inputs.synthetic import synth_spec
 from farm.planning import costmodel, planner
 from farm.planning.costmodel import CostModel, DecodeCost
 from farm.planning.tiling import ChunkSize, TileGrid, assign_round_robin, plan_shot
-from farm.run.cluster import ClusterChoice, default_io_workers
+from farm.run.backends.local_cuda import io_workers_beside_gpus
 
 
 def row_plans(row: dict, run: dict) -> tuple[list, int, int]:
@@ -59,7 +59,7 @@ def row_plans(row: dict, run: dict) -> tuple[list, int, int]:
     io = row.get("io_workers", "default")
     cpus = int(run["machine"]["cpus"])
     n_io = (
-        default_io_workers(ClusterChoice("local-cuda", gpus, "ucx", 8, None), cpus)
+        io_workers_beside_gpus(gpus, cpus)
         if io == "default"
         else int(io)
     )

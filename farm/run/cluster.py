@@ -1,8 +1,9 @@
-"""Where farm runs: an existing Dask scheduler, a local CUDA cluster (one worker per GPU), or a local CPU
-cluster.
+"""Where farm runs: a cluster backend (`farm.run.backends`: an existing Dask scheduler, a local CUDA
+cluster of one worker per GPU, a local CPU cluster, or one registered beside them) chosen, then joined
+or started.
 
 Choosing is pure (:func:`choose_cluster`, testable anywhere); starting is :func:`connect`. dask-cuda is
-imported only inside the branch that starts a local CUDA cluster: it does not import on a machine
+imported only by the backend that starts a local CUDA cluster: it does not import on a machine
 without CUDA, and the CPU path never needs it.
 
 >>> with connect(workers=2) as client:  # doctest: +SKIP
@@ -14,54 +15,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import importlib.util
 import logging
 import os
-import re
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import dask
-from distributed import Client, LocalCluster
-from distributed.diagnostics.plugin import WorkerPlugin
+from distributed import Client
 
 from farm import config, logs
 from farm.errors import FarmError
-from farm.planning.schedule import IO_WORKER_THREADS
+from farm.run import backends
+from farm.run.backends import ClusterAsk, ClusterChoice
+from farm.run.backends.local_cuda import io_workers_beside_gpus as io_workers_beside_gpus
+from farm.run.backends.setup import IO_RESOURCE as IO_RESOURCE
+from farm.run.backends.setup import IO_WORKER_PREFIX as IO_WORKER_PREFIX
+from farm.run.backends.setup import quiet_distributed_logs, set_up_workers, start_cluster
+from farm.run.machine import cpu_count, cpu_decode_threads, detect_gpus, ucx_available
 from farm.run.tls import check_tls, check_tls_to
 from farm.worker import transport_plugin
 from farm.worker.tasks import path_problem, where_am_i
-
-# Local CPU clusters start at most this many workers unless asked for more: each worker holds its
-# own copy of the decoder, so more processes cost memory and rarely speed up one shot.
-MAX_DEFAULT_CPU_WORKERS = 4
-
-UCX_WARNING = (
-    "UCX is not installed (distributed-ucxx; pip install 'farm-decode[cuda]'): workers talk over TCP, so "
-    "decoded tiles travel between GPUs through host memory"
-)
-
-
-@dataclass(frozen=True)
-class ClusterChoice:
-    """What :func:`connect` will start or join.
-
-    ``threads_per_worker`` is Dask's task threads per worker; ``torch_threads`` is how many intra-op
-    threads torch may use in each worker process of a local CPU cluster (so that workers together
-    use the machine's cores without oversubscribing them).
-    """
-
-    kind: Literal["existing", "local-cpu", "local-cuda"]
-    n_workers: int
-    protocol: str
-    threads_per_worker: int
-    warning: str | None
-    torch_threads: int = 1
 
 
 def choose_cluster(
@@ -76,17 +50,12 @@ def choose_cluster(
     protocol: str | None = None,
     cpu_decode_threads: int | None = None,
 ) -> ClusterChoice:
-    """Decide, without starting anything, which cluster to use.
+    """Decide, without starting anything, which cluster to use: the backend ``farm.cluster-backend``
+    names, or by default (`farm.run.backends.select`):
 
     - ``scheduler`` or ``scheduler_file``: join that cluster (``n_workers`` 0: it has what it has).
-    - GPUs present: a local CUDA cluster, one worker per GPU (``workers`` uses the first N GPUs). With
-      several, over UCX when distributed-ucxx is installed, else TCP with a warning; with one, over
-      TCP (no tile moves between GPUs, and UCX's slower task round trips cost a carried 704×1216 shot
-      ≈ 0.1 s on an H200, docs/performance.md), unless `protocol` ("ucx" or "tcp") says otherwise.
-    - no GPU: a local CPU cluster of ``workers`` processes (default ``min(cpu_count, 4)``) with one
-      task thread each and `cpu_decode_threads` torch threads each (None: the cores split between
-      them; `farm.cpu-decode-threads`, read by `cpu_decode_threads`, says why a fixed count is the
-      default).
+    - GPUs present: a local CUDA cluster, one worker per GPU (`farm.run.backends.local_cuda`).
+    - no GPU: a local CPU cluster of ``workers`` processes (`farm.run.backends.local_cpu`).
     """
     if scheduler is not None and scheduler_file is not None:
         raise FarmError(
@@ -97,217 +66,20 @@ def choose_cluster(
         raise FarmError(f"--workers must be at least 1, got {workers}")
     if threads_per_worker is not None and threads_per_worker < 1:
         raise FarmError(f"threads per worker must be at least 1, got {threads_per_worker}")
-    cpu_count = max(1, cpu_count)
-
-    if scheduler is not None or scheduler_file is not None:
-        flag = "--scheduler" if scheduler is not None else "--scheduler-file"
-        if workers is not None:
-            raise FarmError(
-                f"--workers starts a local cluster; it cannot be combined with {flag}: the running "
-                "cluster's workers are what you get (leave out --workers, or leave out "
-                f"{flag} to start a local cluster of {workers} workers)"
-            )
-        if threads_per_worker is not None:
-            raise FarmError(
-                f"threads per worker apply to a local cluster; they cannot be combined with {flag}: "
-                "set them where the running cluster's workers are started (dask worker --nthreads)"
-            )
-        address = scheduler if scheduler is not None else scheduler_file
-        assert address is not None
-        if scheduler_file is not None:
-            protocol = ""  # in the file; known once connected
-        else:
-            protocol = address.split("://", 1)[0] if "://" in address else "tcp"
-        return ClusterChoice("existing", 0, protocol, 0, None, 0)
-
-    if gpu_count > 0:
-        if workers is not None and workers > gpu_count:
-            raise FarmError(
-                f"--workers {workers} asks for more workers than GPUs: this machine has {gpu_count} "
-                f"GPU{'s' if gpu_count != 1 else ''} and a local CUDA cluster runs one worker per GPU; "
-                f"use --workers 1..{gpu_count}"
-            )
-        n = workers if workers is not None else gpu_count
-        wanted = protocol or ("ucx" if n > 1 else "tcp")
-        protocol = "ucx" if wanted == "ucx" and ucx_available else "tcp"
-        warning = UCX_WARNING if wanted == "ucx" and not ucx_available else None
-        # One decode at a time runs on the GPU (farm.worker.tasks' decode thread); the other task threads
-        # blend, write Zarr and encode video while it does, so the GPU never waits on I/O.
-        io_threads = threads_per_worker or min(8, max(2, cpu_count // n))
-        return ClusterChoice("local-cuda", n, protocol, io_threads, warning, 1)
-
-    n = workers if workers is not None else min(cpu_count, MAX_DEFAULT_CPU_WORKERS)
-    tpw = threads_per_worker or 1
-    warning = None
-    if n * tpw > cpu_count:
-        warning = (
-            f"{n} workers × {tpw} thread{'s' if tpw != 1 else ''} on {cpu_count} CPU "
-            f"core{'s' if cpu_count != 1 else ''}: tasks will compete for cores"
-        )
-    torch_threads = cpu_decode_threads or max(1, cpu_count // (n * tpw))
-    return ClusterChoice("local-cpu", n, "tcp", tpw, warning, torch_threads)
-
-
-def cpu_decode_threads() -> int | None:
-    """``farm.cpu-decode-threads``: torch's intra-op threads in each worker of a local CPU cluster, or
-    None for ``auto`` (the cores split between the workers).
-
-    The same count on every worker, whatever their number, keeps the frames byte-identical across
-    worker counts: torch's CPU convolutions (oneDNN's, and MKL's without it) sum in another order with
-    another thread count on some CPUs (a level off in a few pixels of a tiny test render on a Xeon with
-    AMX), so 1 worker of 2 threads and 3 workers of 1 can write different bytes. ``auto`` is faster with
-    fewer workers than cores, at that cost."""
-    value = config.get("cpu-decode-threads")
-    if value == "auto":
-        return None
-    whole = isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).isdigit()
-    if not whole or int(value) < 1:
-        raise FarmError(
-            f"farm.cpu-decode-threads is {value!r}; it takes a whole number of threads (at least 1) or "
-            "auto (the cores split between the workers)"
-        )
-    return int(value)
-
-
-def detect_gpus() -> int:
-    """Number of CUDA devices this process may use (0 on a CPU-only machine or with a CPU build of
-    torch), found without importing torch (seconds the driver of a render does not need): the CUDA
-    driver's own count, which honours ``CUDA_VISIBLE_DEVICES``."""
-    if not _torch_has_cuda():
-        return 0
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-        return 0
-    return int(count.value)
-
-
-def local_gpu_memory(count: int | None = None) -> int | None:
-    """Total memory of the smallest of this machine's first `count` CUDA devices (all by default), read
-    from the CUDA driver without importing torch: the GPUs a local CUDA cluster would run on. None
-    without GPUs (a local cluster then decodes on CPU workers)."""
-    gpus = detect_gpus()
-    if not gpus:
-        return None
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    sizes = []
-    for index in range(min(gpus, count or gpus)):
-        device, total = ctypes.c_int(0), ctypes.c_size_t(0)
-        if libcuda.cuDeviceGet(ctypes.byref(device), index) != 0:
-            continue
-        if libcuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) == 0 and total.value:
-            sizes.append(int(total.value))
-    return min(sizes) if sizes else None
-
-
-def _torch_has_cuda() -> bool:
-    """Whether the installed torch is a CUDA build, read from its ``version.py`` without importing it."""
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return False
-    version_file = Path(next(iter(spec.submodule_search_locations))) / "version.py"
-    try:
-        text = version_file.read_text()
-    except OSError:
-        return False
-    match = re.search(r"^cuda\b[^=]*=\s*(.+)$", text, flags=re.MULTILINE)
-    return match is not None and match.group(1).strip() != "None"
+    ask = ClusterAsk(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=gpu_count,
+                     ucx_available=ucx_available, cpu_count=max(1, cpu_count),
+                     threads_per_worker=threads_per_worker, protocol=protocol,
+                     cpu_decode_threads=cpu_decode_threads)  # fmt: skip
+    return backends.select(ask).choose(ask)
 
 
 def local_decode_workers() -> int:
     """The decode workers `connect` starts on this machine when nothing is said: one per GPU, or up to
-    `MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many as `farm render` runs)."""
+    `farm.run.backends.local_cpu.MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many
+    as `farm render` runs)."""
     choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=detect_gpus(),
                             ucx_available=False, cpu_count=cpu_count())  # fmt: skip
     return choice.n_workers
-
-
-def ucx_available() -> bool:
-    """Whether distributed's UCX backend (package distributed-ucxx, module ``distributed_ucxx``) is
-    installed. Looks the module up without importing it."""
-    try:
-        return importlib.util.find_spec("distributed_ucxx") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def cpu_count() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
-
-
-class TorchThreadsPlugin(WorkerPlugin):
-    """Sets torch's intra-op thread count in each worker of a local CPU cluster.
-
-    distributed already starts worker processes with ``OMP_NUM_THREADS=1`` (its
-    ``distributed.nanny.pre-spawn-environ``), which keeps numpy/BLAS to one thread per worker but
-    leaves cores idle when there are fewer workers than cores. An environment variable cannot fix
-    that reliably (OpenMP reads it when the library loads, which may be before the Nanny applies its
-    ``env``), so this plugin calls :func:`torch.set_num_threads` in every worker, including workers
-    restarted later.
-    """
-
-    name = "farm-torch-threads"
-    idempotent = True
-
-    def __init__(self, n_threads: int):
-        self.n_threads = n_threads
-
-    def setup(self, worker: Any) -> None:
-        import torch
-
-        torch.set_num_threads(self.n_threads)
-
-
-def _quiet_distributed_logs() -> None:
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
-
-
-class IgnoreInterruptPlugin(WorkerPlugin):
-    """Workers of a local cluster ignore SIGINT: Ctrl-C on a terminal reaches every process of its group,
-    and the client, not each worker, decides what an interrupt stops (it closes the cluster quietly).
-    Applied to workers that restart later too."""
-
-    name = "farm-ignore-interrupt"
-    idempotent = True
-
-    def setup(self, worker: Any) -> None:
-        if threading.current_thread() is threading.main_thread():  # signal.signal works only there
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-class QuickExitPlugin(WorkerPlugin):
-    """Worker processes of a cluster farm started skip Python's interpreter teardown once their worker
-    has closed: freeing every module and object of torch and diffusers held a render's end (and a
-    ``farm cluster`` stop) 1.4 s on a 2-core machine, against 0.06 s without (docs/performance.md). Logs
-    and output streams are flushed first; every output file was durable before its task ended."""
-
-    name = "farm-quick-exit"
-    idempotent = True
-
-    def teardown(self, worker: Any) -> None:
-        import atexit
-        import multiprocessing
-
-        if multiprocessing.parent_process() is None:  # a worker inside the user's own process: its exit
-            return  # (and exit code) are not the worker's to cut short
-        atexit.register(_exit_now)  # registered last, so it runs first of the exit handlers
-
-
-def _exit_now() -> None:
-    import sys
-
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
 
 
 def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
@@ -321,6 +93,14 @@ def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers
 def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
     """Whether `connect` with these arguments joins a running cluster (starts none)."""
     return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
+
+
+def planned_gpu_memory(workers: int | None) -> int | None:
+    """The GPU memory of the smallest decode worker of the cluster `connect` would start with `workers`
+    (and no scheduler), as its backend knows it before starting (None: CPU workers)."""
+    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
+                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    return choice.backend.decode_memory(choice)
 
 
 @contextlib.contextmanager
@@ -383,7 +163,8 @@ def _connected(
     io_workers: int | None, stack: contextlib.ExitStack, ignored_from: list[Any],
 ) -> Iterator[Client]:  # fmt: skip
     """`connect`'s body inside its exit stack: join or start the cluster, yield the client."""
-    if choice.kind == "existing":
+    backend = choice.backend
+    if not backend.starts_cluster:
         client = _join(scheduler=scheduler, scheduler_file=scheduler_file)
         stack.callback(client.close)
         if stop_work_stealing(client):
@@ -394,30 +175,26 @@ def _connected(
                 client.scheduler_info().get("address", "?"),
             )
         stack.callback(_restore_quietly, client)  # runs before client.close (the stack unwinds)
+        transport_plugin.install(client)
     else:
-        cluster = _start_local(choice, memory_limit, stack)
+        cluster = start_cluster(choice, stack, hint="or connect to a running cluster with --scheduler",
+                                memory_limit=memory_limit, host="127.0.0.1",
+                                dashboard_address="127.0.0.1:0")  # fmt: skip
+        stack.callback(cluster.close)
         client = Client(cluster)
         stack.callback(client.close)
-        client.register_plugin(IgnoreInterruptPlugin())
-        client.register_plugin(QuickExitPlugin())
-        if choice.kind == "local-cpu":
-            client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
-        start_io_workers(cluster, client, choice, io_workers, memory_limit)
-    transport_plugin.install(client)
+        set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit)
     try:
         yield client
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (farm.cli): stop the cluster without its warnings
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
-        if choice.kind != "existing":  # our own workers: their cancelled tasks need no warning either
+        if backend.starts_cluster:  # our own workers: their cancelled tasks need no warning either
             with contextlib.suppress(Exception):
-                client.run(_quiet_distributed_logs, on_error="ignore")
+                client.run(quiet_distributed_logs, on_error="ignore")
         if threading.current_thread() is threading.main_thread():  # a second Ctrl-C must not cut
             ignored_from.append(signal.signal(signal.SIGINT, signal.SIG_IGN))  # the cleanup short
         raise
-
-
-IO_WORKER_PREFIX = "farm-io-"  # the names of farm's I/O workers; on other clusters a fallback only
-IO_RESOURCE = "farm-io"  # the Dask worker resource that marks an I/O worker (dask worker --resources)
+        raise
 
 
 def workers_info(client: Client, timeout: float | None = None) -> dict[str, dict[str, Any]]:
@@ -453,52 +230,8 @@ def check_worker_paths(client: Client, paths: dict[str, str]) -> None:
 
 
 def default_io_workers(choice: ClusterChoice, cpu_count: int) -> int:
-    if choice.kind != "local-cuda":
-        return 0
-    return io_workers_beside_gpus(choice.n_workers, cpu_count)
-
-
-def io_workers_beside_gpus(n_gpus: int, cpu_count: int) -> int:
-    """I/O worker processes a local CUDA cluster starts beside `n_gpus` GPU workers: about one per
-    three cores, at most 6 per GPU, at least one."""
-    return max(1, min(6 * n_gpus, cpu_count // 3))
-
-
-def start_io_workers(
-    cluster: Any, client: Client, choice: ClusterChoice, io_workers: int | None, memory_limit: Any,
-    security: Any = None,
-) -> int:  # fmt: skip
-    """The I/O workers of a local cluster just started: `io_workers` of them (None: ``farm.io-workers``,
-    else `default_io_workers`), joined before this returns their count."""
-    chosen = io_workers if io_workers is not None else config.get("io-workers")
-    n_io = default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
-    if n_io:
-        add_io_workers(cluster, n_io, memory_limit, security=security)
-        client.wait_for_workers(choice.n_workers + n_io, timeout=120)
-    return n_io
-
-
-def add_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None) -> None:
-    """Start `n` CPU-only worker processes in a running local cluster (SpecCluster); `security`: the
-    cluster's TLS settings, when it requires encryption."""
-    from distributed import Nanny
-
-    for i in range(n):
-        cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
-            "cls": Nanny,
-            "options": {
-                **({"security": security} if security is not None else {}),
-                "nthreads": IO_WORKER_THREADS,
-                "resources": {IO_RESOURCE: 1},
-                "host": "127.0.0.1",
-                "memory_limit": memory_limit,
-                # never touch a GPU: these only write and encode. UCX must then not create a CUDA
-                # context either (the parent's config asks for one; with no visible device it fails).
-                "env": {"CUDA_VISIBLE_DEVICES": "", "DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT": "False"},
-                "config": {"distributed-ucxx.create-cuda-context": False},
-            },
-        }
-    cluster.sync(cluster._correct_state)
+    """The I/O workers `choice`'s backend starts beside its decode workers when nothing says how many."""
+    return choice.backend.default_io_workers(choice, cpu_count)
 
 
 def _join(*, scheduler: str | None, scheduler_file: str | None) -> Client:
@@ -653,52 +386,6 @@ def _restore_quietly(client: Client) -> None:
         return
     with contextlib.suppress(Exception):  # the scheduler may be gone: nothing left to restore
         restore_work_stealing(client)
-
-
-def _start_local(choice: ClusterChoice, memory_limit: Any, stack: contextlib.ExitStack) -> LocalCluster:
-    cluster = start_local_cluster(
-        choice, stack, no_cuda_hint="or connect to a running cluster with --scheduler",
-        memory_limit=memory_limit, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-        **({"protocol": choice.protocol} if choice.kind == "local-cuda" else {}),
-    )  # fmt: skip
-    stack.callback(cluster.close)
-    return cluster
-
-
-WARMUP_PRELOAD = "farm.worker.warmup"
-
-
-def start_local_cluster(
-    choice: ClusterChoice, stack: contextlib.ExitStack, *, no_cuda_hint: str, **cluster_kwargs: Any
-) -> LocalCluster:
-    """Start the local cluster `choice` describes: a ``LocalCUDACluster`` (one worker per GPU) or a
-    ``LocalCluster`` of CPU worker processes; `cluster_kwargs` (host, ports, memory limit, protocol…)
-    go to its constructor, and `stack` holds the Dask settings it needs while it runs."""
-    common = {
-        "n_workers": choice.n_workers,
-        "threads_per_worker": choice.threads_per_worker,
-        **cluster_kwargs,
-    }
-    # farm places every task itself; stealing moves loosely restricted ones (`stop_work_stealing`). The
-    # scheduler reads this once, when it starts: `farm render`'s own and `farm cluster`'s alike.
-    stack.enter_context(dask.config.set({"distributed.scheduler.work-stealing": False}))
-    if choice.kind != "local-cuda":
-        return LocalCluster(processes=True, **common)
-    try:
-        from dask_cuda import LocalCUDACluster
-    except ImportError as e:
-        raise FarmError(
-            f"found {detect_gpus()} GPU(s) but dask-cuda does not import ({e}); install the GPU extras "
-            f"(pip install 'farm-decode[cuda]'), {no_cuda_hint}"
-        ) from e
-    # each GPU worker imports torch and diffusers and makes its CUDA context while it connects
-    # (`farm.worker.warmup`), not after its first decode task arrives
-    common["preload"] = [*common.get("preload", []), WARMUP_PRELOAD]
-    if common.get("protocol") == "ucx":
-        # UCX must create the CUDA context before it initialises, on the client and scheduler side too
-        # (the scheduler of a local cluster runs in this process). Workers get it from dask-cuda.
-        stack.enter_context(dask.config.set({"distributed-ucxx.create-cuda-context": True}))
-    return LocalCUDACluster(**common)
 
 
 def smallest_gpu_memory(client: Client, workers: Sequence[str]) -> int | None:

@@ -28,22 +28,13 @@ from distributed.security import Security
 from farm.dashboard import monitor
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media.files import atomic_path
-from farm.run.cluster import (
-    ClusterChoice,
-    QuickExitPlugin,
-    TorchThreadsPlugin,
-    choose_cluster,
-    cpu_count,
-    cpu_decode_threads,
-    detect_gpus,
-    start_io_workers,
-    start_local_cluster,
-    ucx_available,
-)
+from farm.run.backends import ClusterChoice
+from farm.run.backends.setup import set_up_workers, start_cluster
+from farm.run.cluster import choose_cluster
+from farm.run.machine import cpu_count, cpu_decode_threads, detect_gpus, ucx_available
 from farm.run.tls import check_tls
 from farm.run.validate import check_local_workers
 from farm.safe_read import read_json
-from farm.worker import transport_plugin
 
 
 def parse_gpus(text: str | None) -> int | None:
@@ -190,26 +181,22 @@ def start(
     stack = contextlib.ExitStack()
     cluster = _start_local(choice, stack, common, host, port, dashboard_port)
     client = Client(cluster, set_as_default=False)
-    client.register_plugin(QuickExitPlugin())
-    if choice.kind == "local-cpu":
-        client.register_plugin(TorchThreadsPlugin(choice.torch_threads))
     tls = security if security.require_encryption else None
-    n_io = start_io_workers(cluster, client, choice, io_workers, memory_limit, security=tls)
-    transport_plugin.install(client)
-    page = monitor.install(client)
+    done = set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit,
+                          security=tls, page=True)  # fmt: skip
     identity = None
     if scheduler_file:
         info = {**cluster.scheduler_info, "address": cluster.scheduler_address}
         identity = write_scheduler_file(Path(scheduler_file), info)
     facts = {
-        "kind": choice.kind,
+        "label": choice.backend.label,
         "workers": choice.n_workers,
-        "io_workers": n_io,
+        "io_workers": done.io_workers,
         "threads_per_worker": choice.threads_per_worker,
         "protocol": wire,
         "address": cluster.scheduler_address,
         "dashboard": monitor.dashboard_link(client),
-        "page": page,
+        "page": done.page,
         "scheduler_file": scheduler_file,
         "scheduler_id": identity,
         "warning": choice.warning,
@@ -234,7 +221,7 @@ def _start_local(
 ) -> Any:
     """The local cluster `choice` describes, or a `FarmRuntimeError` that says why it could not start."""
     try:
-        return start_local_cluster(choice, stack, no_cuda_hint="or start CPU workers with --gpus 0", **common)
+        return start_cluster(choice, stack, hint="or start CPU workers with --gpus 0", **common)
     except (OSError, RuntimeError, TypeError, ValueError) as exc:  # LocalCluster wraps what stopped it
         stack.close()
         cause: BaseException = exc
@@ -312,7 +299,6 @@ def serve(
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
-        kind = "GPU (dask-cuda)" if facts["kind"] == "local-cuda" else "CPU"
         for warning in (facts["warning"], facts["exposure"]):
             if warning:
                 log(f"farm cluster: warning: {warning}")
@@ -321,8 +307,8 @@ def serve(
             log(f"farm cluster: dashboard {facts['dashboard']}")
         if facts["page"]:
             log(f"farm cluster: farm page {facts['page']}")
-        log(f"farm cluster: {facts['workers']} {kind} worker(s) x {facts['threads_per_worker']} thread(s), "
-            f"protocol {facts['protocol']}")  # fmt: skip
+        log(f"farm cluster: {facts['workers']} {facts['label']} worker(s) x {facts['threads_per_worker']} "
+            f"thread(s), protocol {facts['protocol']}")  # fmt: skip
         if facts["io_workers"]:
             log(f"farm cluster: {facts['io_workers']} I/O worker(s) (farm-io-*) for the writes and encodes")
         target = f"--scheduler-file {facts['scheduler_file']}" if facts["scheduler_file"] else (

@@ -53,7 +53,7 @@ from farm.run.cluster import (
     check_worker_paths,
     connect,
     joins_running_cluster,
-    local_gpu_memory,
+    planned_gpu_memory,
     smallest_gpu_memory,
     smallest_memory_limit,
 )
@@ -204,7 +204,7 @@ def _render(request: RenderRequest) -> RenderStats:
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
     budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
     if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
-        check_fits(early.plans, job.spec, within_budget(local_gpu_memory(request.workers), budget))
+        check_fits(early.plans, job.spec, within_budget(planned_gpu_memory(request.workers), budget))
     with (
         dask.config.set({"farm.gpu-memory": budget}),  # travels with the render's tasks (farm.config)
         removed_if_left_empty(out),

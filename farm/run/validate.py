@@ -58,9 +58,11 @@ def check_render_options(
         cpu_decode_threads,
         scheduler_file_address,
     )
+    from farm.run.machine import detect_gpus
 
-    choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers, gpu_count=0,
-                   ucx_available=False, cpu_count=1)  # fmt: skip  # its checks of --workers and addresses
+    # the chosen backend's checks of --workers and the addresses
+    choose_cluster(scheduler=scheduler, scheduler_file=scheduler_file, workers=workers,
+                   gpu_count=detect_gpus(), ucx_available=False, cpu_count=1)  # fmt: skip
     cpu_decode_threads()  # the setting, checked before a cluster starts
     if scheduler_file is not None:
         scheduler_file_address(scheduler_file)  # there, a regular file, a scheduler's
