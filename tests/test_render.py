@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -55,7 +57,9 @@ def _reference_frames(job_path, options: farm.PlanOptions) -> dict[str, np.ndarr
             with torch.inference_mode():
                 pixels = (model.decode(block[None], return_dict=False)[0][0].float() + 1.0) / 2.0
             head, tail = tile.context * 8, tile.lookahead * 8  # context frames decoded, then dropped
-            pixels = pixels[:, head : pixels.shape[1] - tail]
+            top, bottom, left, right = (m * 32 for m in tile.halo)  # and the halo
+            pixels = pixels[:, head : pixels.shape[1] - tail, top : pixels.shape[2] - bottom,
+                            left : pixels.shape[3] - right]  # fmt: skip
             wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32) for s in tile.pixels)
             pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
             (f0, f1), (h0, h1), (w0, w1) = ((s.start, s.stop) for s in tile.pixels)
@@ -296,10 +300,11 @@ def test_chunked_tile_peak_counts_the_blend_buffer():
     from farm.planning.tiling import ChunkSize, plan_chunks, plan_shot
 
     spec = synth_spec("ltx2")
-    g = LTX2Decoder.geometry_for(spec.config)
+    g = LTX2Decoder.geometry_for_spec(spec)
     whole = plan_shot("s", (128, 16, 22, 38), g).tiles[0]
     chunk = ChunkSize(height=11, width=19)
-    largest = max(c.pixel_volume for c in plan_chunks((16, 22, 38), g, chunk))
+    # a chunk decodes its halo too
+    largest = max(math.prod(g.pixel_shape(c.decoded_fhw)) for c in plan_chunks((16, 22, 38), g, chunk))
     assert tile_peak_bytes(LTX2Decoder, spec, whole, ChunkSize()) == LTX2Decoder.peak_bytes(
         spec, 121 * 704 * 1216
     )
@@ -317,8 +322,10 @@ def test_memory_warning_names_the_shot_and_the_fix():
     warning = memory_warning([plan], spec, 16 * 2**30)
     assert warning and "shot 'big'" in warning and "--chunk" in warning and "--tiles" in warning
     assert memory_warning([plan], spec, 141 * 2**30) is None  # an H200 holds it
-    chunked = plan_shot("big", (128, 16, 34, 60), g, chunk=ChunkSize(height=11, width=19))
-    assert memory_warning([chunked], spec, 16 * 2**30) is None  # chunks bound it
+    # chunks bound it (each decodes its halo: the chunks are smaller than a halo-free bound would need)
+    chunked = plan_shot("big", (128, 16, 34, 60), LTX2Decoder.geometry_for_spec(spec),
+                        chunk=ChunkSize(height=6, width=10))  # fmt: skip
+    assert memory_warning([chunked], spec, 16 * 2**30) is None
     assert memory_warning([plan], spec, None) is None  # CPU cluster: nothing to compare
 
 
