@@ -749,12 +749,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.follow:
             raise FarmError("--follow goes with --detach (a foreground workflow prints its own output)")
         return submit.run_foreground(args.script, args.args, address, priority=args.priority)
+    # stdout carries the submission id alone (SID=$(farm submit --detach …)); the messages go to stderr
     sid = submit.submit_detached(args.script, args.args, address, priority=args.priority,
-                                 log=lambda line: print(line, flush=True))  # fmt: skip
+                                 log=_to_stderr)  # fmt: skip
     print(sid, flush=True)
     if args.follow:
-        return submit.follow(address, sid, log=lambda line: print(line, flush=True))
+        return submit.follow(address, sid, log=_to_stderr)
     return 0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -764,10 +769,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         target, address = submit.render_writing(args.id)
         if args.scheduler or args.scheduler_file:
             address = submit.resolve_address(args.scheduler, args.scheduler_file)
-        return submit.cancel(target, address, wait=args.wait, force=args.force,
+        return submit.cancel(target, address, wait=args.wait, force=args.force, log=_to_stderr,
                              ended=lambda: lock_owner(Path(args.id)) is None)  # fmt: skip
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
-    return submit.cancel(args.id, address, wait=args.wait, force=args.force)
+    return submit.cancel(args.id, address, wait=args.wait, force=args.force, log=_to_stderr)
 
 
 COMMANDS = {
