@@ -631,7 +631,7 @@ def _given_options(args: argparse.Namespace) -> frozenset[str]:
     values = {"--batch-frames": args.batch_frames, "--codec": args.codec, "--sequence": args.sequence,
               "--first-frame": args.first_frame, "--frames-dtype": args.frames_dtype,
               "--exr-values": args.exr_values, "--audio-format": args.audio_format,
-              "--hdr": args.hdr, "--colorspace": args.colorspace,
+              "--hdr": args.hdr, "--colorspace": args.colorspace, "--timecode": args.timecode,
               "--no-video": args.no_video or None}  # fmt: skip
     return frozenset(option for option, value in values.items() if value is not None)
 

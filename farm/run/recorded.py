@@ -32,6 +32,7 @@ RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
     "--audio-format": ("outputs", "audio", "format"),
     "--hdr": ("outputs", "hdr"),
     "--colorspace": ("outputs", "colorspace"),
+    "--timecode": ("outputs", "timecode"),
 }
 # options that set what a recorded value says besides its own (no video is a recorded codec of none)
 ALSO_SET_BY = {"--codec": ("--no-video",)}
@@ -89,7 +90,8 @@ def video_with(video: VideoSettings, taken: dict[str, Any]) -> VideoSettings:
         else:  # an HDR render's video is its HLG master, which --hdr (recorded beside it) makes
             changes.update(enabled=True, **({} if codec == HLG_MASTER else {"codec": codec}))
     fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
-              "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace"}  # fmt: skip
+              "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace",
+              "--timecode": "timecode"}  # fmt: skip
     changes.update({fields[k]: v for k, v in taken.items() if k in fields})
     if taken.get("--first-frame") is not None:
         changes["first_frame"] = taken["--first-frame"]
@@ -110,13 +112,49 @@ def out_settings(out: Output, shots: Sequence[str]) -> dict[str, Any]:
     return recorded_settings(identity for identity in (recorded_identity(out, s) for s in shots) if identity)
 
 
-def with_recorded_settings(request: RenderRequest, shots: Sequence[str]) -> RenderRequest:
-    """`request` with the settings OUT recorded for the named shots in place of the options the user did
-    not set (`request.given`); unchanged when restarting or when OUT records nothing."""
-    if request.restart:
-        return request
-    taken = taken_settings(out_settings(request.out, shots), request.given)
+def _with_taken(request: RenderRequest, taken: dict[str, Any]) -> RenderRequest:
     if not taken:
         return request
     return dataclasses.replace(request, options=options_with(request.options, taken),
                                video=video_with(request.video, taken))  # fmt: skip
+
+
+def requests_per_recorded_settings(
+    request: RenderRequest, shots: Sequence[str], job_shots: Sequence[str]
+) -> list[tuple[RenderRequest, dict[str, Any]]]:
+    """`request` as one render per set of recorded settings, each with the settings it takes: each of the
+    named `shots` resumes with what OUT recorded for it in place of the options the user did not set (a
+    shot OUT holds no render of takes what the job's shots in OUT agree on). One request, its shots
+    unchanged, when they all agree."""
+    if request.restart or not request.out.frames_zarr.exists():
+        return [(request, {})]
+    identities = {shot: recorded_identity(request.out, shot) for shot in job_shots}
+    agreed = taken_settings(recorded_settings(i for i in identities.values() if i), request.given)
+    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for shot in shots:
+        identity = identities.get(shot)
+        taken = taken_settings(recorded_settings([identity]), request.given) if identity else agreed
+        groups.setdefault(repr(sorted(taken.items())), (taken, []))[1].append(shot)
+    if len(groups) <= 1:
+        taken = next(iter(groups.values()))[0] if groups else {}
+        return [(_with_taken(request, taken), taken)]
+    parts = []
+    for k, (taken, names) in enumerate(groups.values()):  # a pass's own id: `farm cancel ID` covers it
+        render_id = f"{request.render_id}.{k}" if k else request.render_id
+        part = dataclasses.replace(request, shots=tuple(names), render_id=render_id)
+        parts.append((_with_taken(part, taken), taken))
+    return parts
+
+
+def differing_settings(takens: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each of `takens` (settings of renders run one after another) with only the options whose values
+    differ between them."""
+    differ = {k for k in set().union(*takens) if len({repr(t.get(k, MISSING)) for t in takens}) > 1}
+    return [{k: v for k, v in taken.items() if k in differ} for taken in takens]
+
+
+def describe_settings(taken: dict[str, Any]) -> str:
+    """Recorded settings as the user would set them (``--codec prores_hq``, ``--no-video``)."""
+    said = ["--no-video" if (option, value) == ("--codec", None) else f"no {option}" if value is None
+            else f"{option} {value}" for option, value in sorted(taken.items())]  # fmt: skip
+    return ", ".join(said) or "farm's defaults"

@@ -68,7 +68,12 @@ from farm.run.graph import (
     run_graph,
     split_workers,
 )
-from farm.run.recorded import given_settings, with_recorded_settings
+from farm.run.recorded import (
+    describe_settings,
+    differing_settings,
+    given_settings,
+    requests_per_recorded_settings,
+)
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
@@ -182,9 +187,39 @@ def run_render(request: RenderRequest) -> RenderStats:
 
 
 def _render(request: RenderRequest) -> RenderStats:
-    clock = SetupClock()
     job = open_job(request.job_path)
-    request = with_recorded_settings(request, list(job.shots))  # OUT's settings, unless the user set them
+    # each shot resumes with the settings OUT recorded for it, unless the user set them: shots OUT
+    # recorded different settings for render one after another, each with its own
+    passes = requests_per_recorded_settings(request, request.shots or list(job.shots), list(job.shots))
+    if len(passes) == 1:
+        return _render_pass(job, passes[0][0])
+    stats: list[RenderStats] = []
+    for (part, _), differ in zip(passes, differing_settings([taken for _, taken in passes]), strict=True):
+        assert part.shots is not None
+        part.log(f"farm: shot(s) {', '.join(map(repr, part.shots))} resume with the settings OUT recorded "
+                 f"for them ({describe_settings(differ)})")  # fmt: skip
+        stats.append(_render_pass(job, part))
+        if stats[-1].cancelled:
+            break
+    return merged_stats(stats)
+
+
+def merged_stats(parts: Sequence[RenderStats]) -> RenderStats:
+    """One `RenderStats` of renders of different shots run one after another."""
+    merged = RenderStats(render_id=parts[0].render_id, setup_phases=dict(parts[0].setup_phases))
+    for part in parts:
+        for name in ("tiles_total", "tiles_decoded", "batches_total", "batches_written", "frames_written",
+                     "seconds", "setup_s", "finish_s", "write_s", "encode_s"):  # fmt: skip
+            setattr(merged, name, getattr(merged, name) + getattr(part, name))
+        merged.window = max(merged.window, part.window)
+        merged.max_tiles_held = max(merged.max_tiles_held, part.max_tiles_held)
+        merged.worker_steps.update(part.worker_steps)
+        merged.shots.update(part.shots)
+    return merged
+
+
+def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
+    clock = SetupClock()
     # an HDR job renders HDR without --hdr; the request then carries what it renders
     video = with_decoder_hdr(request.video, job.spec.hdr)
     request = dataclasses.replace(request, video=video)

@@ -111,6 +111,7 @@ SETTING_NAMES = {
     ("plan", "chunk"): "--chunk",
     ("outputs", "hdr"): "--hdr",
     ("outputs", "colorspace"): "--colorspace",
+    ("outputs", "timecode"): "--timecode",
     ("plan", "pixel_shape"): "frames (F,H,W)",
     # what each tile decodes beyond its own (the decoder's measured halo and context), per tile
     ("plan", "halo"): "spatial halo",
