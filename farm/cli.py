@@ -496,12 +496,8 @@ def progress_bar(started: float | None = None):
 
 
 def _report(stats, out: Path) -> int:
-    """The outputs on stdout (what a script reads); failures as errors on stderr."""
-    print(
-        f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
-        f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
-        f"(+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing)"
-    )
+    """The outputs on stdout (what a script reads); what was written, and failures, on stderr."""
+    logs.message(summary_line(stats, out))
     for line in output_lines(Output(Path(os.path.abspath(out))), list(stats.shots)):
         print(line)
     for message in failure_lines(stats.failed):
@@ -514,6 +510,19 @@ def _report(stats, out: Path) -> int:
         LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
+
+
+def summary_line(stats, out: Path) -> str:
+    """What this render wrote (frames and batches, of those it was to render), and how much of its shots
+    OUT now holds, as `farm status OUT` counts it."""
+    rows = [row for row in output_progress(out) if row.shot in stats.shots]
+    held = sum(row.batches_done for row in rows)
+    total = sum(row.batches_total or 0 for row in rows)
+    finished = sum(row.finished for row in rows)
+    return (f"farm: wrote {stats.frames_written} frames in {stats.batches_written} batch(es) of the "
+            f"{stats.batches_total} this render was to write ({stats.tiles_decoded} tiles decoded) in "
+            f"{stats.seconds:.1f} s (+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing); OUT "
+            f"holds {held} of {total} batches of its {len(rows)} shot(s), {finished} finished")  # fmt: skip
 
 
 def output_lines(out: Output, shots: list[str]) -> list[str]:

@@ -120,3 +120,23 @@ def test_detached_submit_prints_only_its_id_and_cancel_takes_it(tmp_path, schedu
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stdout == "" and f"farm: {sid} had already finished" in cancel.stderr, cancel.stderr
     assert "released" not in cancel.stderr
+
+
+@pytest.mark.slow
+def test_a_frame_range_render_reports_what_it_wrote_on_stderr_as_status_counts_it(tmp_path, scheduler3):
+    """--frames 1-16 with 32-frame batches writes one batch of each shot: the summary (stderr, as every
+    `farm:` message) says so and how much of its shots OUT holds, as `farm status` does."""
+    job = tmp_path / "job.zarr"
+    made = farm("synth", str(job), "--shots", "2", "--frames", "33", "--height", "64", "--width", "64")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "out"
+    render = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--frames", "1-16",
+                  "--batch-frames", "32")  # fmt: skip
+    assert render.returncode == 0, render.stderr
+    assert all(line.startswith("  ") for line in render.stdout.splitlines()), render.stdout  # outputs only
+    summary = [line for line in render.stderr.splitlines() if line.startswith("farm: wrote")]
+    assert len(summary) == 1, render.stderr
+    assert "wrote 64 frames in 2 batch(es) of the 2 this render was to write" in summary[0]
+    assert summary[0].endswith("OUT holds 2 of 4 batches of its 2 shot(s), 0 finished"), summary[0]
+    status = farm("status", str(out))
+    assert [line.split()[1] for line in status.stdout.splitlines()[1:3]] == ["1/2", "1/2"], status.stdout
