@@ -562,6 +562,9 @@ def failure_lines(failed: list) -> list[str]:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    target = Path(args.job)
+    if (target.exists() or target.is_symlink()) and not args.overwrite:  # named as this command sets it
+        raise FarmError(f"job store {args.job!r} already exists; choose a new path, or --overwrite")
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
         width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
