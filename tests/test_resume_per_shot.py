@@ -97,3 +97,26 @@ def test_a_plain_resume_keeps_the_timecode_the_render_was_given(tmp_path, schedu
     other = farm("render", str(job), "--out", str(out), *cluster, "--timecode", "02:00:00:00")
     assert other.returncode == 2, other.stderr
     assert "--timecode: OUT has 01:00:00:00, this render 02:00:00:00" in other.stderr
+
+
+@pytest.mark.slow
+def test_a_rerun_with_nothing_to_render_writes_the_timeline_out_lacks(job, tmp_path, scheduler3):
+    """A finished OUT without timeline.otio (rendered before OpenTimelineIO was installed, or the file
+    removed): the plain rerun renders nothing, changes nothing else, and writes the timeline."""
+    import opentimelineio as otio
+
+    out = tmp_path / "out"
+    cluster = ["--scheduler", scheduler3]
+    first = farm("render", str(job), "--out", str(out), *cluster, "--batch-frames", "16", "-q")
+    assert first.returncode == 0, first.stderr
+    (out / "timeline.otio").unlink()
+    before = tree_bytes(out)
+    again = farm("render", str(job), "--out", str(out), *cluster)
+    assert again.returncode == 0, again.stderr
+    assert "nothing to render" in again.stderr and "wrote the timeline OUT lacked" in again.stderr
+    after = tree_bytes(out)
+    assert after.pop("timeline.otio") and after == before
+    clips = list(otio.adapters.read_from_file(str(out / "timeline.otio")).find_clips())
+    assert [c.name for c in clips] == ["shot000", "shot001", "shot002"]
+    assert all(c.metadata["farm"]["finished"] for c in clips)
+    assert [c.media_reference.target_url for c in clips] == [f"videos/shot00{k}.mp4" for k in range(3)]

@@ -97,7 +97,7 @@ from farm.store.latent_chunks import LatentChunks
 from farm.store.lock import cancel_command, job_read_lock, output_lock
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, removed_if_left_empty
-from farm.store.output_kinds import open_for_render
+from farm.store.output_kinds import TIMELINE, open_for_render
 from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:
@@ -236,6 +236,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
     early = _before_cluster(job, request, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        _write_missing_timeline(job, request, early.checked.plans, timecodes)
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
     budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
     if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
@@ -501,6 +502,23 @@ def _on_cluster(
                                                n_io, clock)  # fmt: skip
         identities, points = _what_is_left(job, request, plans, hashes)
     return plans, shot_errors, identities, points
+
+
+def _write_missing_timeline(
+    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], timecodes: Mapping[str, str]
+) -> None:
+    """OUT holds every shot but no timeline (OpenTimelineIO installed since, or the file removed): write
+    it, as a render would have. Left alone when another render holds OUT (that one writes it)."""
+    path = TIMELINE.file(request.out)
+    if os.path.lexists(path) or not TIMELINE.available():
+        return
+    try:
+        with output_lock(request.out.root):
+            timeline = RenderTimeline(job, request.out, plans, request.video, timecodes, request.log)
+            if timeline.start({p.shot for p in plans}) is not None:
+                request.log(f"farm: wrote the timeline OUT lacked, {str(path)!r}")
+    except FarmError as exc:
+        request.log(f"farm: the timeline OUT lacks is not written: {exc}")
 
 
 def _plan_for_cluster(
