@@ -1,6 +1,8 @@
-"""A rerun into an OUT that holds a render takes the settings OUT recorded for every option the user did
-not set, so the plain command resumes whatever options the first render was given; only options the
-user set that differ from OUT's are refused (`farm.run.resume.resume_points` names them).
+"""A rerun into an OUT that holds a render takes, for each shot, the settings OUT recorded for it for
+every option the user did not set, so the plain command resumes whatever options each shot was given
+(shots recorded with different settings render one set after another, `requests_per_recorded_settings`);
+only options the user set that differ from a shot's record are refused (`farm.run.resume.resume_points`
+names them).
 
 Pure apart from reading OUT's recorded identities (`farm.run.resume.recorded_identity`)."""
 
