@@ -10,6 +10,7 @@ import pytest
 
 from farm.run.resume import recorded_identity
 from farm.store.frames import read_frames
+from farm.store.markers import read_marker
 from farm.store.output import Output
 from tests.helpers import farm
 
@@ -56,9 +57,14 @@ def test_a_plain_rerun_resumes_each_shot_with_its_own_recorded_settings(job, tmp
     status = farm("status", str(out))
     assert "3 of 3 shots finished" in status.stdout, status.stdout
 
-    # an option given that contradicts one shot's record is refused, naming that shot alone
+    # an option given that contradicts one shot's record is refused, naming that shot alone, before the
+    # shots whose records it matches render anything (shot000 has a batch to render again)
+    record = read_marker(Output(out).done_marker("shot000", 1)) or {}
+    (Output(out).frames_array("shot000") / next(k for k, v in record["chunks"].items() if v)).unlink()
+    before = tree_bytes(out)
     given = farm("render", str(job), "--out", str(out), *cluster, "--codec", "h264")
     assert given.returncode == 2, given.stderr
+    assert tree_bytes(out) == before
     errors = [line for line in given.stderr.splitlines() if line.startswith("farm: error:")]
     assert len(errors) == 1 and "shot 'shot001': --codec: OUT has prores_hq, this render h264" in errors[0]
     assert "shot000" not in errors[0] and "shot002" not in errors[0]

@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from farm.media.settings import HLG_MASTER
-from farm.run.resume import recorded_identity
+from farm.media.settings import HLG_MASTER, with_decoder_hdr
+from farm.run.resume import identity_differences, other_settings_error, recorded_identity
 
 if TYPE_CHECKING:
     from farm.media.settings import VideoSettings
@@ -160,3 +160,27 @@ def describe_settings(taken: dict[str, Any]) -> str:
     said = ["--no-video" if (option, value) == ("--codec", None) else f"no {option}" if value is None
             else f"{option} {value}" for option, value in sorted(taken.items())]  # fmt: skip
     return ", ".join(said) or "farm's defaults"
+
+
+def _settings_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """What of a render identity the recorded options set: the plan's batch frames, the outputs but the
+    sound (whose identity is its latents')."""
+    outputs = {k: v for k, v in (identity.get("outputs") or {}).items() if k != "audio"}
+    return {"plan": {"batch_frames": (identity.get("plan") or {}).get("batch_frames")}, "outputs": outputs}
+
+
+def check_passes(parts: Sequence[RenderRequest], spec_hdr: str | None) -> None:
+    """Before the first of renders run one after another: refuse, with nothing changed, options the user
+    set that contradict what OUT recorded for a shot of any of them (each render would refuse them only
+    once the renders before it had run)."""
+    refused: dict[str, list[str]] = {}
+    for part in parts:
+        video = with_decoder_hdr(part.video, spec_hdr)  # what the render records
+        current = {"plan": {"batch_frames": part.options.batch_frames}, "outputs": video.identity()}
+        for shot in part.shots or ():
+            recorded = recorded_identity(part.out, shot)
+            differences = identity_differences(_settings_identity(recorded), current) if recorded else []
+            if differences:
+                refused.setdefault("; ".join(differences), []).append(shot)
+    if refused:
+        raise other_settings_error(parts[0].out, refused)

@@ -69,6 +69,7 @@ from farm.run.graph import (
     split_workers,
 )
 from farm.run.recorded import (
+    check_passes,
     describe_settings,
     differing_settings,
     given_settings,
@@ -193,6 +194,7 @@ def _render(request: RenderRequest) -> RenderStats:
     passes = requests_per_recorded_settings(request, request.shots or list(job.shots), list(job.shots))
     if len(passes) == 1:
         return _render_pass(job, passes[0][0])
+    check_passes([part for part, _ in passes], job.spec.hdr)
     stats: list[RenderStats] = []
     for (part, _), differ in zip(passes, differing_settings([taken for _, taken in passes]), strict=True):
         assert part.shots is not None

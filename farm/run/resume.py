@@ -377,14 +377,20 @@ def resume_points(
             )
         points.pending.append(pending_plan(plan, done | skipped))
     if refused:
-        shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
-                 for k, v in refused.items()]  # fmt: skip
-        raise FarmError(
-            f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
-            + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
-            "to render those shots over (their finished work is discarded), or a new --out"
-        )  # fmt: skip
+        raise other_settings_error(out, refused)
     return points
+
+
+def other_settings_error(out: Output, refused: dict[str, list[str]]) -> FarmError:
+    """The refusal of a render whose settings differ from those OUT recorded for some shots (`refused`:
+    the differences, in words → the shots that have them)."""
+    shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
+             for k, v in refused.items()]  # fmt: skip
+    return FarmError(
+        f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
+        + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
+        "to render those shots over (their finished work is discarded), or a new --out"
+    )  # fmt: skip
 
 
 # The shot outputs batches' parts are joined into (the video, of segments): their parts are gone once
