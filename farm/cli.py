@@ -496,12 +496,8 @@ def progress_bar(started: float | None = None):
 
 
 def _report(stats, out: Path) -> int:
-    """The outputs on stdout (what a script reads); failures as errors on stderr."""
-    print(
-        f"farm: wrote {stats.frames_written} frames in {stats.batches_written}/{stats.batches_total} batches "
-        f"({stats.tiles_decoded} tiles decoded) in {stats.seconds:.1f} s "
-        f"(+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing)"
-    )
+    """The outputs on stdout (what a script reads); what was written, and failures, on stderr."""
+    logs.message(summary_line(stats, out))
     for line in output_lines(Output(Path(os.path.abspath(out))), list(stats.shots)):
         print(line)
     for message in failure_lines(stats.failed):
@@ -514,6 +510,19 @@ def _report(stats, out: Path) -> int:
         LOGGER.error(f"{done} of {len(stats.shots)} shots finished; rerun to resume the others")
         return 1 if stats.failed else EXIT_INTERRUPTED
     return 0
+
+
+def summary_line(stats, out: Path) -> str:
+    """What this render wrote (frames and batches, of those it was to render), and how much of its shots
+    OUT now holds, as `farm status OUT` counts it."""
+    rows = [row for row in output_progress(out) if row.shot in stats.shots]
+    held = sum(row.batches_done for row in rows)
+    total = sum(row.batches_total or 0 for row in rows)
+    finished = sum(row.finished for row in rows)
+    return (f"farm: wrote {stats.frames_written} frames in {stats.batches_written} batch(es) of the "
+            f"{stats.batches_total} this render was to write ({stats.tiles_decoded} tiles decoded) in "
+            f"{stats.seconds:.1f} s (+ {stats.setup_s:.1f} s set-up, {stats.finish_s:.1f} s finishing); OUT "
+            f"holds {held} of {total} batches of its {len(rows)} shot(s), {finished} finished")  # fmt: skip
 
 
 def output_lines(out: Output, shots: list[str]) -> list[str]:
@@ -553,6 +562,9 @@ def failure_lines(failed: list) -> list[str]:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    target = Path(args.job)
+    if (target.exists() or target.is_symlink()) and not args.overwrite:  # named as this command sets it
+        raise FarmError(f"job store {args.job!r} already exists; choose a new path, or --overwrite")
     job = synth(
         args.job, decoder=args.decoder, shots=args.shots, frames=args.frames, height=args.height,
         width=args.width, seed=args.seed, fps=args.fps, dtype=args.dtype, weights=args.weights,
@@ -631,7 +643,7 @@ def _given_options(args: argparse.Namespace) -> frozenset[str]:
     values = {"--batch-frames": args.batch_frames, "--codec": args.codec, "--sequence": args.sequence,
               "--first-frame": args.first_frame, "--frames-dtype": args.frames_dtype,
               "--exr-values": args.exr_values, "--audio-format": args.audio_format,
-              "--hdr": args.hdr, "--colorspace": args.colorspace,
+              "--hdr": args.hdr, "--colorspace": args.colorspace, "--timecode": args.timecode,
               "--no-video": args.no_video or None}  # fmt: skip
     return frozenset(option for option, value in values.items() if value is not None)
 
@@ -749,12 +761,17 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.follow:
             raise FarmError("--follow goes with --detach (a foreground workflow prints its own output)")
         return submit.run_foreground(args.script, args.args, address, priority=args.priority)
+    # stdout carries the submission id alone (SID=$(farm submit --detach …)); the messages go to stderr
     sid = submit.submit_detached(args.script, args.args, address, priority=args.priority,
-                                 log=lambda line: print(line, flush=True))  # fmt: skip
+                                 log=_to_stderr)  # fmt: skip
     print(sid, flush=True)
     if args.follow:
-        return submit.follow(address, sid, log=lambda line: print(line, flush=True))
+        return submit.follow(address, sid, log=_to_stderr)
     return 0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -764,10 +781,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         target, address = submit.render_writing(args.id)
         if args.scheduler or args.scheduler_file:
             address = submit.resolve_address(args.scheduler, args.scheduler_file)
-        return submit.cancel(target, address, wait=args.wait, force=args.force,
+        return submit.cancel(target, address, wait=args.wait, force=args.force, log=_to_stderr,
                              ended=lambda: lock_owner(Path(args.id)) is None)  # fmt: skip
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
-    return submit.cancel(args.id, address, wait=args.wait, force=args.force)
+    return submit.cancel(args.id, address, wait=args.wait, force=args.force, log=_to_stderr)
 
 
 COMMANDS = {

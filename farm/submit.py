@@ -497,6 +497,18 @@ def _submission_state(client: Client, submission: str) -> str:
     return str(client.get_metadata(["farm", "submissions", submission, "state"], default="done"))
 
 
+def _ended_states(meta: dict, renders: list[str], submissions: list[str]) -> str:
+    """How the named renders and submissions ended ("finished", "failed", "been cancelled", joined), or ""
+    when any of them has not ended."""
+    states = [meta.get("renders", {}).get(r, {}).get("state") for r in renders]
+    states += [meta.get("submissions", {}).get(s, {}).get("state") for s in submissions]
+    if not states or any(state not in FINAL_STATES for state in states):
+        return ""
+    said = {"done": "finished", "failed": "failed", "cancelled": "been cancelled",
+            "interrupted": "been interrupted"}  # fmt: skip
+    return " and ".join(dict.fromkeys(said[str(state)] for state in states))
+
+
 def _cancel_tasks(client: Client, target: str) -> int:
     return int(client.run_on_scheduler(_release_on_scheduler, target=target)["tasks"])
 
@@ -535,6 +547,11 @@ def cancel(
             )
         if not force:
             check_owners(meta, renders, submissions, target)
+        ended_as = _ended_states(meta, renders, submissions)
+        if ended_as and not first["tasks"] and not first["drivers"]:
+            log(f"farm: {target} had already {ended_as} before this cancel; nothing to cancel (farm status "
+                "OUT shows what it wrote)")  # fmt: skip
+            return 0
         # First the flag (workflows check it when their render returns), then release the tasks.
         _flag_cancelled(client, target)
         released = 0

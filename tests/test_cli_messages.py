@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +94,49 @@ def test_relative_path_arguments_are_those_that_read_as_paths(tmp_path, monkeypa
     Path("here.toml").write_text("")
     args = ["a/b", "--out=c/d", "here.toml", "nothere", "--x", "-", str(tmp_path), "tcp://h:1/x", "5"]
     assert relative_path_arguments(args) == ["a/b", "c/d", "here.toml"]
+
+
+@pytest.mark.cluster
+def test_detached_submit_prints_only_its_id_and_cancel_takes_it(tmp_path, scheduler3):
+    """SID=$(farm submit … --detach) captures the id alone, which `farm cancel $SID --scheduler-file F`
+    takes; cancelling a submission that has already finished says so."""
+    from distributed import Client
+
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file.write_text(json.dumps({"address": scheduler3}))
+    script = tmp_path / "noop.py"
+    script.write_text("print('ran')\n")
+    submitted = farm("submit", str(script), "--scheduler-file", str(scheduler_file), "--detach", "--", "x")
+    assert submitted.returncode == 0, submitted.stderr
+    sid = submitted.stdout.strip()
+    assert submitted.stdout == f"{sid}\n" and " " not in sid, submitted.stdout
+    assert f"farm: submission {sid}" in submitted.stderr and "farm cancel" in submitted.stderr
+    with Client(scheduler3, set_as_default=False) as client:
+        deadline = time.time() + 60
+        while client.get_metadata(["farm", "submissions", sid, "state"], default=None) != "done":
+            assert time.time() < deadline, "the detached no-op workflow did not finish"
+            time.sleep(0.2)
+    cancel = farm("cancel", *sid.split(), "--scheduler-file", str(scheduler_file))
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout == "" and f"farm: {sid} had already finished" in cancel.stderr, cancel.stderr
+    assert "released" not in cancel.stderr
+
+
+@pytest.mark.slow
+def test_a_frame_range_render_reports_what_it_wrote_on_stderr_as_status_counts_it(tmp_path, scheduler3):
+    """--frames 1-16 with 32-frame batches writes one batch of each shot: the summary (stderr, as every
+    `farm:` message) says so and how much of its shots OUT holds, as `farm status` does."""
+    job = tmp_path / "job.zarr"
+    made = farm("synth", str(job), "--shots", "2", "--frames", "33", "--height", "64", "--width", "64")
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "out"
+    render = farm("render", str(job), "--out", str(out), "--scheduler", scheduler3, "--frames", "1-16",
+                  "--batch-frames", "32")  # fmt: skip
+    assert render.returncode == 0, render.stderr
+    assert all(line.startswith("  ") for line in render.stdout.splitlines()), render.stdout  # outputs only
+    summary = [line for line in render.stderr.splitlines() if line.startswith("farm: wrote")]
+    assert len(summary) == 1, render.stderr
+    assert "wrote 64 frames in 2 batch(es) of the 2 this render was to write" in summary[0]
+    assert summary[0].endswith("OUT holds 2 of 4 batches of its 2 shot(s), 0 finished"), summary[0]
+    status = farm("status", str(out))
+    assert [line.split()[1] for line in status.stdout.splitlines()[1:3]] == ["1/2", "1/2"], status.stdout

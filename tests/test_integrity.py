@@ -178,10 +178,47 @@ def test_render_repairs_missing_truncated_and_corrupt_outputs(rendered, job, sch
     o.video("shot001").unlink()  # a deleted video: its segments are gone too
     stats = farm.render(job, out, scheduler=scheduler3, options=TILES, **QUIET)
     assert not stats.failed
-    assert stats.batches_written == 3 + 3  # every batch: each shot's video is joined again
+    # shot000's two damaged batches (its video intact, kept); every batch of shot001, whose video is
+    # joined again from segments removed when it was first joined
+    assert stats.batches_written == 2 + 3
     for shot in frames:
         np.testing.assert_array_equal(read_frames(o, shot), frames[shot])
         assert o.video(shot).exists()
+    assert all(r.finished and r.damaged == 0 for r in output_progress(out, verify=True))
+
+
+def test_a_damaged_batch_of_a_shot_with_an_intact_video_renders_that_batch_alone(rendered, job, scheduler3):
+    """One deleted chunk of batch 1: that batch alone is decoded again, the video is kept byte for byte,
+    and the message names the batch and what of it is damaged, not the video."""
+    out, frames = rendered
+    o = Output(out)
+    video = o.video("shot000").read_bytes()
+    others = {b: o.done_marker("shot000", b).read_bytes() for b in (0, 2)}
+    chunk = chunk_of(out, "shot000", 1)
+    chunk.unlink()
+    notes: list[str] = []
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, log=notes.append)
+    assert not stats.failed and stats.batches_written == 1 and stats.frames_written == 8
+    said = [n for n in notes if n.startswith("farm: shot") and "damaged" in n]
+    assert said == ["farm: shot 'shot000': batch 1 (frames) missing or damaged in OUT; rendering that batch "
+                    "again; its video intact and kept"], notes  # fmt: skip
+    assert o.video("shot000").read_bytes() == video
+    assert {b: o.done_marker("shot000", b).read_bytes() for b in (0, 2)} == others
+    np.testing.assert_array_equal(read_frames(o, "shot000"), frames["shot000"])
+    assert all(r.finished and r.damaged == 0 for r in output_progress(out, verify=True))
+
+
+def test_a_lost_video_says_why_every_batch_renders_again(rendered, job, scheduler3):
+    out, frames = rendered
+    o = Output(out)
+    o.video("shot001").write_bytes(o.video("shot001").read_bytes()[:-100])  # truncated
+    notes: list[str] = []
+    stats = farm.render(job, out, scheduler=scheduler3, options=TILES, log=notes.append)
+    assert not stats.failed and stats.batches_written == 3
+    said = [n for n in notes if n.startswith("farm: shot") and "damaged" in n]
+    assert said == ["farm: shot 'shot001': its video missing or damaged in OUT; the segments it was joined "
+                    "from are removed once joined, so 3 of its 3 batches render again to rebuild it"], notes
+    np.testing.assert_array_equal(read_frames(o, "shot001"), frames["shot001"])
     assert all(r.finished and r.damaged == 0 for r in output_progress(out, verify=True))
 
 

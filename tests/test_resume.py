@@ -118,7 +118,7 @@ def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, 
     assert "resuming" in rerun.stderr or "2 shot(s) to render" in rerun.stderr  # messages: stderr
     import re
 
-    decoded_again = int(re.search(r"\((\d+) tiles decoded\)", rerun.stdout).group(1))
+    decoded_again = int(re.search(r"\((\d+) tiles decoded\)", rerun.stderr).group(1))
     assert decoded_again <= 8  # only tiles of unfinished batches were decoded: none of shot000's
     assert_same_output(out, uninterrupted, long_job)
     assert not list(out.root.rglob("*.tmp*")) and not (out.root / ".farm" / "lock").exists()

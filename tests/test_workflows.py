@@ -276,7 +276,7 @@ def test_cancel_keeps_finished_batches_and_a_rerun_resumes(cluster2, jobs, detac
         cancel = subprocess.run(farm_cmd("cancel", sid, "--scheduler", cluster2.address),
                                 capture_output=True, text=True, timeout=120)  # fmt: skip
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
-    assert f"cancelled {sid}" in cancel.stdout
+    assert f"cancelled {sid}" in cancel.stderr
     record = cluster2.wait_submission(sid, timeout=30)
     assert record["state"] == "cancelled" and record["exit_code"] == 130, record
     assert not cluster2.tasks_of(sid)

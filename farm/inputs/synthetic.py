@@ -99,7 +99,8 @@ def synth(
     target = Path(job_path)
     if target.exists() or target.is_symlink():
         if not overwrite:
-            raise FarmError(f"job store {str(target)!r} already exists; choose a new path, or --overwrite")
+            raise FarmError(f"job store {str(target)!r} already exists; choose a new path, or overwrite=True "
+                            "to replace it")  # fmt: skip
         check_replaceable_job(target)
     f = (frames - 1) // g.temporal_scale + 1 if g.causal else frames // g.temporal_scale
     h, w = height // g.spatial_scale, width // g.spatial_scale

@@ -69,6 +69,8 @@ class VideoSettings:
                if self.sequence == "exr" and self.exr_values != "display" else {}),  # fmt: skip
             **({"hdr": self.hdr} if self.hdr else {}),
             **({"colorspace": self.colorspace} if self.colorspace else {}),
+            # the video's tmcd track, EXR headers and timeline clips carry it; None: the job's timecode
+            **({"timecode": self.timecode} if self.timecode else {}),
         }
 
     @property

@@ -5,6 +5,7 @@ torch."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ from farm.planning.tiling import (
     plan_shot,
 )
 from farm.store.claims import shape_problem
-from farm.store.job import Job
+from farm.store.job import Job, open_job
 
 
 def grid_for(latent_fhw: Sequence[int], options: PlanOptions, spatial_overlap: int | None = None) -> TileGrid:
@@ -61,7 +62,7 @@ def _triple(values: Sequence[int]) -> tuple[int, int, int]:
 
 
 def plan_job(
-    job: Job,
+    job: Job | str | os.PathLike[str],
     options: PlanOptions,
     n_workers: int,
     shots: Sequence[str] | None = None,
@@ -78,8 +79,9 @@ def plan_job(
     grid given (a resumed render keeps the grid its output was started with). Auto tiles without a
     ``--chunk`` may also carry temporal chunks (`auto_chunks`; `n_io` I/O workers beside the decoders
     and `video` encodes or not in its prediction), and `fixed_chunks` shots keep the chunking their
-    output was started with.
+    output was started with. `job`: a `Job`, or the path of a job store (opened here).
     """
+    job = job if isinstance(job, Job) else open_job(job)
     cls = decoder_class(job.spec)
     geometry = cls.geometry_for_spec(job.spec)
     channels = cls.latent_channels_for(job.spec.config)

@@ -26,7 +26,7 @@ from farm.planning.options import PlanOptions
 from farm.planning.plan_table import describe_plans
 from farm.planning.tiling import ShotPlan
 from farm.run.cluster import cpu_count, io_workers_beside_gpus, local_decode_workers
-from farm.store.job import open_job
+from farm.store.job import Job, open_job
 
 
 @dataclass(frozen=True)
@@ -70,21 +70,22 @@ class PlanReport:
 
 
 def plan_report(
-    job_path: str | os.PathLike[str],
+    job_path: str | os.PathLike[str] | Job,
     options: PlanOptions | None = None,
     n_workers: int | None = None,
     shots: Sequence[str] | None = None,
     *,
     video: bool = True,
 ) -> PlanReport:
-    """Plan the job at `job_path` for `n_workers` decode workers (default: what ``farm render`` would
-    start here: one per GPU, or up to 4 CPU processes), predicting a render that encodes videos unless
-    `video` is false. `options`: default `PlanOptions()` (farm.* settings read now)."""
+    """Plan the job at `job_path` (or a `Job`, as `farm.plan` takes either) for `n_workers` decode workers
+    (default: what ``farm render`` would start here: one per GPU, or up to 4 CPU processes), predicting a
+    render that encodes videos unless `video` is false. `options`: default `PlanOptions()` (farm.*
+    settings read now)."""
     options = options or PlanOptions()
     if n_workers is not None and n_workers < 1:
         raise FarmError(f"--workers {n_workers} is invalid; use 1 or more")
     n_workers = n_workers if n_workers is not None else local_decode_workers()
-    job = open_job(job_path)
+    job = job_path if isinstance(job_path, Job) else open_job(job_path)
     model = cost_model(job.spec, options.cost_model)
     if not video:
         model = model.with_(encode_s_per_pixel=0.0)

@@ -1,6 +1,8 @@
-"""A rerun into an OUT that holds a render takes the settings OUT recorded for every option the user did
-not set, so the plain command resumes whatever options the first render was given; only options the
-user set that differ from OUT's are refused (`farm.run.resume.resume_points` names them).
+"""A rerun into an OUT that holds a render takes, for each shot, the settings OUT recorded for it for
+every option the user did not set, so the plain command resumes whatever options each shot was given
+(shots recorded with different settings render one set after another, `requests_per_recorded_settings`);
+only options the user set that differ from a shot's record are refused (`farm.run.resume.resume_points`
+names them).
 
 Pure apart from reading OUT's recorded identities (`farm.run.resume.recorded_identity`)."""
 
@@ -10,8 +12,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from farm.media.settings import HLG_MASTER
-from farm.run.resume import recorded_identity
+from farm.media.settings import HLG_MASTER, with_decoder_hdr
+from farm.run.resume import identity_differences, other_settings_error, recorded_identity
 
 if TYPE_CHECKING:
     from farm.media.settings import VideoSettings
@@ -32,6 +34,7 @@ RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
     "--audio-format": ("outputs", "audio", "format"),
     "--hdr": ("outputs", "hdr"),
     "--colorspace": ("outputs", "colorspace"),
+    "--timecode": ("outputs", "timecode"),
 }
 # options that set what a recorded value says besides its own (no video is a recorded codec of none)
 ALSO_SET_BY = {"--codec": ("--no-video",)}
@@ -89,7 +92,8 @@ def video_with(video: VideoSettings, taken: dict[str, Any]) -> VideoSettings:
         else:  # an HDR render's video is its HLG master, which --hdr (recorded beside it) makes
             changes.update(enabled=True, **({} if codec == HLG_MASTER else {"codec": codec}))
     fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
-              "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace"}  # fmt: skip
+              "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace",
+              "--timecode": "timecode"}  # fmt: skip
     changes.update({fields[k]: v for k, v in taken.items() if k in fields})
     if taken.get("--first-frame") is not None:
         changes["first_frame"] = taken["--first-frame"]
@@ -110,13 +114,73 @@ def out_settings(out: Output, shots: Sequence[str]) -> dict[str, Any]:
     return recorded_settings(identity for identity in (recorded_identity(out, s) for s in shots) if identity)
 
 
-def with_recorded_settings(request: RenderRequest, shots: Sequence[str]) -> RenderRequest:
-    """`request` with the settings OUT recorded for the named shots in place of the options the user did
-    not set (`request.given`); unchanged when restarting or when OUT records nothing."""
-    if request.restart:
-        return request
-    taken = taken_settings(out_settings(request.out, shots), request.given)
+def _with_taken(request: RenderRequest, taken: dict[str, Any]) -> RenderRequest:
     if not taken:
         return request
     return dataclasses.replace(request, options=options_with(request.options, taken),
                                video=video_with(request.video, taken))  # fmt: skip
+
+
+def requests_per_recorded_settings(
+    request: RenderRequest, shots: Sequence[str], job_shots: Sequence[str]
+) -> list[tuple[RenderRequest, dict[str, Any]]]:
+    """`request` as one render per set of recorded settings, each with the settings it takes: each of the
+    named `shots` resumes with what OUT recorded for it in place of the options the user did not set (a
+    shot OUT holds no render of takes what the job's shots in OUT agree on). One request, its shots
+    unchanged, when they all agree."""
+    if request.restart or not request.out.frames_zarr.exists():
+        return [(request, {})]
+    identities = {shot: recorded_identity(request.out, shot) for shot in job_shots}
+    agreed = taken_settings(recorded_settings(i for i in identities.values() if i), request.given)
+    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for shot in shots:
+        identity = identities.get(shot)
+        taken = taken_settings(recorded_settings([identity]), request.given) if identity else agreed
+        groups.setdefault(repr(sorted(taken.items())), (taken, []))[1].append(shot)
+    if len(groups) <= 1:
+        taken = next(iter(groups.values()))[0] if groups else {}
+        return [(_with_taken(request, taken), taken)]
+    parts = []
+    for k, (taken, names) in enumerate(groups.values()):  # a pass's own id: `farm cancel ID` covers it
+        render_id = f"{request.render_id}.{k}" if k else request.render_id
+        part = dataclasses.replace(request, shots=tuple(names), render_id=render_id)
+        parts.append((_with_taken(part, taken), taken))
+    return parts
+
+
+def differing_settings(takens: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each of `takens` (settings of renders run one after another) with only the options whose values
+    differ between them."""
+    differ = {k for k in set().union(*takens) if len({repr(t.get(k, MISSING)) for t in takens}) > 1}
+    return [{k: v for k, v in taken.items() if k in differ} for taken in takens]
+
+
+def describe_settings(taken: dict[str, Any]) -> str:
+    """Recorded settings as the user would set them (``--codec prores_hq``, ``--no-video``)."""
+    said = ["--no-video" if (option, value) == ("--codec", None) else f"no {option}" if value is None
+            else f"{option} {value}" for option, value in sorted(taken.items())]  # fmt: skip
+    return ", ".join(said) or "farm's defaults"
+
+
+def _settings_identity(identity: dict[str, Any]) -> dict[str, Any]:
+    """What of a render identity the recorded options set: the plan's batch frames, the outputs but the
+    sound (whose identity is its latents')."""
+    outputs = {k: v for k, v in (identity.get("outputs") or {}).items() if k != "audio"}
+    return {"plan": {"batch_frames": (identity.get("plan") or {}).get("batch_frames")}, "outputs": outputs}
+
+
+def check_passes(parts: Sequence[RenderRequest], spec_hdr: str | None) -> None:
+    """Before the first of renders run one after another: refuse, with nothing changed, options the user
+    set that contradict what OUT recorded for a shot of any of them (each render would refuse them only
+    once the renders before it had run)."""
+    refused: dict[str, list[str]] = {}
+    for part in parts:
+        video = with_decoder_hdr(part.video, spec_hdr)  # what the render records
+        current = {"plan": {"batch_frames": part.options.batch_frames}, "outputs": video.identity()}
+        for shot in part.shots or ():
+            recorded = recorded_identity(part.out, shot)
+            differences = identity_differences(_settings_identity(recorded), current) if recorded else []
+            if differences:
+                refused.setdefault("; ".join(differences), []).append(shot)
+    if refused:
+        raise other_settings_error(parts[0].out, refused)

@@ -68,7 +68,13 @@ from farm.run.graph import (
     run_graph,
     split_workers,
 )
-from farm.run.recorded import given_settings, with_recorded_settings
+from farm.run.recorded import (
+    check_passes,
+    describe_settings,
+    differing_settings,
+    given_settings,
+    requests_per_recorded_settings,
+)
 from farm.run.request import RenderRequest
 from farm.run.resume import (
     ResumePoints,
@@ -92,7 +98,7 @@ from farm.store.latent_chunks import LatentChunks
 from farm.store.lock import cancel_command, job_read_lock, output_lock
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, removed_if_left_empty
-from farm.store.output_kinds import open_for_render
+from farm.store.output_kinds import TIMELINE, open_for_render
 from farm.store.ownership import check_no_foreign_files, check_no_links
 
 if TYPE_CHECKING:
@@ -182,9 +188,40 @@ def run_render(request: RenderRequest) -> RenderStats:
 
 
 def _render(request: RenderRequest) -> RenderStats:
-    clock = SetupClock()
     job = open_job(request.job_path)
-    request = with_recorded_settings(request, list(job.shots))  # OUT's settings, unless the user set them
+    # each shot resumes with the settings OUT recorded for it, unless the user set them: shots OUT
+    # recorded different settings for render one after another, each with its own
+    passes = requests_per_recorded_settings(request, request.shots or list(job.shots), list(job.shots))
+    if len(passes) == 1:
+        return _render_pass(job, passes[0][0])
+    check_passes([part for part, _ in passes], job.spec.hdr)
+    stats: list[RenderStats] = []
+    for (part, _), differ in zip(passes, differing_settings([taken for _, taken in passes]), strict=True):
+        assert part.shots is not None
+        part.log(f"farm: shot(s) {', '.join(map(repr, part.shots))} resume with the settings OUT recorded "
+                 f"for them ({describe_settings(differ)})")  # fmt: skip
+        stats.append(_render_pass(job, part))
+        if stats[-1].cancelled:
+            break
+    return merged_stats(stats)
+
+
+def merged_stats(parts: Sequence[RenderStats]) -> RenderStats:
+    """One `RenderStats` of renders of different shots run one after another."""
+    merged = RenderStats(render_id=parts[0].render_id, setup_phases=dict(parts[0].setup_phases))
+    for part in parts:
+        for name in ("tiles_total", "tiles_decoded", "batches_total", "batches_written", "frames_written",
+                     "seconds", "setup_s", "finish_s", "write_s", "encode_s"):  # fmt: skip
+            setattr(merged, name, getattr(merged, name) + getattr(part, name))
+        merged.window = max(merged.window, part.window)
+        merged.max_tiles_held = max(merged.max_tiles_held, part.max_tiles_held)
+        merged.worker_steps.update(part.worker_steps)
+        merged.shots.update(part.shots)
+    return merged
+
+
+def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
+    clock = SetupClock()
     # an HDR job renders HDR without --hdr; the request then carries what it renders
     video = with_decoder_hdr(request.video, job.spec.hdr)
     request = dataclasses.replace(request, video=video)
@@ -201,6 +238,7 @@ def _render(request: RenderRequest) -> RenderStats:
     early = _before_cluster(job, request, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
+        _write_missing_timeline(job, request, early.checked.plans, timecodes)
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
     budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
     if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
@@ -466,6 +504,23 @@ def _on_cluster(
                                                n_io, clock)  # fmt: skip
         identities, points = _what_is_left(job, request, plans, hashes)
     return plans, shot_errors, identities, points
+
+
+def _write_missing_timeline(
+    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], timecodes: Mapping[str, str]
+) -> None:
+    """OUT holds every shot but no timeline (OpenTimelineIO installed since, or the file removed): write
+    it, as a render would have. Left alone when another render holds OUT (that one writes it)."""
+    path = TIMELINE.file(request.out)
+    if os.path.lexists(path) or not TIMELINE.available():
+        return
+    try:
+        with output_lock(request.out.root):
+            timeline = RenderTimeline(job, request.out, plans, request.video, timecodes, request.log)
+            if timeline.start({p.shot for p in plans}) is not None:
+                request.log(f"farm: wrote the timeline OUT lacked, {str(path)!r}")
+    except FarmError as exc:
+        request.log(f"farm: the timeline OUT lacks is not written: {exc}")
 
 
 def _plan_for_cluster(

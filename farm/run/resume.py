@@ -9,7 +9,7 @@ compares identities (`resume_points`) and renders only the batches not yet marke
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +24,13 @@ from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.frames import FORMAT, fast_codecs
 from farm.store.job import Job, read_audio_latent
 from farm.store.latent_chunks import chunk_digests
+from farm.store.markers import read_marker
 from farm.store.output import Output, os_errors_in_one_line
 from farm.store.output_kinds import (
     BATCH_OUTPUTS,
     SHOT_OUTPUTS,
     VIDEO,
+    BatchOutput,
     Opening,
     ShotOutput,
     batch_checks,
@@ -111,6 +113,7 @@ SETTING_NAMES = {
     ("plan", "chunk"): "--chunk",
     ("outputs", "hdr"): "--hdr",
     ("outputs", "colorspace"): "--colorspace",
+    ("outputs", "timecode"): "--timecode",
     ("plan", "pixel_shape"): "frames (F,H,W)",
     # what each tile decodes beyond its own (the decoder's measured halo and context), per tile
     ("plan", "halo"): "spatial halo",
@@ -356,7 +359,8 @@ def resume_points(
         else:
             kept, done = _kept_outputs(out, plan, identities[plan.shot], asked, points)
             everything = kept == {kind.name for kind in asked}  # every shot output asked for is there
-            if everything and (kept & JOINED_INTO or len(done) == len(plan.batches)):
+            repair = plan.shot in points.damaged  # damaged batches to render again
+            if everything and not repair and (kept & JOINED_INTO or len(done) == len(plan.batches)):
                 continue  # done (a joined video stands for its batches)
         for kind in asked:
             if kind.name not in kept:
@@ -373,14 +377,20 @@ def resume_points(
             )
         points.pending.append(pending_plan(plan, done | skipped))
     if refused:
-        shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
-                 for k, v in refused.items()]  # fmt: skip
-        raise FarmError(
-            f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
-            + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
-            "to render those shots over (their finished work is discarded), or a new --out"
-        )  # fmt: skip
+        raise other_settings_error(out, refused)
     return points
+
+
+def other_settings_error(out: Output, refused: dict[str, list[str]]) -> FarmError:
+    """The refusal of a render whose settings differ from those OUT recorded for some shots (`refused`:
+    the differences, in words → the shots that have them)."""
+    shots = [f"{'shot' if len(v) == 1 else 'shots'} {', '.join(map(repr, v))}: {k}"
+             for k, v in refused.items()]  # fmt: skip
+    return FarmError(
+        f"output {str(out.root)!r} holds a render of other settings: " + " | ".join(shots)
+        + ". Nothing was changed. Leave those options out to resume with OUT's settings, use --restart "
+        "to render those shots over (their finished work is discarded), or a new --out"
+    )  # fmt: skip
 
 
 # The shot outputs batches' parts are joined into (the video, of segments): their parts are gone once
@@ -397,19 +407,45 @@ def _kept_outputs(
     intact = {kind.name for kind in asked if kind.intact(out, plan.shot, kind.written_suffix(out, outputs))}
     # the batch parts to check: not those joined into an output there, or into one not asked for
     joined = [kind.name for kind in SHOT_OUTPUTS if kind.name in intact or kind not in asked]
-    done, damaged = verified_batches(out, plan.shot, batch_checks(joined), total=len(plan.batches))
-    kept = {name for name in intact if name not in JOINED_INTO or not damaged}
-    if intact & JOINED_INTO and damaged:  # frames to render again, and an output to join from parts gone
-        done, damaged = set(), done | damaged
+    kinds = batch_checks(joined)
+    done, damaged = verified_batches(out, plan.shot, kinds, total=len(plan.batches))
+    # an intact joined output (the video) is kept: a damaged batch decodes to the same frames again, so
+    # that batch alone is rendered again and the video is not joined again
+    kept = intact
     lost = [kind.name for kind in asked if kind.name in JOINED_INTO and kind.name not in kept
             and kind.marker(out, plan.shot).exists()]  # fmt: skip
     if damaged or lost:
         points.damaged[plan.shot] = (damaged, bool(lost))
-        words = [f"{len(damaged)} finished batch(es)"] if damaged else []
-        words += [f"its {name}" for name in lost]
-        points.notes.append(f"farm: shot {plan.shot!r}: {' and '.join(words)} missing or damaged "
-                            "in OUT; rendering them again")  # fmt: skip
+        points.notes.append(_damage_note(out, plan.shot, damaged, lost, kinds, len(plan.batches),
+                                         kept & JOINED_INTO))  # fmt: skip
     return kept, done
+
+
+def _damage_note(
+    out: Output, shot: str, damaged: set[int], lost: Sequence[str], kinds: Sequence[BatchOutput], total: int,
+    kept: Collection[str],
+) -> str:  # fmt: skip
+    """What a resume found damaged in a shot (its `damaged` batches, checked for `kinds`, and its `lost`
+    joined outputs) and what it renders again for it, in words; `kept`: its intact joined outputs."""
+    parts: dict[int, list[str]] = {}
+    for batch in sorted(damaged):
+        record = read_marker(out.done_marker(shot, batch))
+        parts[batch] = ["marker"] if record is None else [
+            kind.name for kind in kinds if not kind.intact(out, shot, batch, record)]  # fmt: skip
+    where = f"farm: shot {shot!r}:"
+    if lost and damaged and all("segment" in names for names in parts.values()):
+        # the segments a video is joined from are removed once it is joined: rebuilding it takes them all
+        also = [f"batch {b} ({', '.join(n for n in names if n != 'segment')})"
+                for b, names in parts.items() if names != ["segment"]]  # fmt: skip
+        also_said = "".join(", " + a for a in also)
+        return (f"{where} its {' and '.join(lost)} missing or damaged in OUT{also_said}; the segments it was "
+                f"joined from are removed once joined, so {len(damaged)} of its {total} batches render again "
+                "to rebuild it")  # fmt: skip
+    said = [f"batch {batch} ({', '.join(names)})" for batch, names in parts.items()]
+    said += [f"its {name}" for name in lost]
+    again = "those batches" if len(damaged) > 1 else "that batch" if damaged else "it"
+    intact = f"; its {' and '.join(sorted(kept))} intact and kept" if damaged and kept else ""
+    return f"{where} {', '.join(said)} missing or damaged in OUT; rendering {again} again{intact}"
 
 
 def check_frames_in_shot(frames: Sequence[int], plan: ShotPlan, first_frame: int) -> None:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from farm.media.rates import start_timecode
 from farm.media.sequences import FORMATS
 from farm.media.settings import VideoSettings
 from farm.media.timeline import SequenceFiles, TimelineShot, write_timeline
@@ -91,6 +92,8 @@ class RenderTimeline:
             frames = ((recorded or {}).get("plan") or {}).get("pixel_shape", [0])[0]
             if recorded and isinstance(frames, int) and frames > 0:
                 outputs = recorded.get("outputs") or {}
+                if isinstance(outputs.get("timecode"), str):  # the --timecode that shot was rendered with
+                    timecode = start_timecode(info.rate, info.timecode, outputs["timecode"])
                 done = name in self.finished
                 shots.append(timeline_shot(self.out, name, frames, rate, timecode, outputs, done))
         return shots
