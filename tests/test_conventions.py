@@ -155,8 +155,10 @@ def test_scheduler_address_and_farm_settings_reach_a_real_render(job, tmp_path, 
     assert group.attrs["batches"] == 3 and group["frames"].chunks[0] == 8  # 17 frames in batches of 8
     assert group["frame"][0] == 101
     # stdout: what a script reads; stderr: the messages (dashboard, render id)
-    assert result.stdout.splitlines()[1].strip() == f"frames: {out.frames_zarr}"
+    # (stdout: the outputs' paths alone; the summary of what was written is a message)
+    assert result.stdout.splitlines()[0].strip() == f"frames: {out.frames_zarr}"
     assert "render id" in result.stderr and "render id" not in result.stdout
+    assert "farm: wrote " in result.stderr and "wrote" not in result.stdout
 
 
 def test_quiet_keeps_warnings_on_stderr_and_the_outputs_on_stdout(job, tmp_path, scheduler3):
