@@ -199,3 +199,21 @@ def test_a_shot_within_the_frame_and_side_limits_but_over_4_gib_is_refused(tmp_p
         render(job, tmp_path / "out", scheduler=NOWHERE, options=TILES, **QUIET)
     with pytest.raises(FarmError, match="latent claims 8.0 GiB; farm renders at most 4.0 GiB"):
         plan_job(open_job(job), TILES, 1)
+
+
+def test_a_job_store_holds_every_chunk_even_with_the_zarrs_pipeline_in_force(tmp_path):
+    """`zarrs` ignores write_empty_chunks: a process that set it (`use_fast_codecs`, as workers do) and
+    then writes a job would leave all-zero chunks out, which farm then refuses as missing."""
+    import zarr
+
+    from farm.inputs.synthetic import synth_spec
+    from farm.store.frames import ZARRS_PIPELINE
+    from farm.store.job import create_job, read_latent, write_shot
+
+    pytest.importorskip("zarrs")
+    job = tmp_path / "zeros.zarr"
+    create_job(job, synth_spec("ltx2-tiny", seed=0))
+    with zarr.config.set({"codec_pipeline.path": ZARRS_PIPELINE}):
+        write_shot(job, "s", np.zeros((8, 3, 2, 3), dtype=np.float32), fps=24)
+    assert (job / "s" / "latent" / "c" / "0" / "0" / "0" / "0").is_file()
+    assert not read_latent(str(job), "s", (slice(0, 3), slice(0, 2), slice(0, 3))).any()

@@ -112,6 +112,19 @@ def write_shot(
     root = zarr.open_group(store=str(path), mode="r+", zarr_format=3)
     group = root.require_group(name)
     group.attrs.update({**clock, **(attrs or {})})
+    with zarr.config.set({"codec_pipeline.path": WRITES_EVERY_CHUNK}):
+        _write_latents(group, name, latent, audio, root)
+
+
+# zarr-python's own pipeline: it honours write_empty_chunks, which the `zarrs` pipeline (set process-wide
+# by `farm.store.frames.use_fast_codecs`) ignores, leaving an all-zero chunk unwritten (then refused as
+# missing when the latents are read)
+WRITES_EVERY_CHUNK = "zarr.core.codec_pipeline.BatchedCodecPipeline"
+
+
+def _write_latents(group: Any, name: str, latent: np.ndarray, audio: np.ndarray | None, root: Any) -> None:
+    """The shot's latent (and audio latent) arrays in its `group` of the job store `root`, every chunk
+    written."""
     c, f, h, w = latent.shape
     arr = group.create_array(
         "latent", shape=latent.shape, dtype=latent.dtype, chunks=(c, min(f, 8), h, w), overwrite=True,
