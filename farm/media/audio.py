@@ -17,7 +17,7 @@ import av
 import numpy as np
 
 from farm.errors import FarmError
-from farm.media.files import atomic_path
+from farm.media.beneath import atomic_path
 
 # Sound file formats: name → (file suffix, FFmpeg muxer, codec).
 FORMATS: dict[str, tuple[str, str, str]] = {"wav": (".wav", "wav", "pcm_s16le"),
@@ -97,7 +97,7 @@ def encode_stream(container: Any, stream: Any, levels: np.ndarray) -> None:
 def write_audio(path: str | os.PathLike[str], levels: np.ndarray, sample_rate: int, fmt: str = "wav",
                 root: str | os.PathLike[str] | None = None) -> None:
     """Write int16 `levels` ``[channels, samples]`` as a WAV or FLAC file, atomically (renamed in whole);
-    `root`: the folder from which no link is followed down to it (`farm.media.files.atomic_path`)."""
+    `root`: the folder from which no link is followed down to it (`farm.media.beneath.atomic_path`)."""
     _, muxer, codec = FORMATS[check_format(fmt)]
     if root is None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -282,3 +282,21 @@ def fsync_all(root: Path, files: Iterable[Path], folders: Iterable[Path] = ()) -
     run_side_by_side(lambda p: fsync(root, p), list(files))
     for path in sorted(set(folders), key=lambda p: -len(Path(p).parts)):
         fsync(root, path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
+                durable: bool = False) -> Iterator[str]:  # fmt: skip
+    """Yield a temp path next to ``path``; move it into place on success, delete it on failure.
+
+    `root`: the folder (OUT) from which every folder down to ``path`` is reached without following a
+    link, made where missing (`farm.media.beneath`); by default ``path``'s own folder. `durable`: the
+    file and its name are fsync'd before this returns."""
+    final = Path(path)
+    within = final.parent if root is None else Path(root)
+    with contextlib.ExitStack() as stack:
+        try:
+            tmp = stack.enter_context(replacing(within, final, final.suffix, durable=durable))
+        except OSError as e:  # making the temporary: a missing or unwritable folder
+            raise FarmError(f"cannot write {os.fspath(final)!r}: {e.strerror or e}") from None
+        yield tmp

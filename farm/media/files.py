@@ -1,6 +1,6 @@
-"""Writing files so that none is ever seen half-written: a temp file renamed into place (`atomic_path`),
-fsync of files and folders (`fsync_path`, several side by side: `fsync_all`), and the permissions the
-umask gives.
+"""Writing files so that none is ever seen half-written: temporaries to rename into place (`temp_file`;
+`farm.media.beneath.atomic_path` writes through them), fsync of files and folders (`fsync_path`,
+several side by side: `fsync_all`), and the permissions the umask gives.
 
 Temporaries are named ``.<name>.farm-XXXXXXXX.tmp<suffix>`` (`farm.media.names.FARM_TEMP`, `temp_file`), a
 form no shot name takes, and clean-up (`farm.store.output.Output.stale_temporaries`) removes nothing else.
@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,26 +36,6 @@ def process_umask() -> int:
     current = os.umask(0o022)  # no /proc (not Linux): set and restore
     os.umask(current)
     return current
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
-                durable: bool = False) -> Iterator[str]:  # fmt: skip
-    """Yield a temp path next to ``path``; move it into place on success, delete it on failure.
-
-    `root`: the folder (OUT) from which every folder down to ``path`` is reached without following a
-    link, made where missing (`farm.media.beneath`); by default ``path``'s own folder. `durable`: the
-    file and its name are fsync'd before this returns."""
-    from farm.media.beneath import replacing
-
-    final = Path(path)
-    within = final.parent if root is None else Path(root)
-    with contextlib.ExitStack() as stack:
-        try:
-            tmp = stack.enter_context(replacing(within, final, final.suffix, durable=durable))
-        except OSError as e:  # making the temporary: a missing or unwritable folder
-            raise FarmError(f"cannot write {os.fspath(final)!r}: {e.strerror or e}") from None
-        yield tmp
 
 
 def temp_file(final: Path, suffix: str = "") -> tuple[int, str]:

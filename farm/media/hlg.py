@@ -20,8 +20,8 @@ import numpy as np
 from av.video.reformatter import ColorRange
 
 from farm.errors import FarmError
+from farm.media.beneath import atomic_path
 from farm.media.colour import convert
-from farm.media.files import atomic_path
 from farm.media.hdr import hlg_signal, hlg_yuv420p10
 from farm.media.video import CHROMA_CENTRE, X265_PARAMS, with_valid_decode_timestamps
 
@@ -62,7 +62,7 @@ def encode_hlg_segment(
 
     Frame ``k`` at ``k / fps`` seconds; ``threads`` as in `farm.media.video.encode_segment` (the bitstream
     depends on them). Written to a temp file and renamed into place;
-    `root`: the folder from which no link is followed down to it (`farm.media.files.atomic_path`)."""
+    `root`: the folder from which no link is followed down to it (`farm.media.beneath.atomic_path`)."""
     where = f"encode_hlg_segment({os.fspath(path)!r})"
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or not np.issubdtype(frames.dtype, np.floating):

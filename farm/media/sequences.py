@@ -45,9 +45,8 @@ from typing import Any
 import numpy as np
 
 from farm.errors import FarmError
-from farm.media.beneath import make_folders
+from farm.media.beneath import atomic_path, make_folders
 from farm.media.colour import SPACES, colour_available, colour_space, convert, unit_float32
-from farm.media.files import atomic_path
 from farm.media.rates import timecode_at
 
 __all__ = [
@@ -229,7 +228,7 @@ def write_frames(
     ``timecode`` (the shot's first frame's, `farm.media.rates`) each file's ``timeCode`` is its own frame's.
     ``exr_space``: write the values converted from ``frames_space`` into that colour space, labelled so
     (then ``exr_values`` is not used). ``root``: the folder from which no link is followed down to the
-    files (`farm.media.files.atomic_path`).
+    files (`farm.media.beneath.atomic_path`).
     """
     where = f"write_frames({shot!r}, {os.fspath(directory)!r})"
     if format not in FORMATS:

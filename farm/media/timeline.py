@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
-from farm.media.files import atomic_path
+from farm.media.beneath import atomic_path
 from farm.media.rates import parse_timecode, rate_text, timecode_to_frames
 from farm.safe_read import read_json
 

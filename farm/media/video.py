@@ -42,8 +42,8 @@ from av.video.stream import VideoStream
 
 from farm.errors import FarmError
 from farm.media.audio import Track
+from farm.media.beneath import atomic_path
 from farm.media.colour import convert, space_attributes, unit_float32
-from farm.media.files import atomic_path
 from farm.media.yuv import rgb_to_yuv420
 
 __all__ = [
@@ -224,7 +224,7 @@ def encode_segment(
     the encoder as they are instead of ``frames`` (H.264/H.265 only). BT.709 (tv range) tags, frame ``k`` at
     ``k / fps`` seconds. Written to a temp file in the same directory and renamed into place, so
     ``path`` is either complete or absent; `root`: the folder from which no link is followed down to it
-    (`farm.media.files.atomic_path`). ``threads``: the encoder's threads (x264 and x265 slice
+    (`farm.media.beneath.atomic_path`). ``threads``: the encoder's threads (x264 and x265 slice
     threads: the bitstream depends on them); 0 lets the encoder choose from the machine's cores.
     ``space`` (ProRes only): the frames, in the `farm.media.colour` space ``frames_space``, converted into
     that space by OpenColorIO, clipped to [0, 1] and fed to the encoder at 16 bits; tagged per

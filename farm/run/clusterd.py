@@ -27,7 +27,7 @@ from distributed.security import Security
 
 from farm.dashboard import monitor
 from farm.errors import FarmError, FarmRuntimeError
-from farm.media.files import atomic_path
+from farm.media.beneath import atomic_path
 from farm.run.backends import ClusterChoice
 from farm.run.backends.setup import set_up_workers, start_cluster
 from farm.run.cluster import choose_cluster
