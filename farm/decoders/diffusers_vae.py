@@ -187,9 +187,9 @@ class DiffusersVideoDecoder:
     def temporal_context_for(cls, config: dict[str, Any]) -> tuple[int, int]:
         """(context, lookahead) latent frames for a config: its named config's, else the family's largest
         (a custom config's receptive field is unknown; the largest recorded one errs on the safe side)."""
-        for name, named in cls.named_configs.items():
-            if named == config and name in cls.temporal_context:
-                return cls.temporal_context[name]
+        name = cls._named(config)
+        if name in cls.temporal_context:
+            return cls.temporal_context[name]
         values = list(cls.temporal_context.values())
         return (max((c for c, _ in values), default=0), max((a for _, a in values), default=0))
 
@@ -205,10 +205,7 @@ class DiffusersVideoDecoder:
         """The default spatial overlap for a config: its named config's measured one, else the default."""
         if cls.halo_is_exact(config):
             return 0  # the halo makes each tile exact: blending would only add decode work
-        for name, named in cls.named_configs.items():
-            if named == config and name in cls.spatial_overlap:
-                return cls.spatial_overlap[name]
-        return DEFAULT_SPATIAL_OVERLAP
+        return cls.spatial_overlap.get(cls._named(config) or "", DEFAULT_SPATIAL_OVERLAP)
 
     # Spatial halo (latent rows and columns a tile decodes beyond each side that has a neighbour, then
     # discards): per named config and dtype, the least at which a tile's own pixels equal the untiled

@@ -75,6 +75,7 @@ from farm.planning.tiling import (
     spatial_halo,
     split_by_count,
     temporal_context,
+    with_margins,
 )
 
 # Minimum overlap per axis (frames, height, width), latent units, where auto splits an axis.
@@ -156,8 +157,8 @@ def _axis_sizes(
     if temporal and causal:
         intervals = causal_shift(intervals)
     if geometry is not None:
-        margins = (temporal_context if temporal else spatial_halo)(intervals, size, geometry)
-        return [c + iv.size + a for iv, (c, a) in zip(intervals, margins, strict=True)]
+        margins = temporal_context if temporal else spatial_halo
+        return with_margins(intervals, margins(intervals, size, geometry))
     return [iv.size for iv in intervals]
 
 

@@ -407,6 +407,11 @@ def temporal_context(intervals: Sequence[Interval], frames: int, geometry: Geome
     return [(min(geometry.context, iv.start), min(geometry.lookahead, frames - iv.end)) for iv in intervals]
 
 
+def with_margins(intervals: Sequence[Interval], margins: Sequence[tuple[int, int]]) -> list[int]:
+    """Latent units each interval decodes with its (before, after) margins: context frames, or halo."""
+    return [before + iv.size + after for iv, (before, after) in zip(intervals, margins, strict=True)]
+
+
 def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
     shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode
@@ -479,9 +484,8 @@ def plan_shot(
         per_axis.append((intervals, spans, complementary))
     warm = temporal_context(per_axis[0][0], f, geometry)
     halos = [spatial_halo(per_axis[a][0], size, geometry) for a, size in ((1, h), (2, w))]
-    decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
-    spatial_decoded = [[b + iv.size + a for iv, (b, a) in zip(per_axis[k][0], halos[k - 1], strict=True)]
-                       for k in (1, 2)]  # fmt: skip
+    decoded = with_margins(per_axis[0][0], warm)
+    spatial_decoded = [with_margins(per_axis[k][0], halos[k - 1]) for k in (1, 2)]
     check_min_block([decoded, *spatial_decoded], geometry, f"shot {shot!r}: a tile",
                     "use fewer tiles along {axis}")  # fmt: skip
     validate_chunking(grid, chunk, per_axis[0][0], decoded)
@@ -585,9 +589,8 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
     # carried chunks see their past through the state, not through decoded context
     warm = [(0, 0)] * len(per_axis[0][0]) if chunk.carry else temporal_context(per_axis[0][0], f, geometry)
     halos = [spatial_halo(per_axis[a][0], size, geometry) for a, size in ((1, h), (2, w))]
-    decoded = [c + iv.size + a for iv, (c, a) in zip(per_axis[0][0], warm, strict=True)]
-    spatial_decoded = [[b + iv.size + a for iv, (b, a) in zip(per_axis[k][0], halos[k - 1], strict=True)]
-                       for k in (1, 2)]  # fmt: skip
+    decoded = with_margins(per_axis[0][0], warm)
+    spatial_decoded = [with_margins(per_axis[k][0], halos[k - 1]) for k in (1, 2)]
     check_min_block([decoded, *spatial_decoded], geometry, "a chunk",
                     "use --chunk of at least {least} along {axis}, or none")  # fmt: skip
     chunks: list[Tile] = []
