@@ -498,6 +498,10 @@ def progress_bar(started: float | None = None):
 def _report(stats, out: Path) -> int:
     """The outputs on stdout (what a script reads); what was written, and failures, on stderr."""
     logs.message(summary_line(stats, out))
+    if stats.encoded_bits_per_pixel is not None:  # what `farm plan` predicts encodes with, when told
+        bits = stats.encoded_bits_per_pixel
+        LOGGER.info(f"videos written at {bits:.3g} bits per pixel ({stats.encode_s:.1f} s of encodes); "
+                    "farm.encoded-bits-per-pixel plans encodes of frames like these")  # fmt: skip
     for line in output_lines(Output(Path(os.path.abspath(out))), list(stats.shots)):
         print(line)
     for message in failure_lines(stats.failed):

@@ -193,9 +193,9 @@ def test_choice_is_deterministic():
         assert planner.choose_plans(shots, G, 8, H200, H200.worker_memory_bytes, memory=MEM) == first
 
 
-# Two or more shots per worker (one per worker and the refitted H200 model prefers halves: each worker's
-# first half-tile finishes sooner, so its writes start sooner; three shots on three workers stay whole).
-@pytest.mark.parametrize(("n_shots", "n_workers"), [(16, 8), (64, 8), (16, 4), (3, 3)])
+# Two or more shots per worker (one per worker and the H200 model prefers halves: each worker's first
+# half-tile finishes sooner, so its writes and encodes, which share the node's cores, start sooner).
+@pytest.mark.parametrize(("n_shots", "n_workers"), [(16, 8), (64, 8), (16, 4)])
 def test_whole_shots_when_there_are_enough_shots(n_shots, n_workers):
     shots = {f"s{k:03d}": SHOT_720 for k in range(n_shots)}
     grids = planner.choose_plans(shots, G, n_workers, H200, H200.worker_memory_bytes, memory=MEM)
@@ -292,7 +292,7 @@ def test_a_nodes_disk_takes_durable_writes_one_batch_at_a_time():
     it they overlap on the streams; a disk faster than the streams changes nothing."""
     shots = {f"s{k}": SHOT_720 for k in range(8)}
     grids = {n: TileGrid() for n in shots}
-    free = H200.with_(disk_s_per_pixel=0.0)
+    free = H200.with_(disk_s_per_pixel=0.0, cores_encode_s_per_pixel=0.0, cores_write_s_per_pixel=0.0)
     pixels = 8 * 121 * 704 * 1216
     slow = free.with_(disk_s_per_pixel=4e-9)  # 8 shots: ≥ 3.3 s of disk, more than their decode
     unlimited, limited = predicted(grids, shots, 8, free), predicted(grids, shots, 8, slow)
@@ -309,7 +309,7 @@ def test_blended_batches_cross_to_their_io_workers_one_at_a_time_from_each_sende
     last (the last batch is written where it was blended); with no I/O workers nothing is sent."""
     shot = {"s": SHOT_1080}
     plans = plans_for({"s": TileGrid()}, shot, 1)
-    free = H200.with_(send_s_per_pixel=0.0)
+    free = H200.with_(send_s_per_pixel=0.0, cores_encode_s_per_pixel=0.0, cores_write_s_per_pixel=0.0)
     sending = free.with_(send_s_per_pixel=1e-8)  # 0.17 s per 32-frame batch of 1088x1920
     batch = 32 * 1088 * 1920
     base, sent = (planner.predict(plans, 1, m, memory=MEM, geometry=G, n_io=4) for m in (free, sending))

@@ -19,7 +19,12 @@ Everything else a render does is charged per task or per pixel:
 * ``blend_s_per_pixel``: summing pre-weighted pieces into a batch and converting it to uint8 on the
   host, per pixel-frame of every piece summed;
 * ``write_s_per_pixel`` / ``encode_s_per_pixel``: writing a batch to Zarr / encoding its video segment,
-  per output pixel-frame (separate tasks on the blending worker);
+  per output pixel-frame (separate tasks on the blending worker); the encode figures are for the codec,
+  preset and frames of ``encode_reference`` (`farm.planning.encode_cost.for_encoding` scales them to others);
+* ``cores_encode_s_per_pixel`` / ``cores_write_s_per_pixel``: the cores that come with one decode worker
+  (the measured host's, for its GPUs), which take every encode and Zarr write together at these rates per
+  output pixel-frame: x264's threads fill the cores, so encodes and writes at once share them; a node has
+  its decode workers' cores (0: no such limit);
 * ``shot_overhead_s``: per shot (joining segments into the mp4, and what else a shot costs once);
 * ``threads_per_worker``: Dask task threads per worker (decodes still take the GPU one at a time);
 * ``disk_s_per_pixel``: a node's disk, which takes farm's durable (fsync'd) Zarr writes one batch after
@@ -61,6 +66,7 @@ import numpy as np
 
 from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
+from farm.planning.encode_cost import EncodeReference, encode_factor
 
 FEATURES = ("const", "pixel_volume", "halo")
 PIECE_BYTES_PER_PIXEL = 12  # decoded tiles travel as float32 RGB
@@ -219,6 +225,9 @@ class CostModel:
     output_streams_per_worker: int = 1
     output_streams_per_node: int = 1
     disk_s_per_pixel: float = 0.0  # a node's disk for durable writes, one batch at a time (0: unlimited)
+    cores_encode_s_per_pixel: float = 0.0  # one decode worker's share of a node's cores: encodes (0: none)
+    cores_write_s_per_pixel: float = 0.0  # and Zarr writes, on the same cores (0: none)
+    encode_reference: EncodeReference = EncodeReference()  # what the encode figures were measured on
     send_s_per_pixel: float = 0.0  # a blended batch sent to its I/O worker, one at a time per sender
     decode_on_host: bool = False  # CPU workers: decodes also queue for the node's streams (its cores)
     links: dict[str, Link] = field(default_factory=dict)
@@ -269,6 +278,9 @@ class CostModel:
             "output_streams_per_worker": self.output_streams_per_worker,
             "output_streams_per_node": self.output_streams_per_node,
             "disk_s_per_pixel": self.disk_s_per_pixel,
+            "cores_encode_s_per_pixel": self.cores_encode_s_per_pixel,
+            "cores_write_s_per_pixel": self.cores_write_s_per_pixel,
+            "encode_reference": self.encode_reference.to_json(),
             "send_s_per_pixel": self.send_s_per_pixel,
             "decode_on_host": self.decode_on_host,
             "links": {k: asdict(v) for k, v in self.links.items()},
@@ -304,6 +316,11 @@ class CostModel:
                 output_streams_per_worker=int(raw.get("output_streams_per_worker", 1)),
                 output_streams_per_node=int(raw.get("output_streams_per_node", 1)),
                 disk_s_per_pixel=float(raw.get("disk_s_per_pixel", 0.0)),
+                cores_encode_s_per_pixel=float(raw.get("cores_encode_s_per_pixel", 0.0)),
+                cores_write_s_per_pixel=float(raw.get("cores_write_s_per_pixel", 0.0)),
+                encode_reference=EncodeReference.from_json(
+                    raw.get("encode_reference", EncodeReference().to_json())
+                ),
                 send_s_per_pixel=float(raw.get("send_s_per_pixel", 0.0)),
                 decode_on_host=bool(raw.get("decode_on_host", False)),
                 links={str(k): Link(**v) for k, v in raw.get("links", {}).items()},
@@ -386,6 +403,24 @@ def cost_model(spec: DecoderSpec, name: str | None = None) -> CostModel:
     return scaled_to(model, spec.config_name, measured)
 
 
+def for_encoding(
+    model: CostModel, codec: str, preset: str | None, bits_per_pixel: float | None = None
+) -> CostModel:
+    """`model` with its encode figures scaled to encodes with `codec` at `preset` of frames written at
+    `bits_per_pixel` (None: the frames the model was measured on), by the stored encode rates
+    (`farm.planning.encode_cost`)."""
+    factor = encode_factor(model.encode_reference, codec, preset, bits_per_pixel)
+    if factor == 1.0:
+        return model
+    return model.with_(encode_s_per_pixel=model.encode_s_per_pixel * factor,
+                       cores_encode_s_per_pixel=model.cores_encode_s_per_pixel * factor)  # fmt: skip
+
+
+def without_video(model: CostModel) -> CostModel:
+    """`model` for a render that writes no video: no encodes."""
+    return model.with_(encode_s_per_pixel=0.0, cores_encode_s_per_pixel=0.0)
+
+
 def time_decodes(
     decode: Callable[[tuple[int, int, int]], tuple[int, int, int]],
     latent_shapes: Iterable[tuple[int, int, int]],
@@ -427,6 +462,8 @@ __all__ = [
     "cost_model",
     "default_name",
     "features",
+    "for_encoding",
+    "without_video",
     "scaled_to",
     "fit_decode_cost",
     "load",

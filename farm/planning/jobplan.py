@@ -14,9 +14,10 @@ import numpy as np
 from farm.decoders import DecoderSpec, decoder_class, memory_model
 from farm.errors import FarmError
 from farm.media.rates import RANGE_TEXT, parse_timecode, read_rate
+from farm.media.settings import VideoSettings
 from farm.planning import planner
 from farm.planning.budgets import default_window, tile_peak_bytes
-from farm.planning.costmodel import CostModel, cost_model
+from farm.planning.costmodel import CostModel, cost_model, for_encoding, without_video
 from farm.planning.options import AUTO, DEFAULT_OVERLAP, PlanOptions
 from farm.planning.planner import Prediction
 from farm.planning.tiling import (
@@ -70,7 +71,7 @@ def plan_job(
     fixed: Mapping[str, TileGrid] | None = None,
     fixed_chunks: Mapping[str, ChunkSize] | None = None,
     n_io: int = 0,
-    video: bool = True,
+    video: bool | VideoSettings = True,
 ) -> list[ShotPlan]:
     """Plan every shot (or the named ones) and assign the tiles round-robin to `n_workers` slots.
 
@@ -139,7 +140,7 @@ def auto_chunks(
     free: Sequence[str],
     geometry: Geometry,
     n_io: int,
-    video: bool = True,
+    video: bool | VideoSettings = True,
 ) -> dict[str, ChunkSize]:
     """Carried temporal chunks (`AUTO_CARRY`) for the `free` shots when the job's predicted makespan
     with them beats the one without by more than the planner's `MIN_GAIN`, else nothing.
@@ -152,11 +153,9 @@ def auto_chunks(
     segments unless not `video`.
     (With 32-frame batches and video, one 1088x1920 shot on one GPU gains 4.9 %: not enough; with
     8-frame batches 20 %.)"""
-    model = cost_model(job.spec, options.cost_model)
+    model = render_cost_model(job.spec, options, video)
     if not free or not geometry.carries or model.decode_on_host:
         return {}
-    if not video:
-        model = model.with_(encode_s_per_pixel=0.0)
     budget = options.worker_memory if options.worker_memory is not None else model.worker_memory_bytes
     cls = decoder_class(job.spec)
 
@@ -184,6 +183,18 @@ def auto_chunks(
     if not pays(suffix) or (len(suffix) < len(names) and not pays(names)):
         return {}
     return {n: AUTO_CARRY for n in free}
+
+
+def render_cost_model(spec: DecoderSpec, options: PlanOptions, video: bool | VideoSettings) -> CostModel:
+    """The cost model a render of `spec` is predicted with: `options.cost_model` (default: the decoder's),
+    its encodes those of `video` (True: the configured codec and preset; False: no video) of frames
+    written at `options.encoded_bits_per_pixel` (None: the frames the model was measured on)."""
+    model = cost_model(spec, options.cost_model)
+    settings = VideoSettings() if video is True else video
+    if settings is False or not settings.writes_video:
+        return without_video(model)
+    codec = "h265" if settings.hdr else settings.codec  # an HDR render's video is its x265 HLG master
+    return for_encoding(model, codec, settings.preset, options.encoded_bits_per_pixel)
 
 
 def check_tile_widths(plan: ShotPlan) -> None:
@@ -225,7 +236,7 @@ def plan_shots(
     fixed_chunks: Mapping[str, ChunkSize] | None = None,
     n_workers: int = 1,
     n_io: int = 0,
-    video: bool = True,
+    video: bool | VideoSettings = True,
 ) -> tuple[list[ShotPlan], dict[str, FarmError]]:
     """Plan each shot on its own: a shot that cannot be planned is reported, the others still go.
     `fixed` shots keep the grid given and `fixed_chunks` shots the chunking (with auto tiles: those OUT

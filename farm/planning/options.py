@@ -43,6 +43,26 @@ class PlanOptions:
     cost_model: str | None = None
     # the GPU memory each decode worker is planned for and held to (``--gpu-memory``, farm.gpu-memory)
     worker_memory: int | None = field(default_factory=lambda: config.byte_size("gpu-memory"))
+    # bits per pixel the render's videos are written at (what a render reports, `farm -v render`), for
+    # predicted encodes; None: those the cost model was measured on (farm.encoded-bits-per-pixel)
+    encoded_bits_per_pixel: float | None = field(default_factory=lambda: configured_bits_per_pixel())
+
+
+def configured_bits_per_pixel() -> float | None:
+    """``farm.encoded-bits-per-pixel``: a positive number, or unset."""
+    raw = config.get("encoded-bits-per-pixel")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value > 0:
+        raise FarmError(
+            f"farm.encoded-bits-per-pixel {raw!r} is invalid; give a positive number (what `farm -v render` "
+            "reports of a render's videos), or leave it unset"
+        )
+    return value
 
 
 def configured_tiles() -> tuple[int, int, int] | str:

@@ -457,6 +457,9 @@ class _Simulation:
         self.recv_free = [0.0] * n
         self.send_free = [0.0] * n  # when each decode worker is done sending blended batches
         n_nodes = (n + self.per_node - 1) // self.per_node
+        self.cores_busy: list[list[tuple[float, float]]] = [[] for _ in range(n_nodes)]  # the same, outputs
+        # a node's cores are its decode workers' shares (`CostModel.cores_encode_s_per_pixel`)
+        self.decode_workers_on = [min(self.per_node, n - k * self.per_node) for k in range(n_nodes)]
         self.node_streams = [[0.0] * max(1, cost.output_streams_per_node) for _ in range(n_nodes)]
         self.disk_busy: list[list[tuple[float, float]]] = [[] for _ in range(n_nodes)]  # sorted intervals
         self.worker_streams = [[0.0] * max(1, cost.output_streams_per_worker) for _ in range(n + n_io)]
@@ -538,23 +541,32 @@ class _Simulation:
                 streams = self.node_streams[self.node_of(w)] if self.node_bound else self.worker_streams[w]
                 begin = max(now, heapq.heappop(streams))
                 end = begin + d
-                if kind == "write" and self.cost.disk_s_per_pixel > 0:  # and for the node's disk
-                    end = max(end, self.disk(w, begin, task[1], now))
+                # and for what every stream of the node shares: its cores (writes and encodes), its disk
+                node, cost = self.node_of(w), self.cost
+                cores = cost.cores_write_s_per_pixel if kind == "write" else cost.cores_encode_s_per_pixel
+                shared = [(self.cores_busy[node], cores / self.decode_workers_on[node])]
+                if kind == "write":
+                    shared.append((self.disk_busy[node], cost.disk_s_per_pixel))
+                for busy, rate in shared:
+                    if rate > 0:
+                        end = max(end, self.book(busy, rate, begin, task[1], now))
                 heapq.heappush(streams, end)
             self.totals["busy"] += d
             self.free_threads[w] -= 1
             self.seq += 1
             heapq.heappush(self.events, (end, self.seq, w, task))
 
-    def disk(self, w: int, begin: float, j: int, now: float) -> float:
-        """When worker `w`'s node's disk has taken blend `j`'s batch, written from `begin` on: in the
-        first gap of the disk's time from `begin` that holds it. (Writes are booked as their stream
-        frees, not in the order they begin: one booked later may begin earlier.)"""
+    def book(
+        self, busy: list[tuple[float, float]], s_per_pixel: float, begin: float, j: int, now: float
+    ) -> float:
+        """When a node's shared resource (its disk, its cores), whose booked intervals are `busy`, has taken
+        blend `j`'s batch at `s_per_pixel`, from `begin` on: in the first gap of its time from `begin` that
+        holds it. (Outputs are booked as their stream frees, not in the order they begin: one booked later
+        may begin earlier.)"""
         blend = self.schedule.blends[j]
-        busy = self.disk_busy[self.node_of(w)]
-        while busy and busy[0][1] <= now:  # no write books the past
+        while busy and busy[0][1] <= now:  # nothing books the past
             busy.pop(0)
-        seconds = self.cost.disk_s_per_pixel * self.shots[blend.shot].batch_pixels[blend.batch]
+        seconds = s_per_pixel * self.shots[blend.shot].batch_pixels[blend.batch]
         at = begin
         for start, end in busy:
             if start >= at + seconds:

@@ -113,7 +113,14 @@ class RenderStats:
     worker_steps: dict[str, dict[str, float]] = field(default_factory=dict)
     write_s: float = 0.0
     encode_s: float = 0.0
+    encoded_bytes: int = 0  # of the video segments this render encoded
+    encoded_pixels: int = 0  # their pixel-frames
     shots: dict[str, ShotOutcome] = field(default_factory=dict)
+
+    @property
+    def encoded_bits_per_pixel(self) -> float | None:
+        """What this render's video segments were written at, on average (None: it encoded none)."""
+        return self.encoded_bytes * 8 / self.encoded_pixels if self.encoded_pixels else None
 
     @property
     def failed(self) -> list[ShotOutcome]:
@@ -560,6 +567,10 @@ class Driver:
         stats.frames_written += result["frames"]
         stats.write_s += result["write_s"]
         stats.encode_s += result["encode_s"]
+        if result.get("encoded_bytes"):
+            _, height, width = self.plans[step.shot].pixel_shape
+            stats.encoded_bytes += result["encoded_bytes"]
+            stats.encoded_pixels += result["frames"] * height * width
         shot = stats.shots[self.plans[step.shot].shot]
         shot.batches_written += 1
         shot.frames_written += result["frames"]

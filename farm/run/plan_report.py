@@ -20,8 +20,8 @@ from farm.errors import FarmError
 from farm.media.settings import VideoSettings
 from farm.planning import planner
 from farm.planning.budgets import check_fits, host_peak_bytes, window_peak_bytes
-from farm.planning.costmodel import CostModel, cost_model
-from farm.planning.jobplan import plan_job, predict_render
+from farm.planning.costmodel import CostModel
+from farm.planning.jobplan import plan_job, predict_render, render_cost_model
 from farm.planning.options import PlanOptions
 from farm.planning.plan_table import describe_plans
 from farm.planning.tiling import ShotPlan
@@ -43,6 +43,7 @@ class PlanReport:
     window: int | None  # render's default window per worker on the cost model's GPU; None on CPU
     refusal: FarmError | None
     skipped: tuple[str, ...] = ()  # why each shot that cannot be planned is left out (every shot asked for)
+    encodes: str | None = None  # what the predicted encodes are of (None: no video)
 
     def table(self) -> str:
         """The tile table (`farm.planning.plan_table.describe_plans`): it shows why a refusal refuses."""
@@ -56,6 +57,8 @@ class PlanReport:
         if self.n_io:
             lines.append(f"  with {self.n_io} I/O worker(s) for writes and encodes, as a local GPU cluster "
                          "on this machine starts them (farm.io-workers)")  # fmt: skip
+        if self.encodes:
+            lines.append(f"  encodes: {self.encodes}")
         gpu_bytes = self.model.worker_memory_bytes
         if self.window and gpu_bytes:
             peak = window_peak_bytes(self.plans, self.spec, self.window)
@@ -75,7 +78,7 @@ def plan_report(
     n_workers: int | None = None,
     shots: Sequence[str] | None = None,
     *,
-    video: bool = True,
+    video: bool | VideoSettings = True,
 ) -> PlanReport:
     """Plan the job at `job_path` (or a `Job`, as `farm.plan` takes either) for `n_workers` decode workers
     (default: what ``farm render`` would start here: one per GPU, or up to 4 CPU processes), predicting a
@@ -86,9 +89,7 @@ def plan_report(
         raise FarmError(f"--workers {n_workers} is invalid; use 1 or more")
     n_workers = n_workers if n_workers is not None else local_decode_workers()
     job = job_path if isinstance(job_path, Job) else open_job(job_path)
-    model = cost_model(job.spec, options.cost_model)
-    if not video:
-        model = model.with_(encode_s_per_pixel=0.0)
+    model = render_cost_model(job.spec, options, video)
     if options.worker_memory and model.worker_memory_bytes and not model.decode_on_host:
         # --gpu-memory: the plans, their check and the window are for the budget, not the model's GPU
         model = model.with_(worker_memory_bytes=min(model.worker_memory_bytes, options.worker_memory))
@@ -105,7 +106,27 @@ def plan_report(
     except FarmError as refusal:
         return PlanReport(plans, job.spec, model, n_workers, n_io, None, None, refusal, skipped)
     prediction, window = predict_render(plans, job.spec, model, n_workers, n_io)
-    return PlanReport(plans, job.spec, model, n_workers, n_io, prediction, window, None, skipped)
+    encodes = describe_encodes(video, options, model)
+    return PlanReport(plans, job.spec, model, n_workers, n_io, prediction, window, None, skipped, encodes)
+
+
+def describe_encodes(video: bool | VideoSettings, options: PlanOptions, model: CostModel) -> str | None:
+    """What a prediction's encodes are of: codec, preset and the frames' bits per pixel, and where those
+    come from; None without video."""
+    settings = VideoSettings() if video is True else video
+    if settings is False or not settings.writes_video:
+        return None
+    codec = "h265 (HLG master)" if settings.hdr else settings.codec
+    preset = "" if settings.codec.startswith("prores") else f" {settings.preset}"
+    reference = model.encode_reference
+    bits = options.encoded_bits_per_pixel
+    if bits is not None:
+        frames = f"frames written at {bits:.3g} bits per pixel (farm.encoded-bits-per-pixel)"
+    else:
+        frames = (f"frames like the cost model's ({reference.bits_per_pixel:.3g} bits per pixel at "
+                  f"{reference.codec} {reference.preset}: {reference.frames}); `farm -v render` reports a "
+                  "render's own, which farm.encoded-bits-per-pixel predicts with")  # fmt: skip
+    return f"{codec}{preset} of {frames}"
 
 
 def planned_io_workers(model: CostModel, n_workers: int) -> int:

@@ -211,7 +211,8 @@ def merged_stats(parts: Sequence[RenderStats]) -> RenderStats:
     merged = RenderStats(render_id=parts[0].render_id, setup_phases=dict(parts[0].setup_phases))
     for part in parts:
         for name in ("tiles_total", "tiles_decoded", "batches_total", "batches_written", "frames_written",
-                     "seconds", "setup_s", "finish_s", "write_s", "encode_s"):  # fmt: skip
+                     "seconds", "setup_s", "finish_s", "write_s", "encode_s", "encoded_bytes",
+                     "encoded_pixels"):  # fmt: skip
             setattr(merged, name, getattr(merged, name) + getattr(part, name))
         merged.window = max(merged.window, part.window)
         merged.max_tiles_held = max(merged.max_tiles_held, part.max_tiles_held)

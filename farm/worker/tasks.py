@@ -745,8 +745,10 @@ def mark_batch(out: Output, batch: Batch, write_s: float, encode_s: float, *outp
     mark_valid(out, batch.shot, batch.start, batch.stop)  # readers' mask; the marker below is what resumes
     record = batch_record(out, batch.shot, batch.index, batch.start, batch.stop)
     mark_done(out.done_marker(batch.shot, batch.index), record, root=out.root)
+    # the segment this render encoded: its size tells how hard its frames are to encode (bits per pixel)
+    encoded = os.stat(out.segment(batch.shot, batch.index)).st_size if encode_s > 0 else 0
     return {"shot": batch.shot, "batch": batch.index, "frames": batch.frames, "write_s": write_s,
-            "encode_s": encode_s}  # fmt: skip
+            "encode_s": encode_s, "encoded_bytes": encoded}  # fmt: skip
 
 
 def write_and_mark_batch(
