@@ -534,7 +534,7 @@ def _plan_for_cluster(
     recorded = recorded_layout(request.out, names, request.restart)  # OUT is locked only now
     plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
                                     fixed_chunks=recorded.chunks, n_workers=max(1, n_workers), n_io=n_io,
-                                    video=request.video.writes_video)  # fmt: skip
+                                    video=request.video)  # fmt: skip
     clock.mark("plan the job for the cluster")
     return plans, {**shot_errors, **plan_errors}
 
