@@ -15,6 +15,8 @@ import pytest
 
 import farm
 from farm.errors import FarmError
+from farm.media.names import is_farm_temporary
+from farm.run.render import remove_stale_temporaries
 from farm.store.lock import held_shots
 from farm.store.output import Output
 from tests.helpers import assert_same_video, chunk_files
@@ -80,3 +82,32 @@ def test_renders_of_disjoint_shots_into_one_out_at_once_equal_one_render(tmp_pat
     for shot in SHOTS:  # two encodes of the same frames: compared by their frames (tests.helpers)
         assert_same_video(Output(out).video(shot), Output(single).video(shot))
     assert not Output(out).stale_temporaries()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from farm.store.lock import output_lock
+with output_lock(Path(sys.argv[1]), ["shot003"], job=sys.argv[2]):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_killed_renders_temporaries_stay_while_another_render_writes_into_out(tmp_path):
+    out = Output(tmp_path / "out")
+    (out.videos_dir).mkdir(parents=True)
+    temporary = out.videos_dir / ".shot001.mp4.farm-0a1b2c3d.tmp.mp4"  # a killed render's, or a live one's
+    temporary.write_bytes(b"half a video")
+    assert is_farm_temporary(temporary.name)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out.root), str(tmp_path / "job.zarr")],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().startswith("held")
+        remove_stale_temporaries(out)  # another render writes into OUT: it may be that render's
+        assert temporary.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    remove_stale_temporaries(out)  # alone in OUT: stale
+    assert not temporary.exists()
