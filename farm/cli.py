@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
@@ -27,7 +28,6 @@ from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
-from farm.store.lock import lock_owner
 from farm.store.output import Output
 from farm.store.output_kinds import SHOT_OUTPUTS, TIMELINE
 from farm.store.progress import output_progress
@@ -781,12 +781,15 @@ def _to_stderr(line: str) -> None:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from farm import submit  # Dask distributed: this command's alone
 
-    if os.path.isdir(args.id):  # OUT: the render writing into it, at the scheduler its lock records
-        target, address = submit.render_writing(args.id)
-        if args.scheduler or args.scheduler_file:
-            address = submit.resolve_address(args.scheduler, args.scheduler_file)
-        return submit.cancel(target, address, wait=args.wait, force=args.force, log=_to_stderr,
-                             ended=lambda: lock_owner(Path(args.id)) is None)  # fmt: skip
+    if os.path.isdir(args.id):  # OUT: every render writing into it, at the scheduler its locks record
+        codes = []
+        for target, address in submit.renders_writing(args.id):
+            if args.scheduler or args.scheduler_file:
+                address = submit.resolve_address(args.scheduler, args.scheduler_file)
+            ended = functools.partial(submit.render_ended, args.id, target)
+            codes.append(submit.cancel(target, address, wait=args.wait, force=args.force, log=_to_stderr,
+                                       ended=ended))  # fmt: skip
+        return max(codes)
     address = submit.resolve_address(args.scheduler, args.scheduler_file)
     return submit.cancel(args.id, address, wait=args.wait, force=args.force, log=_to_stderr)
 

@@ -39,7 +39,7 @@ from farm.owner import current_user
 from farm.render_ids import render_matches, render_of
 from farm.run.cluster import scheduler_file_address, workers_info
 from farm.run.tls import check_tls, check_tls_to
-from farm.store.lock import lock_owner
+from farm.store.lock import lock_owners
 from farm.workflow import (
     ENV_PRIORITY,
     ENV_SCHEDULER,
@@ -465,20 +465,27 @@ def check_owners(
         )
 
 
-def render_writing(out: str | os.PathLike[str]) -> tuple[str, str]:
-    """The render id and scheduler address of the render writing into the folder `out` now, as it
-    recorded them in OUT's lock (`farm.store.lock.lock_owner`), for ``farm cancel OUT``."""
-    owner = lock_owner(Path(out))
-    if owner is None:
-        raise FarmError(f"no farm render is writing into {os.fspath(out)!r} now (its lock is not held); "
+def renders_writing(out: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """The render id and scheduler address of each render writing into the folder `out` now (renders of
+    different shots may write into one OUT at once), as each recorded them in its shot locks
+    (`farm.store.lock.lock_owners`), for ``farm cancel OUT``."""
+    owners = lock_owners(Path(out))
+    if not owners:
+        raise FarmError(f"no farm render is writing into {os.fspath(out)!r} now (no lock of it is held); "
                         "nothing was cancelled")  # fmt: skip
-    if not owner.get("render") or not owner.get("scheduler"):
-        raise FarmError(
-            f"the render writing into {os.fspath(out)!r} (pid {owner.get('pid', '?')} on "
-            f"{owner.get('host', '?')}) has not reached its cluster yet; nothing was cancelled, try again "
-            "in a few seconds"
-        )
-    return str(owner["render"]), str(owner["scheduler"])
+    for owner in owners:
+        if not owner.get("render") or not owner.get("scheduler"):
+            raise FarmError(
+                f"the render writing into {os.fspath(out)!r} (pid {owner.get('pid', '?')} on "
+                f"{owner.get('host', '?')}) has not reached its cluster yet; nothing was cancelled, try "
+                "again in a few seconds"
+            )
+    return [(str(owner["render"]), str(owner["scheduler"])) for owner in owners]
+
+
+def render_ended(out: str | os.PathLike[str], render: str) -> bool:
+    """Whether render `render` holds no lock of OUT any more (it has ended)."""
+    return all(owner.get("render") != render for owner in lock_owners(Path(out)))
 
 
 def _wait_for(condition: Callable[[], bool], deadline: float, poll: float) -> bool:

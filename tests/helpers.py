@@ -124,6 +124,13 @@ def assert_same_video(a: Path, b: Path) -> None:
     assert np.abs(va - vb).mean() < 3.0
 
 
+def chunk_files(out: Path) -> dict[str, bytes]:
+    """Every chunk file of OUT's Zarr frames (every array of every shot: frames, valid mask, coordinates),
+    by its path under OUT: what two renders of the same frames hold byte for byte."""
+    chunks = [p for p in (out / "frames.zarr").rglob("*") if p.is_file() and "c" in p.relative_to(out).parts]
+    return {str(p.relative_to(out)): p.read_bytes() for p in chunks}
+
+
 def farm(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

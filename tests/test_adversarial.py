@@ -70,7 +70,13 @@ def test_the_lock_is_never_taken_through_a_link(tmp_path):
     out = tmp_path / "out"
     (out / ".farm").mkdir(parents=True)
     os.symlink(victim, Output(out).lock_file)
-    with pytest.raises(FarmError, match="symbolic link"), output_lock(out):
+    with pytest.raises(FarmError, match="symbolic link"), output_lock(out, ["shot000"], job=tmp_path / "job"):
+        pass
+    assert victim.read_bytes() == b"keep me"
+    os.unlink(Output(out).lock_file)
+    (out / ".farm" / "locks").mkdir()
+    os.symlink(victim, Output(out).shot_lock_file("shot000"))  # a shot's lock
+    with pytest.raises(FarmError, match="symbolic link"), output_lock(out, ["shot000"], job=tmp_path / "job"):
         pass
     assert victim.read_bytes() == b"keep me"
 

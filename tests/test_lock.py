@@ -1,10 +1,13 @@
-"""The output lock: the kernel frees it with its holder, never taken twice, none left by a failed start."""
+"""OUT's locks: one per shot (the kernel frees it with its holder, never taken twice, none left by a failed
+start; renders of other shots proceed, of the same shots or of another job are refused by name) and the
+short lock on what OUT's renders share."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,73 +16,161 @@ from pathlib import Path
 import pytest
 
 from farm.errors import FarmError
-from farm.store.lock import lock_path, output_lock
+from farm.store.lock import held_shots, lock_owners, output_lock, shared_lock, shot_lock_path
 
-# A process that waits for the go file, then tries the lock: "got" (held 1.5 s) or "refused".
+ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+
+# A process that waits for the go file, then tries the locks of argv[3:] (shots) for the job argv[2]:
+# "got" (held 1.5 s, or until killed when FARM_TEST_HOLD is set) or "refused" with the message.
 CONTENDER = """
-import sys, time
+import os, sys, time
 from pathlib import Path
 from farm.errors import FarmError
 from farm.store.lock import output_lock
-out, go = Path(sys.argv[1]), Path(sys.argv[2])
+out, job, shots = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+go = out.parent / (out.name + ".go")
 while not go.exists():
     time.sleep(0.001)
 try:
-    with output_lock(out):
+    with output_lock(out, shots, job=job, render="r" + str(os.getpid())):
         print("got", flush=True)
-        time.sleep(1.5)
+        time.sleep(600 if os.environ.get("FARM_TEST_HOLD") else 1.5)
 except FarmError as exc:
     print("refused", exc, flush=True)
 """
 
 
-def stale_lock(out: Path) -> None:
+def contender(out: Path, job: Path, *shots: str, hold: bool = False) -> subprocess.Popen:
+    env = {**ENV, "FARM_TEST_HOLD": "1"} if hold else ENV
+    command = [sys.executable, "-c", CONTENDER, str(out), str(job), *shots]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def go(out: Path) -> None:
+    (out.parent / (out.name + ".go")).touch()
+
+
+def stale_lock(out: Path, shot: str) -> None:
     """The lock file a SIGKILLed render leaves: an owner record, no live holder."""
-    path = lock_path(out)
+    path = shot_lock_path(out, shot)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"pid": 999999, "host": "gone"}))
+    path.write_text(json.dumps({"pid": 999999, "host": "gone", "job": "/elsewhere/job.zarr"}))
 
 
 @pytest.mark.slow
 def test_two_processes_race_on_a_stale_lock_and_exactly_one_proceeds(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     for trial in range(4):
-        out, go = tmp_path / f"out{trial}", tmp_path / f"go{trial}"
-        stale_lock(out)
-        procs = [
-            subprocess.Popen([sys.executable, "-c", CONTENDER, str(out), str(go)], stdout=subprocess.PIPE,
-                             text=True, env=env)
-            for _ in range(2)
-        ]  # fmt: skip
+        out = tmp_path / f"out{trial}"
+        stale_lock(out, "sh010")
+        procs = [contender(out, tmp_path / "job.zarr", "sh010") for _ in range(2)]
         time.sleep(1.5)  # both imported and spinning on the go file
-        go.touch()
+        go(out)
         results = sorted(p.communicate(timeout=60)[0].split()[0] for p in procs)
         assert results == ["got", "refused"], results
-        assert not lock_path(out).exists()  # the winner removed it on release
+        assert not shot_lock_path(out, "sh010").exists()  # the winner removed it on release
+
+
+def test_renders_of_other_shots_proceed_together_and_the_same_shots_are_refused_by_name(tmp_path):
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    first = contender(out, job, "sh010", "sh020", hold=True)
+    try:
+        go(out)
+        assert first.stdout.readline().startswith("got")
+        with output_lock(out, ["sh030", "sh040"], job=job):  # other shots: held at once
+            assert sorted(held_shots(out)) == ["sh010", "sh020", "sh030", "sh040"]
+            owners = {tuple(o["shots"]): o for o in lock_owners(out)}
+            assert owners[("sh010", "sh020")]["pid"] == first.pid
+            assert owners[("sh030", "sh040")]["pid"] == os.getpid()
+        holder = rf"shot\(s\) 'sh020' by pid {first.pid} on {socket.gethostname()}, render r{first.pid}"
+        with (
+            pytest.raises(FarmError, match=holder),
+            output_lock(out, ["sh030", "sh020"], job=job),
+        ):  # fmt: skip
+            pass
+        assert sorted(held_shots(out)) == ["sh010", "sh020"]  # the refused render took none (sh030 is free)
+        with output_lock(out, ["sh030"], job=job):
+            pass
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert held_shots(out) == {}  # the kernel dropped the killed holder's locks
+    with output_lock(out, ["sh010", "sh020"], job=job):
+        assert set(held_shots(out)) == {"sh010", "sh020"}
+
+
+def test_a_render_of_another_job_is_refused_while_a_render_writes_into_out(tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / "a.zarr").mkdir()
+    (tmp_path / "b.zarr").mkdir()
+    with output_lock(out, ["sh010"], job=tmp_path / "a.zarr"):
+        with (
+            pytest.raises(FarmError, match=r"render of job '.*a\.zarr' \(pid .*\), not of '.*b\.zarr'"),
+            output_lock(out, ["sh020"], job=tmp_path / "b.zarr"),
+        ):
+            pass
+        with output_lock(out, ["sh020"], job=tmp_path / "a.zarr"):  # the same job: other shots proceed
+            pass
+    with output_lock(out, ["sh020"], job=tmp_path / "b.zarr"):  # none live: OUT's own record decides
+        pass
 
 
 def test_a_killed_holder_leaves_no_lock_that_refuses(tmp_path):
-    out = tmp_path / "out"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", CONTENDER, str(out), str(tmp_path / "go")], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
-    )  # fmt: skip
-    (tmp_path / "go").touch()
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    holder = contender(out, job, "sh010", hold=True)
+    go(out)
     assert holder.stdout.readline().startswith("got")
-    with pytest.raises(FarmError, match=rf"pid {holder.pid} on "), output_lock(out):  # live holder
+    with pytest.raises(FarmError, match=rf"pid {holder.pid} on "), output_lock(out, ["sh010"], job=job):
         pass
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    assert lock_path(out).exists()  # the file stays, the kernel lock does not
-    with output_lock(out):
-        assert json.loads(lock_path(out).read_text())["pid"] == os.getpid()
-    assert not lock_path(out).exists()
+    assert shot_lock_path(out, "sh010").exists()  # the file stays, the kernel lock does not
+    with output_lock(out, ["sh010"], job=job):
+        assert json.loads(shot_lock_path(out, "sh010").read_text())["pid"] == os.getpid()
+    assert not shot_lock_path(out, "sh010").exists()
 
 
 def test_a_failed_start_leaves_no_lock(tmp_path):
-    out = tmp_path / "out"
-    with pytest.raises(RuntimeError), output_lock(out):
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    with pytest.raises(RuntimeError), output_lock(out, ["sh010", "sh020"], job=job):
         raise RuntimeError("the cluster did not start")
-    assert not lock_path(out).exists()
-    with output_lock(out):  # and the next render proceeds
+    assert held_shots(out) == {} and not any(shot_lock_path(out, "sh010").parent.iterdir())
+    with output_lock(out, ["sh010"], job=job):  # and the next render proceeds
         pass
+
+
+SHARED_HOLDER = """
+import sys, time
+from pathlib import Path
+from farm.store.lock import shared_lock
+with shared_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_the_shared_lock_waits_for_its_holder_and_names_one_that_is_stuck(tmp_path):
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(out), "1.0"], stdout=subprocess.PIPE,
+                              text=True, env=ENV)  # fmt: skip
+    assert holder.stdout.readline().startswith("held")
+    started = time.monotonic()
+    with shared_lock(out):  # waits for the holder's moment to end
+        assert holder.poll() is not None or time.monotonic() - started > 0.5
+    holder.wait()
+    stuck = subprocess.Popen([sys.executable, "-c", SHARED_HOLDER, str(out), "600"], stdout=subprocess.PIPE,
+                             text=True, env=ENV)  # fmt: skip
+    try:
+        assert stuck.stdout.readline().startswith("held")
+        with (
+            pytest.raises(FarmError, match=rf"held for 0 s by pid {stuck.pid} on .*stuck"),
+            shared_lock(out, wait=0.2),
+        ):
+            pass
+        with (  # shot locks are taken under it
+            pytest.raises(FarmError, match=rf"held for 0 s by pid {stuck.pid}"),
+            output_lock(out, ["sh010"], job=tmp_path / "job.zarr", wait=0.2),
+        ):
+            pass
+    finally:
+        stuck.send_signal(signal.SIGKILL)
+        stuck.wait()

@@ -149,12 +149,19 @@ def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_comple
 
 def test_the_lock_records_the_render_and_farm_cancel_out_needs_a_live_one(tmp_path):
     out = tmp_path / "out"
-    with output_lock(out) as lock:
-        lock.record(render="r1a2b3c4", scheduler="tcp://127.0.0.1:8786")
+    job = tmp_path / "job.zarr"
+    with output_lock(out, ["shot000"], job=job, render="r1a2b3c4") as lock:
+        lock.record(scheduler="tcp://127.0.0.1:8786")
         owner = lock_owner(out)
         assert owner is not None and owner["render"] == "r1a2b3c4" and owner["pid"] == os.getpid()
-        assert owner["scheduler"] == "tcp://127.0.0.1:8786"
-        with pytest.raises(FarmError, match=f"render r1a2b3c4\\); .*`farm cancel {out}`"), output_lock(out):
+        assert owner["scheduler"] == "tcp://127.0.0.1:8786" and owner["shots"] == ["shot000"]
+        with (
+            pytest.raises(
+                FarmError,
+                match=f"'shot000' by pid {os.getpid()} on .*, render r1a2b3c4\\. .*`farm cancel {out}`",
+            ),
+            output_lock(out, ["shot000"], job=job),
+        ):
             pass
     assert lock_owner(out) is None
     result = farm_command("cancel", str(out))

@@ -222,12 +222,14 @@ def test_second_render_into_a_live_output_is_refused(tmp_path, scheduler3):
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, time; from pathlib import Path; from farm.store.lock import output_lock\n"
-         "with output_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)", str(out)],
+         "with output_lock(Path(sys.argv[1]), ['shot000'], job=sys.argv[2]):\n"
+         "    print('held', flush=True); time.sleep(60)", str(out), str(job)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(FarmError, match=f"being written by another farm render \\(pid {holder.pid} "):
+        held_by = f"being written by another farm render: shot\\(s\\) 'shot000' by pid {holder.pid} "
+        with pytest.raises(FarmError, match=held_by):
             render(job, out, scheduler=scheduler3, **QUIET)
     finally:
         holder.kill()

@@ -95,9 +95,9 @@ from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
 from farm.store.latent_chunks import LatentChunks
-from farm.store.lock import cancel_command, job_read_lock, output_lock
+from farm.store.lock import cancel_command, job_read_lock, other_renders, output_lock, shared_lock
 from farm.store.markers import mark_done
-from farm.store.output import Output, check_writable, removed_if_left_empty
+from farm.store.output import Output, check_writable, os_errors_in_one_line, removed_if_left_empty
 from farm.store.output_kinds import TIMELINE, open_for_render
 from farm.store.ownership import check_no_foreign_files, check_no_links
 
@@ -247,11 +247,12 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
     with (
         dask.config.set({"farm.gpu-memory": budget}),  # travels with the render's tasks (farm.config)
         removed_if_left_empty(out),
-        output_lock(out.root) as lock,
+        output_lock(out.root, early.names, job=job.path, render=request.render_id,
+                    check=lambda: check_one_job(out, job.path, request.restart)) as lock,
         connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file,
                 workers=request.workers) as client,  # fmt: skip
     ):
-        lock.record(render=request.render_id, scheduler=scheduler_address(client))  # for `farm cancel OUT`
+        lock.record(scheduler=scheduler_address(client))  # for `farm cancel OUT`
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early, budget)
         n_workers = len(decode_workers)
         decoders_ready = prepare_decoders(client, decode_workers, worker_spec, compile=request.compile,
@@ -511,15 +512,14 @@ def _write_missing_timeline(
     job: Job, request: RenderRequest, plans: Sequence[ShotPlan], timecodes: Mapping[str, str]
 ) -> None:
     """OUT holds every shot but no timeline (OpenTimelineIO installed since, or the file removed): write
-    it, as a render would have. Left alone when another render holds OUT (that one writes it)."""
+    it, as a render would have (under OUT's shared lock, as every render writes it)."""
     path = TIMELINE.file(request.out)
     if os.path.lexists(path) or not TIMELINE.available():
         return
     try:
-        with output_lock(request.out.root):
-            timeline = RenderTimeline(job, request.out, plans, request.video, timecodes, request.log)
-            if timeline.start({p.shot for p in plans}) is not None:
-                request.log(f"farm: wrote the timeline OUT lacked, {str(path)!r}")
+        timeline = RenderTimeline(job, request.out, plans, request.video, timecodes, request.log)
+        if timeline.start({p.shot for p in plans}) is not None:
+            request.log(f"farm: wrote the timeline OUT lacked, {str(path)!r}")
     except FarmError as exc:
         request.log(f"farm: the timeline OUT lacks is not written: {exc}")
 
@@ -577,6 +577,17 @@ def _what_is_left(
     return identities, points
 
 
+def remove_stale_temporaries(out: Output) -> None:
+    """Remove the temporaries killed renders left in OUT, unless another render is writing into OUT now
+    (its temporaries are not stale: a later render alone in OUT removes what is left). Under OUT's shared
+    lock, which a render takes its shot locks under, so none starts writing meanwhile."""
+    with shared_lock(out.root):
+        if not other_renders(out.root):
+            with os_errors_in_one_line(f"cannot clear what this render replaces in {str(out.root)!r}"):
+                for path in out.stale_temporaries():
+                    beneath.unlink(out.root, path)
+
+
 def _sound(job: Job, plans: Sequence[ShotPlan], video: VideoSettings) -> Sound | None:
     """The render's sound (`farm.run.graph.Sound`): its decoder, the shots whose videos carry it."""
     shots = sound_shots(job, [p.shot for p in plans], video)
@@ -596,7 +607,8 @@ def _start_output(
     They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
     small metadata files, Python work that on the render's own process would hold the GIL against the
     driver submitting the first decodes. Otherwise on a thread here."""
-    open_for_render(request.out, plan_opening(points))
+    remove_stale_temporaries(request.out)
+    open_for_render(request.out, plan_opening(points), stale=False)
     for note in points.notes:
         request.log(note)
     prepare = (request.out, job, plans, identities, request.options.batch_frames, request.video,

@@ -2,8 +2,10 @@
 shot; those finished earlier marked finished) and again as each shot finishes (`farm.media.timeline`).
 
 It covers the job's shots in job order: the shots this render plans, and every other shot OUT holds a
-render of (a render of some shots keeps the others' clips), each as OUT records it. Written by the
-driver alone (two workers finishing shots would race), atomically. Without OpenTimelineIO (the
+render of (a render of some shots keeps the others' clips, and renders of other shots writing into OUT
+at the same time keep each other's), each as OUT records it. Written by the driver alone (two workers
+finishing shots would race), atomically, under OUT's shared lock (`farm.store.lock.shared_lock`), from
+what OUT holds at that moment: the last render to write it lists every shot. Without OpenTimelineIO (the
 ``editorial`` extra) the render says so once and writes no timeline; a ``timeline.otio`` in OUT that
 farm did not write is left alone, with a warning.
 """
@@ -16,6 +18,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from farm.errors import FarmError
 from farm.media.rates import start_timecode
 from farm.media.sequences import FORMATS
 from farm.media.settings import VideoSettings
@@ -23,6 +26,7 @@ from farm.media.timeline import SequenceFiles, TimelineShot, write_timeline
 from farm.planning.tiling import ShotPlan
 from farm.run.resume import recorded_identity
 from farm.store.job import Job
+from farm.store.lock import shared_lock
 from farm.store.output import Output
 from farm.store.output_kinds import TIMELINE, VIDEO
 
@@ -104,17 +108,24 @@ class RenderTimeline:
         if not self.on:
             return None
         try:
-            return write_timeline(self.out.root, self.shots(), name=Path(self.job.path).stem)
+            with shared_lock(self.out.root):  # other renders of OUT's shots write it too
+                self.finished |= {s for s in self._others() if s not in self.finished
+                                  and finished_in_out(self.out, s)}  # fmt: skip
+                return write_timeline(self.out.root, self.shots(), name=Path(self.job.path).stem)
         except OSError as exc:
             self.on = False
             path = str(TIMELINE.file(self.out))
             self.log(f"farm: cannot write {path!r}: {exc.strerror or exc}; the render goes on without it")
             return None
+        except FarmError as exc:  # OUT's shared lock not had
+            self.on = False
+            self.log(f"farm: the timeline is not written: {exc}; the render goes on without it")
+            return None
 
     def start(self, finished: set[str]) -> Path | None:
         """Write it as the render starts: this render's shots in `finished` (finished earlier, nothing
         left to do) and the other shots OUT holds finished marked finished."""
-        self.finished = set(finished) | {s for s in self._others() if finished_in_out(self.out, s)}
+        self.finished = set(finished)
         return self.write()
 
     def shot_finished(self, shot: str) -> None:

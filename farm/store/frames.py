@@ -19,6 +19,7 @@ from farm import config
 from farm.media import beneath
 from farm.media.files import run_side_by_side
 from farm.media.rates import rate_text, start_timecode
+from farm.store.lock import shared_lock
 from farm.store.output import Output, ShotFolders, check_writable, os_errors_in_one_line, remove_own_files
 
 if TYPE_CHECKING:
@@ -63,14 +64,17 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
     from farm.store.beneath_zarr import frames_store
 
     check_writable(out)
-    root = zarr.open_group(store=frames_store(out), mode="a", zarr_format=3)
-    root.attrs["farm"] = {
+    farm_attrs: dict[str, Any] = {
         "format": FORMAT,
         "job": str(job.path),
         "decoder": job.spec.to_json(),
         "random_weights": job.spec.random_weights,
         **({"warning": "decoded with RANDOM decoder weights"} if job.spec.random_weights else {}),
     }
+    with shared_lock(out.root):  # the root is every render's of OUT: renders of other shots prepare too
+        root = zarr.open_group(store=frames_store(out), mode="a", zarr_format=3)
+        if root.attrs.get("farm") != farm_attrs:
+            root.attrs["farm"] = farm_attrs
 
     def prepare_shot(name: str, shape: tuple[int, int, int], batch_frames: int) -> None:
         group = root.require_group(name)

@@ -1,14 +1,21 @@
-"""One render at a time per output folder: a kernel lock (``flock``) on ``OUT/.farm/lock``.
+"""Renders into one output folder: a kernel lock (``flock``) per shot, and a short one for what they share.
 
-The kernel releases the lock when its holder exits, however it exits (a crash, SIGKILL, a lost node),
-so no lock is ever left stale and no pid check can be fooled by a reused pid; two processes that find
-the same leftover file race on ``flock`` and exactly one wins. The file also holds a JSON owner record
-(pid, host, start time; once the render is on its cluster, its render id and scheduler address), for
-the message a refused render prints and for ``farm cancel OUT``, which reads it (`lock_owner`).
+A render holds ``OUT/.farm/locks/<shot>`` for each shot it renders, from before its cluster starts to
+its end, so renders of different shots of one job write into one OUT at once (a render manager's tasks
+on many hosts) while a render of a shot another render holds is refused, naming the shot and its
+holder. ``OUT/.farm/lock`` is held only for moments, around what every render of OUT shares: taking
+shot locks (and the checks that must see every other render: one job per OUT), the Zarr root's
+attributes, the timeline, the removal of the temporaries a killed render left.
 
-The holder unlinks the file before it releases the lock; a process that locked a file which was
-unlinked meanwhile (it opened the old one) sees the inode change and tries again, so two holders can
-never lock two different files of the same path.
+The kernel releases a lock when its holder exits, however it exits (a crash, SIGKILL, a lost node), so
+no lock is ever left stale and no pid check can be fooled by a reused pid; two processes that find the
+same leftover file race on ``flock`` and exactly one wins. A shot's file also holds a JSON owner record
+(pid, host, start time, job, render id; once the render is on its cluster, its scheduler address), for
+the message a refused render prints and for ``farm cancel OUT``, which reads them (`lock_owners`).
+
+The holder unlinks a file before it releases its lock; a process that locked a file which was unlinked
+meanwhile (it opened the old one) sees the inode change and tries again, so two holders can never lock
+two different files of the same path.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import os
 import shlex
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,24 +36,30 @@ from farm.errors import FarmError
 from farm.media import beneath
 from farm.store.output import Output
 
+SHARED_WAIT_S = 120.0  # the short lock is held for moments: waiting this long means its holder is stuck
+
 
 def lock_path(out_root: Path) -> Path:
+    """The short lock on what OUT's renders share."""
     return Output(out_root).lock_file
+
+
+def shot_lock_path(out_root: Path, shot: str) -> Path:
+    return Output(out_root).shot_lock_file(shot)
 
 
 def _owner(fd: int) -> dict:
     try:
-        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        record = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
     except (OSError, ValueError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
-def lock_owner(out_root: Path) -> dict | None:
-    """The owner record of the render holding OUT's lock (pid, host, started; render id and scheduler
-    once it records them), or None when no render holds it: no lock file, or one whose holder died
-    (the kernel dropped its lock) and left the file."""
+def _held_record(path: Path) -> dict | None:
+    """The owner record of the lock file `path` while a live process holds it; None when none does."""
     try:
-        fd = os.open(lock_path(out_root), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
@@ -61,53 +74,95 @@ def lock_owner(out_root: Path) -> dict | None:
         os.close(fd)
 
 
+def held_shots(out_root: Path) -> dict[str, dict]:
+    """Each shot of OUT a live render holds, with that render's owner record (pid, host, started, job,
+    render; scheduler once it records it)."""
+    folder = Output(out_root).shot_locks_dir
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    held = {}
+    for name in names:
+        record = _held_record(folder / name)
+        if record is not None:
+            held[name] = record
+    return held
+
+
+def lock_owners(out_root: Path) -> list[dict]:
+    """The owner records of the renders writing into OUT now (one per render, its shots under
+    ``"shots"``), oldest first; empty when none is."""
+    renders: dict[tuple, dict] = {}
+    for shot, record in held_shots(out_root).items():
+        key = (record.get("host"), record.get("pid"), record.get("render"))
+        renders.setdefault(key, {**record, "shots": []})["shots"].append(shot)
+    return sorted(renders.values(), key=lambda r: r.get("started") or 0)
+
+
+def other_renders(out_root: Path) -> list[dict]:
+    """`lock_owners` but this process: the other renders writing into OUT now."""
+    me = (os.getpid(), socket.gethostname())
+    return [owner for owner in lock_owners(out_root) if (owner.get("pid"), owner.get("host")) != me]
+
+
+def lock_owner(out_root: Path) -> dict | None:
+    """The owner record of the oldest render writing into OUT now (`lock_owners`), or None."""
+    owners = lock_owners(out_root)
+    return owners[0] if owners else None
+
+
 def cancel_command(out_root: Path) -> str:
-    """The command that cancels the render writing into OUT (`farm cancel` reads OUT's lock)."""
+    """The command that cancels the renders writing into OUT (`farm cancel` reads OUT's shot locks)."""
     return f"farm cancel {shlex.quote(str(out_root))}"
 
 
+def describe_owner(owner: dict) -> str:
+    """``pid P on HOST, render R``: who holds a lock, for a message."""
+    rid = f", render {owner['render']}" if owner.get("render") else ""
+    return f"pid {owner.get('pid', '?')} on {owner.get('host', '?')}{rid}"
+
+
 class LockHolder:
-    """The holder's side of OUT's lock: `record` adds fields (the render id, the scheduler) to the owner
+    """The holder's side of a render's shot locks: `record` adds fields (the scheduler) to the owner
     record a refused render and ``farm cancel OUT`` read."""
 
-    def __init__(self, fd: int, record: dict) -> None:
-        self.fd, self.fields = fd, dict(record)
+    def __init__(self, fds: Sequence[int], record: dict) -> None:
+        self.fds, self.fields = list(fds), dict(record)
 
     def record(self, **fields: object) -> None:
         self.fields.update(fields)
         text = json.dumps(self.fields).encode()
-        os.pwrite(self.fd, text, 0)
-        os.ftruncate(self.fd, len(text))
+        for fd in self.fds:
+            os.pwrite(fd, text, 0)
+            os.ftruncate(fd, len(text))
 
 
-@contextmanager
-def output_lock(out_root: Path) -> Iterator[LockHolder]:
-    """Hold the lock on ``OUT/.farm/lock`` for the duration, or refuse with who holds it.
+class _Held(Exception):
+    """The lock file is held by a live process, whose owner record this carries."""
 
-    Creates ``OUT/.farm`` when needed; the lock file is gone again when the block ends (on success or
-    failure), and the kernel drops the lock if this process dies inside the block.
-    """
-    path = lock_path(out_root)
+    def __init__(self, owner: dict) -> None:
+        self.owner = owner
+
+
+def _state_folder(out_root: Path, folder: Path) -> int:
+    """A descriptor of `folder` under OUT (made when missing), never reached through a link."""
     try:
         Path(out_root).mkdir(parents=True, exist_ok=True)
-        state = beneath.open_folder(Path(out_root), path.parent, create=True)  # OUT/.farm, never a link
+        return beneath.open_folder(Path(out_root), folder, create=True)
     except OSError as exc:
         raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
-    try:
-        with _locked(out_root, path, state) as holder:
-            yield holder
-    finally:
-        os.close(state)
 
 
-@contextmanager
-def _locked(out_root: Path, path: Path, state: int) -> Iterator[LockHolder]:
-    """`output_lock` in the folder of descriptor `state` (OUT/.farm)."""
+def _lock_file(out_root: Path, path: Path, dir_fd: int, *, wait: float = 0.0) -> int:
+    """The descriptor of `path` (in the folder `dir_fd`), exclusively locked: waiting up to `wait`
+    seconds for a live holder, then `_Held` with its record."""
+    deadline = time.monotonic() + wait
     while True:
         try:
             # never through a link: truncating and writing the owner record would hit its target
             flags = os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
-            fd = os.open(path.name, flags, 0o644, dir_fd=state)
+            fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise FarmError(
@@ -120,27 +175,127 @@ def _locked(out_root: Path, path: Path, state: int) -> Iterator[LockHolder]:
         except BlockingIOError:
             owner = _owner(fd)
             os.close(fd)
-            rid = f", render {owner['render']}" if owner.get("render") else ""
-            raise FarmError(
-                f"output {str(out_root)!r} is being written by another farm render "
-                f"(pid {owner.get('pid', '?')} on {owner.get('host', '?')}{rid}); wait for it to finish or "
-                f"cancel it with `{cancel_command(out_root)}` (the lock is released when that process ends)"
-            ) from None
+            if time.monotonic() >= deadline:
+                raise _Held(owner) from None
+            time.sleep(0.005)
+            continue
         try:
-            same = os.fstat(fd).st_ino == os.stat(path.name, dir_fd=state, follow_symlinks=False).st_ino
+            same = os.fstat(fd).st_ino == os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_ino
         except FileNotFoundError:
             same = False
         if same:
-            break
+            return fd
         os.close(fd)  # we locked a file its holder had just unlinked: lock the current one
+
+
+def _release(path: Path, dir_fd: int, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path.name, dir_fd=dir_fd)  # while still holding it: see the module docstring
+    os.close(fd)  # releases the flock
+
+
+@contextmanager
+def shared_lock(out_root: Path, *, wait: float = SHARED_WAIT_S) -> Iterator[None]:
+    """Hold ``OUT/.farm/lock``, the short lock on what OUT's renders share, for the block (moments:
+    waiting up to `wait` seconds for another holder, then refusing with who holds it)."""
+    path = lock_path(out_root)
+    state = _state_folder(out_root, path.parent)
     try:
-        holder = LockHolder(fd, {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        try:
+            fd = _lock_file(out_root, path, state, wait=wait)
+        except _Held as held:
+            raise FarmError(
+                f"output {str(out_root)!r}: {str(path)!r} has been held for {wait:.0f} s by "
+                f"{describe_owner(held.owner)}; it is held only for moments, so that process is stuck: "
+                "end it and run again"
+            ) from None
+        try:
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
+            yield
+        finally:
+            _release(path, state, fd)
+    finally:
+        os.close(state)
+
+
+def _same_job(a: object, b: str) -> bool:
+    if not isinstance(a, str):
+        return True  # a record without a job (being written): the check runs again once it has one
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+@contextmanager
+def output_lock(
+    out_root: Path, shots: Sequence[str], *, job: str | os.PathLike[str], render: str = "",
+    check: Callable[[], None] | None = None, wait: float = SHARED_WAIT_S,
+) -> Iterator[LockHolder]:  # fmt: skip
+    """Hold the locks of `shots` in OUT for the duration, or refuse, naming the shots another render
+    holds and who holds them, or the render of another job writing into OUT (one job per OUT).
+
+    They are taken under the shared lock (`shared_lock`, waiting up to `wait` s), after `check()` (what
+    must see every other render's claim: the job OUT records); each shot's file records this render's
+    owner (`job`, `render`). The files are gone again when the block ends (on success or failure), and
+    the kernel drops the locks if this process dies inside the block.
+    """
+    job = os.fspath(job)
+    folder = Output(out_root).shot_locks_dir
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "job": job,
+              "render": render}  # fmt: skip
+    fds: list[tuple[Path, int]] = []
+    with shared_lock(out_root, wait=wait):
+        locks = _state_folder(out_root, folder)
+        try:
+            others = held_shots(out_root)
+            foreign = next((o for o in others.values() if not _same_job(o.get("job"), job)), None)
+            if foreign is not None:
+                raise FarmError(
+                    f"output {str(out_root)!r} is being written by a farm render of job "
+                    f"{foreign.get('job')!r} "
+                    f"({describe_owner(foreign)}), not of {job!r}; an output folder holds one job's render. "
+                    f"Nothing was changed: use a new --out, or wait for it to finish or cancel it with "
+                    f"`{cancel_command(out_root)}`"
+                )
+            if check is not None:
+                check()
+            _take(out_root, locks, list(dict.fromkeys(shots)), fds)
+        except BaseException:
+            for path, fd in fds:
+                _release(path, locks, fd)
+            os.close(locks)
+            raise
+    try:
+        holder = LockHolder([fd for _, fd in fds], record)
         holder.record()
         yield holder
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path.name, dir_fd=state)  # while still holding it: see the module docstring
-        os.close(fd)  # releases the flock
+        for path, fd in fds:
+            _release(path, locks, fd)
+        os.close(locks)
+
+
+def _take(out_root: Path, locks: int, shots: Sequence[str], fds: list[tuple[Path, int]]) -> None:
+    """Lock each shot's file into `fds`, or refuse naming every shot another render holds."""
+    held: dict[str, dict] = {}
+    for shot in shots:
+        path = Output(out_root).shot_lock_file(shot)
+        try:
+            fds.append((path, _lock_file(out_root, path, locks)))
+        except _Held as exc:
+            held[shot] = exc.owner
+    if held:
+        by_owner: dict[str, list[str]] = {}
+        for shot, owner in held.items():
+            by_owner.setdefault(describe_owner(owner), []).append(shot)
+        who = "; ".join(f"shot(s) {', '.join(map(repr, names))} by {owner}"
+                        for owner, names in by_owner.items())  # fmt: skip
+        raise FarmError(
+            f"output {str(out_root)!r} is being written by another farm render: {who}. Nothing was changed: "
+            "render other shots (--shots), wait for it to finish or cancel it with "
+            f"`{cancel_command(out_root)}` (the lock is released when that process ends)"
+        )
 
 
 @contextmanager

@@ -11,7 +11,8 @@ paths alone (writable, the temporaries a killed render left, removal of farm's o
                                       the shot's sound muxed in when it has sound (AAC in mp4, PCM in mov)
     OUT/audio/<shot>.wav|.flac        the shot's sound (16-bit stereo), as long as its video (media.audio)
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.media.sequences)
-    OUT/.farm/lock                    the running render's lock (farm.store.lock)
+    OUT/.farm/lock                    the short lock on what OUT's renders share (farm.store.lock)
+    OUT/.farm/locks/<shot>            the lock of the render writing the shot, its owner record
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
     OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place:
                                       the sha256 of each of its chunk files and of its segment
@@ -107,6 +108,13 @@ class Output:
         return self.state_dir / "lock"
 
     @property
+    def shot_locks_dir(self) -> Path:
+        return self.state_dir / "locks"
+
+    def shot_lock_file(self, shot: str) -> Path:
+        return child_path(self.shot_locks_dir, shot)
+
+    @property
     def write_probe(self) -> Path:
         """A file created and removed to check OUT is writable."""
         return self.state_dir / "write-test"
@@ -189,7 +197,8 @@ def check_writable(out: Output) -> None:
         with beneath.folder(out.root, probe.parent, create=True) as state:
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             os.close(os.open(probe.name, flags, 0o644, dir_fd=state))
-            os.unlink(probe.name, dir_fd=state)
+            with contextlib.suppress(FileNotFoundError):  # another render's probe of OUT removed it first
+                os.unlink(probe.name, dir_fd=state)
     except OSError as exc:
         raise FarmError(f"output path {str(out.root)!r} is not writable: {exc.strerror or exc}") from None
 
@@ -211,15 +220,23 @@ def remove_own_files(folder: Path, own: Any, *, root: Path, recursive: bool = Fa
     beneath.remove_folder(root, folder)  # only when nothing else is in it
 
 
+def _entries(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
 @contextlib.contextmanager
 def removed_if_left_empty(out: Output) -> Iterator[None]:
     """When OUT did not exist and the block fails, remove the empty folders it left (never a file), so a
-    render that could not start leaves no empty OUT behind."""
+    render that could not start leaves no empty OUT behind (left as it is while another render's shot
+    locks are there: that render started writing into it meanwhile)."""
     existed = out.root.exists()
     try:
         yield
     except BaseException:
-        if not existed and out.root.is_dir():
+        if not existed and out.root.is_dir() and not _entries(out.shot_locks_dir):
             for folder, _, _ in sorted(os.walk(out.root), key=lambda w: -len(w[0])):
                 with contextlib.suppress(OSError):
                     os.rmdir(folder)  # fails, harmlessly, on any folder that holds something

@@ -359,8 +359,9 @@ class Opening:
         return list(dict.fromkeys([*self.restarts, *self.damaged, *self.unfinished]))
 
 
-def open_for_render(out: Output, opening: Opening) -> None:
-    """Open OUT for a render whose inputs are known good: remove the temporaries a killed render left;
+def open_for_render(out: Output, opening: Opening, *, stale: bool = True) -> None:
+    """Open OUT for a render whose inputs are known good: remove the temporaries a killed render left
+    (unless not `stale`: the caller has, knowing no other render writes into OUT);
     start the shots `opening` restarts over (every output the render it replaces made, and nothing
     else); forget its damaged batches and shot outputs (unmarked, and each batch output's files their
     markers name, so they render again from nothing: a 0-byte chunk would fail a partial write); and
@@ -369,7 +370,7 @@ def open_for_render(out: Output, opening: Opening) -> None:
     Everything to remove is found first (each shot's folders resolved once, the markers listed and
     read, the chunks located), then removed: a shot's done markers before the files they mark."""
     with os_errors_in_one_line(f"cannot clear what this render replaces in {str(out.root)!r}"):
-        stale = out.stale_temporaries()
+        temporaries = out.stale_temporaries() if stale else []
         folders = {shot: out.shot_folders(shot) for shot in opening.shots}
         restarted = {}  # a restarted shot's done markers: its batches', its shot outputs', its cancellation
         for shot in opening.restarts:
@@ -380,7 +381,7 @@ def open_for_render(out: Output, opening: Opening) -> None:
         chunks = [chunk for shot, ranges in opening.unfinished.items()
                   for chunk in unfinished_chunks(folders[shot], ranges)]  # fmt: skip
 
-        for path in stale:
+        for path in temporaries:
             beneath.unlink(out.root, path)
         for shot, recorded in opening.restarts.items():
             for marker in restarted[shot]:

@@ -37,9 +37,10 @@ def farm_paths(out: Output, shots: Iterable[str]) -> list[Path]:
     """The folders and fixed files farm writes under OUT for these shots (whether they exist yet or not)."""
     state = out.state_dir
     paths = [out.frames_zarr, out.frames_zarr / "zarr.json", out.sequences_dir, state, out.lock_file,
-             out.write_probe, state / "segments", state / "done"]  # fmt: skip
+             out.write_probe, state / "segments", state / "done", out.shot_locks_dir]  # fmt: skip
     for shot in shots:
-        paths += [out.shot_group(shot), out.segments_dir(shot), out.done_dir(shot), out.sequence_dir(shot)]
+        paths += [out.shot_group(shot), out.segments_dir(shot), out.done_dir(shot), out.sequence_dir(shot),
+                  out.shot_lock_file(shot)]  # fmt: skip
         # the folder each shot output kind's file goes in (videos/, audio/, …), whatever its suffix
         folders = [kind.file(out, shot, "").parent for kind in SHOT_OUTPUTS]
         paths += [folder for folder in folders if folder != out.root]
