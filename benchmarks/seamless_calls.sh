@@ -5,8 +5,9 @@
 #
 #   bash benchmarks/seamless_calls.sh ltx2   # LTX-2 121x1088x1920 at 24 GiB, 121x2176x3840 at 48 GiB
 #   bash benchmarks/seamless_calls.sh ltx23  # LTX-2.3 121x1088x1920 at 24 GiB
+#   bash benchmarks/seamless_calls.sh diffusion  # the LTX-2.5 diffusion decoder 121x1088x1920 at 24 GiB
 set -uo pipefail
-case "${1:-}" in ltx2 | ltx23) ;; *) echo "usage: bash benchmarks/seamless_calls.sh ltx2|ltx23" >&2; exit 2 ;; esac
+case "${1:-}" in ltx2 | ltx23 | diffusion) ;; *) echo "usage: bash benchmarks/seamless_calls.sh ltx2|ltx23|diffusion" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/seamless-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
@@ -26,5 +27,9 @@ ltx2)
     ;;
 ltx23)
     step ltx23-1080p-24g 300 --decoder ltx2.3 --frames 121 --height 1088 --width 1920 --gpu-memory 24GiB
+    ;;
+diffusion)
+    step diffusion-1080p-24g 330 --decoder ltx2-diffusion --frames 121 --height 1088 --width 1920 \
+        --gpu-memory 24GiB --timeout 300
     ;;
 esac
