@@ -1,0 +1,267 @@
+"""The SLURM backend: a scheduler in this process and its workers in SLURM batch jobs, through
+dask-jobqueue's ``SLURMCluster``; chosen by name only (``farm.cluster-backend: slurm``, ``farm cluster
+--backend slurm``).
+
+Each job takes one node's worth of workers: with ``farm.slurm-gpus`` G > 0, G GPUs
+(``#SBATCH --gres=gpu:G``) and one dask-cuda worker per GPU (``dask cuda worker``, warmed up as farm's
+local GPU workers are); with 0, one CPU worker. ``farm.slurm-jobs`` jobs (or ``--workers`` decode workers)
+are asked for; partition, account, time limit and further ``#SBATCH`` lines come from ``farm.slurm-*``,
+anything else from dask-jobqueue's own ``jobqueue.slurm.*`` settings (log directory, python, job script
+prologue, interface…). I/O workers, when asked for, are CPU-only jobs of their own with the ``farm-io``
+resource.
+
+Inside an allocation already held, ``srun -n N python -m farm.run.backends.slurm COMMAND …`` runs the
+scheduler (task 0), the farm command (task 1, joined to that scheduler) and workers (the other tasks),
+through dask-jobqueue's ``SLURMRunner`` (:func:`run_in_allocation`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import weakref
+from typing import Any
+
+import dask
+from dask.utils import parse_bytes
+
+from farm import config
+from farm.errors import FarmError
+from farm.planning.schedule import IO_WORKER_THREADS
+from farm.run.backends import ClusterAsk, ClusterBackend, ClusterChoice, register
+from farm.run.backends.setup import IO_RESOURCE, IO_WORKER_PREFIX, WARMUP_PRELOAD, extend_worker_spec
+from farm.run.machine import detect_gpus
+
+GPU_WORKER_COMMAND = "dask cuda worker"  # jobqueue runs `python -m <this>`: dask's CLI, dask-cuda's command
+CPU_WORKER_COMMAND = "distributed.cli.dask_worker"
+JOB_NAME = "farm-worker"
+WAIT_FOR_JOBS_S = 600  # a queue slower than this to start the jobs fails the start in words
+
+
+def _setting(key: str) -> Any:
+    return config.get(f"slurm-{key}")
+
+
+def gpus_per_job() -> int:
+    return config.whole_number("slurm-gpus")
+
+
+class SLURM(ClusterBackend):
+    name = "slurm"
+    label = "SLURM"
+    on_this_machine = False
+
+    def __init__(self) -> None:
+        self._io_jobs: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+    def choose(self, ask: ClusterAsk) -> ClusterChoice:
+        """``farm.slurm-jobs`` jobs (or as many as ``workers`` decode workers take), each with
+        ``farm.slurm-gpus`` GPUs and one worker per GPU, or one CPU worker; over TCP unless `protocol` asks
+        for UCX (GPU jobs, distributed-ucxx installed)."""
+        gpus = gpus_per_job()
+        per_job = max(1, gpus)
+        if ask.workers is not None:
+            if ask.workers % per_job:
+                raise FarmError(
+                    f"--workers {ask.workers} is not a whole number of SLURM jobs of {per_job} GPU worker(s) "
+                    f"each (farm.slurm-gpus {gpus}); give a multiple of {per_job}, or --slurm-jobs N"
+                )
+            jobs = ask.workers // per_job
+        else:
+            jobs = config.whole_number("slurm-jobs", minimum=1)
+        protocol = ask.protocol or "tcp"
+        if protocol == "ucx" and not (gpus and ask.ucx_available):
+            raise FarmError("--protocol ucx needs GPU jobs (farm.slurm-gpus ≥ 1) and distributed-ucxx (pip "
+                            "install 'farm-decode[cuda]'); use --protocol tcp, or leave it out")  # fmt: skip
+        threads = ask.threads_per_worker or (min(8, max(2, _cpus_per_gpu())) if gpus else 1)
+        torch_threads = 1 if gpus else (ask.cpu_decode_threads or threads)
+        return ClusterChoice(self.name, jobs * per_job, protocol, threads, None, torch_threads)
+
+    def start(
+        self, choice: ClusterChoice, stack: contextlib.ExitStack, *, hint: str, **cluster_kwargs: Any
+    ) -> Any:
+        try:
+            from dask_jobqueue import SLURMCluster
+        except ImportError as e:
+            raise FarmError(f"the SLURM backend needs dask-jobqueue ({e}); pip install 'farm-decode[slurm]', "
+                            f"{hint}") from e  # fmt: skip
+        gpus = gpus_per_job()
+        memory = _worker_memory(cluster_kwargs.get("memory_limit"))
+        security = cluster_kwargs.get("security")
+        if security is not None and not security.require_encryption:
+            security = None  # jobqueue would hand the workers empty --tls-* options
+        scheduler_options = {
+            "host": cluster_kwargs.get("host", "127.0.0.1"),
+            "port": cluster_kwargs.get("scheduler_port", 0),
+            "dashboard_address": cluster_kwargs.get("dashboard_address", ":0"),
+        }
+        common: dict[str, Any] = {
+            "queue": _setting("partition"),
+            "account": _setting("account"),
+            "walltime": _setting("time"),
+            "job_name": JOB_NAME,
+        }
+        directives = [*dask.config.get("jobqueue.slurm.job-extra-directives", []), *_directives()]
+        if gpus:
+            extra = ["--preload", WARMUP_PRELOAD, *_preloads(cluster_kwargs),
+                     "--memory-limit", str(memory)]  # fmt: skip  # per GPU worker, not per job
+            job: dict[str, Any] = {
+                "worker_command": GPU_WORKER_COMMAND,
+                "cores": choice.threads_per_worker,
+                "job_cpu": gpus * _cpus_per_gpu(),
+                "memory": str(memory * gpus),
+                "job_extra_directives": [*directives, f"--gres=gpu:{gpus}"],
+                "worker_extra_args": extra,
+            }
+        else:
+            job = {
+                "worker_command": CPU_WORKER_COMMAND,
+                "cores": choice.threads_per_worker,
+                "memory": str(memory),
+                "job_extra_directives": directives,
+                "worker_extra_args": _preloads(cluster_kwargs),
+            }
+        try:
+            cluster = SLURMCluster(
+                processes=1, protocol=cluster_kwargs.get("protocol", choice.protocol), security=security,
+                scheduler_options=scheduler_options, **common, **job,
+            )  # fmt: skip
+        except (OSError, RuntimeError, ValueError) as e:
+            raise FarmError(f"could not start the SLURM cluster's scheduler: {e}; {hint}") from e
+        # CPU-only jobs for I/O workers, should they be asked for (`add_io_workers`)
+        self._io_jobs[cluster] = {
+            "worker_command": CPU_WORKER_COMMAND, "processes": 1, "cores": IO_WORKER_THREADS,
+            "memory": str(memory),
+            "job_extra_directives": directives, "job_script_prologue": _no_gpu_prologue(),
+            "worker_extra_args": ["--resources", f"{IO_RESOURCE}=1"], **common,
+            "protocol": cluster_kwargs.get("protocol", choice.protocol), "security": security,
+        }  # fmt: skip
+        try:
+            jobs = choice.n_workers // max(1, gpus)
+            cluster.scale(jobs=jobs)
+            _wait_for_jobs(cluster, choice.n_workers, f"{jobs} SLURM job(s)")
+        except BaseException:
+            cluster.close()
+            raise
+        return cluster
+
+    def worker_plugins(self, choice: ClusterChoice) -> list[Any]:
+        if gpus_per_job():
+            return []
+        from farm.run.backends.local_cpu import TorchThreadsPlugin
+
+        return [TorchThreadsPlugin(choice.torch_threads)]
+
+    def add_io_workers(self, cluster: Any, n: int, memory_limit: Any, security: Any = None) -> None:
+        """`n` CPU-only SLURM jobs, one I/O worker each (named ``farm-io-N``, resource ``farm-io``)."""
+        from dask_jobqueue.slurm import SLURMJob
+
+        options = self._io_jobs[cluster]
+        specs = {f"{IO_WORKER_PREFIX}{i}": {"cls": SLURMJob, "options": dict(options)} for i in range(n)}
+        extend_worker_spec(cluster, specs)
+        _wait_for_jobs(cluster, len(cluster.worker_spec), f"{n} SLURM I/O job(s)")
+
+
+def _cpus_per_gpu() -> int:
+    return config.whole_number("slurm-cpus-per-gpu", minimum=1)
+
+
+def _directives() -> list[str]:
+    value = _setting("directives") or []
+    if isinstance(value, str):  # DASK_FARM__SLURM_DIRECTIVES='--qos=high' reads as one
+        value = [value]
+    return [str(v) for v in value]
+
+
+def _worker_memory(memory_limit: Any) -> int:
+    """Each worker's host memory: the cluster's memory limit when one was given in bytes or Dask's
+    syntax (``farm cluster --memory-limit 24GiB``), else ``farm.slurm-memory``."""
+    if isinstance(memory_limit, (str, int)) and memory_limit != "auto":
+        with contextlib.suppress(TypeError, ValueError):
+            given = int(parse_bytes(memory_limit) if isinstance(memory_limit, str) else memory_limit)
+            if given >= 2**20:  # not a fraction of this machine's memory, which says nothing of a node's
+                return given
+    memory = config.byte_size("slurm-memory")
+    if memory is None:
+        raise FarmError("farm.slurm-memory is unset; set it to each SLURM worker's host memory, e.g. 16GiB")
+    return memory
+
+
+def _preloads(cluster_kwargs: dict[str, Any]) -> list[str]:
+    return [arg for module in cluster_kwargs.get("preload", []) for arg in ("--preload", module)]
+
+
+def _no_gpu_prologue() -> list[str]:
+    prologue = list(dask.config.get("jobqueue.slurm.job-script-prologue", []) or [])
+    # never touch a GPU: these only write and encode (as farm's local I/O workers)
+    return [*prologue, "export CUDA_VISIBLE_DEVICES=",
+            "export DASK_DISTRIBUTED_UCXX__CREATE_CUDA_CONTEXT=False"]  # fmt: skip
+
+
+def _wait_for_jobs(cluster: Any, n_workers: int, what: str) -> None:
+    try:
+        cluster.wait_for_workers(n_workers, timeout=WAIT_FOR_JOBS_S)
+    except TimeoutError:
+        raise FarmError(
+            f"{what} did not all start within {WAIT_FOR_JOBS_S} s ({len(cluster.scheduler_info['workers'])} "
+            f"of {n_workers} workers joined; squeue shows them, and the jobs' output says why); they were "
+            "cancelled. Check the partition, account and limits (farm.slurm-*), or try when the queue is "
+            "shorter"
+        ) from None
+
+
+
+# `srun -n N python -m farm.run.backends.slurm COMMAND ARGS…` inside an allocation: the farm commands
+# that run against a scheduler, given it with --scheduler
+ALLOCATION_COMMANDS = ("render", "submit")
+SCHEDULER_FILE = "farm-scheduler-{job_id}.json"  # in the working directory, which every task must see
+FARM_PAGE_PRELOAD = "farm.dashboard.monitor"
+
+
+def run_in_allocation(argv: list[str]) -> int:
+    """One task of ``srun -n N python -m farm.run.backends.slurm COMMAND ARGS…`` (N ≥ 3), through
+    dask-jobqueue's ``SLURMRunner``: task 0 runs the scheduler (work stealing off, the farm page), task 1
+    runs ``farm COMMAND ARGS… --scheduler ADDRESS`` once every worker has joined, the others are workers:
+    a `dask_cuda.CUDAWorker` (one worker per GPU the task sees, warmed up) where the task sees GPUs, a
+    plain Dask worker otherwise. When the command ends, the scheduler and the workers stop; its exit
+    status is task 1's."""
+    if not argv or argv[0] not in ALLOCATION_COMMANDS:
+        given = argv[0] if argv else "nothing"
+        raise FarmError(f"srun … python -m farm.run.backends.slurm runs a farm command against the cluster "
+                        f"it starts: give one of {', '.join(ALLOCATION_COMMANDS)} and its arguments, not "
+                        f"{given}")  # fmt: skip
+    if "--scheduler" in argv or "--scheduler-file" in argv:
+        raise FarmError("the command joins the allocation's own scheduler; leave out --scheduler and "
+                        "--scheduler-file")  # fmt: skip
+    from dask_jobqueue.slurm import SLURMRunner
+    from distributed import Client
+
+    gpus = detect_gpus()
+    worker_class = "dask_cuda.CUDAWorker" if gpus else "distributed.Worker"
+    worker_options: dict[str, Any] = {"nthreads": 4 if gpus else 1}
+    if gpus:
+        worker_options["preload"] = [WARMUP_PRELOAD]
+    scheduler_options = {"preload": [FARM_PAGE_PRELOAD], "dashboard_address": ":8787"}
+    dask.config.set({"distributed.scheduler.work-stealing": False})  # read as the scheduler starts
+    with SLURMRunner(scheduler_file=SCHEDULER_FILE, worker_class=worker_class, worker_options=worker_options,
+                     scheduler_options=scheduler_options) as runner:  # fmt: skip
+        # only task 1 gets here: the scheduler's and the workers' tasks end inside SLURMRunner
+        with Client(runner) as client:
+            client.wait_for_workers(runner.n_workers, timeout=WAIT_FOR_JOBS_S)
+        from farm.cli import main
+
+        return main([*argv, "--scheduler", str(runner.scheduler_address)])
+
+
+def _main() -> int:
+    try:
+        return run_in_allocation(sys.argv[1:])
+    except FarmError as exc:
+        print(f"farm: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":  # run as a program: the package has registered the backend already, on import
+    sys.exit(_main())
+
+register(SLURM())
