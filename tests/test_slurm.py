@@ -22,6 +22,7 @@ from distributed import Client
 import farm
 from farm.errors import FarmError
 from farm.run import backends
+from farm.run.backends.slurm import job_options
 from farm.run.cluster import choose_cluster, workers_info
 from farm.store.frames import read_frames
 from farm.store.job import open_job
@@ -159,3 +160,35 @@ def test_the_slurm_backend_says_what_it_would_start():
             from farm.run.clusterd import start
 
             start(gpus=1)
+
+
+def job_script(options: dict) -> str:
+    from dask_jobqueue.slurm import SLURMJob
+
+    return SLURMJob(scheduler="tcp://head:8786", name="w", **options).job_script()
+
+
+def test_a_gpu_job_runs_dask_cudas_worker_on_its_gpus_and_an_io_job_none():
+    """The job scripts dask-jobqueue would submit (read, not submitted: the test machine has no GPU): a GPU
+    job asks for its node's GPUs and their CPUs and memory, and runs dask-cuda's worker, warmed up, each
+    GPU worker held to its own memory; an I/O job hides the GPUs; the settings become #SBATCH lines."""
+    pytest.importorskip("dask_jobqueue", reason="the SLURM backend needs dask-jobqueue (farm-decode[slurm])")
+    settings = {"farm.cluster-backend": "slurm", "farm.slurm-gpus": 4, "farm.slurm-cpus-per-gpu": 6,
+                "farm.slurm-memory": "20GiB", "farm.slurm-partition": "gpu", "farm.slurm-account": "vfx",
+                "farm.slurm-time": "04:00:00", "farm.slurm-directives": ["--constraint=h200"]}  # fmt: skip
+    with dask.config.set(settings):
+        choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=0,
+                                ucx_available=False, cpu_count=2)  # fmt: skip
+        decode, io = job_options(choice, {"memory_limit": "auto"})
+    gpu = job_script(decode)
+    for line in ("#SBATCH -p gpu", "#SBATCH -A vfx", "#SBATCH -t 04:00:00", "#SBATCH --constraint=h200",
+                 "#SBATCH --gres=gpu:4", "#SBATCH --cpus-per-task=24", "#SBATCH --mem=80G",
+                 "#SBATCH -n 1"):  # fmt: skip
+        assert line in gpu.splitlines(), (line, gpu)
+    command = gpu.splitlines()[-1]
+    assert f"{sys.executable} -m dask cuda worker tcp://head:8786 --name w --nthreads 6" in command
+    assert command.endswith(f"--preload farm.worker.warmup --memory-limit {20 * 2**30}")
+    cpu = job_script(io)
+    assert "#SBATCH --gres" not in cpu and "export CUDA_VISIBLE_DEVICES=" in cpu.splitlines()
+    assert "-m distributed.cli.dask_worker tcp://head:8786 --name w --nthreads 2" in cpu
+    assert "--resources farm-io=1" in cpu and "--nworkers" not in cpu

@@ -85,8 +85,6 @@ class SLURM(ClusterBackend):
         except ImportError as e:
             raise FarmError(f"the SLURM backend needs dask-jobqueue ({e}); pip install 'farm-decode[slurm]', "
                             f"{hint}") from e  # fmt: skip
-        gpus = gpus_per_job()
-        memory = _worker_memory(cluster_kwargs.get("memory_limit"))
         security = cluster_kwargs.get("security")
         if security is not None and not security.require_encryption:
             security = None  # jobqueue would hand the workers empty --tls-* options
@@ -95,49 +93,16 @@ class SLURM(ClusterBackend):
             "port": cluster_kwargs.get("scheduler_port", 0),
             "dashboard_address": cluster_kwargs.get("dashboard_address", ":0"),
         }
-        common: dict[str, Any] = {
-            "queue": _setting("partition"),
-            "account": _setting("account"),
-            "walltime": _setting("time"),
-            "job_name": JOB_NAME,
-        }
-        directives = [*dask.config.get("jobqueue.slurm.job-extra-directives", []), *_directives()]
-        if gpus:
-            extra = ["--preload", WARMUP_PRELOAD, *_preloads(cluster_kwargs),
-                     "--memory-limit", str(memory)]  # fmt: skip  # per GPU worker, not per job
-            job: dict[str, Any] = {
-                "worker_command": GPU_WORKER_COMMAND,
-                "cores": choice.threads_per_worker,
-                "job_cpu": gpus * _cpus_per_gpu(),
-                "memory": str(memory * gpus),
-                "job_extra_directives": [*directives, f"--gres=gpu:{gpus}"],
-                "worker_extra_args": extra,
-            }
-        else:
-            job = {
-                "worker_command": CPU_WORKER_COMMAND,
-                "cores": choice.threads_per_worker,
-                "memory": str(memory),
-                "job_extra_directives": directives,
-                "worker_extra_args": _preloads(cluster_kwargs),
-            }
+        protocol = cluster_kwargs.get("protocol", choice.protocol)
+        decode, io = job_options(choice, cluster_kwargs)
         try:
-            cluster = SLURMCluster(
-                processes=1, protocol=cluster_kwargs.get("protocol", choice.protocol), security=security,
-                scheduler_options=scheduler_options, **common, **job,
-            )  # fmt: skip
+            cluster = SLURMCluster(protocol=protocol, security=security, scheduler_options=scheduler_options,
+                                   **decode)  # fmt: skip
         except (OSError, RuntimeError, ValueError) as e:
             raise FarmError(f"could not start the SLURM cluster's scheduler: {e}; {hint}") from e
-        # CPU-only jobs for I/O workers, should they be asked for (`add_io_workers`)
-        self._io_jobs[cluster] = {
-            "worker_command": CPU_WORKER_COMMAND, "processes": 1, "cores": IO_WORKER_THREADS,
-            "memory": str(memory),
-            "job_extra_directives": directives, "job_script_prologue": _no_gpu_prologue(),
-            "worker_extra_args": ["--resources", f"{IO_RESOURCE}=1"], **common,
-            "protocol": cluster_kwargs.get("protocol", choice.protocol), "security": security,
-        }  # fmt: skip
+        self._io_jobs[cluster] = {**io, "protocol": protocol, "security": security}  # for `add_io_workers`
         try:
-            jobs = choice.n_workers // max(1, gpus)
+            jobs = choice.n_workers // max(1, gpus_per_job())
             cluster.scale(jobs=jobs)
             _wait_for_jobs(cluster, choice.n_workers, f"{jobs} SLURM job(s)")
         except BaseException:
@@ -160,6 +125,51 @@ class SLURM(ClusterBackend):
         specs = {f"{IO_WORKER_PREFIX}{i}": {"cls": SLURMJob, "options": dict(options)} for i in range(n)}
         extend_worker_spec(cluster, specs)
         _wait_for_jobs(cluster, len(cluster.worker_spec), f"{n} SLURM I/O job(s)")
+
+
+def job_options(
+    choice: ClusterChoice, cluster_kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """dask-jobqueue's options (`SLURMJob`'s) for the decode jobs `choice` describes and for an I/O job,
+    from the ``farm.slurm-*`` settings and `cluster_kwargs` (``memory_limit``, ``preload``)."""
+    gpus = gpus_per_job()
+    memory = _worker_memory(cluster_kwargs.get("memory_limit"))
+    common: dict[str, Any] = {
+        "queue": _setting("partition"),
+        "account": _setting("account"),
+        "walltime": _setting("time"),
+        "job_name": JOB_NAME,
+        "processes": 1,  # one worker command a job: dask-cuda's starts a worker per GPU itself
+    }
+    directives = [*dask.config.get("jobqueue.slurm.job-extra-directives", []), *_directives()]
+    preloads = [arg for module in cluster_kwargs.get("preload", []) for arg in ("--preload", module)]
+    if gpus:
+        decode = {
+            "worker_command": GPU_WORKER_COMMAND,
+            "cores": choice.threads_per_worker,
+            "job_cpu": gpus * _cpus_per_gpu(),
+            "memory": str(memory * gpus),
+            "job_extra_directives": [*directives, f"--gres=gpu:{gpus}"],
+            # warmed up as farm's local GPU workers are; the memory limit is each GPU worker's, not the job's
+            "worker_extra_args": ["--preload", WARMUP_PRELOAD, *preloads, "--memory-limit", str(memory)],
+        }
+    else:
+        decode = {
+            "worker_command": CPU_WORKER_COMMAND,
+            "cores": choice.threads_per_worker,
+            "memory": str(memory),
+            "job_extra_directives": directives,
+            "worker_extra_args": preloads,
+        }
+    io = {
+        "worker_command": CPU_WORKER_COMMAND,
+        "cores": IO_WORKER_THREADS,
+        "memory": str(memory),
+        "job_extra_directives": directives,
+        "job_script_prologue": _no_gpu_prologue(),
+        "worker_extra_args": ["--resources", f"{IO_RESOURCE}=1"],
+    }
+    return {**common, **decode}, {**common, **io}
 
 
 def _cpus_per_gpu() -> int:
@@ -185,10 +195,6 @@ def _worker_memory(memory_limit: Any) -> int:
     if memory is None:
         raise FarmError("farm.slurm-memory is unset; set it to each SLURM worker's host memory, e.g. 16GiB")
     return memory
-
-
-def _preloads(cluster_kwargs: dict[str, Any]) -> list[str]:
-    return [arg for module in cluster_kwargs.get("preload", []) for arg in ("--preload", module)]
 
 
 def _no_gpu_prologue() -> list[str]:
