@@ -18,6 +18,7 @@ through dask-jobqueue's ``SLURMRunner`` (:func:`run_in_allocation`).
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import sys
 import weakref
 from typing import Any
@@ -254,9 +255,9 @@ def run_in_allocation(argv: list[str]) -> int:
         # only task 1 gets here: the scheduler's and the workers' tasks end inside SLURMRunner
         with Client(runner) as client:
             client.wait_for_workers(runner.n_workers, timeout=WAIT_FOR_JOBS_S)
-        from farm.cli import main
-
-        return main([*argv, "--scheduler", str(runner.scheduler_address)])
+        # the farm command as a process of its own: the CLI is a layer above this one
+        command = [sys.executable, "-m", "farm.cli", *argv, "--scheduler", str(runner.scheduler_address)]
+        return subprocess.run(command).returncode
 
 
 def _main() -> int:
