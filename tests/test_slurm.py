@@ -124,6 +124,18 @@ def test_a_farm_cluster_on_slurm_renders_the_bytes_of_a_local_one(slurm_env, tin
         assert (tmp_path / "out" / video).read_bytes() == (tmp_path / "local" / video).read_bytes()
 
 
+def test_jobs_slurm_would_refuse_are_refused_in_words_before_any_is_submitted(slurm_env):
+    command = [sys.executable, "-m", "farm.cli", "cluster", "--backend", "slurm", "--partition", "nosuch",
+               "--port", "0", "--dashboard-port", "0"]  # fmt: skip
+    done = subprocess.run(command, env=slurm_env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("farm: error: SLURM refuses the worker jobs: sbatch: error:")
+    assert "nothing was submitted" in lines[0] and "Traceback" not in done.stderr
+    assert squeue(slurm_env) == []
+
+
 def test_srun_runs_scheduler_render_and_workers_in_an_allocation(slurm_env, tiny_job, tmp_path, scheduler3):
     """``srun -n 3 python -m farm.run.backends.slurm render JOB --out OUT``: task 0 the scheduler, task 1
     the render, task 2 a worker; the allocation ends with the render."""

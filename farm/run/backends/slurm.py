@@ -18,6 +18,7 @@ through dask-jobqueue's ``SLURMRunner`` (:func:`run_in_allocation`).
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import sys
 import weakref
@@ -36,6 +37,7 @@ from farm.run.machine import detect_gpus
 GPU_WORKER_COMMAND = "dask cuda worker"  # jobqueue runs `python -m <this>`: dask's CLI, dask-cuda's command
 CPU_WORKER_COMMAND = "distributed.cli.dask_worker"
 JOB_NAME = "farm-worker"
+SUBMIT = "sbatch"
 WAIT_FOR_JOBS_S = 600  # a queue slower than this to start the jobs fails the start in words
 
 
@@ -86,6 +88,10 @@ class SLURM(ClusterBackend):
         except ImportError as e:
             raise FarmError(f"the SLURM backend needs dask-jobqueue ({e}); pip install 'farm-decode[slurm]', "
                             f"{hint}") from e  # fmt: skip
+        if shutil.which(SUBMIT) is None:
+            raise FarmError(f"{SUBMIT} is not on PATH: the SLURM backend submits its workers as batch jobs; "
+                            f"run farm where SLURM's commands are (a login node, or a job), "
+                            f"{hint}")  # fmt: skip
         security = cluster_kwargs.get("security")
         if security is not None and not security.require_encryption:
             security = None  # jobqueue would hand the workers empty --tls-* options
@@ -103,6 +109,7 @@ class SLURM(ClusterBackend):
             raise FarmError(f"could not start the SLURM cluster's scheduler: {e}; {hint}") from e
         self._io_jobs[cluster] = {**io, "protocol": protocol, "security": security}  # for `add_io_workers`
         try:
+            check_submittable(cluster.job_script())
             jobs = choice.n_workers // max(1, gpus_per_job())
             cluster.scale(jobs=jobs)
             _wait_for_jobs(cluster, choice.n_workers, f"{jobs} SLURM job(s)")
@@ -171,6 +178,22 @@ def job_options(
         "worker_extra_args": ["--resources", f"{IO_RESOURCE}=1"],
     }
     return {**common, **decode}, {**common, **io}
+
+
+def check_submittable(script: str) -> None:
+    """SLURM would take the job `script` (partition, account, time limit, resources, directives): ``sbatch
+    --test-only`` submits nothing; a FarmError with SLURM's own words when it would not."""
+    try:
+        done = subprocess.run([SUBMIT, "--test-only"], input=script, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise FarmError(f"could not ask SLURM whether it takes the worker jobs ({SUBMIT} --test-only: "
+                        f"{e})") from e  # fmt: skip
+    if done.returncode != 0:
+        said = " ".join(done.stderr.split()) or f"exit status {done.returncode}"
+        raise FarmError(f"SLURM refuses the worker jobs: {said}; check the partition, account, time limit "
+                        "and directives (farm cluster --partition/--account/--time/--slurm-directive, or "
+                        "farm.slurm-*); nothing was submitted")  # fmt: skip
 
 
 def _cpus_per_gpu() -> int:
