@@ -2,7 +2,7 @@
 `tests/slurm_node.py`; skipped, saying why, where SLURM is not installed or cannot start): `farm cluster
 --backend slurm` asks for CPU worker jobs and an I/O worker job through dask-jobqueue, a render through it
 writes the same bytes as one on a local cluster, and stopping it cancels its jobs. Also the SLURMRunner
-form, ``srun -n 3 python -m farm.run.backends.slurm render …`` in an allocation."""
+form, ``srun -n 3 python -m farm.run.srun render …`` in an allocation."""
 
 from __future__ import annotations
 
@@ -137,10 +137,10 @@ def test_jobs_slurm_would_refuse_are_refused_in_words_before_any_is_submitted(sl
 
 
 def test_srun_runs_scheduler_render_and_workers_in_an_allocation(slurm_env, tiny_job, tmp_path, scheduler3):
-    """``srun -n 3 python -m farm.run.backends.slurm render JOB --out OUT``: task 0 the scheduler, task 1
+    """``srun -n 3 python -m farm.run.srun render JOB --out OUT``: task 0 the scheduler, task 1
     the render, task 2 a worker; the allocation ends with the render."""
     command = ["srun", "-n", "3", "--mem-per-cpu=2G", "-p", PARTITION, sys.executable, "-m",
-               "farm.run.backends.slurm", "render", str(tiny_job), "--out", str(tmp_path / "out"),
+               "farm.run.srun", "render", str(tiny_job), "--out", str(tmp_path / "out"),
                "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
     done = subprocess.run(command, env=slurm_env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ anything else from dask-jobqueue's own ``jobqueue.slurm.*`` settings (log direct
 prologue, interface…). I/O workers, when asked for, are CPU-only jobs of their own with the ``farm-io``
 resource.
 
-Inside an allocation already held, ``srun -n N python -m farm.run.backends.slurm COMMAND …`` runs the
+Inside an allocation already held, ``srun -n N python -m farm.run.srun COMMAND …`` runs the
 scheduler (task 0), the farm command (task 1, joined to that scheduler) and workers (the other tasks),
 through dask-jobqueue's ``SLURMRunner`` (:func:`run_in_allocation`).
 """
@@ -87,11 +87,10 @@ class SLURM(ClusterBackend):
             from dask_jobqueue import SLURMCluster
         except ImportError as e:
             raise FarmError(f"the SLURM backend needs dask-jobqueue ({e}); pip install 'farm-decode[slurm]', "
-                            f"{hint}") from e  # fmt: skip
+                            "or choose another cluster backend") from e  # fmt: skip
         if shutil.which(SUBMIT) is None:
             raise FarmError(f"{SUBMIT} is not on PATH: the SLURM backend submits its workers as batch jobs; "
-                            f"run farm where SLURM's commands are (a login node, or a job), "
-                            f"{hint}")  # fmt: skip
+                            "run farm where SLURM's commands are (a login node, or a job)")  # fmt: skip
         security = cluster_kwargs.get("security")
         if security is not None and not security.require_encryption:
             security = None  # jobqueue would hand the workers empty --tls-* options
@@ -241,7 +240,7 @@ def _wait_for_jobs(cluster: Any, n_workers: int, what: str) -> None:
 
 
 
-# `srun -n N python -m farm.run.backends.slurm COMMAND ARGS…` inside an allocation: the farm commands
+# `srun -n N python -m farm.run.srun COMMAND ARGS…` inside an allocation: the farm commands
 # that run against a scheduler, given it with --scheduler
 ALLOCATION_COMMANDS = ("render", "submit")
 SCHEDULER_FILE = "farm-scheduler-{job_id}.json"  # in the working directory, which every task must see
@@ -249,7 +248,7 @@ FARM_PAGE_PRELOAD = "farm.dashboard.monitor"
 
 
 def run_in_allocation(argv: list[str]) -> int:
-    """One task of ``srun -n N python -m farm.run.backends.slurm COMMAND ARGS…`` (N ≥ 3), through
+    """One task of ``srun -n N python -m farm.run.srun COMMAND ARGS…`` (N ≥ 3), through
     dask-jobqueue's ``SLURMRunner``: task 0 runs the scheduler (work stealing off, the farm page), task 1
     runs ``farm COMMAND ARGS… --scheduler ADDRESS`` once every worker has joined, the others are workers:
     a `dask_cuda.CUDAWorker` (one worker per GPU the task sees, warmed up) where the task sees GPUs, a
@@ -257,7 +256,7 @@ def run_in_allocation(argv: list[str]) -> int:
     status is task 1's."""
     if not argv or argv[0] not in ALLOCATION_COMMANDS:
         given = argv[0] if argv else "nothing"
-        raise FarmError(f"srun … python -m farm.run.backends.slurm runs a farm command against the cluster "
+        raise FarmError(f"srun … python -m farm.run.srun runs a farm command against the cluster "
                         f"it starts: give one of {', '.join(ALLOCATION_COMMANDS)} and its arguments, not "
                         f"{given}")  # fmt: skip
     if "--scheduler" in argv or "--scheduler-file" in argv:
@@ -283,15 +282,13 @@ def run_in_allocation(argv: list[str]) -> int:
         return subprocess.run(command).returncode
 
 
-def _main() -> int:
+def main(argv: list[str]) -> int:
+    """`run_in_allocation`, its FarmError printed in one line (`farm.run.srun` is the program)."""
     try:
-        return run_in_allocation(sys.argv[1:])
+        return run_in_allocation(argv)
     except FarmError as exc:
         print(f"farm: error: {exc}", file=sys.stderr)
         return exc.exit_code
 
-
-if __name__ == "__main__":  # run as a program: the package has registered the backend already, on import
-    sys.exit(_main())
 
 register(SLURM())
