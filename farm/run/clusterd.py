@@ -192,8 +192,16 @@ def start(
     cluster = _start_local(choice, stack, common, host, port, dashboard_port)
     client = Client(cluster, set_as_default=False)
     tls = security if security.require_encryption else None
-    done = set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit,
-                          security=tls, page=True)  # fmt: skip
+    try:
+        done = set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit,
+                              security=tls, page=True)  # fmt: skip
+    except BaseException:  # I/O workers that never joined, say: nothing of the cluster outlives the error
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=30)
+        stack.close()
+        raise
     identity = None
     if scheduler_file:
         info = {**cluster.scheduler_info, "address": cluster.scheduler_address}

@@ -250,9 +250,10 @@ FARM_PAGE_PRELOAD = "farm.dashboard.monitor"
 def run_in_allocation(argv: list[str]) -> int:
     """One task of ``srun -n N python -m farm.run.srun COMMAND ARGS…`` (N ≥ 3), through
     dask-jobqueue's ``SLURMRunner``: task 0 runs the scheduler (work stealing off, the farm page), task 1
-    runs ``farm COMMAND ARGS… --scheduler ADDRESS`` once every worker has joined, the others are workers:
-    a `dask_cuda.CUDAWorker` (one worker per GPU the task sees, warmed up) where the task sees GPUs, a
-    plain Dask worker otherwise. When the command ends, the scheduler and the workers stop; its exit
+    runs ``farm COMMAND ARGS… --scheduler ADDRESS`` once every other task has a worker in, the others are
+    workers: a `dask_cuda.CUDAWorker` (one worker per GPU the task sees, warmed up) where the task sees
+    GPUs, a plain Dask worker otherwise (a GPU worker that joins after the render started takes decode
+    work as it joins). When the command ends, the scheduler and the workers stop; its exit
     status is task 1's."""
     if not argv or argv[0] not in ALLOCATION_COMMANDS:
         given = argv[0] if argv else "nothing"
