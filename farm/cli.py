@@ -310,9 +310,15 @@ def _add_demo_command(add: AddCommand) -> None:
 
 
 def _add_cluster_command(add: AddCommand) -> None:
-    p = add("cluster", help="run a local scheduler and workers until stopped (Ctrl-C)")
+    p = add("cluster", help="run a scheduler and workers until stopped (Ctrl-C): local, or in SLURM jobs")
+    p.add_argument("--backend", default=None, metavar="NAME",
+                   help="where the workers come from: auto, local-cuda, local-cpu or slurm (SLURM batch "
+                        "jobs, docs/clusters.md); farm.cluster-backend "
+                        f"(default: {config.option('cluster-backend')})")  # fmt: skip
     p.add_argument("--gpus", default="all", help="GPUs to use, one worker each: all or N (0: CPU workers)")
-    p.add_argument("--workers", type=int, help="CPU worker processes where there are no GPUs (default ≤ 4)")
+    p.add_argument("--workers", type=int,
+                   help="CPU worker processes where there are no GPUs (default ≤ 4); in SLURM jobs, the "
+                        "decode workers (default: farm.slurm-jobs' worth)")  # fmt: skip
     p.add_argument("--threads", type=int, help="task threads per worker (default: 1 on CPU, more on GPU)")
     p.add_argument("--protocol", choices=["ucx", "tcp"],
                    help="worker transport (default: ucx with several GPUs when installed, else tcp)")
@@ -330,8 +336,27 @@ def _add_cluster_command(add: AddCommand) -> None:
         "--io-workers",
         type=int,
         help="CPU-only worker processes for the writes and encodes beside GPU workers "
-        "(default: farm.io-workers, else about one per 3 cores, at most 6 per GPU)",
+        "(default: farm.io-workers, else about one per 3 cores, at most 6 per GPU; none in SLURM)",
     )
+    g = p.add_argument_group("SLURM jobs (--backend slurm), each option's default the farm.slurm-* setting")
+    for flag, key, kind, metavar, what in SLURM_OPTIONS:
+        default = config.option(key)
+        shown = "none" if default in (None, "") else default
+        g.add_argument(flag, type=kind, default=None, metavar=metavar,
+                       action="append" if flag == "--slurm-directive" else "store",
+                       help=f"{what}; farm.{key} (default: {shown})")  # fmt: skip
+
+
+# farm cluster's options for the slurm backend: option, setting, type, what it sets
+SLURM_OPTIONS: list[tuple[str, str, Any, str, str]] = [
+    ("--slurm-jobs", "slurm-jobs", int, "N", "batch jobs to ask for, each one node's workers"),
+    ("--slurm-gpus", "slurm-gpus", int, "N", "GPUs per job, one dask-cuda worker each (0: a CPU worker)"),
+    ("--partition", "slurm-partition", str, "NAME", "the jobs' partition (#SBATCH -p)"),
+    ("--account", "slurm-account", str, "NAME", "the jobs' account (#SBATCH -A)"),
+    ("--time", "slurm-time", str, "TIME", "the jobs' time limit (#SBATCH -t), e.g. 04:00:00"),
+    ("--slurm-directive", "slurm-directives", str, "DIRECTIVE",
+     "one more #SBATCH line for every job, e.g. --slurm-directive=--constraint=h200 (repeat for more)"),
+]  # fmt: skip
 
 
 def _add_submit_command(add: AddCommand) -> None:
@@ -745,15 +770,22 @@ def _mark_demo(job_path: Path) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
+    import dask.config
+
     from farm.run.clusterd import parse_gpus, serve  # Dask distributed: this command's alone
 
-    return serve(
-        gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
-        port=args.port, dashboard_port=args.dashboard_port, scheduler_file=args.scheduler_file,
-        threads_per_worker=args.threads, io_workers=args.io_workers,
-        memory_limit=None if args.memory_limit == "none" else args.memory_limit,
-        log=lambda line: print(line, flush=True),
-    )  # fmt: skip
+    settings = {f"farm.{key}": getattr(args, flag[2:].replace("-", "_")) for flag, key, *_ in SLURM_OPTIONS}
+    settings = {key: value for key, value in settings.items() if value is not None}
+    if args.backend is not None:
+        settings["farm.cluster-backend"] = args.backend
+    with dask.config.set(settings):
+        return serve(
+            gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
+            port=args.port, dashboard_port=args.dashboard_port, scheduler_file=args.scheduler_file,
+            threads_per_worker=args.threads, io_workers=args.io_workers,
+            memory_limit=None if args.memory_limit == "none" else args.memory_limit,
+            log=lambda line: print(line, flush=True),
+        )  # fmt: skip
 
 
 def cmd_submit(args: argparse.Namespace) -> int:

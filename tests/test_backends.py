@@ -131,7 +131,7 @@ def ask(**kw: Any) -> ClusterAsk:
 
 
 def test_auto_asks_the_built_in_backends_in_order(recording):
-    assert backends.registered()[:3] == ["existing", "local-cuda", "local-cpu"]
+    assert backends.registered()[:4] == ["existing", "local-cuda", "local-cpu", "slurm"]
     assert backends.select(ask(scheduler="tcp://10.0.0.5:8786"), "auto").name == "existing"
     assert backends.select(ask(scheduler_file="/shared/s.json"), "auto").name == "existing"
     assert backends.select(ask(gpu_count=2), "auto").name == "local-cuda"
@@ -152,12 +152,11 @@ def test_a_backend_named_outright_must_fit_what_was_asked(recording):
         choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=0, ucx_available=False,
                        cpu_count=4)  # fmt: skip
     assert "this machine has no GPU" in str(err.value)
-    with dask.config.set({"farm.cluster-backend": "slurm"}), pytest.raises(FarmError) as err:
+    with dask.config.set({"farm.cluster-backend": "pbs"}), pytest.raises(FarmError) as err:
         choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=0, ucx_available=False,
                        cpu_count=4)  # fmt: skip
-    assert "'slurm', which is no cluster backend; use auto or one of existing, local-cuda, local-cpu" in str(
-        err.value
-    )
+    wanted = "'pbs', which is no cluster backend; use auto or one of existing, local-cuda, local-cpu, slurm"
+    assert wanted in str(err.value)
     with pytest.raises(ValueError, match="already registered"):
         backends.register(LocalCPU())
 
@@ -166,7 +165,7 @@ def test_a_backend_name_is_said_only_by_its_backend():
     """Callers ask the backend object (`ClusterChoice.backend`) what it does; a string naming a backend
     outside `farm/run/backends/` would be a branch on it a new backend could not join. No module uses
     Dask's private `SpecCluster._correct_state` either."""
-    names = {"existing", "local-cuda", "local-cpu"}
+    names = {"existing", "local-cuda", "local-cpu", "slurm"}
     assert names <= set(backends.registered())
     found = []
     for path in sorted([*(ROOT / "farm").rglob("*.py"), *(ROOT / "tools").glob("*.py")]):

@@ -1,7 +1,8 @@
-"""`farm cluster`: a long-lived local scheduler and workers that workflows are submitted to.
+"""`farm cluster`: a long-lived scheduler and workers that workflows are submitted to.
 
 One dask-cuda worker per GPU where there are GPUs (UCX when installed), CPU worker processes otherwise
-(`farm.run.cluster.choose_cluster` decides). The scheduler writes a scheduler file, serves the dashboard,
+(`farm.run.cluster.choose_cluster` decides), or the workers of the backend ``farm.cluster-backend`` names
+(SLURM batch jobs: `farm.run.backends.slurm`). The scheduler writes a scheduler file, serves the dashboard,
 the farm page and ``/metrics`` (`farm.dashboard.monitor`), and everything runs until SIGINT or SIGTERM, then
 stops cleanly. It listens on 127.0.0.1 unless ``host`` says otherwise; workers on other nodes join
 with ``dask cuda worker --scheduler-file F`` (or ``dask worker``) once it listens on a reachable
@@ -28,6 +29,7 @@ from distributed.security import Security
 from farm.dashboard import monitor
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media.beneath import atomic_path
+from farm.run import backends
 from farm.run.backends import ClusterChoice
 from farm.run.backends.setup import set_up_workers, start_cluster
 from farm.run.cluster import choose_cluster
@@ -112,7 +114,17 @@ def check_ports_free(host: str, ports: dict[str, int]) -> None:
 def _checked_gpu_count(
     gpus: int | None, workers: int | None, protocol: str | None, io_workers: int | None
 ) -> int:
-    """The GPUs `start` takes, once its options are known good (FarmError before anything starts)."""
+    """This machine's GPUs `start` takes, once its options are known good (FarmError before anything
+    starts); none for a backend whose workers run elsewhere, which checks its own options."""
+    if io_workers is not None and io_workers < 0:
+        raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
+    backend = backends.configured()
+    if backend is not None and not backend.on_this_machine:
+        if gpus is not None:
+            raise FarmError(f"--gpus counts this machine's GPUs, and the {backend.name} backend's workers "
+                            "run elsewhere; leave out --gpus (its own options say how many GPUs its workers "
+                            "take)")  # fmt: skip
+        return 0
     found = detect_gpus()
     if gpus is not None and gpus > found:
         raise FarmError(f"--gpus {gpus} asks for more GPUs than this machine has ({found})")
@@ -128,8 +140,6 @@ def _checked_gpu_count(
         raise FarmError("--workers sets CPU workers; with GPUs use --gpus N (one worker per GPU) or --gpus 0")
     if not gpu_count:
         check_local_workers(workers)
-    if io_workers is not None and io_workers < 0:
-        raise FarmError(f"--io-workers {io_workers} is invalid; give a number ≥ 0")
     return gpu_count
 
 
@@ -182,8 +192,16 @@ def start(
     cluster = _start_local(choice, stack, common, host, port, dashboard_port)
     client = Client(cluster, set_as_default=False)
     tls = security if security.require_encryption else None
-    done = set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit,
-                          security=tls, page=True)  # fmt: skip
+    try:
+        done = set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit,
+                              security=tls, page=True)  # fmt: skip
+    except BaseException:  # I/O workers that never joined, say: nothing of the cluster outlives the error
+        with contextlib.suppress(Exception):
+            client.close(timeout=10)
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=30)
+        stack.close()
+        raise
     identity = None
     if scheduler_file:
         info = {**cluster.scheduler_info, "address": cluster.scheduler_address}

@@ -6,7 +6,8 @@ its cluster (:meth:`~ClusterBackend.start`), and what its workers need beyond fa
 (`farm.run.backends.setup`, applied to every cluster farm starts, whatever its backend): worker
 plugins, I/O workers and how they are added. The built-in backends, each in its own module and
 registered by name: `existing` (a running scheduler, by address or scheduler file), `local_cuda` (one
-dask-cuda worker per GPU), `local_cpu` (CPU worker processes).
+dask-cuda worker per GPU), `local_cpu` (CPU worker processes), `slurm` (workers in SLURM batch jobs,
+chosen by name only).
 
 Which one runs: the backend named by ``farm.cluster-backend``, or with ``auto`` (the default) the first
 registered built-in that applies: a running scheduler when one is given, else the GPUs when there are
@@ -77,6 +78,7 @@ class ClusterBackend(ABC):
     name: ClassVar[str]  # its registered name, as ``farm.cluster-backend`` gives it
     label: ClassVar[str]  # its decode workers in words ("GPU (dask-cuda)", "CPU"), as `farm cluster` prints
     starts_cluster: ClassVar[bool] = True  # False: it joins a running scheduler (`ClusterAsk.scheduler`)
+    on_this_machine: ClassVar[bool] = True  # False: its workers run elsewhere (not on this machine's GPUs)
     warm_up: ClassVar[bool] = False  # decode workers import torch and make their CUDA context as they start
 
     def applies(self, ask: ClusterAsk) -> bool:
@@ -153,6 +155,12 @@ def named(name: str) -> ClusterBackend:
         ) from None
 
 
+def configured() -> ClusterBackend | None:
+    """The backend ``farm.cluster-backend`` names, or None with ``auto`` (the ask decides)."""
+    name = str(config.get("cluster-backend"))
+    return None if name == AUTO else named(name)
+
+
 def select(ask: ClusterAsk, name: str | None = None) -> ClusterBackend:
     """The backend for `ask`: `name`'s (None: ``farm.cluster-backend``), or with ``auto`` the first that
     applies. A backend named outright must fit the ask: one that starts a cluster takes no running
@@ -176,4 +184,4 @@ def select(ask: ClusterAsk, name: str | None = None) -> ClusterBackend:
 
 
 # The built-in backends register themselves, in the order `auto` asks them.
-from farm.run.backends import existing, local_cuda, local_cpu  # noqa: E402, F401, I001
+from farm.run.backends import existing, local_cuda, local_cpu, slurm  # noqa: E402, F401, I001

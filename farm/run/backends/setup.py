@@ -89,8 +89,9 @@ def add_local_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any 
     encryption."""
     from distributed import Nanny
 
+    specs = {}
     for i in range(n):
-        cluster.worker_spec[f"{IO_WORKER_PREFIX}{i}"] = {
+        specs[f"{IO_WORKER_PREFIX}{i}"] = {
             "cls": Nanny,
             "options": {
                 **({"security": security} if security is not None else {}),
@@ -104,6 +105,14 @@ def add_local_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any 
                 "config": {"distributed-ucxx.create-cuda-context": False},
             },
         }
+    extend_worker_spec(cluster, specs)
+
+
+def extend_worker_spec(cluster: Any, specs: dict[str, dict[str, Any]]) -> None:
+    """Add `specs` (name: ``{"cls": …, "options": …}``) to a running `distributed.SpecCluster`'s worker
+    spec, then await the cluster, which SpecCluster documents as what brings its workers in line with the
+    spec: the new workers start."""
+    cluster.worker_spec.update(specs)
     cluster.sync(_in_line_with_spec, cluster)
 
 
