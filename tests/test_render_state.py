@@ -18,11 +18,12 @@ from farm.planning.render_state import (
     CancelShot,
     FinishShot,
     OutputsOpened,
+    OutputWritten,
     Release,
     RenderCancelled,
     RenderState,
+    ShotDone,
     ShotFailed,
-    ShotFinished,
     Started,
     SubmitAudio,
     SubmitBlend,
@@ -242,11 +243,11 @@ def test_a_worker_that_leaves_gives_back_the_shots_it_had_not_started():
 
 def test_a_cancel_stops_every_shot_not_finished():
     plans = job([TileGrid()] * 4, 1)
-    state = state_of(plans, 1, window=2)
+    state = state_of(plans, 1, window=2, end_outputs={p: ["video"] for p in range(4)})
     state.handle(Started())
     state.handle(OutputsOpened())
     state.handle(BatchWritten(0))  # shot 0 written…
-    state.handle(ShotFinished(0))  # …and finished
+    assert state.handle(OutputWritten(0, "video")) == [ShotDone(0)]  # …and finished
     out = state.handle(RenderCancelled())
     assert of(CancelShot, out) == [CancelShot(1), CancelShot(2), CancelShot(3)]
     assert sorted(r.unit for r in of(Release, out)) == [(1, 0, -1), (2, 0, -1)]
@@ -255,7 +256,7 @@ def test_a_cancel_stops_every_shot_not_finished():
 
 
 def test_handle_takes_only_events():
-    with pytest.raises(AttributeError):
+    with pytest.raises(TypeError, match="takes an event"):
         state_of(job([TileGrid()], 1), 1).handle("started")  # type: ignore[arg-type]
 
 
@@ -278,3 +279,41 @@ def test_predict_simulates_a_worker_joining_mid_render():
 def test_predict_refuses_a_join_without_workers():
     with pytest.raises(FarmError, match="worker join"):
         predict(job([TileGrid()], 1), 1, costmodel.load("ltx2-tiny-cpu"), joins=[(1.0, 0)])
+
+
+def test_a_shot_is_done_once_every_output_after_its_last_batch_is_written():
+    ends = {0: ["video", "proxy"], 1: ["video"]}
+    state = state_of(job([TileGrid()] * 2, 1), 1, sound=[0], end_outputs=ends)
+    state.handle(Started())
+    state.handle(OutputsOpened())
+    assert of(FinishShot, state.handle(BatchWritten(0))) == [FinishShot(0)]
+    assert state.handle(OutputWritten(0, "audio")) == []  # written at its start: the video waits for it
+    assert state.handle(OutputWritten(0, "video")) == []  # the proxy is not written yet
+    assert state.handle(OutputWritten(0, "proxy")) == [ShotDone(0)] and state.finished == {0}
+    assert state.handle(OutputWritten(1, "video")) == []  # shot 1's batch is not written yet: not finishing
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_render_replayed_from_its_event_log_reaches_the_same_decisions(seed):
+    plans = job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2)), TileGrid()], 2, chunk=ChunkSize(frames=3))
+    state = state_of(plans, 2, window=3, outputs_open=False, end_outputs={p: ["video"] for p in range(3)})
+    run_to_end(state, seed)
+    state.handle(WorkersJoined(1))
+    for p in range(3):
+        state.handle(OutputWritten(p, "video"))
+    assert [type(e) for e, _ in state.log][:2] == [Started, OutputsOpened]
+    assert state.replay() == state.log
+    assert sorted(i.shot for _, out in state.log for i in of(ShotDone, out)) == [0, 1, 2]
+
+
+def test_the_simulator_finishes_shots_with_the_render_state_machine():
+    from farm.planning.planner import shot_tasks, simulate_schedule
+    from farm.planning.tiling import plan_geometry
+
+    cost = costmodel.load("ltx2-tiny-cpu")
+    assert cost.shot_overhead_s > 0
+    plans = job([TileGrid()] * 3, 1)
+    schedule = make_schedule(plans, n_decode=1, n_io=0)
+    shots = [shot_tasks(plan, cost, None, plan_geometry(plan)) for plan in plans]
+    assert simulate_schedule(shots, schedule, cost, output=True)["finished"] == [0, 1, 2]  # its "finish"
+    assert simulate_schedule(shots, schedule, cost, output=False)["finished"] == []  # no outputs: no finish

@@ -217,6 +217,7 @@ def merged_stats(parts: Sequence[RenderStats]) -> RenderStats:
         merged.max_tiles_held = max(merged.max_tiles_held, part.max_tiles_held)
         merged.worker_steps.update(part.worker_steps)
         merged.shots.update(part.shots)
+        merged.render_states.extend(part.render_states)
     return merged
 
 
