@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import farm
-from farm.planning.render_state import FinishShot, OutputWritten, RenderState, ShotDone, Started
+from farm.planning.render_state import OutputWritten, RenderState, ShotDone, Started, SubmitEndOutputs
 from farm.store.output import Output
 
 QUIET = {"log": lambda _: None}
@@ -25,7 +25,7 @@ def test_a_render_replayed_from_its_event_log_reaches_the_same_decisions(tmp_pat
     fresh = RenderState(**state.setup)
     assert fresh.log == [] and fresh.finished == set()  # the replay started from nothing
     decisions = [i for _, out_ in replayed for i in out_]
-    assert sorted(i.shot for i in decisions if isinstance(i, FinishShot)) == [0, 1]
+    assert sorted(i.shot for i in decisions if isinstance(i, SubmitEndOutputs)) == [0, 1]
     done = [i.shot for i in decisions if isinstance(i, ShotDone)]
     assert sorted(done) == [0, 1] and state.finished == {0, 1}
     assert all(stats.shots[name].video and out.video(name).exists() for name in stats.shots)

@@ -16,7 +16,6 @@ from farm.planning.planner import predict
 from farm.planning.render_state import (
     BatchWritten,
     CancelShot,
-    FinishShot,
     OutputsOpened,
     OutputWritten,
     Release,
@@ -25,9 +24,10 @@ from farm.planning.render_state import (
     ShotDone,
     ShotFailed,
     Started,
-    SubmitAudio,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
+    SubmitStartOutputs,
     WorkerLeft,
     WorkersJoined,
 )
@@ -115,7 +115,7 @@ def test_every_decode_goes_in_order_within_the_window_and_every_result_is_releas
     assert [d.slot for d in decodes] == [d.slot for d in state.schedule.decodes]
     assert sorted(b.blend for b in of(SubmitBlend, log)) == list(range(len(state.schedule.blends)))
     assert sorted(r.unit for r in of(Release, log)) == sorted(d.unit for d in state.schedule.decodes)
-    assert sorted(f.shot for f in of(FinishShot, log)) == list(range(len(plans)))  # each once
+    assert sorted(f.shot for f in of(SubmitEndOutputs, log)) == list(range(len(plans)))  # each once
     assert 1 <= state.max_held <= state.window
 
 
@@ -137,9 +137,9 @@ def test_the_window_holds_back_decodes_until_a_batch_frees_a_tile():
     assert state.handle(OutputsOpened()) == []
     # the second shot's batch written first: its tile goes, the third shot's decode takes its place
     assert state.handle(BatchWritten(1)) == [
-        Release((1, 0, -1)), FinishShot(1), SubmitDecode(2, 0), SubmitBlend(2, 0)
+        Release((1, 0, -1)), SubmitEndOutputs(1), SubmitDecode(2, 0), SubmitBlend(2, 0)
     ]  # fmt: skip
-    assert state.handle(BatchWritten(0))[:2] == [Release((0, 0, -1)), FinishShot(0)]
+    assert state.handle(BatchWritten(0))[:2] == [Release((0, 0, -1)), SubmitEndOutputs(0)]
 
 
 def test_a_tile_is_released_only_after_the_last_batch_it_feeds():
@@ -150,7 +150,7 @@ def test_a_tile_is_released_only_after_the_last_batch_it_feeds():
     assert n > 2
     for j in range(n - 1):
         assert state.handle(BatchWritten(j)) == []
-    assert state.handle(BatchWritten(n - 1)) == [Release((0, 0, -1)), FinishShot(0)]
+    assert state.handle(BatchWritten(n - 1)) == [Release((0, 0, -1)), SubmitEndOutputs(0)]
 
 
 def test_blends_wait_for_the_outputs_then_go_in_order_with_the_sound():
@@ -158,15 +158,16 @@ def test_blends_wait_for_the_outputs_then_go_in_order_with_the_sound():
     plans[1] = pending_plan(plans[1], {b.index for b in plans[1].batches})  # resumed: all batches done
     state = state_of(plans, 1, sound=[1, 2], outputs_open=False)
     started = state.handle(Started())
-    assert of(SubmitBlend, started) == [] and of(FinishShot, started) == []  # shot 1 finishes with sound
+    assert of(SubmitBlend, started) == [] and of(SubmitEndOutputs, started) == []  # 1 ends with its sound
     opened = state.handle(OutputsOpened())
-    assert opened == [SubmitBlend(0, 0), SubmitBlend(1, 0), SubmitAudio(1), FinishShot(1), SubmitAudio(2)]
+    assert opened == [SubmitBlend(0, 0), SubmitBlend(1, 0), SubmitStartOutputs(1), SubmitEndOutputs(1),
+                      SubmitStartOutputs(2)]  # fmt: skip
 
 
 def test_a_shot_with_nothing_left_to_write_finishes_at_the_start():
     plans = job([TileGrid()] * 2, 1)
     plans[0] = pending_plan(plans[0], {b.index for b in plans[0].batches})
-    assert state_of(plans, 1).handle(Started())[0] == FinishShot(0)
+    assert state_of(plans, 1).handle(Started())[0] == SubmitEndOutputs(0)
 
 
 def test_a_carried_segment_that_feeds_nothing_is_released_once_the_next_takes_its_state():
@@ -286,7 +287,7 @@ def test_a_shot_is_done_once_every_output_after_its_last_batch_is_written():
     state = state_of(job([TileGrid()] * 2, 1), 1, sound=[0], end_outputs=ends)
     state.handle(Started())
     state.handle(OutputsOpened())
-    assert of(FinishShot, state.handle(BatchWritten(0))) == [FinishShot(0)]
+    assert of(SubmitEndOutputs, state.handle(BatchWritten(0))) == [SubmitEndOutputs(0)]
     assert state.handle(OutputWritten(0, "audio")) == []  # written at its start: the video waits for it
     assert state.handle(OutputWritten(0, "video")) == []  # the proxy is not written yet
     assert state.handle(OutputWritten(0, "proxy")) == [ShotDone(0)] and state.finished == {0}

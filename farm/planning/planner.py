@@ -53,13 +53,13 @@ from farm.planning.costmodel import CostModel
 from farm.planning.render_state import (
     BatchWritten,
     Event,
-    FinishShot,
     OutputsOpened,
     OutputWritten,
     RenderState,
     Started,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
     WorkersJoined,
 )
 from farm.planning.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
@@ -508,7 +508,7 @@ class _Simulation:
                 self.push_ready(instruction.slot, priority, ("decode", instruction.step))
             elif isinstance(instruction, SubmitBlend):
                 self.blend_slot[instruction.blend] = instruction.slot
-            elif isinstance(instruction, FinishShot) and self.finishes:
+            elif isinstance(instruction, SubmitEndOutputs) and self.finishes:
                 least = min(range(self.live), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
                 self.push_ready(least, Priority.FINISH, ("finish", instruction.shot))
 

@@ -18,7 +18,7 @@ one policy, worker joins included. Nothing here imports Dask, reads a clock or t
 >>> state.handle(Started())
 [SubmitDecode(step=0, slot=0), SubmitDecode(step=1, slot=1), SubmitBlend(blend=0, slot=0)]
 >>> state.handle(BatchWritten(0))
-[Release(unit=(0, 0, -1)), Release(unit=(0, 1, -1)), FinishShot(shot=0)]
+[Release(unit=(0, 0, -1)), Release(unit=(0, 1, -1)), SubmitEndOutputs(shot=0)]
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ class SubmitBlend:
 
 
 @dataclass(frozen=True)
-class SubmitAudio:
-    """Decode shot ``shot``'s sound."""
+class SubmitStartOutputs:
+    """Submit the tasks writing shot ``shot``'s outputs written at its start, once the output arrays
+    exist (`farm.worker.writers.shot_writers("start")`: its sound)."""
 
     shot: int
 
@@ -124,8 +125,9 @@ class Release:
 
 
 @dataclass(frozen=True)
-class FinishShot:
-    """Every batch of shot ``shot`` is written: finish it (join its video)."""
+class SubmitEndOutputs:
+    """Every batch of shot ``shot`` is written: submit the tasks writing its outputs written after its
+    last batch (`shot_writers("end")`: its video's join). The shot is done once each is written."""
 
     shot: int
 
@@ -144,7 +146,9 @@ class CancelShot:
     shot: int
 
 
-Instruction = SubmitDecode | SubmitBlend | SubmitAudio | Release | FinishShot | ShotDone | CancelShot
+Instruction = (
+    SubmitDecode | SubmitBlend | SubmitStartOutputs | Release | SubmitEndOutputs | ShotDone | CancelShot
+)
 
 
 class RenderState:
@@ -231,7 +235,7 @@ class RenderState:
         """Every batch of `shot` is written: its end outputs go (done once each is written)."""
         if self.end_outputs.get(shot):
             self.finishing[shot] = set(self.end_outputs[shot])
-        return [FinishShot(shot)]
+        return [SubmitEndOutputs(shot)]
 
     # -- the window ----------------------------------------------------------------------------------
 
@@ -297,7 +301,7 @@ class RenderState:
                                   not in self.failed]  # fmt: skip
         self.deferred.clear()
         for p in self.sound:  # written into OUT: once the outputs exist
-            out.append(SubmitAudio(p))
+            out.append(SubmitStartOutputs(p))
             if self.batches_left[p] == 0:
                 out.extend(self._finish(p))
         return out

@@ -32,7 +32,6 @@ from farm.errors import FarmError
 from farm.planning.render_state import (
     BatchWritten,
     CancelShot,
-    FinishShot,
     Instruction,
     OutputsOpened,
     OutputWritten,
@@ -42,9 +41,10 @@ from farm.planning.render_state import (
     ShotDone,
     ShotFailed,
     Started,
-    SubmitAudio,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
+    SubmitStartOutputs,
     WorkerLeft,
     WorkersJoined,
 )
@@ -396,11 +396,11 @@ class Driver:
                 self.submit_decode(self.schedule.decodes[instruction.step], instruction.slot)
             elif isinstance(instruction, SubmitBlend):
                 self.submit_blend(self.schedule.blends[instruction.blend])
-            elif isinstance(instruction, SubmitAudio):  # the shot's start: its sound
+            elif isinstance(instruction, SubmitStartOutputs):  # its sound
                 self.submit_shot_outputs(instruction.shot, "start")
             elif isinstance(instruction, Release):
                 self.release(instruction.unit)
-            elif isinstance(instruction, FinishShot):  # after its last batch: its video
+            elif isinstance(instruction, SubmitEndOutputs):  # its video's join
                 self.submit_shot_outputs(instruction.shot, "end")
             elif isinstance(instruction, ShotDone) and self.on_shot_finished is not None:
                 self.on_shot_finished(self.plans[instruction.shot].shot)
