@@ -222,9 +222,11 @@ def _add_render_command(add: AddCommand) -> None:
         help="torch.compile the decoder on GPU workers; MODE: default, reduce-overhead (CUDA graphs), "
         "max-autotune, max-autotune-no-cudagraphs; farm.compile (kernels cached in farm.compile-cache)",
     )  # fmt: skip
-    p.add_argument("--crf", type=int, default=_number_setting("crf"),
-                   help="H.264/H.265 quality, lower is better; farm.crf")  # fmt: skip
-    p.add_argument("--preset", default=config.option("preset"), help="x264/x265 preset; farm.preset")
+    p.add_argument("--crf", type=int,
+                   help=f"H.264/H.265 quality, lower is better ({RECORDED}); farm.crf "
+                        f"(default: {config.option('crf')})")  # fmt: skip
+    p.add_argument("--preset", help=f"x264/x265 preset ({RECORDED}); farm.preset "
+                                    f"(default: {config.option('preset')})")  # fmt: skip
     p.add_argument("--no-video", action="store_true", help="write frames to Zarr only, no mp4")
     p.add_argument("--no-audio", action="store_true",
                    help="leave out the sound of shots that have it (no OUT/audio file, silent videos)")
@@ -658,10 +660,11 @@ def cmd_render(args: argparse.Namespace) -> int:
 def _video_settings(args: argparse.Namespace) -> VideoSettings:
     """``farm render``'s output options; those left out are farm's settings (`farm.config`) until
     `farm.run.recorded` gives them OUT's."""
-    unset_is_configured = {"codec": args.codec, "first_frame": args.first_frame,
+    unset_is_configured = {"codec": args.codec, "crf": args.crf, "preset": args.preset,
+                           "first_frame": args.first_frame,
                            "frames_dtype": args.frames_dtype, "exr_values": args.exr_values,
                            "audio_format": args.audio_format}  # fmt: skip
-    return VideoSettings(crf=args.crf, preset=args.preset, enabled=not args.no_video, sequence=args.sequence,
+    return VideoSettings(enabled=not args.no_video, sequence=args.sequence,
                          audio=not args.no_audio, timecode=args.timecode, hdr=args.hdr,
                          colorspace=args.colorspace,
                          **{k: v for k, v in unset_is_configured.items() if v is not None})  # fmt: skip
@@ -669,7 +672,8 @@ def _video_settings(args: argparse.Namespace) -> VideoSettings:
 
 def _given_options(args: argparse.Namespace) -> frozenset[str]:
     """The options OUT records that this command line sets (the others resume OUT's, `farm.run.recorded`)."""
-    values = {"--batch-frames": args.batch_frames, "--codec": args.codec, "--sequence": args.sequence,
+    values = {"--batch-frames": args.batch_frames, "--codec": args.codec, "--crf": args.crf,
+              "--preset": args.preset, "--sequence": args.sequence,
               "--first-frame": args.first_frame, "--frames-dtype": args.frames_dtype,
               "--exr-values": args.exr_values, "--audio-format": args.audio_format,
               "--hdr": args.hdr, "--colorspace": args.colorspace, "--timecode": args.timecode,

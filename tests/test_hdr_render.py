@@ -14,6 +14,7 @@ import torch
 
 PyOpenColorIO = pytest.importorskip("PyOpenColorIO")
 OpenEXR = pytest.importorskip("OpenEXR")
+otio = pytest.importorskip("opentimelineio")
 
 import farm  # noqa: E402
 from farm.decoders import load_decoder  # noqa: E402
@@ -88,6 +89,14 @@ def test_hdr_flag_renders_half_float_scene_linear_acescg(sdr_job, tmp_path, sche
     attrs = json.loads((out.frames_array(SHOT) / "zarr.json").read_text())["attributes"]
     assert attrs["colour_space"] == "acescg" and attrs["hdr"] == "acescct"
     assert attrs["ocio_colorspace"] == "ACEScg"
+    # the attributes say what the values are: AP1 primaries, linear, no [0, 1] bound or black/white levels
+    assert (attrs["colour_primaries"], attrs["transfer_characteristics"]) == ("aces_ap1", "linear")
+    assert "valid_range" not in attrs and "colour_range" not in attrs
+    # the timeline's active media is the HLG master, the EXR sequence its other reference
+    clip = next(iter(otio.adapters.read_from_file(str(out.root / "timeline.otio")).find_clips()))
+    assert clip.active_media_reference_key == "video"
+    assert clip.media_reference.target_url == f"videos/{SHOT}.mp4"
+    assert clip.media_references()["image_sequence"].name_suffix == ".exr"
     # the shot's video is its HLG master: 10-bit HEVC tagged BT.2020 primaries, HLG, BT.2020 NCL, limited
     master = out.video(SHOT)
     assert master.suffix == ".mp4" and probe(master).pix_fmt == "yuv420p10le" and probe(master).frames == 17
@@ -119,6 +128,8 @@ def test_hdr_recorded_in_the_spec_renders_without_the_flag_alike_on_1_and_3_work
     assert exr_header(exrs(three)[0])["colorInteropID"] == "lin_ap1_scene"
     attrs = json.loads((three.frames_array(SHOT) / "zarr.json").read_text())["attributes"]
     assert attrs["colour_space"] == "lin_rec709" and attrs["hdr"] == "logc3"
+    assert (attrs["colour_primaries"], attrs["transfer_characteristics"]) == ("bt709", "linear")
+    assert "valid_range" not in attrs
 
 
 def test_hdr_render_of_a_bfloat16_job_decodes_in_float32(tmp_path, scheduler3):
@@ -168,6 +179,8 @@ def test_colorspace_acescg_of_an_sdr_render_is_opencolorios_conversion(sdr_job, 
     assert exr_header(exrs(out)[0])["colorInteropID"] == "lin_ap1_scene"
     attrs = json.loads((out.frames_array(SHOT) / "zarr.json").read_text())["attributes"]
     assert attrs["colour_space"] == "g24_rec709" and "hdr" not in attrs
+    assert (attrs["colour_primaries"], attrs["transfer_characteristics"], attrs["valid_range"]) == (
+        "bt709", "bt709", [0, 255])  # fmt: skip
     assert out.video(SHOT).exists()  # an SDR render's video is made as before
 
 

@@ -16,17 +16,18 @@ from farm.planning.planner import predict
 from farm.planning.render_state import (
     BatchWritten,
     CancelShot,
-    FinishShot,
     OutputsOpened,
+    OutputWritten,
     Release,
     RenderCancelled,
     RenderState,
+    ShotDone,
     ShotFailed,
-    ShotFinished,
     Started,
-    SubmitAudio,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
+    SubmitStartOutputs,
     WorkerLeft,
     WorkersJoined,
 )
@@ -114,7 +115,7 @@ def test_every_decode_goes_in_order_within_the_window_and_every_result_is_releas
     assert [d.slot for d in decodes] == [d.slot for d in state.schedule.decodes]
     assert sorted(b.blend for b in of(SubmitBlend, log)) == list(range(len(state.schedule.blends)))
     assert sorted(r.unit for r in of(Release, log)) == sorted(d.unit for d in state.schedule.decodes)
-    assert sorted(f.shot for f in of(FinishShot, log)) == list(range(len(plans)))  # each once
+    assert sorted(f.shot for f in of(SubmitEndOutputs, log)) == list(range(len(plans)))  # each once
     assert 1 <= state.max_held <= state.window
 
 
@@ -136,9 +137,9 @@ def test_the_window_holds_back_decodes_until_a_batch_frees_a_tile():
     assert state.handle(OutputsOpened()) == []
     # the second shot's batch written first: its tile goes, the third shot's decode takes its place
     assert state.handle(BatchWritten(1)) == [
-        Release((1, 0, -1)), FinishShot(1), SubmitDecode(2, 0), SubmitBlend(2, 0)
+        Release((1, 0, -1)), SubmitEndOutputs(1), SubmitDecode(2, 0), SubmitBlend(2, 0)
     ]  # fmt: skip
-    assert state.handle(BatchWritten(0))[:2] == [Release((0, 0, -1)), FinishShot(0)]
+    assert state.handle(BatchWritten(0))[:2] == [Release((0, 0, -1)), SubmitEndOutputs(0)]
 
 
 def test_a_tile_is_released_only_after_the_last_batch_it_feeds():
@@ -149,7 +150,7 @@ def test_a_tile_is_released_only_after_the_last_batch_it_feeds():
     assert n > 2
     for j in range(n - 1):
         assert state.handle(BatchWritten(j)) == []
-    assert state.handle(BatchWritten(n - 1)) == [Release((0, 0, -1)), FinishShot(0)]
+    assert state.handle(BatchWritten(n - 1)) == [Release((0, 0, -1)), SubmitEndOutputs(0)]
 
 
 def test_blends_wait_for_the_outputs_then_go_in_order_with_the_sound():
@@ -157,15 +158,16 @@ def test_blends_wait_for_the_outputs_then_go_in_order_with_the_sound():
     plans[1] = pending_plan(plans[1], {b.index for b in plans[1].batches})  # resumed: all batches done
     state = state_of(plans, 1, sound=[1, 2], outputs_open=False)
     started = state.handle(Started())
-    assert of(SubmitBlend, started) == [] and of(FinishShot, started) == []  # shot 1 finishes with sound
+    assert of(SubmitBlend, started) == [] and of(SubmitEndOutputs, started) == []  # 1 ends with its sound
     opened = state.handle(OutputsOpened())
-    assert opened == [SubmitBlend(0, 0), SubmitBlend(1, 0), SubmitAudio(1), FinishShot(1), SubmitAudio(2)]
+    assert opened == [SubmitBlend(0, 0), SubmitBlend(1, 0), SubmitStartOutputs(1), SubmitEndOutputs(1),
+                      SubmitStartOutputs(2)]  # fmt: skip
 
 
 def test_a_shot_with_nothing_left_to_write_finishes_at_the_start():
     plans = job([TileGrid()] * 2, 1)
     plans[0] = pending_plan(plans[0], {b.index for b in plans[0].batches})
-    assert state_of(plans, 1).handle(Started())[0] == FinishShot(0)
+    assert state_of(plans, 1).handle(Started())[0] == SubmitEndOutputs(0)
 
 
 def test_a_carried_segment_that_feeds_nothing_is_released_once_the_next_takes_its_state():
@@ -242,11 +244,11 @@ def test_a_worker_that_leaves_gives_back_the_shots_it_had_not_started():
 
 def test_a_cancel_stops_every_shot_not_finished():
     plans = job([TileGrid()] * 4, 1)
-    state = state_of(plans, 1, window=2)
+    state = state_of(plans, 1, window=2, end_outputs={p: ["video"] for p in range(4)})
     state.handle(Started())
     state.handle(OutputsOpened())
     state.handle(BatchWritten(0))  # shot 0 written…
-    state.handle(ShotFinished(0))  # …and finished
+    assert state.handle(OutputWritten(0, "video")) == [ShotDone(0)]  # …and finished
     out = state.handle(RenderCancelled())
     assert of(CancelShot, out) == [CancelShot(1), CancelShot(2), CancelShot(3)]
     assert sorted(r.unit for r in of(Release, out)) == [(1, 0, -1), (2, 0, -1)]
@@ -255,7 +257,7 @@ def test_a_cancel_stops_every_shot_not_finished():
 
 
 def test_handle_takes_only_events():
-    with pytest.raises(AttributeError):
+    with pytest.raises(TypeError, match="takes an event"):
         state_of(job([TileGrid()], 1), 1).handle("started")  # type: ignore[arg-type]
 
 
@@ -278,3 +280,41 @@ def test_predict_simulates_a_worker_joining_mid_render():
 def test_predict_refuses_a_join_without_workers():
     with pytest.raises(FarmError, match="worker join"):
         predict(job([TileGrid()], 1), 1, costmodel.load("ltx2-tiny-cpu"), joins=[(1.0, 0)])
+
+
+def test_a_shot_is_done_once_every_output_after_its_last_batch_is_written():
+    ends = {0: ["video", "proxy"], 1: ["video"]}
+    state = state_of(job([TileGrid()] * 2, 1), 1, sound=[0], end_outputs=ends)
+    state.handle(Started())
+    state.handle(OutputsOpened())
+    assert of(SubmitEndOutputs, state.handle(BatchWritten(0))) == [SubmitEndOutputs(0)]
+    assert state.handle(OutputWritten(0, "audio")) == []  # written at its start: the video waits for it
+    assert state.handle(OutputWritten(0, "video")) == []  # the proxy is not written yet
+    assert state.handle(OutputWritten(0, "proxy")) == [ShotDone(0)] and state.finished == {0}
+    assert state.handle(OutputWritten(1, "video")) == []  # shot 1's batch is not written yet: not finishing
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_render_replayed_from_its_event_log_reaches_the_same_decisions(seed):
+    plans = job([TileGrid(), TileGrid((1, 1, 2), (0, 0, 2)), TileGrid()], 2, chunk=ChunkSize(frames=3))
+    state = state_of(plans, 2, window=3, outputs_open=False, end_outputs={p: ["video"] for p in range(3)})
+    run_to_end(state, seed)
+    state.handle(WorkersJoined(1))
+    for p in range(3):
+        state.handle(OutputWritten(p, "video"))
+    assert [type(e) for e, _ in state.log][:2] == [Started, OutputsOpened]
+    assert state.replay() == state.log
+    assert sorted(i.shot for _, out in state.log for i in of(ShotDone, out)) == [0, 1, 2]
+
+
+def test_the_simulator_finishes_shots_with_the_render_state_machine():
+    from farm.planning.planner import shot_tasks, simulate_schedule
+    from farm.planning.tiling import plan_geometry
+
+    cost = costmodel.load("ltx2-tiny-cpu")
+    assert cost.shot_overhead_s > 0
+    plans = job([TileGrid()] * 3, 1)
+    schedule = make_schedule(plans, n_decode=1, n_io=0)
+    shots = [shot_tasks(plan, cost, None, plan_geometry(plan)) for plan in plans]
+    assert simulate_schedule(shots, schedule, cost, output=True)["finished"] == [0, 1, 2]  # its "finish"
+    assert simulate_schedule(shots, schedule, cost, output=False)["finished"] == []  # no outputs: no finish

@@ -116,3 +116,38 @@ def test_recorded_settings_are_those_the_shots_agree_on():
     assert settings == {"--codec": None, "--sequence": "exr", "--exr-values": "display",
                         "--frames-dtype": "uint8", "--audio-format": "flac"}  # fmt: skip
     assert recorded_settings([]) == {}
+
+
+@pytest.mark.slow
+def test_an_interrupted_render_resumes_with_its_crf_and_preset(job, tmp_path, scheduler3):
+    """--crf and --preset are recorded per shot like --codec: the plain command encodes the remaining
+    segments with them, so the video is one uninterrupted render's, byte for byte."""
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    quality = ["--crf", "30", "--preset", "ultrafast", "--batch-frames", "16", "--shots", "shot000", "-q"]
+    assert farm("render", str(job), "--out", str(whole), "--scheduler", scheduler3, *quality).returncode == 0
+    first = farm("render", str(job), "--out", str(part), "--scheduler", scheduler3, *quality,
+                 "--frames", "1-16")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    outputs = recorded_identity(Output(part), "shot000")["outputs"]
+    assert (outputs["crf"], outputs["preset"]) == (30, "ultrafast")
+    rest = farm("render", str(job), "--out", str(part), "--scheduler", scheduler3, "--shots", "shot000", "-q")
+    assert rest.returncode == 0, rest.stderr
+    assert Output(part).video("shot000").read_bytes() == Output(whole).video("shot000").read_bytes()
+    changed = farm("render", str(job), "--out", str(part), "--scheduler", scheduler3, "--crf", "20")
+    assert changed.returncode == 2 and "--crf: OUT has 30, this render 20" in changed.stderr
+
+
+def test_crf_and_preset_left_unrecorded_are_farms_defaults():
+    """An H.264 shot recorded without crf and preset (farm's defaults, or an output from before they were
+    recorded) resumes with 18 and veryfast; a ProRes shot records neither."""
+    from farm.media.settings import VideoSettings
+    from farm.run.recorded import recorded_settings
+
+    plain = {"plan": {"batch_frames": 8}, "outputs": {"video": "h264", "sequence": None}}
+    settings = recorded_settings([plain])
+    assert (settings["--crf"], settings["--preset"]) == (18, "veryfast")
+    prores = {"plan": {"batch_frames": 8}, "outputs": {"video": "prores_hq", "sequence": None}}
+    assert "--crf" not in recorded_settings([prores]) and "--preset" not in recorded_settings([prores])
+    assert "crf" not in VideoSettings(codec="h264", crf=18, preset="veryfast").identity()
+    assert VideoSettings(codec="h265", crf=24, preset="fast").identity()["crf"] == 24
+    assert "crf" not in VideoSettings(codec="prores_hq", crf=24).identity()

@@ -127,3 +127,20 @@ def test_any_rate_farm_takes_is_counted(tmp_path):
     assert clip.source_range.start_time.value == timecode_to_frames("00:00:01:03", Fraction(25, 2)) == 15
     assert clip.source_range.start_time.rate == 12.5
     assert np.isclose(clip.source_range.duration.to_seconds(), 0.8)
+
+
+def test_an_hdr_shots_clip_takes_its_hlg_master_as_active_media(tmp_path):
+    otio = pytest.importorskip("opentimelineio")
+    pytest.importorskip("av")
+    from farm.media.settings import VideoSettings
+    from farm.run.timeline import timeline_shot
+    from farm.store.output import Output
+
+    outputs = VideoSettings(hdr="acescct", sequence="exr", first_frame=1001).identity()
+    shot = timeline_shot(Output(tmp_path), "sh010", 17, Fraction(24), None, outputs, finished=True)
+    assert shot.video == "videos/sh010.mp4"  # the HLG master, whatever the codec setting says
+    path = write_timeline(tmp_path, [shot], name="hdr")
+    clip = next(iter(otio.adapters.read_from_file(str(path)).find_clips()))
+    assert clip.active_media_reference_key == "video"
+    assert clip.media_reference.target_url == "videos/sh010.mp4"
+    assert clip.media_references()["image_sequence"].start_frame == 1001

@@ -39,6 +39,7 @@ __all__ = [
     "colour_available",
     "colour_space",
     "convert",
+    "frames_colour_attributes",
     "ocio_processor",
     "output_space",
     "space_attributes",
@@ -65,21 +66,24 @@ class ColourSpace:
     chromaticities: tuple[float, ...]  # EXR chromaticities: red, green, blue, white xy
     linear: bool  # scene-linear values (False: encoded by a transfer function)
     description: str  # the EXR colorEncoding text
+    primaries: str  # frames.zarr's colour_primaries: bt709, bt2020 (FFmpeg's names) or aces_ap1
+    transfer: str  # frames.zarr's transfer_characteristics: bt709 (FFmpeg's name), linear or acescct
 
 
 SPACES: dict[str, ColourSpace] = {
     s.name: s
     for s in (
         ColourSpace("g24_rec709", "Gamma 2.4 Rec.709 - Texture", "g24_rec709_display", REC709_CHROMATICITIES,
-                    False, "display-referred: BT.709 primaries, BT.1886 (gamma 2.4) encoded, as decoded"),
+                    False, "display-referred: BT.709 primaries, BT.1886 (gamma 2.4) encoded, as decoded",
+                    "bt709", "bt709"),
         ColourSpace("lin_rec709", "Linear Rec.709 (sRGB)", "lin_rec709_scene", REC709_CHROMATICITIES,
-                    True, "scene-linear: BT.709 primaries, D65"),
+                    True, "scene-linear: BT.709 primaries, D65", "bt709", "linear"),
         ColourSpace("acescg", "ACEScg", "lin_ap1_scene", AP1_CHROMATICITIES,
-                    True, "scene-linear: ACES AP1 primaries, ACES white (ACEScg)"),
+                    True, "scene-linear: ACES AP1 primaries, ACES white (ACEScg)", "aces_ap1", "linear"),
         ColourSpace("acescct", "ACEScct", "ocio:acescct_ap1_scene", AP1_CHROMATICITIES,
-                    False, "ACEScct log codes: ACES AP1 primaries (ACES S-2016-001)"),
+                    False, "ACEScct log codes: ACES AP1 primaries (ACES S-2016-001)", "aces_ap1", "acescct"),
         ColourSpace("lin_rec2020", "Linear Rec.2020", "lin_rec2020_scene", REC2020_CHROMATICITIES,
-                    True, "scene-linear: BT.2020 primaries, D65"),
+                    True, "scene-linear: BT.2020 primaries, D65", "bt2020", "linear"),
     )
 }  # fmt: skip
 # What EXR outputs and ProRes video may be written in: an SDR decode's own space too; an HDR decode's only
@@ -119,6 +123,16 @@ def space_attributes(name: str) -> dict[str, str]:
     space = colour_space(name)
     return {"colour_space": space.name, "ocio_colorspace": space.ocio, "ocio_config": f"ocio://{OCIO_CONFIG}",
             "color_interop_id": space.interop_id}  # fmt: skip
+
+
+def frames_colour_attributes(name: str) -> dict[str, Any]:
+    """What frames.zarr's frames array says of frames in space `name`: `space_attributes`, the primaries
+    and the transfer, and for scene-linear values ``valid_range`` None (no such attribute: they are not
+    bounded by [0, 1], nor is 1.0 white; `farm.store.frames` removes it)."""
+    space = colour_space(name)
+    return {**space_attributes(name), "colour_primaries": space.primaries,
+            "transfer_characteristics": space.transfer,
+            **({"valid_range": None, "colour_range": None} if space.linear else {})}  # fmt: skip
 
 
 def _ocio() -> Any:

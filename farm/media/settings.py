@@ -10,10 +10,15 @@ from typing import Any
 
 from farm import config
 from farm.errors import FarmError
-from farm.media.colour import space_attributes
+from farm.media.colour import frames_colour_attributes
 from farm.media.hdr import decoded_space, hdr_transfer
 
 HLG_MASTER = "hevc_hlg"  # what an HDR render's identity records as its video (farm.media.hlg)
+HLG_MASTER_SUFFIX = ".mp4"
+# the codecs --crf and --preset apply to (farm.media.video.CODECS' rate_control), and the values a render
+# identity leaves unrecorded (farm.yaml's defaults), so outputs rendered before they were recorded resume
+RATE_CONTROLLED = ("h264", "h265")
+UNRECORDED_CRF, UNRECORDED_PRESET = 18, "veryfast"
 
 
 @dataclass(frozen=True)
@@ -67,11 +72,19 @@ class VideoSettings:
             # only when not the default, so outputs rendered before the option existed still resume
             **({"exr_values": self.exr_values}
                if self.sequence == "exr" and self.exr_values != "display" else {}),  # fmt: skip
+            **self._rate_control_identity(),
             **({"hdr": self.hdr} if self.hdr else {}),
             **({"colorspace": self.colorspace} if self.colorspace else {}),
             # the video's tmcd track, EXR headers and timeline clips carry it; None: the job's timecode
             **({"timecode": self.timecode} if self.timecode else {}),
         }
+
+    def _rate_control_identity(self) -> dict[str, Any]:
+        """--crf and --preset of an H.264/H.265 video, each where not farm.yaml's default."""
+        if not self.enabled or self.hdr or self.codec not in RATE_CONTROLLED:
+            return {}
+        return {**({"crf": self.crf} if self.crf != UNRECORDED_CRF else {}),
+                **({"preset": self.preset} if self.preset != UNRECORDED_PRESET else {})}  # fmt: skip
 
     @property
     def writes_video(self) -> bool:
@@ -102,16 +115,16 @@ class VideoSettings:
     @property
     def colour_attributes(self) -> dict[str, Any]:
         """What frames.zarr's frames arrays say of their colour (an HDR or --colorspace render only, so
-        an SDR render's store is as it always was)."""
+        an SDR render's store is as it always was); a None value: no such attribute."""
         if self.hdr is None and self.colorspace is None:
             return {}
-        return {**space_attributes(self.frames_space), **({"hdr": self.hdr} if self.hdr else {})}
+        return {**frames_colour_attributes(self.frames_space), **({"hdr": self.hdr} if self.hdr else {})}
 
     @property
     def suffix(self) -> str:
         from farm.media.video import codec_for  # PyAV: off the planning path
 
-        return ".mp4" if self.hdr else codec_for(self.codec).suffix
+        return HLG_MASTER_SUFFIX if self.hdr else codec_for(self.codec).suffix
 
     @property
     def takes_yuv420(self) -> bool:

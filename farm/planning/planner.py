@@ -53,12 +53,13 @@ from farm.planning.costmodel import CostModel
 from farm.planning.render_state import (
     BatchWritten,
     Event,
-    FinishShot,
     OutputsOpened,
+    OutputWritten,
     RenderState,
     Started,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
     WorkersJoined,
 )
 from farm.planning.schedule import IO_WORKER_THREADS, Priority, Schedule, make_schedule
@@ -95,6 +96,7 @@ DEFAULT_MIN_OVERLAP = (MIN_TEMPORAL_OVERLAP, DEFAULT_SPATIAL_OVERLAP, DEFAULT_SP
 
 MAX_PER_AXIS = 8
 MAX_TILES = 64
+FINISH = "finish"  # the simulator's task (and output) of a shot's outputs written after its last batch
 MEMORY_HEADROOM = 0.9  # plan decode calls to at most this fraction of a worker's memory
 # Splitting shots that would decode whole must cut the predicted makespan by more than this: redundant
 # work costs GPU time other jobs could use, and the end-to-end figures (blend, write, encode measured on
@@ -440,7 +442,11 @@ class _Simulation:
         joins: Sequence[tuple[float, int]] = (),
     ):
         self.shots, self.schedule, self.cost, self.output = shots, schedule, cost, output
-        self.state = RenderState(schedule, [len(s.batch_tiles) for s in shots])
+        # a shot's outputs after its last batch (its video's join) are one "finish" task here; the
+        # state machine decides when the shot is finished, as it does for the render's driver
+        self.finishes = output and cost.shot_overhead_s > 0
+        finish = {p: (FINISH,) for p in range(len(shots))} if self.finishes else {}
+        self.state = RenderState(schedule, [len(s.batch_tiles) for s in shots], end_outputs=finish)
         # decode workers that join mid-render have their places from the start, idle until they join
         self.live = schedule.n_decode
         n, n_io = schedule.n_decode + sum(count for _, count in joins), schedule.n_io
@@ -505,7 +511,7 @@ class _Simulation:
                 self.push_ready(instruction.slot, priority, ("decode", instruction.step))
             elif isinstance(instruction, SubmitBlend):
                 self.blend_slot[instruction.blend] = instruction.slot
-            elif isinstance(instruction, FinishShot) and self.output and self.cost.shot_overhead_s > 0:
+            elif isinstance(instruction, SubmitEndOutputs) and self.finishes:
                 least = min(range(self.live), key=lambda i: (-self.free_threads[i], len(self.ready[i]), i))
                 self.push_ready(least, Priority.FINISH, ("finish", instruction.shot))
 
@@ -644,6 +650,8 @@ class _Simulation:
             self.stages_left[i] -= 1
             if self.stages_left[i] == 0:
                 self.apply(BatchWritten(i))
+        elif kind == FINISH:
+            self.apply(OutputWritten(i, FINISH))
 
     def run(self) -> dict[str, Any]:
         self.apply(Started())
@@ -660,7 +668,8 @@ class _Simulation:
             for i in sorted(self.touched):
                 self.start(i, now)
             self.touched.clear()
-        return {"makespan": makespan, **self.totals, "trace": self.trace}
+        finished = sorted(self.state.finished)
+        return {"makespan": makespan, **self.totals, "trace": self.trace, "finished": finished}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ one policy, worker joins included. Nothing here imports Dask, reads a clock or t
 >>> state.handle(Started())
 [SubmitDecode(step=0, slot=0), SubmitDecode(step=1, slot=1), SubmitBlend(blend=0, slot=0)]
 >>> state.handle(BatchWritten(0))
-[Release(unit=(0, 0, -1)), Release(unit=(0, 1, -1)), FinishShot(shot=0)]
+[Release(unit=(0, 0, -1)), Release(unit=(0, 1, -1)), SubmitEndOutputs(shot=0)]
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ class ShotFailed:
 
 
 @dataclass(frozen=True)
-class ShotFinished:
-    """Shot ``shot``'s finishing task (its video's join) is done."""
+class OutputWritten:
+    """A task writing shot ``shot``'s output ``kind`` (its sound, its video's join, …) is done."""
 
     shot: int
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class RenderCancelled:
 
 
 Event = (
-    Started | OutputsOpened | BatchWritten | ShotFailed | ShotFinished | WorkersJoined | WorkerLeft
+    Started | OutputsOpened | BatchWritten | ShotFailed | OutputWritten | WorkersJoined | WorkerLeft
     | RenderCancelled
 )
 
@@ -109,8 +110,9 @@ class SubmitBlend:
 
 
 @dataclass(frozen=True)
-class SubmitAudio:
-    """Decode shot ``shot``'s sound."""
+class SubmitStartOutputs:
+    """Submit the tasks writing shot ``shot``'s outputs written at its start, once the output arrays
+    exist (`farm.worker.writers.shot_writers("start")`: its sound)."""
 
     shot: int
 
@@ -123,8 +125,16 @@ class Release:
 
 
 @dataclass(frozen=True)
-class FinishShot:
-    """Every batch of shot ``shot`` is written: finish it (join its video)."""
+class SubmitEndOutputs:
+    """Every batch of shot ``shot`` is written: submit the tasks writing its outputs written after its
+    last batch (`shot_writers("end")`: its video's join). The shot is done once each is written."""
+
+    shot: int
+
+
+@dataclass(frozen=True)
+class ShotDone:
+    """Shot ``shot`` is finished: every output written after its last batch is written."""
 
     shot: int
 
@@ -136,7 +146,9 @@ class CancelShot:
     shot: int
 
 
-Instruction = SubmitDecode | SubmitBlend | SubmitAudio | Release | FinishShot | CancelShot
+Instruction = (
+    SubmitDecode | SubmitBlend | SubmitStartOutputs | Release | SubmitEndOutputs | ShotDone | CancelShot
+)
 
 
 class RenderState:
@@ -145,7 +157,12 @@ class RenderState:
     `batches`: per shot (position in the plans), how many batches it writes. `sound`: the shots whose
     sound this render decodes. `pinned`: shots that never move to a joining worker (their pieces go
     between given workers by CUDA IPC handle). `outputs_open`: False while the output arrays are still
-    being made; blends wait for :class:`OutputsOpened`.
+    being made; blends wait for :class:`OutputsOpened`. `end_outputs`: per shot, the outputs written
+    after its last batch (its video, …); the shot is done once each is written (:class:`OutputWritten`).
+    A shot without any never is: it finishes with its last batch, and nothing waits for more.
+
+    Every event handled goes into :attr:`log` with the instructions it led to, so a render can be
+    replayed (:meth:`replay`) and its decisions checked.
     """
 
     def __init__(
@@ -157,7 +174,16 @@ class RenderState:
         pinned: Collection[int] = (),
         carried: Collection[int] = (),
         outputs_open: bool = True,
+        end_outputs: Mapping[int, Collection[str]] | None = None,
     ) -> None:
+        self.setup: dict[str, Any] = {
+            "schedule": schedule, "batches": tuple(batches), "sound": tuple(sound),
+            "pinned": frozenset(pinned), "carried": frozenset(carried), "outputs_open": outputs_open,
+            "end_outputs": {p: frozenset(k) for p, k in (end_outputs or {}).items()},
+        }  # fmt: skip
+        self.log: list[tuple[Event, list[Instruction]]] = []
+        self.end_outputs: dict[int, frozenset[str]] = self.setup["end_outputs"]
+        self.finishing: dict[int, set[str]] = {}  # shot → its end outputs not written yet
         self.schedule = schedule
         self.sound, self.pinned, self.carried = tuple(sound), frozenset(pinned), frozenset(carried)
         self.outputs_open = outputs_open
@@ -190,8 +216,26 @@ class RenderState:
 
     def handle(self, event: Event) -> list[Instruction]:
         """Take one event; return the instructions it leads to, in the order to carry them out."""
-        handler: Callable[[Any], list[Instruction]] = getattr(self, "_on_" + type(event).__name__)
-        return handler(event)
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            names = ", ".join(t.__name__ for t in _HANDLERS)
+            raise TypeError(f"RenderState.handle takes an event ({names}), not {event!r}")
+        instructions = handler(self, event)
+        self.log.append((event, instructions))
+        return instructions
+
+    def replay(self) -> list[tuple[Event, list[Instruction]]]:
+        """The log of a fresh state machine set up as this one was, given this one's events in order."""
+        fresh = RenderState(**self.setup)
+        for event, _ in self.log:
+            fresh.handle(event)
+        return fresh.log
+
+    def _finish(self, shot: int) -> list[Instruction]:
+        """Every batch of `shot` is written: its end outputs go (done once each is written)."""
+        if self.end_outputs.get(shot):
+            self.finishing[shot] = set(self.end_outputs[shot])
+        return [SubmitEndOutputs(shot)]
 
     # -- the window ----------------------------------------------------------------------------------
 
@@ -245,9 +289,10 @@ class RenderState:
     # -- events --------------------------------------------------------------------------------------
 
     def _on_Started(self, _: Started) -> list[Instruction]:
-        out: list[Instruction] = [
-            FinishShot(p) for p, n in enumerate(self.batches_left) if n == 0 and p not in self.sound
-        ]  # resumed after their last batch: only the video is left
+        out: list[Instruction] = []
+        for p, n in enumerate(self.batches_left):
+            if n == 0 and p not in self.sound:  # resumed after their last batch: only the video is left
+                out.extend(self._finish(p))
         return out + self._fill()
 
     def _on_OutputsOpened(self, _: OutputsOpened) -> list[Instruction]:
@@ -256,9 +301,9 @@ class RenderState:
                                   not in self.failed]  # fmt: skip
         self.deferred.clear()
         for p in self.sound:  # written into OUT: once the outputs exist
-            out.append(SubmitAudio(p))
+            out.append(SubmitStartOutputs(p))
             if self.batches_left[p] == 0:
-                out.append(FinishShot(p))
+                out.extend(self._finish(p))
         return out
 
     def _on_BatchWritten(self, event: BatchWritten) -> list[Instruction]:
@@ -273,7 +318,7 @@ class RenderState:
                 out.extend(self._release(unit))
         self.batches_left[blend.shot] -= 1
         if self.batches_left[blend.shot] == 0:
-            out.append(FinishShot(blend.shot))
+            out.extend(self._finish(blend.shot))
         return out + self._fill()
 
     def _on_ShotFailed(self, event: ShotFailed) -> list[Instruction]:
@@ -281,9 +326,18 @@ class RenderState:
             return []
         return self._stop(event.shot) + self._fill()
 
-    def _on_ShotFinished(self, event: ShotFinished) -> list[Instruction]:
+    def _on_OutputWritten(self, event: OutputWritten) -> list[Instruction]:
+        """The shot is done once the last of its end outputs is written (one written at its start, the
+        sound, changes nothing: its video's join waits for it)."""
+        waiting = self.finishing.get(event.shot)
+        if waiting is None or event.kind not in waiting:
+            return []
+        waiting.discard(event.kind)
+        if waiting:
+            return []
+        del self.finishing[event.shot]
         self.finished.add(event.shot)
-        return []
+        return [ShotDone(event.shot)]
 
     def _on_WorkersJoined(self, event: WorkersJoined) -> list[Instruction]:
         """Every shot not started yet that one slot decodes and blends whole moves, round-robin, to the
@@ -319,3 +373,16 @@ class RenderState:
                 out.extend(self._stop(p))
         self.cursor = len(self.schedule.decodes)
         return out
+
+
+# Each event's handler: the one place an event type meets the code that decides what it leads to.
+_HANDLERS: dict[type, Callable[[RenderState, Any], list[Instruction]]] = {
+    Started: RenderState._on_Started,
+    OutputsOpened: RenderState._on_OutputsOpened,
+    BatchWritten: RenderState._on_BatchWritten,
+    ShotFailed: RenderState._on_ShotFailed,
+    OutputWritten: RenderState._on_OutputWritten,
+    WorkersJoined: RenderState._on_WorkersJoined,
+    WorkerLeft: RenderState._on_WorkerLeft,
+    RenderCancelled: RenderState._on_RenderCancelled,
+}

@@ -32,18 +32,19 @@ from farm.errors import FarmError
 from farm.planning.render_state import (
     BatchWritten,
     CancelShot,
-    FinishShot,
     Instruction,
     OutputsOpened,
+    OutputWritten,
     Release,
     RenderCancelled,
     RenderState,
+    ShotDone,
     ShotFailed,
-    ShotFinished,
     Started,
-    SubmitAudio,
     SubmitBlend,
     SubmitDecode,
+    SubmitEndOutputs,
+    SubmitStartOutputs,
     WorkerLeft,
     WorkersJoined,
 )
@@ -116,6 +117,9 @@ class RenderStats:
     encoded_bytes: int = 0  # of the video segments this render encoded
     encoded_pixels: int = 0  # their pixel-frames
     shots: dict[str, ShotOutcome] = field(default_factory=dict)
+    # each graph's state machine (one per render pass): its log, event by event with the instructions it
+    # led to, replays the render's decisions (`RenderState.replay`)
+    render_states: list[RenderState] = field(default_factory=list, repr=False)
 
     @property
     def encoded_bits_per_pixel(self) -> float | None:
@@ -366,7 +370,6 @@ class Driver:
         # (shot, kind) → the task writing a shot output that another waits for, until that one takes it
         self.waited_on: dict[tuple[int, str], Any] = {}
         self.waited_kinds = {kind for writer in SHOT_WRITERS.values() for kind in writer.waits_on}
-        self.finishing: dict[int, set[str]] = {}  # shot → its outputs written after its last batch, running
         self.state = RenderState(
             schedule,
             [len(p.batches) for p in plans],
@@ -375,7 +378,11 @@ class Driver:
             pinned={piece[0] for piece in self.shared},  # their pieces go between given workers
             carried={p for p, plan in enumerate(plans) if plan.chunk.carry},
             outputs_open=options.outputs_ready is None,
+            # what a shot is finished with: the outputs written after its last batch (its video's join)
+            end_outputs={p: [w.kind.name for w in shot_writers("end") if self.will_write(w, p)]
+                         for p in range(len(plans))},  # fmt: skip
         )
+        self.stats.render_states.append(self.state)
         self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     @property
@@ -396,12 +403,14 @@ class Driver:
                 self.submit_decode(self.schedule.decodes[instruction.step], instruction.slot)
             elif isinstance(instruction, SubmitBlend):
                 self.submit_blend(self.schedule.blends[instruction.blend])
-            elif isinstance(instruction, SubmitAudio):  # the shot's start: its sound
+            elif isinstance(instruction, SubmitStartOutputs):  # its sound
                 self.submit_shot_outputs(instruction.shot, "start")
             elif isinstance(instruction, Release):
                 self.release(instruction.unit)
-            elif isinstance(instruction, FinishShot):  # after its last batch: its video
+            elif isinstance(instruction, SubmitEndOutputs):  # its video's join
                 self.submit_shot_outputs(instruction.shot, "end")
+            elif isinstance(instruction, ShotDone) and self.on_shot_finished is not None:
+                self.on_shot_finished(self.plans[instruction.shot].shot)
             elif isinstance(instruction, CancelShot):
                 self.record_failure(instruction.shot, FarmError(CANCELLED))
                 self.stats.shots[self.plans[instruction.shot].shot].cancelled = True
@@ -514,8 +523,6 @@ class Driver:
             )  # fmt: skip
             if writer.kind.name in self.waited_kinds:
                 self.waited_on[(shot, writer.kind.name)] = done
-            if when == "end":
-                self.finishing.setdefault(shot, set()).add(writer.kind.name)
             self.futures.add(done)
             self.meaning[done.key] = ("shot-output", (shot, writer))
 
@@ -597,21 +604,13 @@ class Driver:
             self.shot_output_written(shot, writer, fut, result)
 
     def shot_output_written(self, shot: int, writer: ShotWriter, fut: Any, result: Any) -> None:
-        """A shot output's task ended: its file goes into the outcome; once every output written after
-        the shot's last batch is, the shot is finished (`ShotFinished`, then `on_shot_finished`)."""
+        """A shot output's task ended: its file goes into the outcome, and the state machine hears of it
+        (`OutputWritten`: once every output written after the shot's last batch is, `ShotDone`)."""
         if fut.status != "finished":
             self.fail_shot(shot, _exception(fut))
             return
         self.stats.shots[self.plans[shot].shot].files[writer.kind.name] = result[writer.reports]
-        finishing = self.finishing.get(shot)
-        if writer.when != "end" or finishing is None:
-            return
-        finishing.discard(writer.kind.name)
-        if not finishing:
-            del self.finishing[shot]
-            self.carry_out(self.state.handle(ShotFinished(shot)))
-            if self.on_shot_finished is not None:
-                self.on_shot_finished(self.plans[shot].shot)
+        self.carry_out(self.state.handle(OutputWritten(shot, writer.kind.name)))
 
     def cancel_all(self) -> None:
         self.carry_out(self.state.handle(RenderCancelled()))

@@ -12,7 +12,13 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from farm.media.settings import HLG_MASTER, with_decoder_hdr
+from farm.media.settings import (
+    HLG_MASTER,
+    RATE_CONTROLLED,
+    UNRECORDED_CRF,
+    UNRECORDED_PRESET,
+    with_decoder_hdr,
+)
 from farm.run.resume import identity_differences, other_settings_error, recorded_identity
 
 if TYPE_CHECKING:
@@ -27,6 +33,8 @@ if TYPE_CHECKING:
 RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
     "--batch-frames": ("plan", "batch_frames"),
     "--codec": ("outputs", "video"),
+    "--crf": ("outputs", "crf"),
+    "--preset": ("outputs", "preset"),
     "--sequence": ("outputs", "sequence"),
     "--first-frame": ("outputs", "first_frame"),
     "--frames-dtype": ("outputs", "frames_dtype"),
@@ -39,6 +47,15 @@ RECORDED_OPTIONS: dict[str, tuple[str, ...]] = {
 # options that set what a recorded value says besides its own (no video is a recorded codec of none)
 ALSO_SET_BY = {"--codec": ("--no-video",)}
 MISSING = object()
+# values recorded only when not these (`VideoSettings.identity`), and the outputs they are recorded for
+UNRECORDED_VALUES = {"--exr-values": "display", "--crf": UNRECORDED_CRF, "--preset": UNRECORDED_PRESET}
+
+
+def _recorded_for(option: str, identity: dict[str, Any]) -> bool:
+    """Whether `identity` would record `option` were it not its unrecorded value."""
+    if option == "--exr-values":
+        return _lookup(identity, ("outputs", "sequence")) == "exr"
+    return _lookup(identity, ("outputs", "video")) in RATE_CONTROLLED
 
 
 def given_settings(options: object | None, video: object | None) -> frozenset[str]:
@@ -66,8 +83,9 @@ def recorded_settings(identities: Iterable[dict[str, Any]]) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for option, path in RECORDED_OPTIONS.items():
         values = [_lookup(identity, path) for identity in identities]
-        if option == "--exr-values" and any(_lookup(i, ("outputs", "sequence")) == "exr" for i in identities):
-            values = ["display" if v is MISSING else v for v in values]  # recorded only when not display
+        if option in UNRECORDED_VALUES:
+            values = [UNRECORDED_VALUES[option] if v is MISSING and _recorded_for(option, i) else v
+                      for v, i in zip(values, identities, strict=True)]  # fmt: skip
         if option == "--audio-format":
             values = [v for v in values if v is not MISSING]  # recorded only for shots with sound
         distinct = {repr(v) for v in values}
@@ -91,7 +109,8 @@ def video_with(video: VideoSettings, taken: dict[str, Any]) -> VideoSettings:
             changes.update(enabled=False)
         else:  # an HDR render's video is its HLG master, which --hdr (recorded beside it) makes
             changes.update(enabled=True, **({} if codec == HLG_MASTER else {"codec": codec}))
-    fields = {"--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
+    fields = {"--crf": "crf", "--preset": "preset",
+              "--sequence": "sequence", "--frames-dtype": "frames_dtype", "--exr-values": "exr_values",
               "--audio-format": "audio_format", "--hdr": "hdr", "--colorspace": "colorspace",
               "--timecode": "timecode"}  # fmt: skip
     changes.update({fields[k]: v for k, v in taken.items() if k in fields})

@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import dask.config
@@ -131,6 +132,24 @@ class SetupClock:
         return setup, phases
 
 
+@dataclass(frozen=True)
+class PassSetup:
+    """What the set-up steps of one render pass read: its job (as it decodes), its request, and the
+    clock timing the steps."""
+
+    job: Job
+    request: RenderRequest
+    clock: SetupClock
+
+
+@dataclass(frozen=True)
+class ClusterSize:
+    """How many decode and I/O workers the render's cluster has."""
+
+    decode: int
+    io: int
+
+
 def render(
     job_path: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
@@ -218,6 +237,7 @@ def merged_stats(parts: Sequence[RenderStats]) -> RenderStats:
         merged.max_tiles_held = max(merged.max_tiles_held, part.max_tiles_held)
         merged.worker_steps.update(part.worker_steps)
         merged.shots.update(part.shots)
+        merged.render_states.extend(part.render_states)
     return merged
 
 
@@ -236,6 +256,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
     joins = joins_running_cluster(request.scheduler, request.scheduler_file, request.workers)
     # the weights as workers must find them, stamped before `_before_cluster` checks their content
     worker_spec = pinned_weights(job.spec).to_json()
+    setup = PassSetup(job, request, clock)
     early = _before_cluster(job, request, clock, joins=joins)
     if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
@@ -260,12 +281,12 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         clock.mark("connect, check the workers")
         first_reads = FirstReads(client, request, decode_workers, len(io_workers))
         plans, shot_errors, identities, points = _on_cluster(
-            job, request, clock, early, n_workers, len(io_workers), read_ahead=first_reads.read
+            setup, early, ClusterSize(n_workers, len(io_workers)), read_ahead=first_reads.read
         )
         assigned = assign_round_robin(points.pending, n_workers)
         first_reads.read(assigned)  # unless read before the hash was in
         window = _budget_window(client, request, decode_workers, gpu_bytes, plans, job)
-        outputs = _start_output(job, request, plans, identities, points, client=client, io_workers=io_workers)
+        outputs = _start_output(setup, plans, identities, points, client=client, io_workers=io_workers)
         clock.mark("size the window, start the outputs")
         timeline = RenderTimeline(job, out, plans, request.video, timecodes, request.log)
         timeline.start({p.shot for p in plans} - {p.shot for p in points.pending})
@@ -278,7 +299,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
                 middle = {p.shot: middle_batch(p) for p in plans}
                 with ShotThumbnails(client, request.render_id, out, request.on_progress,
                                     middle) as thumbnails:  # fmt: skip  # the farm page's
-                    targets = _targets(job, request, plans, points, timecodes, worker_spec,
+                    targets = _targets(setup, plans, points, timecodes, worker_spec,
                                        latent_chunks(early.hashing.result()[0]))  # fmt: skip
                     stats = run_graph(
                         client, assigned, targets, window=window, on_progress=thumbnails,
@@ -316,12 +337,13 @@ def _checked_cluster(
 
 
 def _targets(
-    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], points: ResumePoints,
-    timecodes: Mapping[str, str], spec_json: dict, chunks: Mapping[str, LatentChunks],
+    setup: PassSetup, plans: Sequence[ShotPlan], points: ResumePoints, timecodes: Mapping[str, str],
+    spec_json: dict, chunks: Mapping[str, LatentChunks],
 ) -> RenderTargets:  # fmt: skip
     """Where the render's tasks read and write, and what they write: one value for the graph. `spec_json`:
     the decoder spec with its weights pinned (`farm.decoders.weights.pinned_weights`); `chunks`: the
     digests of each shot's latent chunks."""
+    job, request = setup.job, setup.request
     return RenderTargets(
         job_path=str(job.path), spec_json=spec_json, out=request.out, latent_chunks=chunks,
         fps={name: info.rate or info.fps for name, info in job.shots.items()}, video=request.video,
@@ -482,28 +504,27 @@ def check_out_tree(job: Job, out: Output, names: Sequence[str], video: VideoSett
 
 
 def _on_cluster(
-    job: Job, request: RenderRequest, clock: SetupClock, early: BeforeCluster, n_workers: int, n_io: int, *,
+    setup: PassSetup, early: BeforeCluster, cluster: ClusterSize, *,
     read_ahead: Callable[[Sequence[ShotPlan]], None],
 ) -> tuple[list[ShotPlan], dict[str, FarmError], dict, ResumePoints]:  # fmt: skip
-    """Once connected to a cluster of `n_workers` decode and `n_io` I/O workers: the plans to render,
-    the shots' errors, identities and what is left (auto tiles planned for this cluster).
+    """Once connected to a cluster of `cluster` workers: the plans to render, the shots' errors,
+    identities and what is left (auto tiles planned for this cluster).
 
     A fresh OUT renders every planned shot whole (unless `--frames` picks batches), so `read_ahead` is
     given them (assigned to slots) before the latents' hash is waited for: the first latents are read
     meanwhile (a shot whose latent turns out unreadable is dropped, and its read is never taken)."""
+    job, request, clock = setup.job, setup.request, setup.clock
     checked = early.checked
     if checked is None:
         plans, shot_errors = early.plans, early.shot_errors
         if not early.plan_first:  # auto tiles for this cluster's workers, planned now only
-            plans, shot_errors = _plan_for_cluster(job, request, early.names, shot_errors, n_workers, n_io,
-                                                   clock)  # fmt: skip
+            plans, shot_errors = _plan_for_cluster(setup, early.names, shot_errors, cluster)
         if request.frame_numbers is None:
-            read_ahead(assign_round_robin(plans, n_workers))
+            read_ahead(assign_round_robin(plans, cluster.decode))
         checked = _check(job, request, plans, shot_errors, early.hashing, clock)
     plans, shot_errors, hashes, identities, points = checked
     if request.options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
-        plans, shot_errors = _plan_for_cluster(job, request, [p.shot for p in plans], shot_errors, n_workers,
-                                               n_io, clock)  # fmt: skip
+        plans, shot_errors = _plan_for_cluster(setup, [p.shot for p in plans], shot_errors, cluster)
         identities, points = _what_is_left(job, request, plans, hashes)
     return plans, shot_errors, identities, points
 
@@ -525,17 +546,17 @@ def _write_missing_timeline(
 
 
 def _plan_for_cluster(
-    job: Job, request: RenderRequest, names: Sequence[str], shot_errors: dict[str, FarmError], n_workers: int,
-    n_io: int, clock: SetupClock,
-) -> tuple[list[ShotPlan], dict[str, FarmError]]:  # fmt: skip
-    """Auto tiles planned once the cluster is known, for its `n_workers` decode and `n_io` I/O workers
-    (grids and chunking an earlier render of OUT used are kept), with the errors of shots that cannot
-    render added to `shot_errors`."""
+    setup: PassSetup, names: Sequence[str], shot_errors: dict[str, FarmError], cluster: ClusterSize
+) -> tuple[list[ShotPlan], dict[str, FarmError]]:
+    """Auto tiles planned once the cluster is known, for its decode and I/O workers (grids and chunking
+    an earlier render of OUT used are kept), with the errors of shots that cannot render added to
+    `shot_errors`."""
+    request = setup.request
     recorded = recorded_layout(request.out, names, request.restart)  # OUT is locked only now
-    plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
-                                    fixed_chunks=recorded.chunks, n_workers=max(1, n_workers), n_io=n_io,
-                                    video=request.video)  # fmt: skip
-    clock.mark("plan the job for the cluster")
+    plans, plan_errors = plan_shots(setup.job, request.options, names, fixed=recorded.grids,
+                                    fixed_chunks=recorded.chunks, n_workers=max(1, cluster.decode),
+                                    n_io=cluster.io, video=request.video)  # fmt: skip
+    setup.clock.mark("plan the job for the cluster")
     return plans, {**shot_errors, **plan_errors}
 
 
@@ -597,7 +618,7 @@ def _sound(job: Job, plans: Sequence[ShotPlan], video: VideoSettings) -> Sound |
 
 
 def _start_output(
-    job: Job, request: RenderRequest, plans: Sequence[ShotPlan], identities: dict, points: ResumePoints, *,
+    setup: PassSetup, plans: Sequence[ShotPlan], identities: dict, points: ResumePoints, *,
     client: Client, io_workers: Sequence[str],
 ) -> Future | DaskFuture:  # fmt: skip
     """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
@@ -607,19 +628,20 @@ def _start_output(
     They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
     small metadata files, Python work that on the render's own process would hold the GIL against the
     driver submitting the first decodes. Otherwise on a thread here."""
+    job, request = setup.job, setup.request
     remove_stale_temporaries(request.out)
     open_for_render(request.out, plan_opening(points), stale=False)
     for note in points.notes:
         request.log(note)
-    prepare = (request.out, job, plans, identities, request.options.batch_frames, request.video,
-               request.render_id)  # fmt: skip
+    prepare = OutputsToPrepare(request.out, job, tuple(plans), identities, request.options.batch_frames,
+                               request.video, request.render_id)  # fmt: skip
     if io_workers:
         outputs: Future | DaskFuture = client.submit(
-            _prepare_outputs, *prepare, key=(keys.PREPARE_OUTPUT, request.render_id), workers=[io_workers[0]],
+            _prepare_outputs, prepare, key=(keys.PREPARE_OUTPUT, request.render_id), workers=[io_workers[0]],
             allow_other_workers=True, priority=request.priority * Priority.JOB + Priority.BLEND, pure=False,
         )  # fmt: skip
     else:
-        outputs = _on_own_thread("farm-prepare", _prepare_outputs, *prepare)
+        outputs = _on_own_thread("farm-prepare", _prepare_outputs, prepare)
     if job.spec.random_weights:
         request.log(f"warning: {job.spec.describe()}: the frames are not a real decode")
     return outputs
@@ -654,10 +676,23 @@ def chunk_claims(job: Job, names: Sequence[str]) -> dict[str, FarmError]:
     return errors
 
 
-def _prepare_outputs(
-    out: Output, job: Job, plans: Sequence[ShotPlan], identities: dict, batch_frames: int,
-    video: VideoSettings, render_id: str,
-) -> None:  # fmt: skip
+@dataclass(frozen=True)
+class OutputsToPrepare:
+    """What `_prepare_outputs` writes into OUT: each plan's arrays and its render identity (owned by
+    `render_id`)."""
+
+    out: Output
+    job: Job
+    plans: tuple[ShotPlan, ...]
+    identities: dict
+    batch_frames: int
+    video: VideoSettings
+    render_id: str
+
+
+def _prepare_outputs(prepare: OutputsToPrepare) -> None:
+    out, job, plans, video = prepare.out, prepare.job, prepare.plans, prepare.video
+    identities, batch_frames, render_id = prepare.identities, prepare.batch_frames, prepare.render_id
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,
                    first_frame=video.first_frame, chunk_mib=video.frame_chunk_mib,
                    timecode=video.timecode, colour=video.colour_attributes)  # fmt: skip

@@ -19,6 +19,7 @@ from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
 from farm.decoders.ltx2.audio import check_audio_latent, superseded_sound
 from farm.errors import FarmError
+from farm.media.settings import UNRECORDED_CRF, UNRECORDED_PRESET
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
 from farm.store.claims import array_chunk_bytes, check_chunk_files, codec_names
 from farm.store.frames import FORMAT, fast_codecs
@@ -103,6 +104,8 @@ def recorded_identity(out: Output, shot: str) -> dict[str, Any] | None:
 # (identity key, then the key inside it).
 SETTING_NAMES = {
     ("outputs", "video"): "--codec",
+    ("outputs", "crf"): "--crf",
+    ("outputs", "preset"): "--preset",
     ("outputs", "sequence"): "--sequence",
     ("outputs", "first_frame"): "--first-frame",
     ("outputs", "frames_dtype"): "--frames-dtype",
@@ -120,7 +123,8 @@ SETTING_NAMES = {
     ("plan", "context"): "temporal context",
 }
 # what an identity means by a setting it leaves out (recorded only when not the default)
-UNRECORDED = {("outputs", "exr_values"): "display"}
+UNRECORDED = {("outputs", "exr_values"): "display", ("outputs", "crf"): UNRECORDED_CRF,
+              ("outputs", "preset"): UNRECORDED_PRESET}
 
 
 def _words(value: Any) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from farm.errors import FarmError
 from farm.media.rates import start_timecode
 from farm.media.sequences import FORMATS
-from farm.media.settings import VideoSettings
+from farm.media.settings import HLG_MASTER, HLG_MASTER_SUFFIX, VideoSettings
 from farm.media.timeline import SequenceFiles, TimelineShot, write_timeline
 from farm.planning.tiling import ShotPlan
 from farm.run.resume import recorded_identity
@@ -45,11 +45,13 @@ def timeline_shot(
     out: Output, shot: str, frames: int, rate: Fraction, timecode: str | None, outputs: Mapping[str, Any],
     finished: bool,
 ) -> TimelineShot:  # fmt: skip
-    """What the timeline says of one shot rendered with `outputs` (a render identity's "outputs")."""
+    """What the timeline says of one shot rendered with `outputs` (a render identity's "outputs"): its
+    video (an HDR render's HLG master) the active media, its image sequence the other."""
     from farm.media.video import CODECS  # imports PyAV: only where a timeline is written
 
     codec, sequence = outputs.get("video"), outputs.get("sequence")
-    video = f"{out.videos_dir.name}/{shot}{CODECS[codec].suffix}" if codec in CODECS else None
+    suffix = HLG_MASTER_SUFFIX if codec == HLG_MASTER else CODECS[codec].suffix if codec in CODECS else None
+    video = f"{out.videos_dir.name}/{shot}{suffix}" if suffix else None
     files = None
     if sequence in FORMATS and isinstance(outputs.get("first_frame"), int):
         folder = out.sequence_dir(shot).relative_to(out.root).as_posix()

@@ -51,7 +51,8 @@ def prepare_output(
     `dtype` is the Zarr master copy's: uint8 levels, or float16 in [0, 1]. `chunk_mib`: the most MiB in
     one chunk (`chunk_frames`). Beside each shot's frames go its coordinates (`write_coordinates`):
     frame numbers from `first_frame`, and channel names. `colour`: what each frames array says of its
-    colour space (`farm.media.settings.VideoSettings.colour_attributes`; nothing for an SDR render)."""
+    colour space (`farm.media.settings.VideoSettings.colour_attributes`; nothing for an SDR render; a key
+    with the value None is removed)."""
     with os_errors_in_one_line(f"cannot prepare the outputs in {str(out.root)!r}"):
         _prepare_output(out, job, shots, dtype, first_frame, chunk_mib, timecode, colour or {})
 
@@ -82,9 +83,11 @@ def _prepare_output(out: Output, job: Job, shots: Iterable[tuple[str, tuple[int,
         group.attrs.update({**clock, "random_weights": job.spec.random_weights})
         create_frames_array(out.frames_zarr, name, shape, batch_frames, dtype, job.shots[name].fps, chunk_mib)
         frames = group["frames"]
-        settled = {**clock, **colour}
+        settled = {**clock, **{k: v for k, v in colour.items() if v is not None}}
         if any(frames.attrs.get(k) != v for k, v in settled.items()):
             frames.attrs.update(settled)
+        for key in [k for k, v in colour.items() if v is None and k in frames.attrs]:
+            del frames.attrs[key]  # e.g. scene-linear values have no valid range
         write_coordinates(group, shape[0], first_frame)
         create_validity(out, name, shape[0], batch_frames)
         beneath.make_folders(out.root, out.segments_dir(name))
