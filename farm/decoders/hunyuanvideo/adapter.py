@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.hunyuanvideo import whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
@@ -130,3 +131,13 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
         return z / self.model.config.scaling_factor
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        return whole_frame.whole_frame_part(self.model, z)
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        return whole_frame.rest_of_decoder(self.model, shared)

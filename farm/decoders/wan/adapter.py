@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.wan import whole_frame
 from farm.decoders.wan.configs import WAN22, WAN22_TINY, WAN_TINY
 from farm.decoders.wan.layout import (
     WAN22_ORIGINAL,
@@ -140,3 +141,13 @@ class WanDecoder(DiffusersVideoDecoder):
         mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1).to(z)
         inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1).to(z)
         return z / inv_std + mean
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        return whole_frame.whole_frame_part(self.model, z)
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        return whole_frame.rest_of_decoder(self.model, shared)
