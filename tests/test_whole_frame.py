@@ -9,14 +9,21 @@ by the frames they decode, one pass per group. The rendered seams: tests/test_fi
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+import farm
 from farm.decoders import decoder_class
 from farm.decoders.hunyuanvideo import whole_frame as hunyuan_whole_frame
 from farm.errors import FarmError
 from farm.inputs.synthetic import synth_spec
+from farm.media.settings import VideoSettings
+from farm.planning.plan_table import describe_plans
 from farm.planning.tiling import ChunkSize, TileGrid, plan_shot, whole_frame_groups
+from farm.store.frames import read_frames
+from farm.store.job import create_job, write_shot
+from farm.store.output import Output
 from farm.worker.tasks import FromWholeFrame, decode_block, shared_block
 
 
@@ -76,3 +83,40 @@ def test_tiles_share_one_pass_per_frames_they_decode():
         decoded = [split.tiles[k].decode_slices()[0] for k in tiles]
         assert {(f.start, f.stop) for f in decoded} == {(first, stop)}
     assert whole_frame_groups(plan_shot("s", (4, 40, 24, 24), geometry, TileGrid((2, 1, 1), (1, 0, 0)))) == {}
+
+
+def test_farm_plan_says_the_tiles_share_the_whole_frame_pass():
+    expected = {"wan-tiny": "no blend (each tile equals", "hunyuanvideo-tiny": "halo 6 and no blend"}
+    for name, blend in expected.items():
+        spec = synth_spec(name)
+        cls = decoder_class(spec)
+        overlap = cls.spatial_overlap_for(spec.config)
+        grid = TileGrid((1, 2, 2), (0, overlap, overlap))
+        plan = plan_shot("s", (4, 3, 24, 24), cls.geometry_for_spec(spec), grid)
+        note = describe_plans([plan], spec, 2)
+        assert blend in note and "part that sees the whole frame runs once over it for every tile" in note
+    spec = synth_spec("ltx2-tiny")
+    plan = plan_shot("s", (128, 3, 24, 24), decoder_class(spec).geometry_for_spec(spec), TileGrid((1, 2, 2)))
+    assert "whole frame runs once" not in describe_plans([plan], spec, 2)
+
+
+def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, scheduler3):
+    """A 2x2 split whose tiles decode in temporal chunks, one task per chunk (streamed), through a real
+    cluster: every chunk decodes from its tile's block of the shot's whole-frame pass, so wan-tiny's tiles
+    equal the untiled render (its halo alone, without the pass, is 44.6 dB off over the seams)."""
+    spec = synth_spec("wan-tiny", seed=0)
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    channels = decoder_class(spec).latent_channels_for(spec.config)
+    z = np.random.default_rng(1).standard_normal((channels, 4, 24, 24))
+    write_shot(job, "s", z.astype(np.float32), fps=24.0)
+
+    def render(out: str, options: farm.PlanOptions) -> np.ndarray:
+        stats = farm.render(job, tmp_path / out, scheduler=scheduler3, options=options,
+                            video=VideoSettings(enabled=False), log=lambda _: None)  # fmt: skip
+        assert not stats.failed
+        return read_frames(Output(tmp_path / out), "s").astype(np.float64)
+
+    whole = render("whole", farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
+    tiled = render("tiled", farm.PlanOptions(tiles=(1, 2, 2), batch_frames=4, chunk=ChunkSize(frames=2)))
+    assert np.abs(tiled - whole).max() <= 1.0
