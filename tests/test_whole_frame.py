@@ -1,10 +1,11 @@
 """The decoders' part that sees the whole frame, run once over the whole frame, and the rest per tile.
 
 Wan's and HunyuanVideo's middle blocks see the whole frame (self-attention at latent resolution), which
-no halo reaches. farm runs ``conv_in`` and the middle block once over a shot's whole frame
-(`whole_frame`) and each tile decodes the rest from its block of that output (`decode_shared`): on the
-whole frame the two parts are the decoder (float32 noise); `farm.run.whole_frame` groups a plan's tiles
-by the frames they decode, one pass per group. The rendered seams: tests/test_fidelity.py (halo).
+no halo reaches. Their ``conv_in`` and middle block run once over a shot's whole frame (`whole_frame`)
+and each tile decodes the rest from its block of that output (`decode_shared`): on the whole frame the
+two parts are the decoder (float32 noise). Renders share Wan's pass (`shares_whole_frame`):
+`farm.run.whole_frame` groups a plan's tiles by the frames they decode, one pass per group. The rendered
+seams: tests/test_fidelity.py (halo) and the streamed render below.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def latent(decoder, fhw: tuple[int, int, int], seed: int = 1) -> torch.Tensor:
 @pytest.mark.parametrize("name", ["wan-tiny", "wan2.2-tiny", "hunyuanvideo-tiny"])
 def test_the_whole_frame_pass_and_the_rest_are_the_decoder(name):
     decoder = load(name)
-    assert decoder.shares_whole_frame(decoder.spec.config)
+    # renders share HunyuanVideo's pass no more than a blend beside the halo gains (docs/fidelity.md)
+    assert decoder.shares_whole_frame(decoder.spec.config) == name.startswith("wan")
     z = latent(decoder, (5, 6, 10))
     shared = decoder.whole_frame(z)
     assert tuple(shared.shape[1:]) == (5, 6, 10) and shared.device.type == "cpu"
@@ -86,18 +88,19 @@ def test_tiles_share_one_pass_per_frames_they_decode():
 
 
 def test_farm_plan_says_the_tiles_share_the_whole_frame_pass():
-    expected = {"wan-tiny": "no blend (each tile equals", "hunyuanvideo-tiny": "halo 6 and no blend"}
-    for name, blend in expected.items():
+    notes = {}
+    for name in ("wan-tiny", "hunyuanvideo-tiny", "ltx2-tiny"):
         spec = synth_spec(name)
         cls = decoder_class(spec)
         overlap = cls.spatial_overlap_for(spec.config)
         grid = TileGrid((1, 2, 2), (0, overlap, overlap))
-        plan = plan_shot("s", (4, 3, 24, 24), cls.geometry_for_spec(spec), grid)
-        note = describe_plans([plan], spec, 2)
-        assert blend in note and "part that sees the whole frame runs once over it for every tile" in note
-    spec = synth_spec("ltx2-tiny")
-    plan = plan_shot("s", (128, 3, 24, 24), decoder_class(spec).geometry_for_spec(spec), TileGrid((1, 2, 2)))
-    assert "whole frame runs once" not in describe_plans([plan], spec, 2)
+        channels = cls.latent_channels_for(spec.config)
+        plan = plan_shot("s", (channels, 3, 24, 24), cls.geometry_for_spec(spec), grid)
+        notes[name] = describe_plans([plan], spec, 2)
+    shared = "part that sees the whole frame runs once over it for every tile"
+    assert "halo 10, no blend (each tile equals" in notes["wan-tiny"] and shared in notes["wan-tiny"]
+    assert "halo 6 and a blend over overlap 5" in notes["hunyuanvideo-tiny"]
+    assert shared not in notes["hunyuanvideo-tiny"] and shared not in notes["ltx2-tiny"]
 
 
 def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, scheduler3):

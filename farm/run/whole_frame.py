@@ -1,6 +1,6 @@
 """The whole-frame passes a render's tiles decode from, for decoders with a part that sees the whole frame.
 
-Such a decoder (`DiffusersVideoDecoder.shares_whole_frame`: Wan, HunyuanVideo) runs that part once over
+Such a decoder (`DiffusersVideoDecoder.shares_whole_frame`: Wan) runs that part once over
 the frames a group of spatial tiles decodes and the whole frame (``("whole-frame", render, shot, first,
 stop)``, on a decode worker), and each tile of the group decodes the rest from its block of that output
 (`farm.worker.tasks.decode_tile`'s ``shared``). A group's pass is submitted with its first decode and let

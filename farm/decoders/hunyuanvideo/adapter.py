@@ -11,11 +11,12 @@ into its own overlapping temporal tiles (``use_framewise_decoding`` is on by def
 farm turns that off (its own temporal tiles and chunks replace it), so a single-tile farm decode equals
 ``vae.decode`` with ``use_framewise_decoding = False``, and equals the default for up to 4 latent frames.
 
-farm runs ``conv_in`` and the middle block (its attention over every latent position, causally masked in
-time, and its GroupNorms) once over the whole frame (`whole_frame`), and each spatial tile decodes the up
-blocks and the head from its block (plus halo) of that output. The up blocks' GroupNorm statistics still
-span the tile, so a tile's pixels differ slightly from a whole-shot decode everywhere, not only near its
-edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same).
+Those GroupNorm statistics, and the middle block's attention over every position of a tile (causally
+masked in time), make a tile's pixels differ slightly from a whole-shot decode everywhere, not only near
+its edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same). The
+decoder splits into the middle block run over the whole frame and the rest per tile (`whole_frame`,
+`decode_shared`), but with the up blocks' GroupNorms still per tile that split loses to the blend
+(docs/fidelity.md "Whole-frame pass"), so renders do not use it (`shares_whole_frame` is off).
 
 ``"latents": "normalized"``: ``HunyuanVideoPipeline`` divides by ``scaling_factor`` (no mean/std).
 """
@@ -70,15 +71,14 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # at overlap 4, 23.7 at 5, 24.6 at 6; hunyuanvideo (the real architecture, float32 CPU) 21.8 at 4 and 5,
     # 22.3 at 6. No overlap reaches the target: the GroupNorms' statistics differ over the whole tile
     # (sharing them across tiles would: docs/fidelity.md); each is the least within 1 dB of the best.
-    # With the whole-frame pass and the halo, a blend only lowers hunyuanvideo-tiny's seam band (34.7 dB
-    # without, 33.7 at overlap 5, through a render): it blends no more. The released config's stays until
-    # measured with the pass (`benchmarks/halo_calls.sh wholeframe`).
-    spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 0}
+    spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 5}
     # Halo: the top-left quarter of a 61x480x832 shot (bfloat16, RANDOM weights, an H200) decoded with 8
     # latent rows and columns beyond it reaches 40.4 dB, 16 only 41.1; hunyuanvideo-tiny (float32, a CPU,
     # `benchmarks/measure_halo.py`) stops at 32-33 dB from 6 (docs/fidelity.md). With the mid block run
-    # once over the whole frame (`--whole-frame`) it reaches 32.4 / 34.7 / 35.3 dB at 4 / 6 / 8: the up
-    # blocks' GroupNorm statistics still span each tile, so no halo makes it exact.
+    # once over the whole frame (`--whole-frame`) it reaches 32.4 / 34.7 / 35.3 dB at 4 / 6 / 8, but the up
+    # blocks' GroupNorm statistics still span each tile, and through a render with the blend (overlap 5)
+    # the pass loses: 33.7 dB over the band with it, 36.2 without. So tiles decode whole (no
+    # `shares_whole_frame`) and blend beside the halo; the split stays for measuring the released config.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "hunyuanvideo": {"bfloat16": 8}, "hunyuanvideo-tiny": {"float32": 6},
     }  # fmt: skip
@@ -137,10 +137,6 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
         return z / self.model.config.scaling_factor
-
-    @classmethod
-    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
-        return True
 
     def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
         return whole_frame.whole_frame_part(self.model, z)
