@@ -99,7 +99,6 @@ class FromWholeFrame:
         raise FarmError(f"the {self.decoder.family} decoder cannot carry its causal state between chunks")
 
 
-
 def decode_block(
     decoder: VideoDecoder | FromWholeFrame, latent: torch.Tensor, chunk: ChunkSize,
     origin: tuple[int, int, int] = (0, 0, 0),

@@ -79,4 +79,3 @@ def rest_of_decoder(model: Any, shared: torch.Tensor) -> torch.Tensor:
         x = up_block(x)
     x = decoder.conv_act(decoder.conv_norm_out(x))
     return decoder.conv_out(x)
-
