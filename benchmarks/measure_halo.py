@@ -16,6 +16,10 @@ float32 ≥ 70 dB over the band; where the dtype's own noise (its whole decode a
 the adapters record (``spatial_halo`` / ``measured_context``); `--stop` ends a sweep at the first
 value that does.
 
+``--whole-frame``: the tiles decode from the decoder's part that sees the whole frame, run once per
+temporal range over the whole frame (`DiffusersVideoDecoder.whole_frame`, Wan's and HunyuanVideo's mid
+block), as a render of a decoder with `shares_whole_frame` does.
+
 Random weights make activations larger and seams wider than a trained decoder's: upper bounds.
 
 Usage (from the repository root):
@@ -25,6 +29,7 @@ Usage (from the repository root):
         --halos 0,2,4,6,8,10,12 --out-json halo-ltx2.json
     python benchmarks/measure_halo.py context --decoder ltx2 --dtype bfloat16 --device cuda \\
         --shape 31,22,38 --contexts 6,8,9,10,12,14
+    python benchmarks/measure_halo.py halo --decoder wan-tiny --shape 3,24,24 --halos 4,6,8,10 --whole-frame
 """
 
 from __future__ import annotations
