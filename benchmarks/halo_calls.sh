@@ -7,10 +7,15 @@
 #   bash benchmarks/halo_calls.sh others     # halo: Wan 2.1, HunyuanVideo (480p, bf16)
 #   bash benchmarks/halo_calls.sh diffusion  # halo: the LTX-2.5 diffusion decoder (704p, bf16)
 #   bash benchmarks/halo_calls.sh floors     # bf16's own distance from float32 where a halo plateaus
+#   bash benchmarks/halo_calls.sh wholeframe # halo with the whole-frame pass: Wan 2.1 (720p), HunyuanVideo
 #
 # Each step writes its log and JSON under $OUT (the device's result folder) with a timeout of its own.
 set -uo pipefail
-case "${1:-}" in ltx | context | others | diffusion | floors) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors" >&2; exit 2 ;; esac
+case "${1:-}" in ltx | context | others | diffusion | floors | wholeframe) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors|wholeframe" >&2; exit 2 ;; wholeframe)  # tiles decode from the mid block run once over the whole frame (`--whole-frame`)
+    step wf-wan-bf16 280 halo --decoder wan --dtype bfloat16 --shape 21,90,160 --halos 4,8,12 --whole-frame --dtype-noise
+    step wf-hunyuan-bf16 280 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 8,12 --whole-frame
+    ;;
+esac
 OUT=${OUT:-/tmp/halo-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
@@ -47,5 +52,9 @@ floors)  # where a halo plateaus: how far the dtype itself is from float32 (the 
     step floor-ltxv-bf16 100 halo --decoder ltxv --dtype bfloat16 --shape 16,22,38 --halos 12,14 --dtype-noise
     step floor-wan-bf16 100 halo --decoder wan --dtype bfloat16 --shape 21,60,104 --halos 8 --dtype-noise
     step floor-ltx23-bf16 100 halo --decoder ltx2.3 --dtype bfloat16 --shape 16,34,60 --halos 12 --dtype-noise
+    ;;
+wholeframe)  # tiles decode from the mid block run once over the whole frame (`--whole-frame`)
+    step wf-wan-bf16 280 halo --decoder wan --dtype bfloat16 --shape 21,90,160 --halos 4,8,12 --whole-frame --dtype-noise
+    step wf-hunyuan-bf16 280 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 8,12 --whole-frame
     ;;
 esac

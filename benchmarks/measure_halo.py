@@ -16,6 +16,10 @@ float32 ≥ 70 dB over the band; where the dtype's own noise (its whole decode a
 the adapters record (``spatial_halo`` / ``measured_context``); `--stop` ends a sweep at the first
 value that does.
 
+``--whole-frame``: the tiles decode from the decoder's part that sees the whole frame, run once per
+temporal range over the whole frame (`DiffusersVideoDecoder.whole_frame`, Wan's and HunyuanVideo's mid
+block), as a render of a decoder with `shares_whole_frame` does.
+
 Random weights make activations larger and seams wider than a trained decoder's: upper bounds.
 
 Usage (from the repository root):
@@ -25,6 +29,7 @@ Usage (from the repository root):
         --halos 0,2,4,6,8,10,12 --out-json halo-ltx2.json
     python benchmarks/measure_halo.py context --decoder ltx2 --dtype bfloat16 --device cuda \\
         --shape 31,22,38 --contexts 6,8,9,10,12,14
+    python benchmarks/measure_halo.py halo --decoder wan-tiny --shape 3,24,24 --halos 4,6,8,10 --whole-frame
 """
 
 from __future__ import annotations
@@ -59,16 +64,28 @@ def load_random(name: str, seed: int, dtype: str, device: str):
     return decoder_class(spec).load(spec, device)
 
 
-def decode_plan(decoder, latent, plan: ShotPlan):
-    """The frames a render writes for `plan` (float32 [3, F, H, W], before clamping), decoded here."""
+def decode_plan(decoder, latent, plan: ShotPlan, whole_frame: bool = False):
+    """The frames a render writes for `plan` (float32 [3, F, H, W], before clamping), decoded here.
+
+    `whole_frame`: the decoder's whole-frame part run once over each temporal range the tiles decode
+    (`DiffusersVideoDecoder.whole_frame`), each tile decoding the rest from its block of it."""
     import torch
 
     from farm.worker.tasks import decode_block, drop_context
 
     full = None
+    shared: dict[tuple[int, int], torch.Tensor] = {}
     for tile in plan.tiles:
-        block = latent[(slice(None), *tile.decode_slices())]
-        pixels = decode_block(decoder, block, plan.chunk, origin=tile.decode_origin()).float()
+        frames, rows, cols = tile.decode_slices()
+        if whole_frame:
+            span = (frames.start, frames.stop)
+            if span not in shared:
+                shared[span] = decoder.whole_frame(latent[:, frames])
+            block = shared[span][:, :, rows, cols]
+            pixels = decoder.decode_shared(block, origin=tile.decode_origin()).float()
+        else:
+            block = latent[(slice(None), *tile.decode_slices())]
+            pixels = decode_block(decoder, block, plan.chunk, origin=tile.decode_origin()).float()
         pixels = drop_context(pixels, tile, decoder.geometry)
         wf, wh, ww = (torch.tensor(s.weights, dtype=torch.float32, device=pixels.device) for s in tile.pixels)
         pixels = pixels * wf.view(-1, 1, 1) * wh.view(1, -1, 1) * ww.view(1, 1, -1)
@@ -161,7 +178,7 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
         decoder.geometry = geometry_for(base, value)
         plan = plan_shot("probe", latent.shape, decoder.geometry, grid)
         started = time.perf_counter()
-        tiled = decode_plan(decoder, latent, plan)
+        tiled = decode_plan(decoder, latent, plan, args.whole_frame)
         row = {"value": value, **compare(tiled, whole, seam_band(plan, tiled.device)),
                "redundancy": round(plan.redundancy, 3),
                "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
@@ -200,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=("noise", "smooth"),
         help="latent values: white noise (the harder case, default) or farm synth's smooth ones",
     )
+    parser.add_argument("--whole-frame", action="store_true",
+                        help="tiles decode from the decoder's whole-frame pass (Wan, HunyuanVideo), run "
+                        "once per temporal range over the whole frame")
     parser.add_argument("--stop", action="store_true", help="stop at the first value reaching the floor")
     parser.add_argument("--dtype-noise", action="store_true",
                         help="also compare the whole decode with a float32 one: the dtype's own noise")
@@ -233,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
         )
         result = {"mode": args.mode, "decoder": args.decoder, "dtype": args.dtype, "shape": list(args.shape),
-                  "grid": list(grid.tiles), "weights": f"RANDOM (seed {args.seed})", "device": device,
+                  "grid": list(grid.tiles), "whole_frame": args.whole_frame,
+                  "weights": f"RANDOM (seed {args.seed})", "device": device,
                   "torch": torch.__version__, "date": str(date.today()), "least": least,
                   "rows": rows}  # fmt: skip
         Path(args.out_json).write_text(json.dumps(result, indent=1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 PREPARE_OUTPUT = "prepare-output"  # the render's output arrays and identity records, made once
 PREPARE_DECODER = "prepare-decoder"  # a decode worker's decoder, loaded while the render still sets up
 READ_LATENT = "read-latent"  # a decode worker's first latent, read while the render still sets up
+WHOLE_FRAME = "whole-frame"  # the decoder's part that sees the whole frame, once per shot's frames
 DECODE_TILE = "decode-tile"
 TILE_PIECE = "tile-piece"
 BLEND_BATCH = "blend-batch"
@@ -27,6 +28,7 @@ TASK_PREFIXES = (
     PREPARE_OUTPUT,
     PREPARE_DECODER,
     READ_LATENT,
+    WHOLE_FRAME,
     DECODE_TILE,
     TILE_PIECE,
     BLEND_BATCH,

@@ -163,17 +163,17 @@ def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, nam
 
 # Spatial halo: a 2x2 split with the default options (the decoder's halo; no blend where the halo alone
 # is exact) against the same shot untiled, on white-noise latents (the harder case) wide enough that no
-# tile's halo covers the frame. Exact halos: within one uint8 level of untiled. Wan and HunyuanVideo
-# see the whole frame somewhere (mid-block attention, GroupNorm statistics): their halo and blend must
-# reach what `benchmarks/measure_halo.py` measured for the halo alone (wan-tiny 43.7 dB over the seam
-# band at 8, hunyuanvideo-tiny 32.5 at 6), far above a blend alone (27.0 and 23.7 dB).
+# tile's halo covers the frame. Exact halos: within one uint8 level of untiled; Wan's among them, its
+# tiles decoding from the mid block run once over the whole frame (a whole-frame task per shot).
+# HunyuanVideo's up-block GroupNorms see each tile: its halo and blend (overlap 5) reach 36.2 dB over
+# the seam band (its halo alone 32.5 dB, `benchmarks/measure_halo.py`; a blend alone 23.7).
 HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a non-exact halo must reach
     "ltx2-tiny": ((2, 20, 20), None),
     "ltx2.3-tiny": ((2, 20, 20), None),
     "ltxv-tiny": ((2, 24, 24), None),
     "ltx2-diffusion-tiny": ((3, 12, 12), None),
-    "wan-tiny": ((3, 24, 24), 40.0),
-    "hunyuanvideo-tiny": ((3, 24, 24), 30.0),
+    "wan-tiny": ((3, 24, 24), None),
+    "hunyuanvideo-tiny": ((3, 24, 24), 35.0),
 }
 
 

@@ -160,6 +160,23 @@ class VideoDecoder(Protocol):
         ...
 
     @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        """Whether spatial tiles of this config decode from one whole-frame pass per shot's frames
+        (`whole_frame`, then `decode_shared`): the decoder has a part that sees the whole frame. Default:
+        no such part."""
+        ...
+
+    def whole_frame(self, latent: torch.Tensor) -> torch.Tensor:
+        """A shot's latent ``[C, f, h, w]`` over the whole frame → the output of the decoder's part that
+        sees the whole frame, ``[C', f, h, w]`` (indexed like the latent), on the CPU."""
+        ...
+
+    def decode_shared(self, shared: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
+        """A tile's block (context and halo included) of `whole_frame`'s output → its pixels, as `decode`
+        gives them for the same block of latent."""
+        ...
+
+    @classmethod
     def peak_bytes(cls, spec: DecoderSpec, pixels: Sequence[int] | int) -> int:
         """Estimated peak device memory of one decode call of ``(frames, height, width)`` output pixels
         (a pixel volume will do for decoders whose memory depends on the volume only)."""

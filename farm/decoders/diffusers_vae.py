@@ -580,3 +580,40 @@ class DiffusersVideoDecoder:
 
         with self._lock, torch.inference_mode():
             return self.unit_pixels(self.run_decoder(self.decoder_input(latent), origin)[0])
+
+    # ---- the part of the decoder that sees the whole frame ----------------------------------------
+    # A decoder whose early layers see the whole frame (a middle block's self-attention at latent
+    # resolution) is split in two: `whole_frame` runs those layers once over a shot's whole frame, and
+    # every tile decodes the rest from its block (plus halo) of that output (`decode_shared`), so no halo
+    # has to reach across the frame. By default a decoder has no such part.
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        """Whether tiles of this config decode from a whole-frame pass (`whole_frame`)."""
+        return False
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        """``vae.decode``'s input ``[1, C, f, h, w]`` → the shared part's output ``[1, C', f, h, w]``."""
+        raise FarmError(f"the {self.family} decoder has no whole-frame part")
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        """A block of `whole_frame_part`'s output → ``[1, 3, F, H, W]`` in [-1, 1], as ``vae.decode``."""
+        raise FarmError(f"the {self.family} decoder has no whole-frame part")
+
+    def whole_frame(self, latent: torch.Tensor) -> torch.Tensor:
+        """A shot's latent ``[C, f, h, w]`` over the whole frame → the shared part's output
+        ``[C', f, h, w]`` (latent frames, rows and columns as the latent's), in the decoder's dtype, on
+        the CPU (it travels to the tile tasks)."""
+        import torch
+
+        with self._lock, torch.inference_mode():
+            return self.whole_frame_part(self.decoder_input(latent))[0].to("cpu")
+
+    def decode_shared(self, shared: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
+        """A tile's block (halo and context included) of `whole_frame`'s output → its pixels, as `decode`
+        gives them for the same block of latent, but with the whole frame seen where the decoder sees it."""
+        import torch
+
+        with self._lock, torch.inference_mode():
+            z = shared.to(device=self.device, dtype=self.torch_dtype)[None]
+            return self.unit_pixels(self.rest_of_decoder(z, origin)[0])

@@ -27,7 +27,7 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
             + normalised_note(plan)
             + chunk_note(plan)
         )
-        seams = seam_note(plan, cls.halo_is_exact(spec.config))
+        seams = seam_note(plan, cls.halo_is_exact(spec.config), cls.shares_whole_frame(spec.config))
         if seams:
             lines.append(f"  {seams}")
         lines.append(
@@ -80,18 +80,26 @@ def normalised_note(plan: ShotPlan) -> str:
     return f" (ramps normalised on {', '.join(axes)})" if axes else ""
 
 
-def seam_note(plan: ShotPlan, halo_exact: bool) -> str:
+def seam_note(plan: ShotPlan, halo_exact: bool, whole_frame: bool = False) -> str:
     """How the shot's spatial seams are made: by the halo alone (each tile equals the untiled decode to
-    the dtype's noise), or by the halo and a blend (the decoder sees the whole frame somewhere)."""
+    the dtype's noise), or by the halo and a blend (the decoder sees the whole frame somewhere); with
+    `whole_frame`, the tiles decode from the decoder's part that sees the whole frame, run once over it."""
     if plan.grid.tiles[1:] == (1, 1):
         return ""
     halo = max((max(t.halo) for t in plan.tiles), default=0)
     overlap = max(plan.grid.overlap[1:])
+    shared = "; the decoder's part that sees the whole frame runs once over it for every tile" * whole_frame
     if halo and halo_exact and not overlap:
         return (f"spatial seams: halo {halo}, no blend (each tile equals the untiled decode to the dtype's "
-                "noise)")  # fmt: skip
+                f"noise){shared}")  # fmt: skip
     if halo and halo_exact:
-        return f"spatial seams: halo {halo} and a blend over overlap {overlap} (the halo alone would do)"
+        return (f"spatial seams: halo {halo} and a blend over overlap {overlap} (the halo alone would "
+                f"do){shared}")  # fmt: skip
+    if halo and whole_frame:
+        blend = f"and a blend over overlap {overlap}" if overlap else "and no blend"
+        return (f"spatial seams: halo {halo} {blend}{shared} (not the untiled decode: a part of the decoder "
+                "after it still sees the whole tile, or the halo alone is not measured to reach the dtype's "
+                "noise)")  # fmt: skip
     if halo:
         return (f"spatial seams: halo {halo} and a blend over overlap {overlap} (this decoder sees the whole "
                 "frame somewhere, which no halo reaches)")  # fmt: skip

@@ -412,6 +412,20 @@ def with_margins(intervals: Sequence[Interval], margins: Sequence[tuple[int, int
     return [before + iv.size + after for iv, (before, after) in zip(intervals, margins, strict=True)]
 
 
+def whole_frame_groups(plan: ShotPlan) -> dict[tuple[int, int], tuple[int, ...]]:
+    """For a decoder with a whole-frame pass: the plan's tiles (positions in ``plan.tiles``) by the latent
+    frames ``[start, stop)`` they decode (context included), each group sharing one pass over those
+    frames and the whole frame. Empty where the plan splits neither height nor width (a tile then is
+    the whole frame)."""
+    if plan.grid.tiles[1] * plan.grid.tiles[2] == 1:
+        return {}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k, tile in enumerate(plan.tiles):
+        frames = tile.decode_slices()[0]
+        groups.setdefault((frames.start, frames.stop), []).append(k)
+    return {span: tuple(tiles) for span, tiles in groups.items()}
+
+
 def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
     shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode

@@ -52,6 +52,7 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
+from farm.run.whole_frame import WholeFramePasses
 from farm.store.latent_chunks import LatentChunks
 from farm.store.output import Output
 from farm.worker.ipc import can_open, gpus_seen, one_host
@@ -383,6 +384,11 @@ class Driver:
                          for p in range(len(plans))},  # fmt: skip
         )
         self.stats.render_states.append(self.state)
+        self.whole_frame = WholeFramePasses(
+            self.plans, schedule, targets.spec_json, render_id=self.render_id, job_path=targets.job_path,
+            latent_chunks=targets.latent_chunks, compile=targets.compile, submit=self.submit,
+            workers=lambda: list(self.workers),
+        )  # fmt: skip
         self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     @property
@@ -429,9 +435,11 @@ class Driver:
         ahead = self.latents_ahead.pop(ahead_key(plan, step), None)
         recorded = t.latent_chunks.get(plan.shot)
         chunks = None if recorded is None else recorded.covering(tile.decode_slices())
+        shared = self.whole_frame.for_decode(step, self.base + step.priority)
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            ahead, chunks=chunks, key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
+            ahead, chunks=chunks, shared=shared,
+            key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
         )  # fmt: skip

@@ -82,9 +82,27 @@ def _weigh_in_place(pixels: torch.Tensor, tile: Tile, frames: slice = slice(None
     return pixels
 
 
+class FromWholeFrame:
+    """A tile's decoder where its shot shares a whole-frame pass (`DiffusersVideoDecoder.whole_frame`):
+    `decode_block` and `decode_segment` hand it blocks of that pass's output where they would hand
+    latent, and it decodes the rest of the decoder from them."""
+
+    def __init__(self, decoder: VideoDecoder) -> None:
+        self.decoder, self.geometry = decoder, decoder.geometry
+
+    def decode(self, block: torch.Tensor, origin: tuple[int, int, int] | None = None) -> torch.Tensor:
+        return self.decoder.decode_shared(block, origin)
+
+    def decode_carried(
+        self, latent: torch.Tensor, state: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[torch.Tensor, Any]:
+        raise FarmError(f"the {self.decoder.family} decoder cannot carry its causal state between chunks")
+
+
 def decode_block(
-    decoder: VideoDecoder, latent: torch.Tensor, chunk: ChunkSize, origin: tuple[int, int, int] = (0, 0, 0)
-) -> torch.Tensor:
+    decoder: VideoDecoder | FromWholeFrame, latent: torch.Tensor, chunk: ChunkSize,
+    origin: tuple[int, int, int] = (0, 0, 0),
+) -> torch.Tensor:  # fmt: skip
     """Decode a latent block ``[C, f, h, w]``, in chunks no larger than `chunk` when it is set.
 
     `origin` is the block's first latent frame, row and column in the shot: decoders whose output
@@ -240,6 +258,7 @@ def decode_tile(
     previous: dict | None = None,
     first_latent: tuple | None = None,
     chunks: LatentChunks | None = None,
+    shared: torch.Tensor | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -257,10 +276,16 @@ def decode_tile(
     render set up), used when it holds the latent this decode reads.
 
     `chunks`: the digests the render recorded of the latent chunks this tile reads; every chunk read is
-    checked against them (`farm.store.latent_chunks`), the one read ahead included."""
+    checked against them (`farm.store.latent_chunks`), the one read ahead included.
+
+    `shared`: the shot's whole-frame pass over the frames this tile decodes (`whole_frame_pass`), which
+    the tile decodes from in place of its latent."""
     check_visible(job_path, "job store")
     hold_gpu_memory()  # a worker that joined after the render started is held too
-    decoder = load_decoder(spec_json, worker_device(), compile=compile)
+    loaded = load_decoder(spec_json, worker_device(), compile=compile)
+    decoder: VideoDecoder | FromWholeFrame = loaded
+    if shared is not None:
+        decoder = FromWholeFrame(loaded)
     expected = tuple(span.size for span in tile.pixels)
     origin = tile.decode_origin()
     # temporal chunks (segments) never meet temporal context: the chunking guard keeps a tile split
@@ -269,6 +294,8 @@ def decode_tile(
     if segment >= 0:  # read only the latent frames this segment decodes
         first, stop = segment_latent_frames(segments[segment])
         latent = read_ahead_latent(previous, (first, stop))
+        if shared is not None:
+            latent = shared_block(shared, tile, slice(first, stop))
         if latent is None:
             latent = _latent_from(first_latent, (first, stop), chunks, job_path)
         if latent is None:
@@ -279,13 +306,16 @@ def decode_tile(
                 "a carried segment after the first needs the one before"
             )
             state = {} if previous is None else previous[CARRIED]
-            if segment + 1 < len(segments):
+            if segment + 1 < len(segments) and shared is None:
                 following = segment_latent_frames(segments[segment + 1])
                 ahead = _start_read_ahead(job_path, tile, following, chunks)
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         pieces = on_decode_thread(ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
-    latent = _latent_from(first_latent, None, chunks, job_path)
+    if shared is not None:
+        latent = shared_block(shared, tile)
+    else:
+        latent = _latent_from(first_latent, None, chunks, job_path)
     if latent is None:
         latent = read_tile_latent(job_path, tile, None, chunks)
     if len(segments) > 1:
@@ -311,6 +341,27 @@ def segment_latent_frames(segment: Segment) -> tuple[int, int]:
     """The tile-local latent frames ``[first, stop)`` a temporal segment's decode reads."""
     frames = [p.decode_slices()[0] for p in segment.pieces]
     return min(f.start for f in frames), max(f.stop for f in frames)
+
+
+def shared_block(shared: torch.Tensor, tile: Tile, frames: slice | None = None) -> torch.Tensor:
+    """The tile's block (halo included) of its whole-frame pass's output, which covers the frames the tile
+    decodes over the whole frame; only its tile-local latent `frames` where given."""
+    _, rows, cols = tile.decode_slices()
+    return shared[:, frames if frames is not None else slice(None), rows, cols]
+
+
+def whole_frame_pass(
+    job_path: str, spec_json: dict, shot: str, region: tuple[slice, slice, slice],
+    chunks: LatentChunks | None = None, compile: bool | str = False,
+) -> torch.Tensor:  # fmt: skip
+    """The part of the decoder that sees the whole frame, run once over a shot's latent `region` (the
+    frames its tiles decode, every row and column): what each tile of those frames decodes the rest of
+    the decoder from (`decode_tile`'s ``shared``)."""
+    check_visible(job_path, "job store")
+    hold_gpu_memory()
+    decoder = load_decoder(spec_json, worker_device(), compile=compile)
+    latent = read_region(job_path, shot, region, chunks)
+    return on_decode_thread(decoder.whole_frame, latent)
 
 
 # A carried segment's task reads the next segment's latent while its own kernels are queued, and hands
@@ -384,26 +435,34 @@ def read_tile_latent(
     """The latent block `tile` decodes (context included), or only its tile-local latent `frames`,
     checked finite; every chunk read checked present and, with `chunks`, against the render's digests
     (`seen` receives each chunk's sha256 as read)."""
-    import torch
-
     region = tile.decode_slices()
     if frames is not None:
         start = region[0].start
         region = (slice(start + frames.start, start + frames.stop), *region[1:])
+    return read_region(job_path, tile.shot, region, chunks, seen)
+
+
+def read_region(
+    job_path: str, shot: str, region: tuple[slice, slice, slice], chunks: LatentChunks | None = None,
+    seen: dict[str, str] | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """A shot's latent `region` (frames, rows, columns), checked as `read_tile_latent` says."""
+    import torch
+
     try:
-        block = read_latent(job_path, tile.shot, region, chunks, seen)
+        block = read_latent(job_path, shot, region, chunks, seen)
     except FarmError:  # a missing or changed chunk: said in its own words
         raise
     except Exception as exc:  # zarr/codec errors of many types: a corrupt or missing chunk
         raise FarmError(
-            f"shot {tile.shot!r}: cannot read latent frames {region[0].start}-{region[0].stop - 1} from "
+            f"shot {shot!r}: cannot read latent frames {region[0].start}-{region[0].stop - 1} from "
             f"{job_path!r} (corrupt or missing chunk? {type(exc).__name__}: {exc}); repair or re-export "
             "the latents"
         ) from None
     if not np.isfinite(block).all():
         bad = np.nonzero(~np.isfinite(block).all(axis=(0, 2, 3)))[0] + region[0].start
         raise FarmError(
-            f"shot {tile.shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
+            f"shot {shot!r}: latent holds NaN or Inf in latent frames {sorted(set(bad.tolist()))}; "
             "re-export the latents (nothing was decoded for this tile)"
         )
     return torch.from_numpy(block)
@@ -472,8 +531,9 @@ def share_piece(decoded: dict[Any, Any], batch: int) -> Any:
 
 
 def _decode_segments(
-    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segments: list[Segment], only: int,
-    origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None, first_frame: int = 0,
+    decoder: VideoDecoder | FromWholeFrame, latent: torch.Tensor, tile: Tile, segments: list[Segment],
+    only: int, origin: tuple[int, ...], cuts: list[tuple[int, slice]], state: dict | None,
+    first_frame: int = 0,
 ) -> dict[Any, Any]:  # fmt: skip
     """`state`: None unless the chunks carry the decoder's state; then the state the first segment
     decoded here starts from ({} at the tile's start). `first_frame`: the tile-local latent frame that
@@ -499,8 +559,8 @@ def _decode_segments(
 
 
 def decode_segment(
-    decoder: VideoDecoder, latent: torch.Tensor, tile: Tile, segment: Segment, origin: tuple[int, ...],
-    state: dict | None = None, first_frame: int = 0,
+    decoder: VideoDecoder | FromWholeFrame, latent: torch.Tensor, tile: Tile, segment: Segment,
+    origin: tuple[int, ...], state: dict | None = None, first_frame: int = 0,
 ) -> tuple[torch.Tensor, dict | None]:  # fmt: skip
     """One temporal segment of a tile: its chunks decoded, weighted by their ramps and summed (as
     `decode_block` does), then weighted by the tile's own ramps over the segment's frames.

@@ -13,7 +13,10 @@ farm turns that off (its own temporal tiles and chunks replace it), so a single-
 
 Those GroupNorm statistics, and the middle block's attention over every position of a tile (causally
 masked in time), make a tile's pixels differ slightly from a whole-shot decode everywhere, not only near
-its edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same).
+its edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same). The
+decoder splits into the middle block run over the whole frame and the rest per tile (`whole_frame`,
+`decode_shared`), but with the up blocks' GroupNorms still per tile that split loses to the blend
+(docs/fidelity.md "Whole-frame pass"), so renders do not use it (`shares_whole_frame` is off).
 
 ``"latents": "normalized"``: ``HunyuanVideoPipeline`` divides by ``scaling_factor`` (no mean/std).
 """
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.hunyuanvideo import whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
@@ -70,8 +74,11 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 5}
     # Halo: the top-left quarter of a 61x480x832 shot (bfloat16, RANDOM weights, an H200) decoded with 8
     # latent rows and columns beyond it reaches 40.4 dB, 16 only 41.1; hunyuanvideo-tiny (float32, a CPU,
-    # `benchmarks/measure_halo.py`) stops at 32-33 dB from 6 (docs/fidelity.md). The GroupNorm statistics
-    # and the mid block's attention see the whole clip, so HunyuanVideo keeps blending beside the halo.
+    # `benchmarks/measure_halo.py`) stops at 32-33 dB from 6 (docs/fidelity.md). With the mid block run
+    # once over the whole frame (`--whole-frame`) it reaches 32.4 / 34.7 / 35.3 dB at 4 / 6 / 8, but the up
+    # blocks' GroupNorm statistics still span each tile, and through a render with the blend (overlap 5)
+    # the pass loses: 33.7 dB over the band with it, 36.2 without. So tiles decode whole (no
+    # `shares_whole_frame`) and blend beside the halo; the split stays for measuring the released config.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "hunyuanvideo": {"bfloat16": 8}, "hunyuanvideo-tiny": {"float32": 6},
     }  # fmt: skip
@@ -130,3 +137,9 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
         return z / self.model.config.scaling_factor
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        return whole_frame.whole_frame_part(self.model, z)
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        return whole_frame.rest_of_decoder(self.model, shared)

@@ -7,9 +7,10 @@ latent frame ``s`` starts its own cache there and decodes frame ``s`` as a first
 tiling's causal shift expects (that frame gets blend weight 0 next to the previous tile). Frames a tile
 decodes after its first one depend only on the latent frames it holds.
 
-Spatially, the middle block's self-attention spans the whole tile (per frame), so a spatial tile's pixels
-differ slightly from a whole-frame decode everywhere, not only near its edges; the overlap blend hides
-the seams (diffusers' own ``tiled_decode`` relies on the same).
+Spatially, the middle block's self-attention spans the whole frame (per frame), which no halo reaches:
+farm runs ``conv_in`` and the middle block once over the whole frame (`whole_frame`) and each spatial
+tile decodes the up blocks and the head from its block (plus halo) of that output, so a tile's pixels
+equal a whole-frame decode's where its halo reaches as far as the up blocks see.
 
 ``"latents": "normalized"``: ``WanPipeline`` un-normalises with the config's ``latents_mean`` and
 ``latents_std`` (``z / (1 / std) + mean``); no scaling factor.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.checkpoints import Layout
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
+from farm.decoders.wan import whole_frame
 from farm.decoders.wan.configs import WAN22, WAN22_TINY, WAN_TINY
 from farm.decoders.wan.layout import (
     WAN22_ORIGINAL,
@@ -72,13 +74,15 @@ class WanDecoder(DiffusersVideoDecoder):
     # overlap 4, 25.5 at 5, 27.0 at 6, 27.7 at 7; wan (the real architecture, float32 CPU) 25.2 at 3, 27.1
     # at 4, 28.7 at 5.
     spatial_overlap: ClassVar[dict[str, int]] = {"wan": 4, "wan-tiny": 6}
-    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): wan bfloat16 at 480x832 on an H200, 8 gives
-    # 45.6 dB over the band (worst 8 levels), 12 and 16 no more (46.0, 46.2), where bfloat16's own noise
-    # would allow 47.6; wan-tiny float32 on a CPU stops at 43.7 dB (8) and 44.6 (10). The mid block's
-    # attention sees the whole frame, which no halo reaches, so Wan keeps blending beside the halo.
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights). The mid block's attention sees the whole
+    # frame, which no halo reaches: alone, wan bfloat16 at 480x832 on an H200 stops at 45.6 dB over the band
+    # at 8 (46.2 at 16), wan-tiny float32 on a CPU at 43.7 (8) and 44.6 (10). Tiles decode from the mid
+    # block run once over the whole frame (`shares_whole_frame`; `--whole-frame`): wan-tiny float32 then
+    # reaches 41.0 / 56.0 / 68.5 / 86.6 dB at 4 / 6 / 8 / 10 (worst 1 level from 8), the floor at 10.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
-        "wan": {"bfloat16": 8}, "wan2.2": {"bfloat16": 8}, "wan-tiny": {"float32": 8},
+        "wan": {"bfloat16": 8}, "wan2.2": {"bfloat16": 8}, "wan-tiny": {"float32": 10},
     }  # fmt: skip
+    halo_exact: ClassVar[frozenset[str]] = frozenset({"wan-tiny"})
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory); the
     # frame-by-frame loop makes wan-tiny ~80 times slower than ltx2-tiny per pixel on a CPU
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
@@ -140,3 +144,13 @@ class WanDecoder(DiffusersVideoDecoder):
         mean = torch.tensor(cfg.latents_mean).view(1, -1, 1, 1, 1).to(z)
         inv_std = 1.0 / torch.tensor(cfg.latents_std).view(1, -1, 1, 1, 1).to(z)
         return z / inv_std + mean
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        return whole_frame.whole_frame_part(self.model, z)
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        return whole_frame.rest_of_decoder(self.model, shared)
