@@ -37,6 +37,7 @@ from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
+from farm.decoders.minimax_h3 import MiniMaxH3Decoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -47,6 +48,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
+    "minimax-h3": MiniMaxH3Decoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

@@ -119,6 +119,8 @@ def unpack_tokens(
 def latent_size(geometry: Geometry, num_frames: int, height: int, width: int) -> tuple[int, int, int]:
     """Latent frames, rows and columns of a pipeline call of that many pixel frames and that size."""
     s, t = geometry.spatial_scale, geometry.temporal_scale
+    if geometry.clip is not None:  # the pipeline's frame counts are the decoder's own
+        return geometry.latent_frames(num_frames) or 0, height // s, width // s
     return ((num_frames - 1) // t + 1 if geometry.causal else num_frames // t), height // s, width // s
 
 

@@ -349,6 +349,12 @@ def trapezoid(length: int, left: int, right: int, left_from_zero: bool = False) 
     return w
 
 
+def whole_time(size: int, pixel_frames: int) -> tuple[list[Interval], list[PixelSpan], bool]:
+    """The time axis of a decoder that cuts its own clips (`Geometry.clip`): one interval, every pixel frame
+    of it at weight one."""
+    return [Interval(0, size, 0, 0)], [PixelSpan(0, pixel_frames, (1.0,) * pixel_frames)], True
+
+
 def pixel_span(iv: Interval, scale: int, *, temporal: bool, causal: bool) -> tuple[int, int, list[float]]:
     """Map a latent interval to pixel units: (start, stop, raw ramp weights)."""
     if temporal and causal:
@@ -470,8 +476,16 @@ def plan_shot(
         if len(values) != 3:
             raise FarmError(f"{name} needs three values F,H,W; got {values}")
     pixel_shape = geometry.pixel_shape((f, h, w))
+    if not geometry.splits_time and grid.tiles[0] > 1:
+        raise FarmError(
+            f"shot {shot!r}: this decoder cuts time into its own clips and blends them, so it decodes a "
+            f"shot whole in time; {grid.tiles[0]} temporal tiles are invalid: use --tiles 1,H,W"
+        )
     per_axis: list[tuple[list[Interval], list[PixelSpan], bool]] = []
     for axis, (size, count, overlap) in enumerate(zip((f, h, w), grid.tiles, grid.overlap, strict=True)):
+        if axis == 0 and not geometry.splits_time:
+            per_axis.append(whole_time(size, pixel_shape[0]))
+            continue
         name = f"shot {shot!r}, {AXES[axis]}"
         intervals = split_by_count(size, count, overlap, axis=name)
         temporal = axis == 0
@@ -574,6 +588,14 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
         temporal = axis == 0
         if temporal and chunk.carry and limit is not None:
             per_axis.append(carried_chunks(size, limit, geometry, chunk.taper))
+            continue
+        if temporal and not geometry.splits_time:
+            if limit is not None:
+                raise FarmError(
+                    f"--chunk of {limit} frames is invalid for this decoder: it cuts time into its own clips "
+                    "and blends them, so it decodes a tile whole in time; chunk rows and columns only"
+                )
+            per_axis.append(whole_time(size, pixel_shape[0])[:2])
             continue
         name = f"chunk {AXES[axis]}"
         intervals = (
