@@ -124,9 +124,9 @@ def test_frame_counts_follow_the_decoders_clips():
 
 def test_time_is_never_split():
     geometry = FAMILIES["minimax-h3"].geometry_for(CONFIG)
-    with pytest.raises(FarmError, match="decodes a shot whole in time"):
+    with pytest.raises(FarmError, match="decodes a shot whole along frames"):
         plan_shot("s", LATENT, geometry, TileGrid((2, 1, 1), (1, 0, 0)))
-    with pytest.raises(FarmError, match="chunk rows and columns only"):
+    with pytest.raises(FarmError, match="decodes a shot whole along frames"):
         plan_chunks(LATENT[1:], geometry, ChunkSize(frames=4))
     plan = plan_shot("s", LATENT, geometry, TileGrid((1, 2, 2), (0, 1, 1)))
     assert plan.pixel_shape == (22, 320, 384) and {t.pixels[0].size for t in plan.tiles} == {22}

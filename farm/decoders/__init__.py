@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from farm import config
+from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
@@ -49,6 +50,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
     "minimax-h3": MiniMaxH3Decoder,
+    "diffusers": AnyDiffusersDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)
@@ -67,7 +69,7 @@ def memory_model(spec: DecoderSpec) -> MemoryModel:
 
 
 def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
-    return FAMILIES[spec.family]
+    return FAMILIES[spec.family].for_spec(spec)
 
 
 def load_decoder(

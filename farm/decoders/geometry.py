@@ -30,8 +30,11 @@ class Geometry:
     `clip`: (latent frames, pixel frames) of the clips a decoder cuts time into itself (MiniMax-H3: 5
     and 17), for a decoder whose frame count is no multiple of a scale: each clip adds its pixel frames,
     and the last, partial clip of ``m`` latent frames gives ``1 + temporal_scale (m - 1)``. None: time
-    maps by `temporal_scale` alone. A shot of such a decoder is decoded whole in time (never split into
-    temporal tiles or chunks: the decoder blends its own clips).
+    maps by `temporal_scale` alone. Such a decoder decodes a shot whole in time (`whole_time`: the decoder
+    blends its own clips).
+
+    `whole_time` / `whole_space`: a plan never splits the shot along time / rows and columns (no tiles,
+    no chunks there): the decoder blends its own pieces there, or nothing was measured of its seams.
     """
 
     spatial_scale: int
@@ -43,6 +46,8 @@ class Geometry:
     carries: bool = False
     min_block: tuple[int, int, int] = (1, 1, 1)
     clip: tuple[int, int] | None = None
+    whole_time: bool = False
+    whole_space: bool = False
 
     def pixel_frames(self, latent_frames: int) -> int:
         if self.clip is not None:
@@ -65,10 +70,9 @@ class Geometry:
             steps -= 1
         return None if off or pixel_frames < 1 else steps + 1
 
-    @property
-    def splits_time(self) -> bool:
-        """Whether a shot may be cut into temporal tiles or chunks (not where the decoder cuts its clips)."""
-        return self.clip is None
+    def splits(self, axis: int) -> bool:
+        """Whether a plan may cut tiles or chunks along `axis` (0 frames, 1 rows, 2 columns)."""
+        return not (self.whole_time if axis == 0 else self.whole_space)
 
     def pixel_shape(self, latent_fhw: Sequence[int]) -> tuple[int, int, int]:
         f, h, w = latent_fhw

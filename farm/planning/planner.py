@@ -215,7 +215,7 @@ def candidates(
     per_axis: list[dict[int, tuple[int, list[int]]]] = []
     for axis, size in enumerate(sizes):
         options = {}
-        most = 1 if axis == 0 and not geometry.splits_time else min(max_per_axis, size)
+        most = min(max_per_axis, size) if geometry.splits(axis) else 1
         for count in range(1, most + 1):
             o = _fit_overlap(size, count, int(min_overlap[axis]))
             if o is None:

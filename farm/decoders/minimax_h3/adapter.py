@@ -86,6 +86,7 @@ class MiniMaxH3Decoder(DiffusersVideoDecoder):
             causal=False,
             min_block=(3, 1, 1),  # diffusers' clip loop decodes nothing from fewer latent frames
             clip=(math.ceil(clip_length / t), clip_length),
+            whole_time=True,
         )
         return cls._with_context(geometry, config)
 
