@@ -73,8 +73,9 @@ def synth(
     if shots < 1:
         raise FarmError(f"--shots {shots} is invalid; use 1 or more")
     if frames < 1 or g.latent_frames(frames) is None:
-        nearby = [n for n in range(max(frames - 2 * g.temporal_scale, 1), frames + 2 * g.temporal_scale + 1)
-                  if g.latent_frames(n) is not None][:2]  # fmt: skip
+        valid = [n for n in range(1, frames + 2 * g.temporal_scale + 1) if g.latent_frames(n) is not None]
+        nearby = [n for n in (max([n for n in valid if n < frames], default=None),
+                              min(n for n in valid if n > frames)) if n is not None]  # fmt: skip
         form = (f"{g.clip[1]}k + 1 + {g.temporal_scale}m (m below {g.clip[0]})" if g.clip
                 else f"1 + {g.temporal_scale}k" if g.causal else f"{g.temporal_scale}k")  # fmt: skip
         raise FarmError(
