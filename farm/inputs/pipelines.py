@@ -14,9 +14,11 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
   ``[B, C, F, H, W]``, normalized (``hunyuanvideo``).
+* ``MiniMaxH3ModularPipeline`` (a modular pipeline: no ``output_type="latent"``; its latents are what its
+  video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``).
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
+Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
 says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it
 returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
