@@ -18,9 +18,9 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
   video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``).
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
-says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it
-returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
+Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the
+job's spec says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises
+before it returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
 with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
 """

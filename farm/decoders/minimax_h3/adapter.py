@@ -57,7 +57,6 @@ class MiniMaxH3Decoder(DiffusersVideoDecoder):
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
         "MiniMaxH3ModularPipeline": ("normalized", False),
     }
-    comfyui_words: ClassVar[tuple[str, ...]] = ("minimax",)
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
     # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, float32 on a CPU, 2x2 tiles, no overlap):
