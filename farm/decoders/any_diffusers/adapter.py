@@ -63,8 +63,8 @@ class AnyDiffusersDecoder(DiffusersVideoDecoder):
             raise FarmError(f"{where}: {config_file} is not readable JSON ({exc})") from None
         saved = config.get("_class_name")
         if saved not in (None, name):
-            raise FarmError(f"{where}: {config_file} is a {saved} config, not a {name} one: give \"class\": "
-                            f"{saved!r}, or the folder of a {name}")  # fmt: skip
+            raise FarmError(f"{where}: {config_file} holds a {saved} config, not a {name} one: give "
+                            f"\"class\": {saved!r}, or the folder of a {name}")  # fmt: skip
         return {k: v for k, v in config.items() if not k.startswith("_")}
 
     @classmethod
