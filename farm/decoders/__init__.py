@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from farm import config
+from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
@@ -37,6 +38,7 @@ from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
+from farm.decoders.minimax_h3 import MiniMaxH3Decoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -47,6 +49,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
+    "minimax-h3": MiniMaxH3Decoder,
+    "diffusers": AnyDiffusersDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)
@@ -65,7 +69,7 @@ def memory_model(spec: DecoderSpec) -> MemoryModel:
 
 
 def decoder_class(spec: DecoderSpec) -> type[VideoDecoder]:
-    return FAMILIES[spec.family]
+    return FAMILIES[spec.family].for_spec(spec)
 
 
 def load_decoder(

@@ -90,6 +90,21 @@ class VideoDecoder(Protocol):
     latent_channels: int
 
     @classmethod
+    def for_spec(cls, spec: DecoderSpec) -> type[VideoDecoder]:
+        """The adapter class that decodes `spec` (the family's, or one per diffusers class it names)."""
+        ...
+
+    @classmethod
+    def unnamed_config(cls, raw: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """The config of a raw spec that gives none (None: the family's name is a named config)."""
+        ...
+
+    @classmethod
+    def plan_note(cls, spec: DecoderSpec) -> str | None:
+        """A line `farm plan` shows under the decoder, or None."""
+        ...
+
+    @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry: ...
 
     @classmethod
@@ -198,7 +213,7 @@ def parse_spec(
     if not isinstance(family, str) or family not in families:
         raise FarmError(f"{where}: unknown decoder family {family!r}; known families: {sorted(families)}")
     cls = families[family]
-    config = raw.get("config", family)
+    config = raw["config"] if "config" in raw else cls.unnamed_config(raw, where) or family
     revision: dict[str, int] = {}
     if isinstance(config, str):
         if config not in cls.named_configs:

@@ -155,6 +155,23 @@ class DiffusersVideoDecoder:
     # ---- shapes --------------------------------------------------------------------------------
 
     @classmethod
+    def for_spec(cls, spec: DecoderSpec) -> type[DiffusersVideoDecoder]:
+        """The adapter class that decodes `spec` (a family whose diffusers class the spec names gives a
+        class of its own per name); by default the family's class itself."""
+        return cls
+
+    @classmethod
+    def unnamed_config(cls, raw: dict[str, Any], where: str) -> dict[str, Any] | None:
+        """The config of a spec that gives no ``config`` (a family that reads it from the weights), or None:
+        the family's name is then a named config."""
+        return None
+
+    @classmethod
+    def plan_note(cls, spec: DecoderSpec) -> str | None:
+        """A line `farm plan` shows under the decoder (what the family decodes differently), or None."""
+        return None
+
+    @classmethod
     def model_class(cls) -> type:
         return getattr(importlib.import_module("diffusers"), cls.model_class_name)
 

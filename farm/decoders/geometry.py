@@ -26,6 +26,15 @@ class Geometry:
 
     `min_block`: the fewest latent frames, rows and columns one decode call takes (a neighbourhood
     attention's window must fit inside what it decodes); a plan never cuts smaller tiles or chunks.
+
+    `clip`: (latent frames, pixel frames) of the clips a decoder cuts time into itself (MiniMax-H3: 5
+    and 17), for a decoder whose frame count is no multiple of a scale: each clip adds its pixel frames,
+    and the last, partial clip of ``m`` latent frames gives ``1 + temporal_scale (m - 1)``. None: time
+    maps by `temporal_scale` alone. Such a decoder decodes a shot whole in time (`whole_time`: the decoder
+    blends its own clips).
+
+    `whole_time` / `whole_space`: a plan never splits the shot along time / rows and columns (no tiles,
+    no chunks there): the decoder blends its own pieces there, or nothing was measured of its seams.
     """
 
     spatial_scale: int
@@ -36,11 +45,34 @@ class Geometry:
     halo: int = 0
     carries: bool = False
     min_block: tuple[int, int, int] = (1, 1, 1)
+    clip: tuple[int, int] | None = None
+    whole_time: bool = False
+    whole_space: bool = False
 
     def pixel_frames(self, latent_frames: int) -> int:
+        if self.clip is not None:
+            clips, rest = divmod(latent_frames - 1, self.clip[0])
+            return clips * self.clip[1] + 1 + rest * self.temporal_scale
         if self.causal:
             return 1 + (latent_frames - 1) * self.temporal_scale
         return latent_frames * self.temporal_scale
+
+    def latent_frames(self, pixel_frames: int) -> int | None:
+        """The latent frames that decode to `pixel_frames`, or None where no latent count does."""
+        if self.clip is not None:
+            clips, rest = divmod(pixel_frames - 1, self.clip[1])
+            steps, off = divmod(rest, self.temporal_scale)
+            return None if off or steps >= self.clip[0] else clips * self.clip[0] + 1 + steps
+        if self.causal:
+            steps, off = divmod(pixel_frames - 1, self.temporal_scale)
+        else:
+            steps, off = divmod(pixel_frames, self.temporal_scale)
+            steps -= 1
+        return None if off or pixel_frames < 1 else steps + 1
+
+    def splits(self, axis: int) -> bool:
+        """Whether a plan may cut tiles or chunks along `axis` (0 frames, 1 rows, 2 columns)."""
+        return not (self.whole_time if axis == 0 else self.whole_space)
 
     def pixel_shape(self, latent_fhw: Sequence[int]) -> tuple[int, int, int]:
         f, h, w = latent_fhw

@@ -14,11 +14,13 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
   ``[B, C, F, H, W]``, normalized (``hunyuanvideo``).
+* ``MiniMaxH3ModularPipeline`` (a modular pipeline: no ``output_type="latent"``; its latents are what its
+  video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``).
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
-says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it
-returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
+Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the
+job's spec says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises
+before it returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
 with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
 """
@@ -119,6 +121,8 @@ def unpack_tokens(
 def latent_size(geometry: Geometry, num_frames: int, height: int, width: int) -> tuple[int, int, int]:
     """Latent frames, rows and columns of a pipeline call of that many pixel frames and that size."""
     s, t = geometry.spatial_scale, geometry.temporal_scale
+    if geometry.clip is not None:  # the pipeline's frame counts are the decoder's own
+        return geometry.latent_frames(num_frames) or 0, height // s, width // s
     return ((num_frames - 1) // t + 1 if geometry.causal else num_frames // t), height // s, width // s
 
 

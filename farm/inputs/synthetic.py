@@ -72,12 +72,15 @@ def synth(
     channels = cls.latent_channels_for(spec.config)
     if shots < 1:
         raise FarmError(f"--shots {shots} is invalid; use 1 or more")
-    valid_f = (frames - 1) % g.temporal_scale == 0 if g.causal else frames % g.temporal_scale == 0
-    if frames < 1 or not valid_f:
-        lo = (max(frames - 1, 0) // g.temporal_scale) * g.temporal_scale + 1
+    if frames < 1 or g.latent_frames(frames) is None:
+        valid = [n for n in range(1, frames + 2 * g.temporal_scale + 1) if g.latent_frames(n) is not None]
+        nearby = [n for n in (max([n for n in valid if n < frames], default=None),
+                              min(n for n in valid if n > frames)) if n is not None]  # fmt: skip
+        form = (f"{g.clip[1]}k + 1 + {g.temporal_scale}m (m below {g.clip[0]})" if g.clip
+                else f"1 + {g.temporal_scale}k" if g.causal else f"{g.temporal_scale}k")  # fmt: skip
         raise FarmError(
-            f"--frames {frames} cannot be produced by {decoder}: use 1 + {g.temporal_scale}k frames "
-            f"(e.g. {lo} or {lo + g.temporal_scale})"
+            f"--frames {frames} cannot be produced by {decoder}: use {form} frames "
+            f"(e.g. {' or '.join(map(str, nearby))})"
         )
     for name, value in (("--height", height), ("--width", width)):
         if value < g.spatial_scale or value % g.spatial_scale:
@@ -102,7 +105,8 @@ def synth(
             raise FarmError(f"job store {str(target)!r} already exists; choose a new path, or overwrite=True "
                             "to replace it")  # fmt: skip
         check_replaceable_job(target)
-    f = (frames - 1) // g.temporal_scale + 1 if g.causal else frames // g.temporal_scale
+    f = g.latent_frames(frames)
+    assert f is not None
     h, w = height // g.spatial_scale, width // g.spatial_scale
     rng = np.random.default_rng(seed)
     with staged_job(target) as stage:

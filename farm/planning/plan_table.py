@@ -14,7 +14,8 @@ from farm.planning.tiling import AXES, ShotPlan, carried_frames
 def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
     """The `farm plan` table: tiles, workers, latent and pixel ranges, redundant work, memory per tile."""
     cls = decoder_class(spec)
-    lines = [f"decoder: {spec.describe()}", f"workers: {n_workers}"]
+    note = cls.plan_note(spec)
+    lines = [f"decoder: {spec.describe()}", *([f"  {note}"] if note else []), f"workers: {n_workers}"]
     total_decoded = total_latent = 0
     for plan in plans:
         c, f, h, w = plan.latent_shape

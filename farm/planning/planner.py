@@ -217,7 +217,8 @@ def candidates(
     per_axis: list[dict[int, tuple[int, list[int]]]] = []
     for axis, size in enumerate(sizes):
         options = {}
-        for count in range(1, min(max_per_axis, size) + 1):
+        most = min(max_per_axis, size) if geometry.splits(axis) else 1
+        for count in range(1, most + 1):
             o = _fit_overlap(size, count, int(min_overlap[axis]))
             if o is None:
                 continue

@@ -349,6 +349,19 @@ def trapezoid(length: int, left: int, right: int, left_from_zero: bool = False) 
     return w
 
 
+def whole_axis(pixels: int, size: int) -> tuple[list[Interval], list[PixelSpan], bool]:
+    """An axis the decoder is not split along (`Geometry.splits`): one interval of `size` latent units, its
+    `pixels` at weight one."""
+    return [Interval(0, size, 0, 0)], [PixelSpan(0, pixels, (1.0,) * pixels)], True
+
+
+def unsplit(axis: int) -> str:
+    """Why a decoder is not split along `axis`, and what to do, in words."""
+    return (f"this decoder decodes a shot whole along {AXES[axis]} (it blends its own pieces there, or no "
+            "halo or context was measured for it: docs/decoders.md); use 1 tile and no --chunk along "
+            f"{AXES[axis]}")  # fmt: skip
+
+
 def pixel_span(iv: Interval, scale: int, *, temporal: bool, causal: bool) -> tuple[int, int, list[float]]:
     """Map a latent interval to pixel units: (start, stop, raw ramp weights)."""
     if temporal and causal:
@@ -484,8 +497,14 @@ def plan_shot(
         if len(values) != 3:
             raise FarmError(f"{name} needs three values F,H,W; got {values}")
     pixel_shape = geometry.pixel_shape((f, h, w))
+    for axis, count in enumerate(grid.tiles):
+        if count > 1 and not geometry.splits(axis):
+            raise FarmError(f"shot {shot!r}: {count} tiles along {AXES[axis]} are invalid: {unsplit(axis)}")
     per_axis: list[tuple[list[Interval], list[PixelSpan], bool]] = []
     for axis, (size, count, overlap) in enumerate(zip((f, h, w), grid.tiles, grid.overlap, strict=True)):
+        if not geometry.splits(axis):
+            per_axis.append(whole_axis(pixel_shape[axis], size))
+            continue
         name = f"shot {shot!r}, {AXES[axis]}"
         intervals = split_by_count(size, count, overlap, axis=name)
         temporal = axis == 0
@@ -588,6 +607,11 @@ def _plan_chunks(tile_latent_fhw: tuple[int, ...], geometry: Geometry, chunk: Ch
         temporal = axis == 0
         if temporal and chunk.carry and limit is not None:
             per_axis.append(carried_chunks(size, limit, geometry, chunk.taper))
+            continue
+        if not geometry.splits(axis):
+            if limit is not None:
+                raise FarmError(f"a --chunk of {limit} along {AXES[axis]} is invalid: {unsplit(axis)}")
+            per_axis.append(whole_axis(pixel_shape[axis], size)[:2])
             continue
         name = f"chunk {AXES[axis]}"
         intervals = (
