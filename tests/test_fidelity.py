@@ -2,11 +2,11 @@
 
 Each family's adapter records how many latent frames a temporal tile decodes before (context) and after
 (lookahead) its own and discards. Where the decoder's temporal receptive field is finite (LTX-2, LTX-Video,
-Wan) that makes a temporal split exact: within one uint8 level of the untiled render. HunyuanVideo's
-GroupNorms take statistics over the whole tile, so no split is exact there; its context must make a
-2-tile temporal split at least 1 dB closer to untiled than the same split without context. The shots
-are long enough that a later tile's context does not reach back to the shot's first frame (which would
-make the test trivially exact). Spatial tiles decode a halo (see the end of this file).
+Wan, CogVideoX, Mochi) that makes a temporal split exact: within one uint8 level of the untiled render.
+HunyuanVideo's GroupNorms take statistics over the whole tile, so no split is exact there; its context
+must make a 2-tile temporal split at least 1 dB closer to untiled than the same split without context.
+The shots are long enough that a later tile's context does not reach back to the shot's first frame
+(which would make the test trivially exact). Spatial tiles decode a halo (see the end of this file).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ SHOTS = {
     "ltxv-tiny": (24, 2, 2),
     "wan-tiny": (56, 2, 2),
     "hunyuanvideo-tiny": (20, 4, 4),
+    "cogvideox-tiny": (48, 2, 2),
+    "mochi-tiny": (30, 2, 2),
 }
 TEMPORAL = farm.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
 
@@ -72,7 +74,7 @@ def seam_frame(job) -> int:
     return later.pixels[0].start
 
 
-@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny"])
+@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny", "cogvideox-tiny", "mochi-tiny"])
 def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, scheduler3, name):
     job, geometry = make_job(tmp_path, name)
     seam_frame(job)
@@ -166,7 +168,8 @@ def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, nam
 # tile's halo covers the frame. Exact halos: within one uint8 level of untiled. Wan and HunyuanVideo
 # see the whole frame somewhere (mid-block attention, GroupNorm statistics): their halo and blend must
 # reach what `benchmarks/measure_halo.py` measured for the halo alone (wan-tiny 43.7 dB over the seam
-# band at 8, hunyuanvideo-tiny 32.5 at 6), far above a blend alone (27.0 and 23.7 dB).
+# band at 8, hunyuanvideo-tiny 32.5 at 6), far above a blend alone (27.0 and 23.7 dB); so must CogVideoX's
+# and Mochi's (whose GroupNorms see whole frames: cogvideox-tiny 41.6 dB at 8, mochi-tiny 45.0 at 4).
 HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a non-exact halo must reach
     "ltx2-tiny": ((2, 20, 20), None),
     "ltx2.3-tiny": ((2, 20, 20), None),
@@ -174,6 +177,8 @@ HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a
     "ltx2-diffusion-tiny": ((3, 12, 12), None),
     "wan-tiny": ((3, 24, 24), 40.0),
     "hunyuanvideo-tiny": ((3, 24, 24), 30.0),
+    "cogvideox-tiny": ((3, 24, 24), 40.0),
+    "mochi-tiny": ((3, 24, 24), 43.0),
 }
 
 

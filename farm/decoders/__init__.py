@@ -32,11 +32,13 @@ from typing import Any
 from farm import config
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
+from farm.decoders.cogvideox import CogVideoXDecoder
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
+from farm.decoders.mochi import MochiDecoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -47,6 +49,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
+    "cogvideox": CogVideoXDecoder,
+    "mochi": MochiDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

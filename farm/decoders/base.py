@@ -12,6 +12,7 @@ from farm.decoders.geometry import Geometry
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -114,6 +115,12 @@ class VideoDecoder(Protocol):
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
+
+    @classmethod
+    def from_pipeline_output(cls, pipeline: Any, data: np.ndarray, num_frames: int | None) -> np.ndarray:
+        """A pipeline's unpacked ``output_type="latent"`` latents → ``[B, C, F, H, W]`` as its decode hands
+        them to ``vae.decode`` (axes reordered, padding frames dropped; default: as they are)."""
+        ...
 
     @classmethod
     def original_layout(cls, names: list[str]) -> str | None:
