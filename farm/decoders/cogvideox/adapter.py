@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from farm.decoders.base import DecoderSpec
+from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.cogvideox.configs import COGVIDEOX_5B, COGVIDEOX_15, COGVIDEOX_TINY
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
@@ -100,6 +100,23 @@ class CogVideoXDecoder(DiffusersVideoDecoder):
         time_up = min(int(np.log2(full["temporal_compression_ratio"])), n_up)  # the first ones in time too
         geometry = Geometry(spatial_scale=2**n_up, temporal_scale=2**time_up, causal=True)
         return cls._with_context(geometry, config)
+
+    # Peak memory: one batch's activations at a time (at most 9 pixel frames, the first batch's), plus the
+    # output it concatenates. Per pixel-frame of a batch, bf16 on a GPU: HunyuanVideo's measured figure,
+    # whose full-resolution blocks are as wide (128 channels); not measured for CogVideoX itself.
+    bytes_per_pixel_frame: ClassVar[float] = 3420.0
+    memory_fit_terms: ClassVar[tuple[str, ...]] = ("const_bytes", "bytes_per_pixel", "bytes_per_frame_pixel")
+
+    @classmethod
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
+        """A batch's activations per pixel of a frame (whatever the clip's length), and the decoded
+        pieces and their concatenation per output pixel-frame (3 channels, twice, then float32)."""
+        batch = cls.bytes_per_pixel_frame * cls._width_ratio(spec.config) * dtype_bytes(spec.dtype) / 2
+        batch_frames = 1 + PAIR * cls.geometry_for(spec.config).temporal_scale
+        output = 6.0 * dtype_bytes(spec.dtype) + 12
+        terms = {"weight_bytes": cls.weight_bytes(spec), "bytes_per_pixel": output,
+                 "bytes_per_frame_pixel": batch_frames * batch}  # fmt: skip
+        return cls._measured_terms(spec, terms)
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:

@@ -51,6 +51,10 @@ class MochiDecoder(DiffusersVideoDecoder):
         "mochi": {"bfloat16": 8}, "mochi-tiny": {"float32": 4},
     }  # fmt: skip
 
+    # bf16 on a GPU, per output pixel-frame: HunyuanVideo's measured figure, whose full-resolution blocks
+    # are as wide (128 channels); not measured for Mochi itself.
+    bytes_per_pixel_frame: ClassVar[float] = 3420.0
+
     @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry:
         full = cls._full_config(config)
