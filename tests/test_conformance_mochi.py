@@ -3,10 +3,11 @@ decodes (the latents un-normalised with the config's ``latents_mean`` / ``latent
 ``scaling_factor``, then ``vae.decode`` in one pass, dropping the first 5 of its ``6 F`` frames), in
 float32 on a CPU.
 
-The weights are a diffusers folder (``save_pretrained``), as genmo/mochi-1-preview ships its ``vae/``.
-farm ingests the normalized latents with the tiny named config and that folder and renders them on a real
-cluster: the frames equal the pipeline's decode to the last 8-bit level, and so do two temporal tiles
-whose later one decodes its measured context (not back to the shot's first frame).
+The weights are a diffusers folder (``save_pretrained``), as genmo/mochi-1-preview ships its ``vae/``, or
+ComfyUI's repackaged ``mochi_vae.safetensors`` (genmo's own names under ``decoder.``). farm ingests the
+normalized latents with the tiny named config and those weights and renders them on a real cluster: the
+frames equal the pipeline's decode to the last 8-bit level, and so do two temporal tiles whose later one
+decodes its measured context (not back to the shot's first frame).
 """
 
 from __future__ import annotations
@@ -69,3 +70,48 @@ def test_mochi_folder_renders_as_its_pipeline_decodes(tmp_path, scheduler3):
     for got in (untiled, temporal):
         diff = np.abs(got.astype(np.int16) - want.astype(np.int16))
         assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).mean())
+
+
+# Names of the released decoder's tensors in genmo's layout, as diffusers'
+# scripts/convert_mochi_to_diffusers.py (`convert_mochi_vae_state_dict_to_diffusers`) reads them, beside
+# the diffusers names it gives them.
+SCRIPT_NAMES = {
+    "decoder.conv_in.weight": "decoder.blocks.0.0.weight",
+    "decoder.block_in.resnets.0.norm1.norm_layer.weight": "decoder.blocks.0.1.stack.0.weight",
+    "decoder.block_in.resnets.2.conv2.conv.bias": "decoder.blocks.0.3.stack.5.bias",
+    "decoder.up_blocks.0.resnets.5.conv1.conv.weight": "decoder.blocks.1.blocks.5.stack.2.weight",
+    "decoder.up_blocks.1.resnets.3.norm2.norm_layer.bias": "decoder.blocks.2.blocks.3.stack.3.bias",
+    "decoder.up_blocks.2.proj.weight": "decoder.blocks.3.proj.weight",
+    "decoder.block_out.resnets.2.conv2.conv.weight": "decoder.blocks.4.2.stack.5.weight",
+    "decoder.proj_out.bias": "decoder.output_proj.bias",
+}
+
+
+def test_original_layout_names_every_released_decoder_tensor_as_the_conversion_script_does():
+    cls = FAMILIES["mochi"]
+    full = cls._full_config({})
+    names = {n: cls.original_name(n, "mochi-original", full) for n in cls.decoder_tensor_shapes({})}
+    assert len(names) == 162 and len(set(names.values())) == len(names)  # every tensor, one name each
+    assert all(v.startswith(("decoder.blocks.", "decoder.output_proj.")) for v in names.values())
+    assert {k: names[k] for k in SCRIPT_NAMES} == SCRIPT_NAMES
+    assert cls.original_layout(list(names.values())) == "mochi-original"
+    assert cls.original_layout(list(names)) is None  # diffusers' own names
+
+
+def test_comfyui_mochi_vae_file_renders_as_its_pipeline_decodes(tmp_path, scheduler3):
+    """ComfyUI's repackaged ``mochi_vae.safetensors``: genmo's names under ``decoder.``."""
+    from safetensors.torch import save_file
+
+    cls = FAMILIES["mochi"]
+    source = seeded(cls.named_configs[NAME], seed=7)
+    full = cls._full_config(cls.named_configs[NAME])
+    keep = cls.decoder_tensor_shapes(cls.named_configs[NAME])
+    path = tmp_path / "mochi_vae.safetensors"
+    save_file({cls.original_name(k, "mochi-original", full): v.contiguous()
+               for k, v in source.state_dict().items() if k in keep}, str(path))  # fmt: skip
+    latent = smooth_latent(np.random.default_rng(4), (12, 3, 4, 6))
+    want = pipeline_decode(source, torch.from_numpy(latent))
+    (untiled,) = ingest_and_render(tmp_path, latent, {"family": "mochi", "config": NAME}, path, scheduler3,
+                                   [((1, 1, 1), None)])  # fmt: skip
+    diff = np.abs(untiled.astype(np.int16) - want.astype(np.int16))
+    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).mean())

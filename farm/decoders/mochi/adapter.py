@@ -22,6 +22,7 @@ from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.mochi.configs import MOCHI_TINY
+from farm.decoders.mochi.layout import MOCHI_ORIGINAL, is_mochi_original, mochi_original_name
 
 if TYPE_CHECKING:
     import torch
@@ -78,6 +79,16 @@ class MochiDecoder(DiffusersVideoDecoder):
         decoder.model.drop_last_temporal_frames = True  # the pipeline's 1 + 6 (F - 1) frames
         assert isinstance(decoder, MochiDecoder)
         return decoder
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return MOCHI_ORIGINAL if is_mochi_original(names) else None
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == MOCHI_ORIGINAL:
+            return mochi_original_name(name, full_config)
+        return super().original_name(name, layout, full_config)
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``MochiPipeline``: ``z · latents_std / scaling_factor + latents_mean`` from the config."""
