@@ -155,7 +155,7 @@ class CogVideoXDecoder(DiffusersVideoDecoder):
                     "so farm drops it too"
                 )
             return data
-        wanted = (num_frames - 1) // 4 + 1
+        wanted = (num_frames - 1) // int(getattr(pipeline, "vae_scale_factor_temporal", 4)) + 1
         padding = frames - wanted
         if not 0 <= padding < patch_t:
             raise FarmError(
