@@ -2,11 +2,11 @@
 
 Each family's adapter records how many latent frames a temporal tile decodes before (context) and after
 (lookahead) its own and discards. Where the decoder's temporal receptive field is finite (LTX-2, LTX-Video,
-Wan) that makes a temporal split exact: within one uint8 level of the untiled render. HunyuanVideo's
-GroupNorms take statistics over the whole tile, so no split is exact there; its context must make a
-2-tile temporal split at least 1 dB closer to untiled than the same split without context. The shots
-are long enough that a later tile's context does not reach back to the shot's first frame (which would
-make the test trivially exact). Spatial tiles decode a halo (see the end of this file).
+Wan, CogVideoX, Mochi) that makes a temporal split exact: within one uint8 level of the untiled render.
+HunyuanVideo's GroupNorms take statistics over the whole tile, so no split is exact there; its context
+must make a 2-tile temporal split at least 1 dB closer to untiled than the same split without context.
+The shots are long enough that a later tile's context does not reach back to the shot's first frame
+(which would make the test trivially exact). Spatial tiles decode a halo (see the end of this file).
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ SHOTS = {
     "ltxv-tiny": (24, 2, 2),
     "wan-tiny": (56, 2, 2),
     "hunyuanvideo-tiny": (20, 4, 4),
+    "cogvideox-tiny": (48, 2, 2),
+    "mochi-tiny": (30, 2, 2),
 }
 TEMPORAL = farm.PlanOptions(tiles=(2, 1, 1), overlap=(1, 0, 0), batch_frames=64)
 
@@ -72,7 +74,7 @@ def seam_frame(job) -> int:
     return later.pixels[0].start
 
 
-@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny"])
+@pytest.mark.parametrize("name", ["ltx2-tiny", "ltxv-tiny", "wan-tiny", "cogvideox-tiny", "mochi-tiny"])
 def test_temporal_split_is_exact_where_the_receptive_field_is_finite(tmp_path, scheduler3, name):
     job, geometry = make_job(tmp_path, name)
     seam_frame(job)
@@ -168,7 +170,8 @@ def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, nam
 # HunyuanVideo's up-block GroupNorms see each tile: its halo and blend (overlap 5) reach 36.2 dB over
 # the seam band (its halo alone 32.5 dB, `benchmarks/measure_halo.py`; a blend alone 23.7).
 # MiniMax-H3's ViT decodes its own 256-px tiles, laid out from the decoded block's corner: minimax-h3-tiny
-# 56.4 dB at halo 8.
+# 56.4 dB at halo 8. CogVideoX's and Mochi's GroupNorms see whole frames: their halo and blend must
+# reach what the halo alone measured (cogvideox-tiny 41.6 dB at 8, mochi-tiny 45.0 at 4).
 HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a non-exact halo must reach
     "ltx2-tiny": ((2, 20, 20), None),
     "ltx2.3-tiny": ((2, 20, 20), None),
@@ -177,6 +180,8 @@ HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a
     "wan-tiny": ((3, 24, 24), None),
     "hunyuanvideo-tiny": ((3, 24, 24), 35.0),
     "minimax-h3-tiny": ((3, 32, 36), 50.0),  # 56.4 dB measured for the halo alone (7x40x44)
+    "cogvideox-tiny": ((3, 24, 24), 40.0),
+    "mochi-tiny": ((3, 24, 24), 43.0),
 }
 
 

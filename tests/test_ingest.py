@@ -367,6 +367,27 @@ def tiny_pipeline(family: str, vae_dir: Path):
             text_dim=16, freq_dim=32, ffn_dim=32, num_layers=1, rope_max_seq_len=32)  # fmt: skip
         cls, parts = d.WanPipeline, {"text_encoder": None, "tokenizer": None}
         prompt = {"prompt_embeds": torch.randn(1, 4, 16), "guidance_scale": 1.0}
+    elif family == "cogvideox":  # CogVideoX1.5's form: latent frames padded to a multiple of patch_size_t
+        from farm.decoders.cogvideox import COGVIDEOX_TINY
+
+        vae = d.AutoencoderKLCogVideoX(**COGVIDEOX_TINY)
+        transformer = d.CogVideoXTransformer3DModel(
+            num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4, time_embed_dim=8,
+            text_embed_dim=16, num_layers=1, sample_width=4, sample_height=4, sample_frames=9, patch_size=2,
+            patch_size_t=2, max_text_seq_length=4, use_rotary_positional_embeddings=True)  # fmt: skip
+        cls, parts = d.CogVideoXPipeline, {"text_encoder": None, "tokenizer": None}
+        prompt = {"prompt_embeds": torch.randn(1, 4, 16), "guidance_scale": 1.0}
+    elif family == "mochi":
+        from farm.decoders.mochi import MOCHI_TINY
+
+        vae = d.AutoencoderKLMochi(**MOCHI_TINY)
+        transformer = d.MochiTransformer3DModel(
+            patch_size=2, num_attention_heads=2, attention_head_dim=8, num_layers=1, pooled_projection_dim=16,
+            in_channels=12, text_embed_dim=16, time_embed_dim=4)  # fmt: skip
+        cls, parts = d.MochiPipeline, {"text_encoder": None, "tokenizer": None}
+        prompt = {"prompt_embeds": torch.randn(1, 4, 16), "prompt_attention_mask": torch.ones(1, 4),
+                  "guidance_scale": 1.0}  # fmt: skip
+        size = {**size, "num_frames": 13}
     else:
         vae = d.AutoencoderKLHunyuanVideo(**HUNYUANVIDEO_TINY)
         transformer = d.HunyuanVideoTransformer3DModel(
@@ -378,14 +399,15 @@ def tiny_pipeline(family: str, vae_dir: Path):
         prompt = {"prompt_embeds": torch.randn(1, 4, 16), "pooled_prompt_embeds": torch.randn(1, 8),
                   "prompt_attention_mask": torch.ones(1, 4)}  # fmt: skip
     vae.save_pretrained(vae_dir)
-    scheduler = d.FlowMatchEulerDiscreteScheduler(shift=3.0 if family == "wan" else 1.0)
+    scheduler = (d.CogVideoXDDIMScheduler() if family == "cogvideox"
+                 else d.FlowMatchEulerDiscreteScheduler(shift=3.0 if family == "wan" else 1.0))  # fmt: skip
     loaded = type(vae).from_pretrained(vae_dir).eval()  # the VAE knows the folder it came from
     pipe = cls(vae=loaded, transformer=transformer, scheduler=scheduler, **parts)
     pipe.set_progress_bar_config(disable=True)
     return pipe, {**prompt, **size, "num_inference_steps": 2}
 
 
-@pytest.mark.parametrize("family", ["ltx2", "ltxv", "wan", "hunyuanvideo"])
+@pytest.mark.parametrize("family", ["ltx2", "ltxv", "wan", "hunyuanvideo", "cogvideox", "mochi"])
 def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(family, tmp_path, scheduler3):
     from farm.inputs.ingest import add_pipeline_shot
 
@@ -405,8 +427,11 @@ def test_pipeline_latents_through_the_helper_render_as_the_pipeline_decodes(fami
     with pytest.raises(FarmError, match="already holds a shot 'sh010'"):
         add_pipeline_shot(job, latents, pipeline=pipe, name="sh010", fps=25, **size)
     packed = latents.ndim == 3  # LTX-Video's tokens [B, S, D]
-    twice = torch.cat([latents, latents], dim=1 if packed else 2)
-    words = "do not hold 2x2x2 latent positions" if packed else r"to num_frames (21|25) .* num_frames 9"
+    frames_first = family == "cogvideox"  # [B, F, C, H, W]
+    twice = torch.cat([latents, latents], dim=1 if packed or frames_first else 2)
+    words = ("do not hold 2x2x2 latent positions" if packed
+             else "hold 8 latent frames, not the 3" if frames_first
+             else r"to num_frames (21|25|31) .* num_frames (9|13)")  # fmt: skip
     with pytest.raises(FarmError, match=words):
         add_pipeline_shot(job, twice, pipeline=pipe, name="long", fps=25, **size)
     assert sorted(open_job(job).shots) == ["sh010"]
@@ -447,6 +472,7 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
     import diffusers
 
     conv = PIPELINES[name]
+    pipeline = getattr(diffusers, name)
     undo = ("_denormalize_latents", "latents_std", "scaling_factor")
     if issubclass(getattr(diffusers, name), diffusers.ModularPipeline):
         # no output_type="latent": the latents are what the decode blocks take (the package's `decoders`),
@@ -459,11 +485,13 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
             before = step.split("components.vae.decode(")[0]
             assert any(word in before for word in undo) == (conv.latents == "normalized"), step
         return
-    source = inspect.getsource(getattr(diffusers, name).__call__)
+    source = inspect.getsource(pipeline.__call__)
     if 'if output_type == "latent":' in source:
         latent_branch, decode_branch = branches(source, 'output_type == "latent"')
     else:
         decode_branch, latent_branch = branches(source, 'not output_type == "latent"')
+    if "self.decode_latents(" in decode_branch:  # CogVideoX's: the undoing is in decode_latents
+        decode_branch += inspect.getsource(pipeline.decode_latents)
     if conv.latents == "denormalized":
         assert "_denormalize_latents" in latent_branch
     else:

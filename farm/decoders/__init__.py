@@ -33,12 +33,14 @@ from farm import config
 from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
+from farm.decoders.cogvideox import CogVideoXDecoder
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
 from farm.decoders.minimax_h3 import MiniMaxH3Decoder
+from farm.decoders.mochi import MochiDecoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -51,6 +53,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "ltx2-diffusion": LTX2DiffusionDecoder,
     "minimax-h3": MiniMaxH3Decoder,
     "diffusers": AnyDiffusersDecoder,
+    "cogvideox": CogVideoXDecoder,
+    "mochi": MochiDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

@@ -12,6 +12,7 @@ from farm.decoders.geometry import Geometry
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -82,6 +83,7 @@ class VideoDecoder(Protocol):
     # how the family's latents reach farm: diffusers pipelines → (latent convention, packed as tokens),
     # what ComfyUI's .latent files hold (None: none farm reads), words of a ComfyUI workflow naming it
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]]
+    pipeline_layout: ClassVar[str]  # those latents' axes, in words ("[B, C, F, H, W]" unless said)
     comfyui_latents: ClassVar[str | None]
     comfyui_words: ClassVar[tuple[str, ...]]
     sound_configs: ClassVar[dict[str, str]]  # named video config → the sound config that goes with it
@@ -129,6 +131,12 @@ class VideoDecoder(Protocol):
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
+
+    @classmethod
+    def from_pipeline_output(cls, pipeline: Any, data: np.ndarray, num_frames: int | None) -> np.ndarray:
+        """A pipeline's unpacked ``output_type="latent"`` latents → ``[B, C, F, H, W]`` as its decode hands
+        them to ``vae.decode`` (axes reordered, padding frames dropped; default: as they are)."""
+        ...
 
     @classmethod
     def original_layout(cls, names: list[str]) -> str | None:

@@ -41,6 +41,7 @@ from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -135,6 +136,9 @@ class DiffusersVideoDecoder:
     # what ComfyUI's .latent files hold for the family (None: ComfyUI saves none farm reads), and the
     # words of a ComfyUI workflow's node types and model file names that point to the family.
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {}
+    # the axes of those pipelines' unpacked latents, in words (`from_pipeline_output` makes them
+    # [B, C, F, H, W], what their decode hands `vae.decode`)
+    pipeline_layout: ClassVar[str] = "[B, C, F, H, W]"
     comfyui_latents: ClassVar[str | None] = None
     comfyui_words: ClassVar[tuple[str, ...]] = ()
     # named video config → the named sound config that goes with it (`farm synth --audio`)
@@ -440,6 +444,14 @@ class DiffusersVideoDecoder:
             self.pacer = pace_launches(getattr(self.model, "decoder", self.model), lead)
         if self.pacer is not None:
             self.pacer.lead = lead
+
+    @classmethod
+    def from_pipeline_output(cls, pipeline: Any, data: np.ndarray, num_frames: int | None) -> np.ndarray:
+        """A pipeline's unpacked ``output_type="latent"`` latents (`pipeline_layout`, a batch axis first)
+        → ``[B, C, F, H, W]`` as its decode hands them to ``vae.decode``, before un-normalising; `pipeline`
+        is the instance or its class name, `num_frames` what it was called with (None: not given). By
+        default they are so already."""
+        return data
 
     # ---- checkpoint layouts ----------------------------------------------------------------------
     # A family whose released checkpoints are not in diffusers' layout says how to read them: which of its

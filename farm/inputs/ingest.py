@@ -742,8 +742,9 @@ def add_pipeline_shot(
                                   width=width)  # fmt: skip
     label = pipeline_name(pipeline)
     convention = choose_convention(None, target, {label: conv.latents})
-    record = {"pipeline": label, "latents": conv.latents, "layout": "[B, S, D] packed" if conv.packed
-              else "[B, C, F, H, W]", "num_frames": num_frames, "height": height, "width": width}  # fmt: skip
+    layout = "[B, S, D] packed" if conv.packed else decoder_class(spec).pipeline_layout
+    record = {"pipeline": label, "latents": conv.latents, "layout": layout, "num_frames": num_frames,
+              "height": height, "width": width}  # fmt: skip
     found = FoundTensor(Path(name), "pipeline", None, tuple(data.shape), str(data.dtype),
                         metadata={k: v for k, v in record.items() if v is not None}, label=name)  # fmt: skip
     pattern = name.replace("{", "{{").replace("}", "}}") + ("_{index}" if data.shape[0] > 1 else "")

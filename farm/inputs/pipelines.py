@@ -13,14 +13,19 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
   normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
-  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``).
+  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``);
 * ``MiniMaxH3ModularPipeline`` (a modular pipeline: no ``output_type="latent"``; its latents are what its
-  video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``).
+  video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``);
+* ``CogVideoXPipeline``, ``CogVideoXImageToVideoPipeline``, ``CogVideoXVideoToVideoPipeline``,
+  ``CogVideoXFunControlPipeline``: ``[B, F, C, H, W]`` (frames before channels), normalized
+  (``cogvideox``); CogVideoX1.5's pad the latent frames at the start, which farm drops as they do;
+* ``MochiPipeline``: ``[B, C, F, H, W]``, normalized (``mochi``).
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the
-job's spec says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises
-before it returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
+Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo, CogVideoX: ``z / scaling_factor``; Mochi:
+``z·std/scaling_factor + mean``), and farm does the same when the job's spec says ``"latents":
+"normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it returns).
+LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
 with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
 """
@@ -135,7 +140,8 @@ def pipeline_latents(
     height: int | None,
     width: int | None,
 ) -> tuple[np.ndarray, PipelineConvention]:
-    """The pipeline's latent output as ``[B, C, F, H, W]`` numpy, with its convention."""
+    """The pipeline's latent output as ``[B, C, F, H, W]`` numpy (its family's `from_pipeline_output`:
+    CogVideoX's pipelines return ``[B, F, C, H, W]``), with its convention."""
     conv = convention_of(pipeline)
     data = to_numpy(latents)
     if conv.packed and data.ndim == 3:
@@ -150,14 +156,15 @@ def pipeline_latents(
         )
         fhw = latent_size(geometry, num_frames, height, width)  # type: ignore[arg-type]
         data = unpack_tokens(data, fhw, patch, patch_t)
+    layout = FAMILIES[conv.family].pipeline_layout
     if data.ndim == 4:
         data = data[None]
     if data.ndim != 5:
         raise FarmError(
-            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected [B, C, F, H, W]"
+            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected {layout}"
             + (" or packed [B, S, D]" if conv.packed else "")
         )
-    return data, conv
+    return FAMILIES[conv.family].from_pipeline_output(pipeline, data, num_frames), conv
 
 
 def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | None = None) -> dict[str, Any]:
