@@ -122,6 +122,25 @@ def test_auto_tiles_joining_a_running_cluster_are_planned_once_for_its_workers(
     assert searched[0] == 1
 
 
+def test_auto_tiles_of_a_render_starting_its_own_cluster_are_planned_once(tiny_job, tmp_path, monkeypatch):
+    """A render that starts its own cluster knows its size before it starts: `--tiles auto` searches once,
+    for the two workers it starts (and the I/O workers beside them), not again once they are up."""
+    import farm.planning.jobplan
+
+    searched: list[tuple[int, int]] = []
+    plan_job = farm.planning.jobplan.plan_job
+
+    def counted(job, options, n_workers, *args, **kwargs):
+        searched.append((n_workers, kwargs.get("n_io", 0)))
+        return plan_job(job, options, n_workers, *args, **kwargs)
+
+    monkeypatch.setattr(farm.planning.jobplan, "plan_job", counted)
+    stats = farm.render(tiny_job, tmp_path / "out", workers=2, options=farm.PlanOptions(batch_frames=8),
+                        log=lambda _: None)  # fmt: skip
+    assert not stats.failed and [n for n, _ in searched] == [2]
+    assert "plan the job for the cluster" not in stats.setup_phases
+
+
 def test_one_and_three_workers_give_identical_bytes(tiny_job, tmp_path, scheduler3):
     one = farm.render(tiny_job, tmp_path / "w1", workers=1, options=TILED, log=lambda _: None)
     three = farm.render(tiny_job, tmp_path / "w3", scheduler=scheduler3, options=TILED, log=lambda _: None)

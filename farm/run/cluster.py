@@ -95,6 +95,16 @@ def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, wor
     return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
 
 
+def planned_cluster_size(workers: int | None) -> tuple[int, int]:
+    """The decode and I/O workers of the cluster `connect` would start with `workers` (and no scheduler),
+    as its backend chooses them before starting (`set_up_workers` adds the I/O workers)."""
+    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
+                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    chosen = config.get("io-workers")
+    io = choice.backend.default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
+    return choice.n_workers, io
+
+
 def planned_gpu_memory(workers: int | None) -> int | None:
     """The GPU memory of the smallest decode worker of the cluster `connect` would start with `workers`
     (and no scheduler), as its backend knows it before starting (None: CPU workers)."""

@@ -54,6 +54,7 @@ from farm.run.cluster import (
     check_worker_paths,
     connect,
     joins_running_cluster,
+    planned_cluster_size,
     planned_gpu_memory,
     smallest_gpu_memory,
     smallest_memory_limit,
@@ -440,17 +441,21 @@ class Checked(NamedTuple):
 
 
 def _plan(
-    job: Job, request: RenderRequest, clock: SetupClock, *, plan: bool = True
+    job: Job, request: RenderRequest, clock: SetupClock, *, plan: bool = True,
+    cluster: ClusterSize | None = None,
 ) -> tuple[list[ShotPlan], list[str], dict[str, FarmError]]:
     """Before any cluster: the shots' plans (grids and chunking OUT recorded are kept; none unless
-    `plan`), the names of the shots that go on (planned, when `plan`), and the errors of shots that
-    cannot render (the others go on)."""
+    `plan`; auto tiles for the `cluster` this render will start, or one decode worker when not known),
+    the names of the shots that go on (planned, when `plan`), and the errors of shots that cannot
+    render (the others go on)."""
     names, shot_errors = _usable_shots(job, request.shots)
     plans: list[ShotPlan] = []
     if plan:
         recorded = recorded_layout(request.out, names, request.restart)
+        size = cluster or ClusterSize(1, 0)
         plans, plan_errors = plan_shots(job, request.options, names, fixed=recorded.grids,
-                                        fixed_chunks=recorded.chunks)  # fmt: skip
+                                        fixed_chunks=recorded.chunks, n_workers=size.decode, n_io=size.io,
+                                        video=request.video)  # fmt: skip
         shot_errors.update(plan_errors)
         names = [p.shot for p in plans]
     decoder_class(job.spec).check_weights(job.spec)
@@ -467,6 +472,7 @@ class BeforeCluster(NamedTuple):
     hashing: Future  # the latents' identities, being read
     checked: Checked | None  # None: OUT is checked once connected
     plan_first: bool
+    planned_for: ClusterSize | None  # the cluster the plans were made for (None: not known before it)
 
 
 def _before_cluster(job: Job, request: RenderRequest, clock: SetupClock, *, joins: bool) -> BeforeCluster:
@@ -474,16 +480,18 @@ def _before_cluster(job: Job, request: RenderRequest, clock: SetupClock, *, join
 
     A fresh OUT joining a running cluster (`joins`): nothing can be refused or already done, and no
     cluster is started, so the latents are hashed while the client connects, and auto tiles are planned
-    once, for the cluster's workers. Otherwise OUT is checked first."""
+    once, for the cluster's workers. Otherwise OUT is checked first, and auto tiles are planned for the
+    cluster this render starts (or, joining one, for one worker: planned again once its size is known)."""
     fresh_join = joins and not request.out.frames_zarr.exists()
     plan_first = not (fresh_join and request.options.tiles == AUTO)
-    plans, names, shot_errors = _plan(job, request, clock, plan=plan_first)
+    expected = None if joins else ClusterSize(*planned_cluster_size(request.workers))
+    plans, names, shot_errors = _plan(job, request, clock, plan=plan_first, cluster=expected)
     check_out_tree(job, request.out, names, request.video, request.restart)
     hashing = _on_own_thread("farm-hash-job", latent_identities, job, names)
     checked = None
     if not fresh_join:
         checked = _check(job, request, plans, shot_errors, hashing, clock)
-    return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first)
+    return BeforeCluster(plans, names, shot_errors, hashing, checked, plan_first, expected)
 
 
 def refuse_if_no_shot_hashed(early: BeforeCluster) -> None:
@@ -523,7 +531,8 @@ def _on_cluster(
             read_ahead(assign_round_robin(plans, cluster.decode))
         checked = _check(job, request, plans, shot_errors, early.hashing, clock)
     plans, shot_errors, hashes, identities, points = checked
-    if request.options.tiles == AUTO and early.plan_first:  # the plan depends on the cluster: re-plan for it
+    # auto tiles planned for another cluster than this one (one worker, joining it): planned again for it
+    if request.options.tiles == AUTO and early.plan_first and early.planned_for != cluster:
         plans, shot_errors = _plan_for_cluster(setup, [p.shot for p in plans], shot_errors, cluster)
         identities, points = _what_is_left(job, request, plans, hashes)
     return plans, shot_errors, identities, points
