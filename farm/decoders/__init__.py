@@ -33,6 +33,7 @@ from farm import config
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
+from farm.decoders.hunyuanvideo15 import HunyuanVideo15Decoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
@@ -47,6 +48,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "wan": WanDecoder,
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
+    "hunyuanvideo15": HunyuanVideo15Decoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

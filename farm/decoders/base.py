@@ -82,6 +82,8 @@ class VideoDecoder(Protocol):
     # how the family's latents reach farm: diffusers pipelines → (latent convention, packed as tokens),
     # what ComfyUI's .latent files hold (None: none farm reads), words of a ComfyUI workflow naming it
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]]
+    # pipelines (of `pipeline_conventions`) whose latents are not [B, C, F, H, W] → their axes' order
+    pipeline_latent_axes: ClassVar[dict[str, str]]
     comfyui_latents: ClassVar[str | None]
     comfyui_words: ClassVar[tuple[str, ...]]
     sound_configs: ClassVar[dict[str, str]]  # named video config → the sound config that goes with it

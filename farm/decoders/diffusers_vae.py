@@ -135,6 +135,9 @@ class DiffusersVideoDecoder:
     # what ComfyUI's .latent files hold for the family (None: ComfyUI saves none farm reads), and the
     # words of a ComfyUI workflow's node types and model file names that point to the family.
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {}
+    # Pipelines among those whose ``output_type="latent"`` latents are not ``[B, C, F, H, W]`` → the order of
+    # their axes in those letters (e.g. "BFHWC": channels last); `farm.inputs.pipelines` moves them.
+    pipeline_latent_axes: ClassVar[dict[str, str]] = {}
     comfyui_latents: ClassVar[str | None] = None
     comfyui_words: ClassVar[tuple[str, ...]] = ()
     # named video config → the named sound config that goes with it (`farm synth --audio`)

@@ -43,11 +43,12 @@ class PipelineConvention:
     family: str  # the farm decoder family of the pipeline's VAE
     latents: str  # "normalized" or "denormalized"
     packed: bool  # True: [B, S, D] token sequence (LTX-Video); False: [B, C, F, H, W]
+    axes: str = "BCFHW"  # the order of a 5-D output's axes (the adapter's `pipeline_latent_axes`)
 
 
 # Every pipeline class an adapter declares (`pipeline_conventions`), with its family.
 PIPELINES: dict[str, PipelineConvention] = {
-    name: PipelineConvention(family, latents, packed)
+    name: PipelineConvention(family, latents, packed, cls.pipeline_latent_axes.get(name, "BCFHW"))
     for family, cls in FAMILIES.items()
     for name, (latents, packed) in cls.pipeline_conventions.items()
 }
@@ -150,9 +151,11 @@ def pipeline_latents(
         data = data[None]
     if data.ndim != 5:
         raise FarmError(
-            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected [B, C, F, H, W]"
-            + (" or packed [B, S, D]" if conv.packed else "")
+            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected "
+            f"[{', '.join(conv.axes)}]" + (" or packed [B, S, D]" if conv.packed else "")
         )
+    if conv.axes != "BCFHW":  # e.g. channels last: moved as the pipeline moves them before vae.decode
+        data = np.ascontiguousarray(data.transpose([conv.axes.index(a) for a in "BCFHW"]))
     return data, conv
 
 

@@ -1,0 +1,72 @@
+"""HunyuanVideo 1.5 VAE decoder (diffusers `AutoencoderKLHunyuanVideo15`): 16x spatial, 4x temporal.
+
+Causal 3-D convolutions (replicate padding, in the past only) and upsamplers that upsample the first
+frame in space only: ``F`` latent frames → ``1 + 4 (F - 1)`` pixel frames, and a tile's first latent frame
+decodes to one pixel frame, as the tiling's causal shift expects. Its norms are RMS norms over the
+channels of each position (no statistics across positions), but the middle block's attention spans every
+position of a tile, causally masked in time: a frame depends on every earlier frame of its tile, and a
+position on the whole frame. So no split is exact: temporal tiles decode context frames before their
+own, spatial tiles a halo, and spatial seams keep blending beside it.
+
+``vae.decode`` decodes the whole latent in one pass (no framewise decoding; spatial tiling only when
+``enable_tiling`` is called, which farm never does), so a single-tile farm decode equals ``vae.decode``.
+
+``"latents": "normalized"``: ``HunyuanVideo15Pipeline`` (and its image-to-video variant) divides by the
+config's ``scaling_factor`` (no mean/std).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from farm.decoders.base import DecoderSpec
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder
+from farm.decoders.geometry import Geometry
+from farm.decoders.hunyuanvideo15.configs import HUNYUANVIDEO15_TINY
+
+if TYPE_CHECKING:
+    import torch
+
+
+class HunyuanVideo15Decoder(DiffusersVideoDecoder):
+    family: ClassVar[str] = "hunyuanvideo15"
+    named_configs: ClassVar[dict[str, dict[str, Any]]] = {
+        "hunyuanvideo15": {},
+        "hunyuanvideo15-tiny": HUNYUANVIDEO15_TINY,
+    }
+    model_class_name: ClassVar[str] = "AutoencoderKLHunyuanVideo15"
+    pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
+        name: ("normalized", False)
+        for name in ("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline")
+    }
+    required_weights: ClassVar[tuple[str, ...]] = ("decoder.",)
+    unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
+
+    @classmethod
+    def geometry_for(cls, config: dict[str, Any]) -> Geometry:
+        full = cls._full_config(config)
+        n = len(full["block_out_channels"])
+        s = math.log2(full["spatial_compression_ratio"])
+        t = math.log2(full["temporal_compression_ratio"])
+        # as HunyuanVideo15Decoder3D builds its up blocks: block i upsamples (2x in space, and in time
+        # where i < log2 t) when i < log2 s or i < log2 t
+        spatial_up = sum(i < s or i < t for i in range(n))
+        temporal_up = sum(i < t for i in range(n))
+        geometry = Geometry(spatial_scale=2**spatial_up, temporal_scale=2**temporal_up, causal=True)
+        return cls._with_context(geometry, config)
+
+    @classmethod
+    def _width_ratio(cls, config: dict[str, Any]) -> float:
+        return cls._full_config(config)["block_out_channels"][0] / 128
+
+    @classmethod
+    def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> HunyuanVideo15Decoder:
+        decoder = super().from_model(spec, model, device)
+        decoder.model.use_tiling = False  # farm tiles itself
+        assert isinstance(decoder, HunyuanVideo15Decoder)
+        return decoder
+
+    def denormalize(self, z: torch.Tensor) -> torch.Tensor:
+        """``HunyuanVideo15Pipeline``: ``z / scaling_factor``."""
+        return z / self.model.config.scaling_factor
