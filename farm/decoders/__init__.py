@@ -32,6 +32,7 @@ from typing import Any
 from farm import config
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
+from farm.decoders.cosmos import CosmosDecoder
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
 from farm.decoders.hunyuanvideo15 import HunyuanVideo15Decoder
 from farm.decoders.ltx2 import LTX2Decoder
@@ -49,6 +50,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "hunyuanvideo": HunyuanVideoDecoder,
     "ltx2-diffusion": LTX2DiffusionDecoder,
     "hunyuanvideo15": HunyuanVideo15Decoder,
+    "cosmos": CosmosDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

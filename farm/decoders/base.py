@@ -118,6 +118,11 @@ class VideoDecoder(Protocol):
     def load(cls, spec: DecoderSpec, device: str) -> VideoDecoder: ...
 
     @classmethod
+    def spec_fields_from_pipeline(cls, pipeline: Any) -> dict[str, Any]:
+        """Extra spec fields a pipeline instance says for itself (its un-normalisation's settings)."""
+        ...
+
+    @classmethod
     def original_layout(cls, names: list[str]) -> str | None:
         """The family's original checkpoint layout that a checkpoint's VAE names are in (None: diffusers')."""
         ...

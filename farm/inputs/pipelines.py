@@ -190,7 +190,8 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     if hdr is not None:  # HDR decodes run in float32, as the pipelines' HDR paths do
         return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": "float32",
                 "hdr": hdr}  # fmt: skip
-    return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen}
+    return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen,
+            **FAMILIES[family].spec_fields_from_pipeline(pipeline)}  # fmt: skip
 
 
 def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:
