@@ -365,9 +365,15 @@ class DiffusersVideoDecoder:
             if name in expected and name not in state:  # NaN, so that a use would show
                 state[name] = torch.full(expected[name], float("nan"), device=device, dtype=torch_dtype)
         model.load_state_dict(state, strict=False, assign=True)
+        cls.materialise_derived_buffers(model, device)
         assert_materialised(model, where=spec.weights["path"])
         cls._fix_compression_ratios(model, spec)
         return model.eval()
+
+    @classmethod
+    def materialise_derived_buffers(cls, model: Any, device: str) -> None:
+        """Give a model built on the meta device the non-persistent buffers its constructor computes (no
+        weights file carries them), on `device`; by default there are none."""
 
     @classmethod
     def meta_model(cls, config: dict[str, Any]) -> Any:

@@ -87,6 +87,26 @@ class CosmosDecoder(DiffusersVideoDecoder):
         return {} if sigma is None else {"sigma_data": float(sigma)}
 
     @classmethod
+    def meta_model(cls, config: dict[str, Any]) -> Any:
+        # import diffusers' module first: imported inside the meta-device context, its Haar wavelet
+        # constants would be made there, on the meta device, for the rest of the process
+        cls.model_class()
+        return super().meta_model(config)
+
+    @classmethod
+    def materialise_derived_buffers(cls, model: Any, device: str) -> None:
+        """The Haar unpatcher's buffers (``wavelets``, ``_arange``), which its constructor computes."""
+        import torch
+        from diffusers.models.autoencoders.autoencoder_kl_cosmos import _WAVELETS
+
+        for module in model.modules():
+            if type(module).__name__ == "CosmosUnpatcher3d":
+                if module.wavelets.is_meta:
+                    module.wavelets = _WAVELETS[module.patch_method].clone().to(device)
+                if module._arange.is_meta:
+                    module._arange = torch.arange(module.wavelets.shape[0], device=device)
+
+    @classmethod
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> CosmosDecoder:
         decoder = super().from_model(spec, model, device)
         decoder.model.use_tiling = decoder.model.use_framewise_decoding = False  # farm tiles itself
