@@ -42,6 +42,15 @@ class HunyuanVideo15Decoder(DiffusersVideoDecoder):
     }
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.",)
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder",)
+    # Context (`benchmarks/measure_halo.py context`, RANDOM weights, float32 on a CPU, two temporal tiles of a
+    # 40-frame 4x4 latent): over 8 frames either side of the seam 39.8 dB at 8, 44.1 at 12, 50.3 at 14
+    # (worst 10 levels), 51.2 at 16; only the whole prefix is exact (the mid block's causal attention
+    # reaches every earlier frame). Causal: frames after a tile change nothing, so no lookahead.
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"hunyuanvideo15-tiny": (14, 0)}
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, float32 on a CPU, 2x2 tiles of a 3x16x16
+    # latent): seam band 17.5 dB without, 28.6 at 2, 40.0 at 4, 44.9 at 6 (8 covers the whole test frame).
+    # The mid block's attention sees the whole frame, which no halo reaches: it keeps blending beside it.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {"hunyuanvideo15-tiny": {"float32": 6}}
 
     @classmethod
     def geometry_for(cls, config: dict[str, Any]) -> Geometry:
