@@ -51,6 +51,17 @@ class CosmosDecoder(DiffusersVideoDecoder):
     spec_fields: ClassVar[dict[str, tuple[tuple[type, ...], str]]] = {
         "sigma_data": ((int, float), "a positive number (the pipeline scheduler's sigma_data)"),
     }
+    # Temporal context: the middle block's temporal attention reaches every earlier frame of a tile, and
+    # with RANDOM weights (`benchmarks/measure_halo.py context`, float32 on a CPU, two tiles of a 24-frame
+    # 4x4 latent) 2 to 10 frames of context leave the seam band at 12-20 dB: only the whole prefix is exact.
+    # 15 frames reach back to the start of any tile of a shot of 16 latent frames, as long as the
+    # release's statistics go (121 pixel frames): such shots split exactly in time.
+    temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"cosmos": (15, 0), "cosmos-tiny": (15, 0)}
+    # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, float32 on a CPU, 2x2 tiles of a 3x32x32
+    # latent): seam band 32.5 dB at 8, 37.0 at 10, 42.8 at 12 (worst 16 levels), still rising: each
+    # frame's GroupNorm statistics and spatial attention span the whole frame, which no halo reaches, so
+    # Cosmos keeps blending beside it.
+    spatial_halo: ClassVar[dict[str, dict[str, int]]] = {"cosmos-tiny": {"float32": 12}}
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
 
