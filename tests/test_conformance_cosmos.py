@@ -40,8 +40,9 @@ def cosmos_pipeline(folder):
     from diffusers import AutoencoderKLCosmos, CosmosTextToWorldPipeline, EDMEulerScheduler
 
     vae = AutoencoderKLCosmos.from_pretrained(folder).eval()
-    scheduler = EDMEulerScheduler(sigma_min=0.002, sigma_max=80, sigma_data=SIGMA_DATA, sigma_schedule="karras",
-                                  prediction_type="epsilon", rho=7.0, final_sigmas_type="sigma_min")  # fmt: skip
+    scheduler = EDMEulerScheduler(sigma_min=0.002, sigma_max=80, sigma_data=SIGMA_DATA,
+                                  sigma_schedule="karras", prediction_type="epsilon", rho=7.0,
+                                  final_sigmas_type="sigma_min")  # fmt: skip
     return CosmosTextToWorldPipeline(text_encoder=None, tokenizer=None, transformer=None, vae=vae,
                                      scheduler=scheduler, safety_checker=lambda *a, **k: None)  # fmt: skip
 
@@ -68,8 +69,8 @@ def test_cosmos_pipeline_latents_render_as_the_pipeline_decodes(tmp_path, schedu
     add_pipeline_shot(job, latents, pipeline=pipe, name="shot", fps=24, num_frames=17, height=32, width=48)
     spec = open_job(job).spec
     assert (spec.family, spec.latents, spec.extra.get("sigma_data")) == ("cosmos", "normalized", SIGMA_DATA)
-    stats = farm.render(job, tmp_path / "out", scheduler=scheduler3, options=farm.PlanOptions(tiles=(1, 1, 1)),
-                        log=lambda _: None)  # fmt: skip
+    stats = farm.render(job, tmp_path / "out", scheduler=scheduler3,
+                        options=farm.PlanOptions(tiles=(1, 1, 1)), log=lambda _: None)  # fmt: skip
     assert not stats.failed
     assert_same_levels(read_frames(Output(tmp_path / "out"), "shot"), want)
 
@@ -96,4 +97,5 @@ def farm_spec(folder, sigma_data: float):
     from farm.decoders import spec_from_json
 
     return spec_from_json({"family": "cosmos", "config": NAME, "weights": {"path": str(folder)},
-                           "dtype": "float32", "latents": "normalized", "sigma_data": sigma_data})  # fmt: skip
+                           "dtype": "float32", "latents": "normalized",
+                           "sigma_data": sigma_data})  # fmt: skip

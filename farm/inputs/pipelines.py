@@ -10,17 +10,31 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``LTX2HDRPipeline`` (HDR IC-LoRA): the same, and its VAE decodes to LogC3 codes, not a picture: the
   spec records ``"hdr": "logc3"`` (its ``hdr_video_processor``'s ``hdr_transform``) and float32, the
   dtype the pipeline's HDR post-processing runs in (`farm.media.hdr`);
-* ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
-  normalized (``wan``);
+* ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``, and the pipelines that reuse
+  Wan's VAE and un-normalise as WanPipeline does: ``Cosmos2VideoToWorldPipeline`` (Cosmos-Predict2; its
+  scheduler's ``sigma_data`` is set to 1), ``Cosmos2_5_PredictBasePipeline`` (Cosmos-Predict2.5),
+  ``Cosmos3OmniPipeline`` (Cosmos 3, the Wan 2.2 VAE), ``SkyReelsV2Pipeline``,
+  ``SkyReelsV2ImageToVideoPipeline``, ``SkyReelsV2DiffusionForcingPipeline`` and
+  ``SkyReelsV2DiffusionForcingVideoToVideoPipeline`` (its video: the input's frames, then these):
+  ``[B, C, F, H, W]``, normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
-  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``).
+  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``); ``Kandinsky5T2VPipeline``, ``Kandinsky5I2VPipeline``
+  (HunyuanVideo's VAE): channels last, ``[B, F, H, W, C]`` (moved here as the pipeline moves them),
+  normalized;
+* ``HunyuanVideo15Pipeline``, ``HunyuanVideo15ImageToVideoPipeline``: ``[B, C, F, H, W]``, normalized
+  (``hunyuanvideo15``);
+* ``CosmosTextToWorldPipeline``, ``CosmosVideoToWorldPipeline`` (Cosmos 1.0): ``[B, C, F, H, W]``,
+  normalized (``cosmos``); the spec made from the pipeline records its scheduler's ``sigma_data``.
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan: ``z·std + mean``; HunyuanVideo: ``z / scaling_factor``), and farm does the same when the job's spec
+Wan: ``z·std + mean``; HunyuanVideo and 1.5: ``z / scaling_factor``; Cosmos 1.0: ``z·std/sigma_data + mean``
+per channel and latent frame), and farm does the same when the job's spec
 says ``"latents": "normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it
 returns). LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
-with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
+with the reference images' frames), ``HunyuanVideoFramepackPipeline`` (it decodes section by section),
+``SkyReelsV2DiffusionForcingImageToVideoPipeline`` (with a last image its latents end with that image's
+frames, which it drops before decoding) and ``Cosmos2_5_TransferPipeline`` (it decodes chunk by chunk).
 """
 
 from __future__ import annotations
