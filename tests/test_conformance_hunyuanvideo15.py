@@ -49,6 +49,52 @@ def test_hunyuanvideo15_folder_renders_as_the_pipeline_decodes(tmp_path, schedul
     assert_same_levels(untiled, want)
 
 
+def release_names(state: dict, up_blocks: int, layers: int) -> dict:
+    """A diffusers state dict's decoder tensors under the names of HunyuanVideo 1.5's release, as
+    ``convert_hunyuan_video_15_vae_checkpoint_to_diffusers`` (diffusers' ``scripts/``) pairs them."""
+    pairs = {"decoder.conv_in.conv": "decoder.conv_in.conv", "decoder.norm_out": "decoder.norm_out",
+             "decoder.conv_out.conv": "decoder.conv_out.conv"}  # fmt: skip
+    for i in (0, 1):
+        pairs[f"decoder.mid_block.resnets.{i}"] = f"decoder.mid.block_{i + 1}"
+    attention = (("norm", "norm"), ("q", "to_q"), ("k", "to_k"), ("v", "to_v"), ("proj_out", "proj_out"))
+    for theirs, ours in attention:
+        pairs[f"decoder.mid_block.attentions.0.{ours}"] = f"decoder.mid.attn_1.{theirs}"
+    for b in range(up_blocks):
+        for r in range(layers + 1):
+            pairs[f"decoder.up_blocks.{b}.resnets.{r}"] = f"decoder.up.{b}.block.{r}"
+        pairs[f"decoder.up_blocks.{b}.upsamplers.0"] = f"decoder.up.{b}.upsample"
+    out = {}
+    for name, value in state.items():
+        if name.startswith("decoder."):
+            module, leaf = next((m, name[len(m):]) for m in sorted(pairs, key=len, reverse=True)
+                                if name.startswith(m + "."))  # fmt: skip
+            out[pairs[module] + leaf] = value.contiguous()
+    return out
+
+
+def test_the_releases_own_file_renders_as_the_pipeline_decodes(tmp_path, scheduler3):
+    """tencent/HunyuanVideo-1.5's ``vae/diffusion_pytorch_model.safetensors`` is in the model's own naming;
+    farm reads it as diffusers' conversion script would convert it."""
+    from diffusers import AutoencoderKLHunyuanVideo15
+    from safetensors.torch import save_file
+
+    from farm.store.job import open_job
+
+    cls = FAMILIES["hunyuanvideo15"]
+    config = cls.named_configs[NAME]
+    source = seeded(AutoencoderKLHunyuanVideo15, config)
+    path = tmp_path / "diffusion_pytorch_model.safetensors"
+    blocks, layers = len(config["block_out_channels"]), config["layers_per_block"]
+    save_file(release_names(source.state_dict(), blocks, layers), str(path))
+    latent = smooth_latent(np.random.default_rng(7), (4, 3, 4, 6))
+    want = pipeline_decode(source, torch.from_numpy(latent))
+
+    (untiled,) = ingest_and_render(tmp_path, latent, {"family": "hunyuanvideo15", "config": NAME}, path,
+                                   scheduler3, [((1, 1, 1), None)])  # fmt: skip
+    assert open_job(tmp_path / "job.zarr").spec.weights["layout"] == "hunyuanvideo15-original"
+    assert_same_levels(untiled, want)
+
+
 # Two temporal tiles of a 40-frame shot against it untiled, on the weights and white-noise latents
 # `benchmarks/measure_halo.py context --decoder hunyuanvideo15-tiny --shape 40,4,4` measured: at the
 # adapter's context (14 frames) 50.3 dB over 8 frames either side of the seam, where 8 frames of context

@@ -11,6 +11,9 @@ own, spatial tiles a halo, and spatial seams keep blending beside it.
 ``vae.decode`` decodes the whole latent in one pass (no framewise decoding; spatial tiling only when
 ``enable_tiling`` is called, which farm never does), so a single-tile farm decode equals ``vae.decode``.
 
+Checkpoints: diffusers' folder (HunyuanVideo-1.5-Diffusers ``vae/``), or the release's own
+``vae/diffusion_pytorch_model.safetensors`` in HunyuanVideo 1.5's naming (`layout`).
+
 ``"latents": "normalized"``: ``HunyuanVideo15Pipeline`` (and its image-to-video variant) divides by the
 config's ``scaling_factor`` (no mean/std).
 """
@@ -24,6 +27,11 @@ from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.hunyuanvideo15.configs import HUNYUANVIDEO15_TINY
+from farm.decoders.hunyuanvideo15.layout import (
+    HUNYUANVIDEO15_ORIGINAL,
+    hunyuanvideo15_layout,
+    hunyuanvideo15_original_name,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -75,6 +83,16 @@ class HunyuanVideo15Decoder(DiffusersVideoDecoder):
         decoder.model.use_tiling = False  # farm tiles itself
         assert isinstance(decoder, HunyuanVideo15Decoder)
         return decoder
+
+    @classmethod
+    def original_layout(cls, names: list[str]) -> str | None:
+        return hunyuanvideo15_layout(names)
+
+    @classmethod
+    def original_name(cls, name: str, layout: str, full_config: dict[str, Any]) -> str:
+        if layout == HUNYUANVIDEO15_ORIGINAL:
+            return hunyuanvideo15_original_name(name)
+        return super().original_name(name, layout, full_config)
 
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideo15Pipeline``: ``z / scaling_factor``."""
