@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders.base import DecoderSpec
+from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.hunyuanvideo15.configs import HUNYUANVIDEO15_TINY
@@ -73,9 +73,24 @@ class HunyuanVideo15Decoder(DiffusersVideoDecoder):
         geometry = Geometry(spatial_scale=2**spatial_up, temporal_scale=2**temporal_up, causal=True)
         return cls._with_context(geometry, config)
 
+    # Not measured on a GPU: HunyuanVideo's measured figure (bf16), whose full-resolution blocks have the
+    # same width (128) and also normalise in float32 (`tools/measure_families.py` measures it).
+    bytes_per_pixel_frame: ClassVar[float] = 3420.0
+
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         return cls._full_config(config)["block_out_channels"][0] / 128
+
+    @classmethod
+    def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
+        """Linear activations, or the middle block's attention mask where that is larger: diffusers builds
+        a dense ``[n, n]`` mask in the compute dtype over the call's ``n`` latent positions (33 latent
+        frames of 30x52, a 129x480x832 shot, make 5.3 GB of it in bf16)."""
+        terms = super().memory_terms(spec)
+        g = cls.geometry_for(spec.config)
+        terms.update(pair_bytes=float(dtype_bytes(spec.dtype)),
+                     pixels_per_position=float(g.spatial_scale**2 * g.temporal_scale))  # fmt: skip
+        return terms
 
     @classmethod
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> HunyuanVideo15Decoder:
