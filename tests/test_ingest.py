@@ -594,14 +594,20 @@ REUSED_VAE = {
     "SkyReelsV2DiffusionForcingVideoToVideoPipeline": ("wan", None),
     "Kandinsky5T2VPipeline": ("hunyuanvideo", None),
     "Kandinsky5I2VPipeline": ("hunyuanvideo", None),
+    "HunyuanVideo15Pipeline": ("hunyuanvideo15", None),
+    "HunyuanVideo15ImageToVideoPipeline": ("hunyuanvideo15", None),
+    "CosmosTextToWorldPipeline": ("cosmos", None),
+    "CosmosVideoToWorldPipeline": ("cosmos", None),
 }
+SIGMA_DATA = 0.7  # a scheduler's sigma_data (not the release's 0.5): Cosmos 1.0 divides by it
 
 
 @pytest.mark.model  # imports diffusers' pipelines
 @pytest.mark.parametrize("name", sorted(REUSED_VAE))
-def test_a_reused_vae_pipelines_latents_become_what_it_hands_vae_decode(name):
+def test_a_pipelines_latents_become_what_it_hands_vae_decode(name):
     """Each pipeline's own decode branch (its source, run on a stand-in VAE that records its input)
-    against farm's: `pipeline_latents` (axes moved), then the family's ``denormalize``."""
+    against farm's: `pipeline_latents` (axes moved), then the family's ``denormalize`` (with the spec
+    fields the pipeline says for itself)."""
     import inspect
     import textwrap
     from types import SimpleNamespace
@@ -629,9 +635,10 @@ def test_a_reused_vae_pipelines_latents_become_what_it_hands_vae_decode(name):
     rng = np.random.default_rng(7)
     channels = cls.latent_channels_for(cls.named_configs[config_name])
     vae_config = SimpleNamespace(**full)
-    if "latents_mean" in full:  # non-trivial statistics, so that a wrong un-normalisation shows
-        vae_config.latents_mean = list(rng.normal(0, 0.3, channels))
-        vae_config.latents_std = list(rng.uniform(0.5, 2.0, channels))
+    if full.get("latents_mean") is not None:  # non-trivial statistics, so a wrong un-normalisation shows
+        per_channel = len(full["latents_mean"]) // channels  # Cosmos 1.0: per channel and latent frame
+        vae_config.latents_mean = list(rng.normal(0, 0.3, channels * per_channel))
+        vae_config.latents_std = list(rng.uniform(0.5, 2.0, channels * per_channel))
 
     def decode(z, return_dict=True):
         raise _HandedToDecode(z)
@@ -643,17 +650,19 @@ def test_a_reused_vae_pipelines_latents_become_what_it_hands_vae_decode(name):
     axes = PIPELINES[name].axes
     sizes = dict(zip("BCFHW", (1, channels, f, h, w), strict=True))
     output = torch.from_numpy(rng.standard_normal([sizes[a] for a in axes]).astype(np.float32))
-    mean = torch.tensor(getattr(vae_config, "latents_mean", [0.0] * channels)).view(1, -1, 1, 1, 1)
-    std = torch.tensor(getattr(vae_config, "latents_std", [1.0] * channels)).view(1, -1, 1, 1, 1)
+    mean = torch.tensor(getattr(vae_config, "latents_mean", None) or [0.0] * channels).view(1, -1, 1, 1, 1)
+    std = torch.tensor(getattr(vae_config, "latents_std", None) or [1.0] * channels).view(1, -1, 1, 1, 1)
+    sigma_data = 1.0 if name.startswith("Cosmos2") else SIGMA_DATA  # Cosmos2's __init__ registers 1
+    scheduler = SimpleNamespace(config=SimpleNamespace(sigma_data=sigma_data))
     this = SimpleNamespace(
-        vae=vae, scheduler=SimpleNamespace(config=SimpleNamespace(sigma_data=1.0)), latents_mean=mean,
+        vae=vae, scheduler=scheduler, latents_mean=mean,
         latents_std=1.0 / std, _vae_latents_mean=mean.flatten(), _vae_latents_inv_std=1.0 / std.flatten(),
         vae_scale_factor_temporal=geometry.temporal_scale, vae_scale_factor_spatial=geometry.spatial_scale,
     )  # fmt: skip
     scope = {"self": this, "torch": torch, "latents": output.clone(), "output_type": "np", "batch_size": 1,
              "num_videos_per_prompt": 1, "num_frames": frames, "height": height, "width": width,
              "num_channels_latents": channels, "device": "cpu", "last_image": None,
-             "video_original": None}  # fmt: skip
+             "video_original": None, "vae_dtype": torch.float32}  # fmt: skip
     with pytest.raises(_HandedToDecode) as handed:
         exec(textwrap.dedent(decode_branch), scope)  # diffusers' own lines, up to vae.decode
 
@@ -661,5 +670,6 @@ def test_a_reused_vae_pipelines_latents_become_what_it_hands_vae_decode(name):
     assert conv.latents == "normalized" and data.shape == (1, channels, f, h, w)
     decoder = object.__new__(cls)
     decoder.model = SimpleNamespace(config=vae_config)
+    decoder.spec = SimpleNamespace(extra=cls.spec_fields_from_pipeline(SimpleNamespace(scheduler=scheduler)))
     ours = decoder.denormalize(torch.from_numpy(data))
     torch.testing.assert_close(ours, handed.value.z, rtol=1e-6, atol=1e-6)
