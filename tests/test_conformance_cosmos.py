@@ -129,3 +129,37 @@ def test_temporal_tiles_of_a_released_length_shot_equal_untiled(tmp_path, schedu
         frames[name] = read_frames(Output(tmp_path / name), "s").astype(np.int16)
     assert frames["whole"].shape == (121, 24, 32, 3) and frames["whole"].std() > 10
     assert np.abs(frames["split"] - frames["whole"]).max() <= 1
+
+
+def test_cosmos_decodes_in_a_process_that_built_another_decoder_on_the_meta_device_first():
+    """diffusers imports every autoencoder module at once, making Cosmos's patching filters then: inside
+    another family's meta-device build they are meta tensors (as a worker that decoded another job first
+    has them). farm makes them again, with the values diffusers defines them with."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import torch
+from farm.decoders import FAMILIES, spec_from_json
+hy = FAMILIES["hunyuanvideo15"]
+hy.meta_model(hy.named_configs["hunyuanvideo15-tiny"])  # imports diffusers' autoencoders, meta device
+from diffusers.models.autoencoders import autoencoder_kl_cosmos as module
+assert module._WAVELETS["haar"].is_meta
+spec = spec_from_json({"family": "cosmos", "config": "cosmos-tiny", "weights": {"random_seed": 0}})
+pixels = FAMILIES["cosmos"].load(spec, "cpu").decode(torch.zeros(4, 2, 2, 2), origin=(0, 0, 0))
+assert pixels.shape == (3, 9, 16, 16) and torch.isfinite(pixels).all()
+print("decoded")
+"""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and "decoded" in done.stdout, done.stderr[-2000:]
+
+    from diffusers.models.autoencoders import autoencoder_kl_cosmos as module
+
+    from farm.decoders.cosmos.adapter import _FILTERS
+
+    assert module._WAVELETS.keys() == _FILTERS.keys()
+    assert all(torch.equal(module._WAVELETS[k], torch.tensor(v)) for k, v in _FILTERS.items())

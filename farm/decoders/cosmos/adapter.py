@@ -36,6 +36,22 @@ if TYPE_CHECKING:
 
 # the released pipelines' EDMEulerScheduler (diffusers' scripts/convert_cosmos_to_diffusers.py)
 RELEASED_SIGMA_DATA = 0.5
+# diffusers' patching filters (`autoencoder_kl_cosmos._WAVELETS`), with the values it defines them with
+_FILTERS = {"haar": [0.7071067811865476, 0.7071067811865476], "rearrange": [1.0, 1.0]}
+
+
+def repair_filter_constants() -> None:
+    """Make diffusers' Cosmos patching filters again on the CPU where they were made on the meta device.
+
+    diffusers makes them when its module is imported, and it imports every autoencoder module at once:
+    imported inside any family's meta-device build, they are meta tensors, and every Cosmos model built
+    in that process after would copy them (its filters a meta tensor, its decode failing)."""
+    import torch
+    from diffusers.models.autoencoders import autoencoder_kl_cosmos as module
+
+    for name, values in _FILTERS.items():
+        if module._WAVELETS[name].is_meta:
+            module._WAVELETS[name] = torch.tensor(values)
 
 
 class CosmosDecoder(DiffusersVideoDecoder):
@@ -98,10 +114,13 @@ class CosmosDecoder(DiffusersVideoDecoder):
         return {} if sigma is None else {"sigma_data": float(sigma)}
 
     @classmethod
+    def build(cls, spec: DecoderSpec) -> Any:
+        repair_filter_constants()
+        return super().build(spec)
+
+    @classmethod
     def meta_model(cls, config: dict[str, Any]) -> Any:
-        # import diffusers' module first: imported inside the meta-device context, its Haar wavelet
-        # constants would be made there, on the meta device, for the rest of the process
-        cls.model_class()
+        repair_filter_constants()  # (imports diffusers' module outside the meta-device context)
         return super().meta_model(config)
 
     @classmethod
@@ -110,6 +129,7 @@ class CosmosDecoder(DiffusersVideoDecoder):
         import torch
         from diffusers.models.autoencoders.autoencoder_kl_cosmos import _WAVELETS
 
+        repair_filter_constants()
         for module in model.modules():
             if type(module).__name__ == "CosmosUnpatcher3d":
                 if module.wavelets.is_meta:
