@@ -32,6 +32,8 @@ TINY = {
     "hunyuanvideo-tiny": (3, 3, 4),
     "ltx2.3-tiny": (3, 3, 4),
     "mochi-tiny": (3, 3, 4),
+    "hunyuanvideo15-tiny": (3, 3, 4),
+    "cosmos-tiny": (3, 3, 4),
 }
 # What each tiny config must decode to: (spatial scale, temporal scale, whether a frame depends only on
 # the latent frames up to its own). LTX-Video's decoder convolutions look both ways in time; HunyuanVideo's
@@ -45,6 +47,8 @@ EXPECTED = {
     "hunyuanvideo-tiny": (8, 4, False),
     "ltx2.3-tiny": (32, 8, False),
     "mochi-tiny": (8, 6, True),
+    "hunyuanvideo15-tiny": (16, 4, True),
+    "cosmos-tiny": (8, 8, True),
 }
 EXTRA = {
     "ltxv-0.9.1-tiny": {"decode_timestep": 0.05, "decode_noise_scale": 0.0},
@@ -164,7 +168,8 @@ def test_frame_counts_and_causal_first_frame(name):
 def test_every_named_config_has_a_geometry_and_channels():
     real = {"ltxv": (32, 8, 128), "ltxv-0.9.1": (32, 8, 128), "ltxv-0.9.5": (32, 8, 128),
             "wan": (8, 4, 16), "wan2.2": (16, 4, 48), "hunyuanvideo": (8, 4, 16), "cogvideox": (8, 4, 16),
-            "cogvideox-5b": (8, 4, 16), "cogvideox1.5": (8, 4, 16), "mochi": (8, 6, 12)}  # fmt: skip
+            "cogvideox-5b": (8, 4, 16), "cogvideox1.5": (8, 4, 16), "mochi": (8, 6, 12),
+            "hunyuanvideo15": (16, 4, 32), "cosmos": (8, 8, 16)}  # fmt: skip
     for name, (spatial, temporal, channels) in real.items():
         spec = spec_from_json(raw_spec(name))
         cls = decoder_class(spec)
@@ -179,7 +184,8 @@ def test_every_named_config_has_a_geometry_and_channels():
     assert len(names) == len(set(names))  # `--decoder NAME` finds one family
 
 
-@pytest.mark.parametrize("name", ["ltxv-tiny", "wan-tiny", "hunyuanvideo-tiny", "mochi-tiny"])
+@pytest.mark.parametrize("name", ["ltxv-tiny", "wan-tiny", "hunyuanvideo-tiny", "mochi-tiny",
+                                  "hunyuanvideo15-tiny", "cosmos-tiny"])
 def test_normalized_latents_follow_the_pipeline(tmp_path, name):
     """``"latents": "normalized"`` applies what the model's diffusers pipeline does before vae.decode."""
     spec = spec_from_json(raw_spec(name))
@@ -201,7 +207,11 @@ def test_normalized_latents_follow_the_pipeline(tmp_path, name):
     elif name.startswith("wan"):  # WanPipeline
         mean = torch.tensor(cfg.latents_mean).view(-1, 1, 1, 1)
         denorm = z / (1.0 / torch.tensor(cfg.latents_std).view(-1, 1, 1, 1)) + mean
-    else:  # HunyuanVideoPipeline
+    elif name.startswith("cosmos"):  # CosmosTextToWorldPipeline, the release's sigma_data 0.5
+        mean = torch.tensor(cfg.latents_mean).view(c, -1, 1, 1)[:, : z.shape[1]]
+        std = torch.tensor(cfg.latents_std).view(c, -1, 1, 1)[:, : z.shape[1]]
+        denorm = z * std / 0.5 + mean
+    else:  # HunyuanVideoPipeline, HunyuanVideo15Pipeline
         denorm = z / cfg.scaling_factor
     torch.testing.assert_close(decoder.decode(z, origin=(0, 0, 0)), plain_decode(name, source, denorm))
 
@@ -346,7 +356,8 @@ def test_every_named_config_records_its_temporal_context():
             assert (g.context, g.lookahead) == cls.temporal_context_for(config)
             if g.whole_time:
                 whole.add(name)
-            elif family != "hunyuanvideo":  # no exact split: only the measured tiny config is recorded
+            elif family not in ("hunyuanvideo", "hunyuanvideo15"):  # no exact split: only the measured tiny
+                # config is recorded
                 assert name in cls.temporal_context, name
         if not cls.named_configs or whole == set(cls.named_configs):
             continue  # the diffusers family's configs come from the weights

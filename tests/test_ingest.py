@@ -473,7 +473,7 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
 
     conv = PIPELINES[name]
     pipeline = getattr(diffusers, name)
-    undo = ("_denormalize_latents", "latents_std", "scaling_factor")
+    undo = ("_denormalize_latents", "latents_std", "latents_inv_std", "scaling_factor")
     if issubclass(getattr(diffusers, name), diffusers.ModularPipeline):
         # no output_type="latent": the latents are what the decode blocks take (the package's `decoders`),
         # un-normalised there before vae.decode when normalized
@@ -488,6 +488,8 @@ def test_each_pipeline_convention_is_what_its_source_does(name):
     source = inspect.getsource(pipeline.__call__)
     if 'if output_type == "latent":' in source:
         latent_branch, decode_branch = branches(source, 'output_type == "latent"')
+    elif 'if output_type != "latent":' in source:
+        decode_branch, latent_branch = branches(source, 'output_type != "latent"')
     else:
         decode_branch, latent_branch = branches(source, 'not output_type == "latent"')
     if "self.decode_latents(" in decode_branch:  # CogVideoX's: the undoing is in decode_latents
@@ -611,3 +613,103 @@ def test_shots_appear_whole_to_a_reader_while_the_helper_appends(vae_folder, tmp
     assert not errors, errors[:3]
     assert len(reads) > len(expected) and sorted(open_job(job).shots) == sorted(expected)
     assert not [p for p in tmp_path.iterdir() if ".ingest-" in p.name]
+
+
+class _HandedToDecode(Exception):
+    """Raised by the stand-in VAE's decode with what the pipeline handed it."""
+
+    def __init__(self, z: torch.Tensor) -> None:
+        self.z = z
+
+
+# Pipelines that reuse a VAE farm has, with the attributes their __init__ sets from the VAE (and the
+# line of __init__ that does, checked), for running their decode branch on a stand-in.
+REUSED_VAE = {
+    "Cosmos2VideoToWorldPipeline": ("wan", "self.sigma_data = 1.0"),
+    "Cosmos2_5_PredictBasePipeline": ("wan", "self.latents_std = 1.0 / latents_std"),
+    "Cosmos3OmniPipeline": ("wan2.2", "self._vae_latents_inv_std = 1.0 / torch.tensor(vae.config"),
+    "SkyReelsV2Pipeline": ("wan", None),
+    "SkyReelsV2ImageToVideoPipeline": ("wan", None),
+    "SkyReelsV2DiffusionForcingPipeline": ("wan", None),
+    "SkyReelsV2DiffusionForcingVideoToVideoPipeline": ("wan", None),
+    "Kandinsky5T2VPipeline": ("hunyuanvideo", None),
+    "Kandinsky5I2VPipeline": ("hunyuanvideo", None),
+    "HunyuanVideo15Pipeline": ("hunyuanvideo15", None),
+    "HunyuanVideo15ImageToVideoPipeline": ("hunyuanvideo15", None),
+    "CosmosTextToWorldPipeline": ("cosmos", None),
+    "CosmosVideoToWorldPipeline": ("cosmos", None),
+}
+SIGMA_DATA = 0.7  # a scheduler's sigma_data (not the release's 0.5): Cosmos 1.0 divides by it
+
+
+@pytest.mark.model  # imports diffusers' pipelines
+@pytest.mark.parametrize("name", sorted(REUSED_VAE))
+def test_a_pipelines_latents_become_what_it_hands_vae_decode(name):
+    """Each pipeline's own decode branch (its source, run on a stand-in VAE that records its input)
+    against farm's: `pipeline_latents` (axes moved), then the family's ``denormalize`` (with the spec
+    fields the pipeline says for itself)."""
+    import inspect
+    import textwrap
+    from types import SimpleNamespace
+
+    import diffusers
+
+    from farm.decoders import FAMILIES as FAMS
+    from farm.inputs.pipelines import pipeline_latents
+
+    config_name, init_line = REUSED_VAE[name]
+    family = PIPELINES[name].family
+    cls = FAMS[family]
+    pipe_cls = getattr(diffusers, name)
+    if init_line is not None:
+        assert init_line in inspect.getsource(pipe_cls.__init__)
+    source = inspect.getsource(pipe_cls.__call__)
+    for head in ('if output_type != "latent":', 'if not output_type == "latent":'):
+        if head in source:
+            decode_branch = branches(source, head.removeprefix("if ").removesuffix(":"))[0]
+            break
+    else:
+        decode_branch = branches(source, 'output_type == "latent"')[1]
+
+    full = cls._full_config(cls.named_configs[config_name])
+    rng = np.random.default_rng(7)
+    channels = cls.latent_channels_for(cls.named_configs[config_name])
+    vae_config = SimpleNamespace(**full)
+    if full.get("latents_mean") is not None:  # non-trivial statistics, so a wrong un-normalisation shows
+        per_channel = len(full["latents_mean"]) // channels  # Cosmos 1.0: per channel and latent frame
+        vae_config.latents_mean = list(rng.normal(0, 0.3, channels * per_channel))
+        vae_config.latents_std = list(rng.uniform(0.5, 2.0, channels * per_channel))
+
+    def decode(z, return_dict=True):
+        raise _HandedToDecode(z)
+
+    vae = SimpleNamespace(config=vae_config, dtype=torch.float32, decode=decode)
+    geometry = cls.geometry_for(cls.named_configs[config_name])
+    f, h, w = 3, 2, 4
+    frames, height, width = geometry.pixel_frames(f), h * geometry.spatial_scale, w * geometry.spatial_scale
+    axes = PIPELINES[name].axes
+    sizes = dict(zip("BCFHW", (1, channels, f, h, w), strict=True))
+    output = torch.from_numpy(rng.standard_normal([sizes[a] for a in axes]).astype(np.float32))
+    mean = torch.tensor(getattr(vae_config, "latents_mean", None) or [0.0] * channels).view(1, -1, 1, 1, 1)
+    std = torch.tensor(getattr(vae_config, "latents_std", None) or [1.0] * channels).view(1, -1, 1, 1, 1)
+    sigma_data = 1.0 if name.startswith("Cosmos2") else SIGMA_DATA  # Cosmos2's __init__ registers 1
+    scheduler = SimpleNamespace(config=SimpleNamespace(sigma_data=sigma_data))
+    this = SimpleNamespace(
+        vae=vae, scheduler=scheduler, latents_mean=mean,
+        latents_std=1.0 / std, _vae_latents_mean=mean.flatten(), _vae_latents_inv_std=1.0 / std.flatten(),
+        vae_scale_factor_temporal=geometry.temporal_scale, vae_scale_factor_spatial=geometry.spatial_scale,
+    )  # fmt: skip
+    scope = {"self": this, "torch": torch, "latents": output.clone(), "output_type": "np", "batch_size": 1,
+             "num_videos_per_prompt": 1, "num_frames": frames, "height": height, "width": width,
+             "num_channels_latents": channels, "device": "cpu", "last_image": None,
+             "video_original": None, "vae_dtype": torch.float32}  # fmt: skip
+    with pytest.raises(_HandedToDecode) as handed:
+        exec(textwrap.dedent(decode_branch), scope)  # diffusers' own lines, up to vae.decode
+
+    data, conv = pipeline_latents(name, output, geometry, num_frames=frames, height=height, width=width)
+    assert conv.latents == "normalized" and data.shape == (1, channels, f, h, w)
+    decoder = object.__new__(cls)
+    decoder.model = SimpleNamespace(config=vae_config)
+    decoder.spec = SimpleNamespace(extra=cls.spec_fields_from_pipeline(SimpleNamespace(scheduler=scheduler)))
+    ours = decoder.denormalize(torch.from_numpy(data))
+    torch.testing.assert_close(ours, handed.value.z, rtol=1e-6, atol=1e-6)

@@ -34,7 +34,9 @@ from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
 from farm.decoders.cogvideox import CogVideoXDecoder
+from farm.decoders.cosmos import CosmosDecoder
 from farm.decoders.hunyuanvideo import HunyuanVideoDecoder
+from farm.decoders.hunyuanvideo15 import HunyuanVideo15Decoder
 from farm.decoders.ltx2 import LTX2Decoder
 from farm.decoders.ltx2_diffusion import LTX2DiffusionDecoder
 from farm.decoders.ltxv import LTXVideoDecoder
@@ -55,6 +57,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "diffusers": AnyDiffusersDecoder,
     "cogvideox": CogVideoXDecoder,
     "mochi": MochiDecoder,
+    "hunyuanvideo15": HunyuanVideo15Decoder,
+    "cosmos": CosmosDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

@@ -84,6 +84,8 @@ class VideoDecoder(Protocol):
     # what ComfyUI's .latent files hold (None: none farm reads), words of a ComfyUI workflow naming it
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]]
     pipeline_layout: ClassVar[str]  # those latents' axes, in words ("[B, C, F, H, W]" unless said)
+    # pipelines (of `pipeline_conventions`) whose latents are not [B, C, F, H, W] → their axes' order
+    pipeline_latent_axes: ClassVar[dict[str, str]]
     comfyui_latents: ClassVar[str | None]
     comfyui_words: ClassVar[tuple[str, ...]]
     sound_configs: ClassVar[dict[str, str]]  # named video config → the sound config that goes with it
@@ -136,6 +138,11 @@ class VideoDecoder(Protocol):
     def from_pipeline_output(cls, pipeline: Any, data: np.ndarray, num_frames: int | None) -> np.ndarray:
         """A pipeline's unpacked ``output_type="latent"`` latents → ``[B, C, F, H, W]`` as its decode hands
         them to ``vae.decode`` (axes reordered, padding frames dropped; default: as they are)."""
+        ...
+
+    @classmethod
+    def spec_fields_from_pipeline(cls, pipeline: Any) -> dict[str, Any]:
+        """Extra spec fields a pipeline instance says for itself (its un-normalisation's settings)."""
         ...
 
     @classmethod

@@ -139,10 +139,20 @@ class DiffusersVideoDecoder:
     # the axes of those pipelines' unpacked latents, in words (`from_pipeline_output` makes them
     # [B, C, F, H, W], what their decode hands `vae.decode`)
     pipeline_layout: ClassVar[str] = "[B, C, F, H, W]"
+    # Pipelines among those whose ``output_type="latent"`` latents are not ``[B, C, F, H, W]`` → the order of
+    # their axes in those letters (e.g. "BFHWC": channels last); `farm.inputs.pipelines` moves them.
+    pipeline_latent_axes: ClassVar[dict[str, str]] = {}
     comfyui_latents: ClassVar[str | None] = None
     comfyui_words: ClassVar[tuple[str, ...]] = ()
     # named video config → the named sound config that goes with it (`farm synth --audio`)
     sound_configs: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def spec_fields_from_pipeline(cls, pipeline: Any) -> dict[str, Any]:
+        """The extra spec fields (`spec_fields`) a diffusers pipeline instance of this family says for
+        itself, which its un-normalisation reads outside the VAE (e.g. its scheduler's settings); recorded
+        in the spec `farm.inputs.pipelines.spec_from_pipeline` makes."""
+        return {}
 
     def __init__(self, spec: DecoderSpec, model: Any, device: str) -> None:
         import torch
@@ -376,9 +386,15 @@ class DiffusersVideoDecoder:
             if name in expected and name not in state:  # NaN, so that a use would show
                 state[name] = torch.full(expected[name], float("nan"), device=device, dtype=torch_dtype)
         model.load_state_dict(state, strict=False, assign=True)
+        cls.materialise_derived_buffers(model, device)
         assert_materialised(model, where=spec.weights["path"])
         cls._fix_compression_ratios(model, spec)
         return model.eval()
+
+    @classmethod
+    def materialise_derived_buffers(cls, model: Any, device: str) -> None:
+        """Give a model built on the meta device the non-persistent buffers its constructor computes (no
+        weights file carries them), on `device`; by default there are none."""
 
     @classmethod
     def meta_model(cls, config: dict[str, Any]) -> Any:
@@ -567,6 +583,11 @@ class DiffusersVideoDecoder:
         """Latents as the pipeline stores them → as it hands them to ``vae.decode``."""
         raise NotImplementedError
 
+    def denormalize_at(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        """`denormalize` for a tile whose first latent frame, row and column in the shot are `origin`
+        (None: the shot's start): for pipelines whose statistics differ per latent frame (Cosmos 1.0)."""
+        return self.denormalize(z)
+
     def denormalize_with_buffers(self, z: torch.Tensor) -> torch.Tensor:
         """The LTX pipelines' ``_denormalize_latents``: ``z * std / scaling_factor + mean``, with the
         mean and std buffers the weights carry."""
@@ -578,7 +599,9 @@ class DiffusersVideoDecoder:
         """``vae.decode`` of a batch of one ``[1, C, f, h, w]`` → ``[1, 3, F, H, W]`` in [-1, 1]."""
         return self.model.decode(z, return_dict=False)[0]
 
-    def decoder_input(self, latent: torch.Tensor) -> torch.Tensor:
+    def decoder_input(
+        self, latent: torch.Tensor, origin: tuple[int, int, int] | None = None
+    ) -> torch.Tensor:
         """Latent tile ``[C, f, h, w]`` → what ``vae.decode`` takes: a batch of one on the decoder's
         device and dtype, denormalized when the job stores normalized latents. Copied to a GPU without
         waiting for kernels already queued (the previous decode's, which a plain copy from pageable
@@ -596,7 +619,7 @@ class DiffusersVideoDecoder:
             z = z.to(self.torch_dtype)[None]
         else:
             z = latent.to(dtype=self.torch_dtype)[None]
-        return self.denormalize(z) if self.spec.latents == "normalized" else z
+        return self.denormalize_at(z, origin) if self.spec.latents == "normalized" else z
 
     @staticmethod
     def unit_pixels(pixels: torch.Tensor) -> torch.Tensor:
@@ -608,7 +631,7 @@ class DiffusersVideoDecoder:
         import torch
 
         with self._lock, torch.inference_mode():
-            return self.unit_pixels(self.run_decoder(self.decoder_input(latent), origin)[0])
+            return self.unit_pixels(self.run_decoder(self.decoder_input(latent, origin), origin)[0])
 
     # ---- the part of the decoder that sees the whole frame ----------------------------------------
     # A decoder whose early layers see the whole frame (a middle block's self-attention at latent

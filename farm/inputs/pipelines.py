@@ -10,10 +10,21 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``LTX2HDRPipeline`` (HDR IC-LoRA): the same, and its VAE decodes to LogC3 codes, not a picture: the
   spec records ``"hdr": "logc3"`` (its ``hdr_video_processor``'s ``hdr_transform``) and float32, the
   dtype the pipeline's HDR post-processing runs in (`farm.media.hdr`);
-* ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``: ``[B, C, F, H, W]``,
-  normalized (``wan``);
+* ``WanPipeline``, ``WanImageToVideoPipeline``, ``WanVideoToVideoPipeline``, and the pipelines that reuse
+  Wan's VAE and un-normalise as WanPipeline does: ``Cosmos2VideoToWorldPipeline`` (Cosmos-Predict2; its
+  scheduler's ``sigma_data`` is set to 1), ``Cosmos2_5_PredictBasePipeline`` (Cosmos-Predict2.5),
+  ``Cosmos3OmniPipeline`` (Cosmos 3, the Wan 2.2 VAE), ``SkyReelsV2Pipeline``,
+  ``SkyReelsV2ImageToVideoPipeline``, ``SkyReelsV2DiffusionForcingPipeline`` and
+  ``SkyReelsV2DiffusionForcingVideoToVideoPipeline`` (its video: the input's frames, then these):
+  ``[B, C, F, H, W]``, normalized (``wan``);
 * ``HunyuanVideoPipeline``, ``HunyuanVideoImageToVideoPipeline``, ``HunyuanSkyreelsImageToVideoPipeline``:
-  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``);
+  ``[B, C, F, H, W]``, normalized (``hunyuanvideo``); ``Kandinsky5T2VPipeline``, ``Kandinsky5I2VPipeline``
+  (HunyuanVideo's VAE): channels last, ``[B, F, H, W, C]`` (moved here as the pipeline moves them),
+  normalized;
+* ``HunyuanVideo15Pipeline``, ``HunyuanVideo15ImageToVideoPipeline``: ``[B, C, F, H, W]``, normalized
+  (``hunyuanvideo15``);
+* ``CosmosTextToWorldPipeline``, ``CosmosVideoToWorldPipeline`` (Cosmos 1.0): ``[B, C, F, H, W]``,
+  normalized (``cosmos``); the spec made from the pipeline records its scheduler's ``sigma_data``;
 * ``MiniMaxH3ModularPipeline`` (a modular pipeline: no ``output_type="latent"``; its latents are what its
   video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``);
 * ``CogVideoXPipeline``, ``CogVideoXImageToVideoPipeline``, ``CogVideoXVideoToVideoPipeline``,
@@ -22,12 +33,15 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
 * ``MochiPipeline``: ``[B, C, F, H, W]``, normalized (``mochi``).
 
 "normalized": the pipeline would un-normalise before ``vae.decode`` (LTX: ``z·std/scaling_factor + mean``;
-Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo, CogVideoX: ``z / scaling_factor``; Mochi:
-``z·std/scaling_factor + mean``), and farm does the same when the job's spec says ``"latents":
-"normalized"``. "denormalized": ready for ``vae.decode`` (LTX-2 un-normalises before it returns).
-LTX-Video's packed tokens are unpacked here with the frame count and size the pipeline was
+Wan, MiniMax-H3: ``z·std + mean``; HunyuanVideo and 1.5, CogVideoX: ``z / scaling_factor``; Mochi:
+``z·std/scaling_factor + mean``; Cosmos 1.0: ``z·std/sigma_data + mean`` per channel and latent frame),
+and farm does the same when the job's spec says ``"latents": "normalized"``. "denormalized": ready for
+``vae.decode`` (LTX-2 un-normalises before it returns). LTX-Video's packed tokens are unpacked here with
+the frame count and size the pipeline was
 called with, exactly as its ``_unpack_latents`` does. Not covered: ``WanVACEPipeline`` (its latents start
-with the reference images' frames) and ``HunyuanVideoFramepackPipeline`` (it decodes section by section).
+with the reference images' frames), ``HunyuanVideoFramepackPipeline`` (it decodes section by section),
+``SkyReelsV2DiffusionForcingImageToVideoPipeline`` (with a last image its latents end with that image's
+frames, which it drops before decoding) and ``Cosmos2_5_TransferPipeline`` (it decodes chunk by chunk).
 """
 
 from __future__ import annotations
@@ -50,11 +64,12 @@ class PipelineConvention:
     family: str  # the farm decoder family of the pipeline's VAE
     latents: str  # "normalized" or "denormalized"
     packed: bool  # True: [B, S, D] token sequence (LTX-Video); False: [B, C, F, H, W]
+    axes: str = "BCFHW"  # the order of a 5-D output's axes (the adapter's `pipeline_latent_axes`)
 
 
 # Every pipeline class an adapter declares (`pipeline_conventions`), with its family.
 PIPELINES: dict[str, PipelineConvention] = {
-    name: PipelineConvention(family, latents, packed)
+    name: PipelineConvention(family, latents, packed, cls.pipeline_latent_axes.get(name, "BCFHW"))
     for family, cls in FAMILIES.items()
     for name, (latents, packed) in cls.pipeline_conventions.items()
 }
@@ -161,9 +176,12 @@ def pipeline_latents(
         data = data[None]
     if data.ndim != 5:
         raise FarmError(
-            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected {layout}"
+            f"{pipeline_name(pipeline)} latents have shape {list(data.shape)}; expected "
+            + (layout if conv.axes == "BCFHW" else f"[{', '.join(conv.axes)}]")
             + (" or packed [B, S, D]" if conv.packed else "")
         )
+    if conv.axes != "BCFHW":  # e.g. channels last: moved as the pipeline moves them before vae.decode
+        data = np.ascontiguousarray(data.transpose([conv.axes.index(a) for a in "BCFHW"]))
     return FAMILIES[conv.family].from_pipeline_output(pipeline, data, num_frames), conv
 
 
@@ -198,7 +216,8 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
     if hdr is not None:  # HDR decodes run in float32, as the pipelines' HDR paths do
         return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": "float32",
                 "hdr": hdr}  # fmt: skip
-    return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen}
+    return {"family": family, "config": config, "weights": {"path": str(source)}, "dtype": chosen,
+            **FAMILIES[family].spec_fields_from_pipeline(pipeline)}  # fmt: skip
 
 
 def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:

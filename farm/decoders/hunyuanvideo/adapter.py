@@ -45,7 +45,11 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
         name: ("normalized", False)
         for name in ("HunyuanVideoPipeline", "HunyuanVideoImageToVideoPipeline",
-                     "HunyuanSkyreelsImageToVideoPipeline")
+                     "HunyuanSkyreelsImageToVideoPipeline", "Kandinsky5T2VPipeline", "Kandinsky5I2VPipeline")
+    }  # fmt: skip
+    # Kandinsky 5 keeps its latents channels last, and moves the channels first before vae.decode
+    pipeline_latent_axes: ClassVar[dict[str, str]] = {
+        "Kandinsky5T2VPipeline": "BFHWC", "Kandinsky5I2VPipeline": "BFHWC",
     }  # fmt: skip
     comfyui_latents: ClassVar[str | None] = "denormalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("hunyuan",)

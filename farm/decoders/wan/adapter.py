@@ -45,10 +45,15 @@ class WanDecoder(DiffusersVideoDecoder):
         "wan2.2-tiny": WAN22_TINY,
     }
     model_class_name: ClassVar[str] = "AutoencoderKLWan"
+    # Cosmos-Predict2 (sigma_data 1: z·std + mean), Cosmos-Predict2.5 and Cosmos 3 (z / (1/std) + mean) and
+    # SkyReels-V2 un-normalise as WanPipeline does, with the VAE's own lists (wan, or wan2.2 for Cosmos 3)
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
         name: ("normalized", False)
-        for name in ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline")
-    }
+        for name in ("WanPipeline", "WanImageToVideoPipeline", "WanVideoToVideoPipeline",
+                     "Cosmos2VideoToWorldPipeline", "Cosmos2_5_PredictBasePipeline", "Cosmos3OmniPipeline",
+                     "SkyReelsV2Pipeline", "SkyReelsV2ImageToVideoPipeline",
+                     "SkyReelsV2DiffusionForcingPipeline", "SkyReelsV2DiffusionForcingVideoToVideoPipeline")
+    }  # fmt: skip
     comfyui_latents: ClassVar[str | None] = "denormalized"
     comfyui_words: ClassVar[tuple[str, ...]] = ("wan",)
     # Causal: each causal convolution caches two frames, and their chain reaches 37 latent frames back at
