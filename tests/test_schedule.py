@@ -15,6 +15,7 @@ import pytest
 
 from farm import keys
 from farm.errors import FarmError
+from farm.inputs.synthetic import synth_spec
 from farm.planning import costmodel
 from farm.planning.planner import predict, shot_tasks, simulate_schedule
 from farm.planning.schedule import LOCAL_TAIL_BATCHES, Priority, make_schedule, window_for
@@ -33,6 +34,8 @@ from farm.store.output import Output
 from farm.worker.tasks import share_piece
 from tests.helpers import plans_required_window
 
+# the decoder the fake render's tasks name (their plans are made here with GEOMETRY)
+SPEC_JSON = synth_spec("ltx2-tiny").to_json()
 GEOMETRY = Geometry(32, 8, True, carries=True)  # carrying matters only to plans with ChunkSize.carry
 
 
@@ -154,7 +157,7 @@ def drive(plans, n_workers: int, n_io: int, *, window: int | None = None, fail_s
     client = FakeClient(workers, io_workers, fail_shot)
     schedule = make_schedule(plans, n_decode=n_workers, n_io=n_io, window=window)
     targets = RenderTargets(
-        job_path="job", spec_json={}, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
+        job_path="job", spec_json=SPEC_JSON, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
         video=VideoSettings(), metadata={}, finish=None,
         total_batches={p.shot: len(p.batches) for p in plans},
     )  # fmt: skip
@@ -519,7 +522,7 @@ def test_a_zarr_only_batch_is_written_and_marked_by_one_task_on_its_io_worker() 
     workers, io_workers = ["tcp://10.0.0.1:1"], ["tcp://10.0.1.1:1", "tcp://10.0.1.2:1"]
     client = FakeClient(workers, io_workers)
     schedule = make_schedule(plans, n_decode=1, n_io=2)
-    targets = RenderTargets(job_path="job", spec_json={}, out=Output(Path("out")),
+    targets = RenderTargets(job_path="job", spec_json=SPEC_JSON, out=Output(Path("out")),
                             fps={p.shot: 24.0 for p in plans}, video=VideoSettings(enabled=False),
                             metadata={}, finish=None,
                             total_batches={p.shot: len(p.batches) for p in plans})  # fmt: skip
@@ -591,7 +594,7 @@ def test_the_driver_submits_each_shot_writer_at_its_time_with_the_arguments_it_b
     workers, io_workers = ["tcp://10.0.0.1:1", "tcp://10.0.0.2:1"], ["tcp://10.0.1.1:1"]
     client = FakeClient(workers, io_workers)
     targets = RenderTargets(
-        job_path="job", spec_json={}, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
+        job_path="job", spec_json=SPEC_JSON, out=Output(Path("out")), fps={p.shot: 24.0 for p in plans},
         video=VideoSettings(), metadata={"comment": "c"},
         total_batches={p.shot: len(p.batches) for p in plans}, finish={"s0", "s1"}, retries=3,
         sound=Sound({"config": "a"}, frozenset({"s0", "s1"}), "flac"),
@@ -658,7 +661,7 @@ def test_a_shot_finishes_once_every_output_written_after_its_last_batch_is(monke
     monkeypatch.setitem(writers.SHOT_WRITERS, "still", still_writer)
     plans = job([TileGrid()], 1)
     client = FakeClient(["tcp://10.0.0.1:1"], [])
-    targets = RenderTargets(job_path="job", spec_json={}, out=Output(Path("out")), fps={"s0": 24.0},
+    targets = RenderTargets(job_path="job", spec_json=SPEC_JSON, out=Output(Path("out")), fps={"s0": 24.0},
                             video=VideoSettings(), metadata={}, finish=None,
                             total_batches={"s0": 1})  # fmt: skip
     finished: list[tuple[str, list[str]]] = []  # each shot finished, with the files written by then
