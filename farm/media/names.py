@@ -31,14 +31,19 @@ def is_farm_temporary(name: str) -> bool:
     return FARM_TEMP.fullmatch(name) is not None
 
 
+def is_valid_name(name: object) -> bool:
+    """Whether `name` follows the rule above."""
+    return (
+        isinstance(name, str)
+        and NAME.fullmatch(name) is not None
+        and not name.endswith(TEMP_SUFFIX)
+        and TEMP_SUFFIX + "." not in name
+    )
+
+
 def check_name(name: object, what: str = "shot name") -> str:
     """`name` if it follows the rule above, else a FarmError saying what would be valid."""
-    if (
-        not isinstance(name, str)
-        or not NAME.fullmatch(name)
-        or name.endswith(TEMP_SUFFIX)
-        or TEMP_SUFFIX + "." in name
-    ):
+    if not is_valid_name(name):
         raise FarmError(
             f"{what} {name!r} is not allowed: use letters, digits, '_', '-' and '.', starting with a letter, "
             f"digit or '_', at most 200 characters, not ending in {TEMP_SUFFIX!r} nor holding "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from farm.errors import FarmError
+from farm.media.names import is_valid_name
 from farm.media.rates import start_timecode
 from farm.media.sequences import FORMATS
 from farm.media.settings import HLG_MASTER, HLG_MASTER_SUFFIX, VideoSettings
@@ -147,7 +148,7 @@ def finished_in_out(out: Output, shot: str) -> bool:
     """Whether OUT holds the shot finished: its video marked done, or without a video every batch."""
     import zarr
 
-    if not out.shot_group(shot).exists():
+    if not is_valid_name(shot) or not out.shot_group(shot).exists():  # a name OUT cannot hold: not in it
         return False
     try:
         attrs = dict(zarr.open_group(store=str(out.shot_group(shot)), mode="r").attrs)
