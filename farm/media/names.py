@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 from farm.errors import FarmError
 
@@ -31,7 +32,7 @@ def is_farm_temporary(name: str) -> bool:
     return FARM_TEMP.fullmatch(name) is not None
 
 
-def is_valid_name(name: object) -> bool:
+def is_valid_name(name: object) -> TypeGuard[str]:
     """Whether `name` follows the rule above."""
     return (
         isinstance(name, str)
