@@ -159,7 +159,7 @@ print("decoded")
 
     from diffusers.models.autoencoders import autoencoder_kl_cosmos as module
 
-    from farm.decoders.cosmos.adapter import _FILTERS
+    from farm.decoders.cosmos.adapter import FILTERS
 
-    assert module._WAVELETS.keys() == _FILTERS.keys()
-    assert all(torch.equal(module._WAVELETS[k], torch.tensor(v)) for k, v in _FILTERS.items())
+    assert module._WAVELETS.keys() == FILTERS.keys()
+    assert all(torch.equal(module._WAVELETS[k], torch.tensor(v)) for k, v in FILTERS.items())

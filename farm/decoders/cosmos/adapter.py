@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 # the released pipelines' EDMEulerScheduler (diffusers' scripts/convert_cosmos_to_diffusers.py)
 RELEASED_SIGMA_DATA = 0.5
 # diffusers' patching filters (`autoencoder_kl_cosmos._WAVELETS`), with the values it defines them with
-_FILTERS = {"haar": [0.7071067811865476, 0.7071067811865476], "rearrange": [1.0, 1.0]}
+FILTERS = {"haar": [0.7071067811865476, 0.7071067811865476], "rearrange": [1.0, 1.0]}
 
 
 def repair_filter_constants() -> None:
@@ -49,7 +49,7 @@ def repair_filter_constants() -> None:
     import torch
     from diffusers.models.autoencoders import autoencoder_kl_cosmos as module
 
-    for name, values in _FILTERS.items():
+    for name, values in FILTERS.items():
         if module._WAVELETS[name].is_meta:
             module._WAVELETS[name] = torch.tensor(values)
 
