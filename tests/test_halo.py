@@ -107,3 +107,33 @@ def test_a_cut_halo_falls_short_of_the_floor():
     decoder.geometry = replace(decoder.geometry, halo=2)
     band_db, _ = tiled_against_whole(decoder, latent_for(decoder, (2, 4, 40)), TileGrid((1, 1, 2)))
     assert band_db < BF16_FLOOR[0]
+
+
+@pytest.mark.parametrize("context", [None, "measured", "receptive-field"])
+def test_the_receptive_field_stays_available_as_the_specs_context(tmp_path, context):
+    """A bf16 LTX-2 job decodes the measured 8 frames of temporal context a side, unless its decoder spec
+    asks for the whole receptive field (22), which the job records and every plan of it then uses."""
+    from farm import PlanOptions
+    from farm.decoders import spec_from_json
+    from farm.planning.jobplan import plan_job
+    from farm.store.job import create_job, open_job, write_shot
+
+    raw = {"family": "ltx2", "config": "ltx2", "weights": {"random_seed": 0}, "dtype": "bfloat16"}
+    spec = spec_from_json({**raw, **({"context": context} if context else {})})
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    write_shot(job, "s", np.zeros((128, 61, 2, 2), np.float32), fps=24.0)
+    recorded = open_job(job).spec
+    assert recorded.to_json().get("context") == ("receptive-field" if context == "receptive-field" else None)
+    plan = plan_job(open_job(job), PlanOptions(tiles=(2, 1, 1), batch_frames=8), 1)[0]
+    reach = {max(t.context, t.lookahead) for t in plan.tiles}
+    assert reach == ({22} if context == "receptive-field" else {8})
+
+
+def test_a_context_other_than_measured_or_the_receptive_field_is_refused():
+    from farm.decoders import spec_from_json
+    from farm.errors import FarmError
+
+    raw = {"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 0}, "context": "all"}
+    with pytest.raises(FarmError, match=r"'context' 'all' is invalid; use 'measured' .* 'receptive-field'"):
+        spec_from_json(raw)

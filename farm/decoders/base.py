@@ -27,6 +27,12 @@ LATENT_CONVENTIONS = ("denormalized", "normalized")
 HDR_TRANSFERS = ("acescct", "logc3")
 
 
+# How much temporal context a tile decodes (the spec's "context"): the least measured to reach the dtype's
+# noise floor where the family measured one, or the decoder's whole receptive field.
+MEASURED_CONTEXT = "measured"
+RECEPTIVE_FIELD_CONTEXT = "receptive-field"
+
+
 @dataclass(frozen=True)
 class DecoderSpec:
     family: str
@@ -273,8 +279,17 @@ def parse_spec(
     if hdr is not None and dtype != "float32":
         raise FarmError(f"{where}: an HDR decode ('hdr': {hdr!r}) runs in float32, as the HDR pipelines "
                         f"decode; dtype {dtype!r} is invalid with it: set dtype to 'float32'")  # fmt: skip
-    known = {"family", "config", "weights", "dtype", "latents", "hdr", CONFIG_REVISION}
+    context = raw.get("context", MEASURED_CONTEXT)
+    if context not in (MEASURED_CONTEXT, RECEPTIVE_FIELD_CONTEXT):
+        raise FarmError(
+            f"{where}: 'context' {context!r} is invalid; use {MEASURED_CONTEXT!r} (the least temporal "
+            f"context measured to reach the dtype's noise floor, the default) or {RECEPTIVE_FIELD_CONTEXT!r} "
+            "(the decoder's whole receptive field: exact, more decode work)"
+        )
+    known = {"family", "config", "weights", "dtype", "latents", "hdr", "context", CONFIG_REVISION}
     extra = {k: v for k, v in raw.items() if k not in known} | revision | ({"hdr": hdr} if hdr else {})
+    if context == RECEPTIVE_FIELD_CONTEXT:  # recorded only when asked: specs without it stay as they were
+        extra["context"] = context
     return DecoderSpec(family, config_name, resolved, dict(weights), dtype, latents, extra)
 
 

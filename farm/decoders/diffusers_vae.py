@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders import weights as W
-from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, DecoderSpec, dtype_bytes
+from farm.decoders.base import DEFAULT_SPATIAL_OVERLAP, RECEPTIVE_FIELD_CONTEXT, DecoderSpec, dtype_bytes
 from farm.decoders.checkpoints import (
     SAFETENSORS_SUFFIX,
     Derived,
@@ -263,10 +263,13 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def geometry_for_spec(cls, spec: DecoderSpec) -> Geometry:
-        """`geometry_for` the spec's config, with the halo and temporal context measured for its dtype."""
+        """`geometry_for` the spec's config, with the halo and temporal context measured for its dtype (the
+        whole receptive field where the spec's "context" asks for it)."""
         geometry = cls.geometry_for(spec.config)
         halo = cls.spatial_halo_for(spec.config, spec.dtype)
         measured = cls.measured_context.get(cls._named(spec.config) or "", {})
+        if spec.extra.get("context") == RECEPTIVE_FIELD_CONTEXT:
+            measured = {}
         context = _for_dtype(measured, spec.dtype, (geometry.context, geometry.lookahead))
         return replace(geometry, halo=halo, context=context[0], lookahead=context[1])
 
