@@ -67,6 +67,7 @@ import numpy as np
 from farm.decoders import DecoderSpec, decoder_class
 from farm.errors import FarmError
 from farm.planning.encode_cost import EncodeReference, encode_factor
+from farm.planning.nnls import nnls
 
 FEATURES = ("const", "pixel_volume", "halo")
 PIECE_BYTES_PER_PIXEL = 12  # decoded tiles travel as float32 RGB
@@ -115,35 +116,6 @@ class DecodeCost:
     def seconds(self, pixel_fhw: Sequence[int]) -> float:
         x = features(pixel_fhw)
         return sum(c * x[name] for name, c in self.coefficients.items())
-
-
-def nnls(a: np.ndarray, b: np.ndarray, *, max_iter: int = 100) -> np.ndarray:
-    """Non-negative least squares, ``min ||a x - b||, x >= 0`` (Lawson & Hanson's active set method)."""
-    m, n = a.shape
-    scale = np.linalg.norm(a, axis=0)
-    scale[scale == 0] = 1.0
-    a = a / scale
-    tol = 1e-10 * max(1.0, float(np.abs(a).max()) * float(np.abs(b).max()))
-    passive = np.zeros(n, dtype=bool)
-    x = np.zeros(n)
-    grad = a.T @ (b - a @ x)
-    for _ in range(max_iter):
-        if passive.all() or grad[~passive].max() <= tol:
-            break
-        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                break
-            bad = passive & (z <= 0)
-            alpha = float(np.min(x[bad] / (x[bad] - z[bad])))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = z
-        grad = a.T @ (b - a @ x)
-    return x / scale
 
 
 def fit_decode_cost(samples: Iterable[Sample], names: Sequence[str] = FEATURES) -> DecodeCost:

@@ -104,7 +104,7 @@ def fit_rate(samples: list[tuple[float, float]]) -> EncodeRate:
     ``(bits_per_pixel, seconds_per_pixel)`` pairs of one codec and preset."""
     import numpy as np
 
-    from farm.planning.costmodel import nnls
+    from farm.planning.nnls import nnls
 
     if len(samples) < 2:
         raise FarmError("fitting an encode rate needs at least 2 measured encodes")
