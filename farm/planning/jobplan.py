@@ -190,11 +190,17 @@ def render_cost_model(spec: DecoderSpec, options: PlanOptions, video: bool | Vid
     its encodes those of `video` (True: the configured codec and preset; False: no video) of frames
     written at `options.encoded_bits_per_pixel` (None: the frames the model was measured on)."""
     model = cost_model(spec, options.cost_model)
-    settings = VideoSettings() if video is True else video
-    if settings is False or not settings.writes_video:
+    settings = encoded_video(video)
+    if settings is None:
         return without_video(model)
     codec = "h265" if settings.hdr else settings.codec  # an HDR render's video is its x265 HLG master
     return for_encoding(model, codec, settings.preset, options.encoded_bits_per_pixel)
+
+
+def encoded_video(video: bool | VideoSettings) -> VideoSettings | None:
+    """The video a render encodes (True: the configured codec and preset), or None when it encodes none."""
+    settings = VideoSettings() if video is True else video
+    return settings if settings is not False and settings.writes_video else None
 
 
 def check_tile_widths(plan: ShotPlan) -> None:

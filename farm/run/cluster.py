@@ -31,7 +31,7 @@ from farm.run.backends import ClusterAsk, ClusterChoice
 from farm.run.backends.local_cuda import io_workers_beside_gpus as io_workers_beside_gpus
 from farm.run.backends.setup import IO_RESOURCE as IO_RESOURCE
 from farm.run.backends.setup import IO_WORKER_PREFIX as IO_WORKER_PREFIX
-from farm.run.backends.setup import quiet_distributed_logs, set_up_workers, start_cluster
+from farm.run.backends.setup import io_worker_count, quiet_distributed_logs, set_up_workers, start_cluster
 from farm.run.machine import cpu_count, cpu_decode_threads, detect_gpus, ucx_available
 from farm.run.tls import check_tls, check_tls_to
 from farm.worker import transport_plugin
@@ -77,9 +77,7 @@ def local_decode_workers() -> int:
     """The decode workers `connect` starts on this machine when nothing is said: one per GPU, or up to
     `farm.run.backends.local_cpu.MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many
     as `farm render` runs)."""
-    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=None, gpu_count=detect_gpus(),
-                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
-    return choice.n_workers
+    return _planned_choice(None).n_workers
 
 
 def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
@@ -95,21 +93,23 @@ def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, wor
     return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
 
 
+def _planned_choice(workers: int | None) -> ClusterChoice:
+    """What `connect` would start on this machine with `workers` (and no scheduler), as chosen before."""
+    return choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
+                          ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+
+
 def planned_cluster_size(workers: int | None) -> tuple[int, int]:
     """The decode and I/O workers of the cluster `connect` would start with `workers` (and no scheduler),
     as its backend chooses them before starting (`set_up_workers` adds the I/O workers)."""
-    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
-                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
-    chosen = config.get("io-workers")
-    io = choice.backend.default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
-    return choice.n_workers, io
+    choice = _planned_choice(workers)
+    return choice.n_workers, io_worker_count(choice)
 
 
 def planned_gpu_memory(workers: int | None) -> int | None:
     """The GPU memory of the smallest decode worker of the cluster `connect` would start with `workers`
     (and no scheduler), as its backend knows it before starting (None: CPU workers)."""
-    choice = choose_cluster(scheduler=None, scheduler_file=None, workers=workers, gpu_count=detect_gpus(),
-                            ucx_available=False, cpu_count=cpu_count())  # fmt: skip
+    choice = _planned_choice(workers)
     return choice.backend.decode_memory(choice)
 
 

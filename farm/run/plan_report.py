@@ -21,7 +21,7 @@ from farm.media.settings import VideoSettings
 from farm.planning import planner
 from farm.planning.budgets import check_fits, host_peak_bytes, window_peak_bytes
 from farm.planning.costmodel import CostModel
-from farm.planning.jobplan import plan_job, predict_render, render_cost_model
+from farm.planning.jobplan import encoded_video, plan_job, predict_render, render_cost_model
 from farm.planning.options import PlanOptions
 from farm.planning.plan_table import describe_plans
 from farm.planning.tiling import ShotPlan
@@ -113,8 +113,8 @@ def plan_report(
 def describe_encodes(video: bool | VideoSettings, options: PlanOptions, model: CostModel) -> str | None:
     """What a prediction's encodes are of: codec, preset and the frames' bits per pixel, and where those
     come from; None without video."""
-    settings = VideoSettings() if video is True else video
-    if settings is False or not settings.writes_video:
+    settings = encoded_video(video)
+    if settings is None:
         return None
     codec = "h265 (HLG master)" if settings.hdr else settings.codec
     preset = "" if settings.codec.startswith("prores") else f" {settings.preset}"

@@ -68,8 +68,7 @@ def set_up_workers(
     backend = choice.backend
     for plugin in [IgnoreInterruptPlugin(), QuickExitPlugin(), *backend.worker_plugins(choice)]:
         client.register_plugin(plugin)
-    chosen = io_workers if io_workers is not None else config.get("io-workers")
-    n_io = backend.default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
+    n_io = io_worker_count(choice, io_workers)
     if n_io:
         backend.add_io_workers(cluster, n_io, memory_limit, security=security)
         client.wait_for_workers(choice.n_workers + n_io, timeout=IO_WORKERS_TIMEOUT_S)
@@ -80,6 +79,13 @@ def set_up_workers(
 
         link = monitor.install(client)
     return WorkersSetUp(n_io, link)
+
+
+def io_worker_count(choice: ClusterChoice, io_workers: int | None = None) -> int:
+    """The I/O workers `set_up_workers` starts beside `choice`'s decode workers: `io_workers`, else
+    ``farm.io-workers``, else the backend's default."""
+    chosen = io_workers if io_workers is not None else config.get("io-workers")
+    return choice.backend.default_io_workers(choice, cpu_count()) if chosen is None else int(chosen)
 
 
 def add_local_io_workers(cluster: Any, n: int, memory_limit: Any, security: Any = None) -> None:
