@@ -152,13 +152,14 @@ def _add_synth_command(add: AddCommand) -> None:
                    help="replace an existing farm job store (any other file or folder is refused)")
     p.add_argument("--audio", action="store_true",
                    help="give every shot sound as long as its frames, for the decoder's own audio config "
-                        "(ltx2-tiny: ltx2-audio-tiny, ltx2: ltx2-audio, ltx2.3[-tiny]: ltx2.3-audio[-tiny]; "
-                        "docs/decoders.md gives their shapes and rates)")  # fmt: skip
+                        "(ltx2-tiny: ltx2-audio-tiny, ltx2: ltx2-audio, ltx2.3[-tiny]: ltx2.3-audio[-tiny], "
+                        "minimax-h3[-tiny]: minimax-h3-audio[-tiny]; docs/decoders.md gives their shapes and "
+                        "rates)")  # fmt: skip
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
                    help="sound for another audio config (a name, or a JSON audio decoder spec); "
                         "implies --audio (default: the decoder's own sound config)")  # fmt: skip
     p.add_argument("--audio-weights", metavar="PATH",
-                   help="the audio decoder's real weights (pipeline folder or LTX-2 .safetensors; "
+                   help="the audio decoder's real weights (pipeline folder, or the model's .safetensors; "
                         "default: random)")  # fmt: skip
 
 
@@ -192,15 +193,17 @@ def _add_ingest_command(add: AddCommand) -> None:
                    help="denoising steps of a diffusion decoder (ltx2-diffusion), kept in a new job's spec "
                         "(default: the decoder's own)")  # fmt: skip
     p.add_argument("--audio-tensor", metavar="KEY",
-                   help="the tensor of each file holding the shot's audio latents [C, T, M] (LTX-2 sound) "
+                   help="the tensor of each file holding the shot's audio latents, in the audio decoder's "
+                        "layout: [C, T, M] for LTX-2, [2, C, T] for MiniMax-H3 "
                         "(default: none, no sound)")  # fmt: skip
     p.add_argument("--audio-decoder", metavar="SPEC_OR_NAME",
-                   help="audio decoder of the sound: ltx2-audio (LTX-2, 24 kHz) or ltx2.3-audio (LTX-2.3, "
-                        "48 kHz), with --audio-weights, or a JSON spec; needed to create a job with sound "
-                        "(default: the job's)")  # fmt: skip
+                   help="audio decoder of the sound: ltx2-audio (LTX-2, 24 kHz), ltx2.3-audio (LTX-2.3, "
+                        "48 kHz) or minimax-h3-audio (MiniMax-H3, 32 kHz), with --audio-weights, or a JSON "
+                        "spec; needed to create a job with sound (default: the job's)")  # fmt: skip
     p.add_argument("--audio-weights", metavar="PATH",
-                   help="audio weights: a diffusers pipeline folder (audio_vae/, vocoder/) or an LTX-2 / "
-                        "LTX-2.3 .safetensors checkpoint (default: the job's audio spec's)")  # fmt: skip
+                   help="audio weights: a diffusers pipeline folder (audio_vae/, and vocoder/ for LTX-2), "
+                        "an LTX-2 / LTX-2.3 .safetensors checkpoint, or MiniMax-H3's audio VAE folder or "
+                        ".safetensors (default: the job's audio spec's)")  # fmt: skip
 
 
 def _add_render_command(add: AddCommand) -> None:

@@ -2,7 +2,7 @@
 ``ltx2-audio``), a JSON object as text, a JSON file, a mapping, or a spec already parsed; with the weights
 given beside it (``--weights``, ``--audio-weights``), else the spec's own, else a default. One reader for
 both kinds; each kind's validator (`farm.decoders.base.parse_spec`,
-`farm.decoders.ltx2.audio.parse_audio_spec`) then checks the fields."""
+`farm.decoders.sound.parse_sound_spec`) then checks the fields."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from farm.safe_read import parse_json, read_json
 
 if TYPE_CHECKING:
     from farm.decoders.base import DecoderSpec
-    from farm.decoders.ltx2.audio import AudioSpec
+    from farm.decoders.sound_base import SoundSpec
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,17 @@ def video_family_of(name: str) -> str:
 
 
 def sound_family_of(name: str) -> str:
-    """The sound decoder family of a named config (an unknown name is refused by the sound's validator)."""
-    from farm.decoders.ltx2.audio import FAMILY
+    """The sound decoder family of a named config ('minimax-h3-audio-tiny' → 'minimax-h3-audio')."""
+    from farm.decoders.sound import sound_family_of as family_of
 
-    return FAMILY
+    return family_of(name)
 
 
 VIDEO = SpecKind("--decoder", "--weights", "a diffusers VAE folder or one .safetensors file", video_family_of,
                  random_weights_hint=True)  # fmt: skip
-SOUND = SpecKind("--audio-decoder", "--audio-weights", "a diffusers pipeline folder with audio_vae/ and "
-                 "vocoder/, or LTX-2's .safetensors checkpoint", sound_family_of,
+SOUND = SpecKind("--audio-decoder", "--audio-weights", "the diffusers pipeline folder holding the sound "
+                 "decoder's audio_vae/ (and vocoder/), or the model's .safetensors checkpoint",
+                 sound_family_of,
                  random_weights_hint=False)  # fmt: skip
 
 
@@ -132,9 +133,9 @@ def resolve_spec(
 def resolve_sound_spec(
     given: Any, *, weights: str | os.PathLike[str] | None = None,
     default_weights: Mapping[str, Any] | None = None, where: str = "--audio-decoder",
-) -> AudioSpec:
+) -> SoundSpec:
     """A sound decoder spec from what a user gave (:func:`read_spec`)."""
-    from farm.decoders.ltx2.audio import parse_audio_spec
+    from farm.decoders.sound import parse_sound_spec
 
     raw = read_spec(given, SOUND, weights=weights, default_weights=default_weights, where=where)
-    return parse_audio_spec(raw, where=where)
+    return parse_sound_spec(raw, where=where)

@@ -24,10 +24,11 @@ shares it, so a source with a known other convention is refused rather than deco
 LTX VAEs un-normalise inside their decode, so its LTX ``.latent`` files are ``normalized``; its Wan and
 HunyuanVideo latents are the VAE's own (``denormalized``).
 
-Sound (LTX-2): a shot's audio latents ``[C, T, M]`` (a sample of the pipeline's ``[B, C, T, M]``) are
-stored beside its video latents, from the tensor ``--audio-tensor`` names in the same file, or from the
-pipeline's output (`add_pipeline_shot`'s ``audio_latents``). The job then records the audio decoder
-(`farm.decoders.ltx2.audio`) that decodes them; every shot's sound shares it.
+Sound: a shot's audio latents, in its sound family's layout (LTX-2: ``[C, T, M]``, a sample of the
+pipeline's ``[B, C, T, M]``; MiniMax-H3: ``[2, C, T]``, the two stereo channels), are stored beside its
+video latents, from the tensor ``--audio-tensor`` names in the same file, or from the pipeline's output
+(`add_pipeline_shot`'s ``audio_latents``). The job then records the audio decoder (`farm.decoders.sound`)
+that decodes them; every shot's sound shares it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class, spec_from_json
 from farm.decoders.base import LATENT_CONVENTIONS
-from farm.decoders.ltx2.audio import AudioSpec, check_audio_latent, check_audio_weights
+from farm.decoders.sound import named_sound_configs
+from farm.decoders.sound_base import SoundSpec
 from farm.decoders.user_spec import resolve_sound_spec, resolve_spec
 from farm.errors import FarmError
 from farm.inputs import latent_files
@@ -379,7 +381,7 @@ def write_staged(
     existing: bool,
     replace: bool,
     on_progress: Callable[[int, int], None] | None = None,
-    audio_spec: AudioSpec | None = None,
+    audio_spec: SoundSpec | None = None,
     sounds: Mapping[str, Callable[[], np.ndarray]] | None = None,
 ) -> list[str]:
     """Write `shots` (plan, data loader) into a staging store beside `job`, then rename them in.
@@ -402,7 +404,7 @@ def write_staged(
             if sounds and plan.name in sounds:
                 sound = sounds[plan.name]()
                 if audio_spec is not None:
-                    check_audio_latent(tuple(sound.shape), audio_spec, f"{where} audio")
+                    audio_spec.check_latent(tuple(sound.shape), f"{where} audio")
                 check_finite(sound, f"{where} audio")
             write_shot(stage, plan.name, latent, fps=plan.fps, attrs=plan.attrs, audio=sound)
             if on_progress:
@@ -517,7 +519,7 @@ def ingest(
     replace: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
     audio_tensor: str | None = None,
-    audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
+    audio_decoder: str | Mapping[str, Any] | SoundSpec | None = None,
     audio_weights: str | os.PathLike | None = None,
     decode_steps: int | None = None,
     timecode: str | None = None,
@@ -527,9 +529,10 @@ def ingest(
     `decode_steps`: the denoising steps of a diffusion decoder (``ltx2-diffusion``), recorded in a new
     job's decoder spec (default: the decoder config's).
 
-    `audio_tensor`: the name of each file's audio latents (``[C, T, M]``, or ``[B, C, T, M]`` beside a
-    batch of video latents), stored as the shots' sound; `audio_decoder` (a named config such as
-    ``ltx2-audio`` with `audio_weights`, or a spec) decodes it, and is needed when the job is created.
+    `audio_tensor`: the name of each file's audio latents (one shot's, e.g. LTX-2's ``[C, T, M]``, or
+    with a batch axis first beside a batch of video latents), stored as the shots' sound; `audio_decoder`
+    (a named config such as ``ltx2-audio`` or ``minimax-h3-audio`` with `audio_weights`, or a spec)
+    decodes it, and is needed when the job is created.
 
     >>> ingest("job.zarr", ["renders/latents/"], decoder="ltx2", weights="/models/ltx2-vae")  # doctest: +SKIP
     """
@@ -603,29 +606,30 @@ def _sample(data: np.ndarray, sample: int | None) -> np.ndarray:
     return data if sample is None else np.ascontiguousarray(data[sample])
 
 
-def with_audio(plan: PlannedShot, audio: FoundTensor, spec: AudioSpec) -> PlannedShot:
-    """`plan` with its sound: `audio` (``[C, T, M]``, or ``[B, C, T, M]`` matching the video's batch),
-    checked against the audio decoder."""
+def with_audio(plan: PlannedShot, audio: FoundTensor, spec: SoundSpec) -> PlannedShot:
+    """`plan` with its sound: `audio` (one shot's, e.g. ``[C, T, M]``, or with the video's batch axis
+    first), checked against the audio decoder."""
     import dataclasses
 
     where = f"{audio.path}" + (f" [{audio.key}]" if audio.key else "")
     shape = audio.shape
     batched = plan.sample is not None
-    if batched and (len(shape) != 4 or shape[0] <= plan.sample):  # type: ignore[operator]
+    rank = len(spec.latent_dims) + 1  # with the batch axis
+    if batched and (len(shape) != rank or shape[0] <= plan.sample):  # type: ignore[operator]
         raise FarmError(f"{where}: audio latents {list(shape)} do not hold sample {plan.sample} of the video "
-                        "batch; expected [B, C, T, M] with the video's B")  # fmt: skip
-    if not batched and len(shape) == 4 and shape[0] == 1:
+                        f"batch; expected {spec.batched_layout} with the video's B")  # fmt: skip
+    if not batched and len(shape) == rank and shape[0] == 1:
         raise FarmError(f"{where}: audio latents {list(shape)} are a batch of one beside an unbatched video "
                         "latent; save both with the batch axis or both without")  # fmt: skip
-    check_audio_latent(tuple(shape[1:] if batched else shape), spec, where)
+    spec.check_latent(tuple(shape[1:] if batched else shape), where)
     attrs = {**plan.attrs, "audio_source": {"file": str(audio.path.resolve()), "tensor": audio.key}}
     return dataclasses.replace(plan, audio=audio, attrs=attrs)
 
 
 def _job_audio(
-    job: Path, exists: bool, decoder: str | Mapping[str, Any] | AudioSpec | None,
+    job: Path, exists: bool, decoder: str | Mapping[str, Any] | SoundSpec | None,
     weights: str | os.PathLike | None, wanted: bool,
-) -> AudioSpec | None:  # fmt: skip
+) -> SoundSpec | None:  # fmt: skip
     """The job's audio decoder: an existing job's (which `decoder`, when given, must name), or the one to
     create it with. Sound for a job without one is refused."""
     current = None
@@ -633,7 +637,7 @@ def _job_audio(
         current = open_job(job).audio
     given = None
     if decoder is not None:
-        raw = decoder if isinstance(decoder, AudioSpec | str) else dict(decoder)
+        raw = decoder if isinstance(decoder, SoundSpec | str) else dict(decoder)
         given = resolve_sound_spec(raw, weights=weights, default_weights=current.weights if current else None)
     if exists:
         if wanted and current is None:
@@ -649,10 +653,10 @@ def _job_audio(
         return current
     if wanted and given is None:
         raise FarmError("audio latents need an audio decoder when the job is created: --audio-decoder "
-                        "ltx2-audio (LTX-2) or ltx2.3-audio (LTX-2.3) --audio-weights PATH (a diffusers "
+                        f"NAME (one of {named_sound_configs()}) --audio-weights PATH (a diffusers "
                         "pipeline folder or the .safetensors checkpoint)")  # fmt: skip
     if given is not None:
-        check_audio_weights(given)
+        given.check_weights()
     return given
 
 
@@ -698,14 +702,15 @@ def add_pipeline_shot(
     weights: str | os.PathLike | None = None,
     replace: bool = False,
     audio_latents: Any = None,
-    audio_decoder: str | Mapping[str, Any] | AudioSpec | None = None,
+    audio_decoder: str | Mapping[str, Any] | SoundSpec | None = None,
     audio_weights: str | os.PathLike | None = None,
 ) -> IngestResult:
     """Write the latents a diffusers video pipeline returned with ``output_type="latent"`` as shots.
 
-    `audio_latents`: LTX-2's sound, the pipeline output's ``audio`` (``[B, C, T, M]``, one sample per
-    video), stored beside each shot's video latents. A new job then records the pipeline's own audio VAE
-    and vocoder (their configs, and the pipeline folder they were loaded from, or `audio_weights`), or
+    `audio_latents`: the sound, stored beside each shot's video latents: LTX-2's pipeline output's
+    ``audio`` (``[B, C, T, M]``, one sample per video), MiniMax-H3's ``audio_latents`` as its after-denoise
+    step leaves them (``[2, C, T]``, one video). A new job then records the pipeline's own sound decoder
+    (its audio VAE's class and config, and the folder it was loaded from, or `audio_weights`), or
     `audio_decoder`.
 
     `pipeline` is the pipeline (or its class name): it says the layout and convention of `latents` (see
@@ -763,15 +768,17 @@ def add_pipeline_shot(
             audio_decoder = audio_spec_from_pipeline(pipeline, str(audio_weights) if audio_weights else None)
             audio_weights = None
         audio_spec = _job_audio(job, current is not None, audio_decoder, audio_weights, True)
+        assert audio_spec is not None  # sound wanted: the job's, or refused
+        rank = len(audio_spec.latent_dims)
         sound = to_numpy(audio_latents)
-        sound = sound[None] if sound.ndim == 3 else sound
-        if sound.ndim != 4 or sound.shape[0] != data.shape[0]:
+        sound = sound[None] if sound.ndim == rank else sound
+        if sound.ndim != rank + 1 or sound.shape[0] != data.shape[0]:
             raise FarmError(
-                f"{label} audio latents have shape {list(sound.shape)}; expected [B, C, T, M] with "
-                f"B = {data.shape[0]}, as many as the video latents"
+                f"{label} audio latents have shape {list(sound.shape)}; expected {audio_spec.batched_layout} "
+                f"with B = {data.shape[0]}, as many as the video latents"
             )
         for p in planned:
-            check_audio_latent(tuple(sound.shape[1:]), audio_spec, f"shot {p.name!r} audio")  # type: ignore[arg-type]
+            audio_spec.check_latent(tuple(sound.shape[1:]), f"shot {p.name!r} audio")
             sounds[p.name] = functools.partial(_audio_sample, sound, p.sample or 0, label)
     elif current is None and audio_decoder is not None:
         audio_spec = _job_audio(job, False, audio_decoder, audio_weights, False)

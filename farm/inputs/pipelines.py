@@ -27,6 +27,8 @@ Read from the pipelines' source (diffusers 0.42; tests/test_ingest.py checks the
   normalized (``cosmos``); the spec made from the pipeline records its scheduler's ``sigma_data``;
 * ``MiniMaxH3ModularPipeline`` (a modular pipeline: no ``output_type="latent"``; its latents are what its
   video decode step takes, run without the decode blocks): ``[B, C, F, H, W]``, normalized (``minimax-h3``);
+  its ``audio_latents`` are the sound's ``[2, C, T]`` (the two stereo channels), normalized, as its audio
+  decode step takes them (``minimax-h3-audio`` un-normalises them as that step does);
 * ``CogVideoXPipeline``, ``CogVideoXImageToVideoPipeline``, ``CogVideoXVideoToVideoPipeline``,
   ``CogVideoXFunControlPipeline``: ``[B, F, C, H, W]`` (frames before channels), normalized
   (``cogvideox``); CogVideoX1.5's pad the latent frames at the start, which farm drops as they do;
@@ -53,7 +55,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import HDR_TRANSFERS
-from farm.decoders.ltx2.audio import FAMILY as SOUND_FAMILY
+from farm.decoders.sound import sound_spec_from_pipeline
 from farm.errors import FarmError
 from farm.inputs.latent_files import torch_to_numpy
 from farm.planning.tiling import Geometry
@@ -221,35 +223,6 @@ def spec_from_pipeline(pipeline: Any, weights: str | None = None, dtype: str | N
 
 
 def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:
-    """An audio decoder spec (JSON) for an LTX-2 pipeline's own audio VAE and vocoder: their configs and
-    the pipeline folder they were loaded from (``<folder>/audio_vae``, ``<folder>/vocoder``), or `weights`."""
-    from pathlib import Path
-
-    vae, vocoder = getattr(pipeline, "audio_vae", None), getattr(pipeline, "vocoder", None)
-    if vae is None or vocoder is None:
-        raise FarmError("give audio_decoder= (the pipeline has no audio_vae and vocoder to take it from)")
-    if type(vocoder).__name__ not in ("LTX2Vocoder", "LTX2VocoderWithBWE"):  # LTX-2; LTX-2.3 (48 kHz)
-        raise FarmError(f"farm decodes sound with LTX2Vocoder or LTX2VocoderWithBWE; the pipeline's vocoder "
-                        f"is {type(vocoder).__name__}")  # fmt: skip
-    config = {name: {k: v for k, v in dict(part.config).items() if not k.startswith("_")}
-              for name, part in (("audio_vae", vae), ("vocoder", vocoder))}  # fmt: skip
-    source = weights
-    if source is None:
-        folders = {Path(str(part.config.get("_name_or_path") or "")).parent
-                   for part in (vae, vocoder)}  # fmt: skip
-        root = folders.pop() if len(folders) == 1 else None
-        if (
-            root is not None
-            and (root / "audio_vae" / "config.json").is_file()
-            and (root / "vocoder" / "config.json").is_file()
-        ):
-            source = str(root)
-    if source is None:
-        raise FarmError(
-            "the pipeline's audio VAE and vocoder were not loaded from one local pipeline folder: pass "
-            "audio_weights= (a folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint) "
-            "or audio_decoder= (a spec)"
-        )
-    torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
-    dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
-    return {"family": SOUND_FAMILY, "config": config, "weights": {"path": source}, "dtype": dtype}
+    """An audio decoder spec (JSON) for the pipeline's own sound decoder (`farm.decoders.sound`, by its
+    ``audio_vae``'s class): its config, and the folder it was loaded from, or `weights`."""
+    return sound_spec_from_pipeline(pipeline, weights)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import FAMILIES, DecoderSpec, decoder_class
-from farm.decoders.ltx2.audio import AudioSpec, check_audio_weights
+from farm.decoders.sound_base import SoundSpec
 from farm.decoders.user_spec import resolve_sound_spec, resolve_spec, video_family_of
 from farm.errors import FarmError
 from farm.media.names import FARM_TEMP_TAG, TEMP_SUFFIX
@@ -55,7 +55,7 @@ def synth(
     dtype: str | None = None,
     weights: str | None = None,
     overwrite: bool = False,
-    audio: bool | str | Mapping[str, Any] | AudioSpec = False,
+    audio: bool | str | Mapping[str, Any] | SoundSpec = False,
     audio_weights: str | None = None,
 ) -> Job:
     """Write a job of `shots` random (smooth) latents sized to decode to frames x height x width pixels,
@@ -115,17 +115,17 @@ def synth(
         for k in range(shots):
             audio_latent = None
             if sound is not None:
-                c, t, m = audio_latent_shape(sound, frames, float(rate))
-                audio_latent = smooth_latent(sound_rng, (c, t, m, 1))[..., 0]
+                a, b, c = audio_latent_shape(sound, frames, float(rate))
+                audio_latent = smooth_latent(sound_rng, (a, b, c, 1))[..., 0]
             write_shot(stage, f"shot{k:03d}", smooth_latent(rng, (channels, f, h, w)), fps=fps,
                        attrs={"synthetic": True, "seed": seed}, audio=audio_latent)  # fmt: skip
     return open_job(job_path)
 
 
 def synth_audio_spec(
-    audio: bool | str | Mapping[str, Any] | AudioSpec, decoder: str | Mapping[str, Any], *, seed: int,
+    audio: bool | str | Mapping[str, Any] | SoundSpec, decoder: str | Mapping[str, Any], *, seed: int,
     weights: str | None,
-) -> AudioSpec:
+) -> SoundSpec:
     """The audio spec of a synthetic job with sound: `audio` True takes the named video config's own sound
     (`SOUND_CONFIGS`); a name, JSON text or spec is taken as given. Weights: `weights`, else the spec's,
     else random ones of `seed`."""
@@ -137,17 +137,18 @@ def synth_audio_spec(
                 f"({', '.join(sorted(set(SOUND_CONFIGS.values())))})"
             )
         audio = SOUND_CONFIGS[decoder]
-    given = audio if isinstance(audio, str | AudioSpec) else dict(audio)  # type: ignore[arg-type]
+    given = audio if isinstance(audio, str | SoundSpec) else dict(audio)  # type: ignore[arg-type]
     spec = resolve_sound_spec(given, weights=weights, default_weights={"random_seed": seed})
-    check_audio_weights(spec)
+    spec.check_weights()
     return spec
 
 
-def audio_latent_shape(spec: AudioSpec, frames: int, fps: float) -> tuple[int, int, int]:
-    """The audio latent ``[C, T, M]`` that lasts as long as `frames` video frames at `fps`, rounded to
-    whole latent frames as LTX-2's pipeline rounds them (at least one)."""
+def audio_latent_shape(spec: SoundSpec, frames: int, fps: float) -> tuple[int, int, int]:
+    """The audio latent (in the sound family's layout) that lasts as long as `frames` video frames at
+    `fps`, rounded to whole latent frames as LTX-2's and MiniMax-H3's pipelines round them (at least one)."""
     latent_frames = max(1, round(frames / fps * spec.latents_per_second))
-    return spec.latent_channels, latent_frames, spec.latent_mel_bins
+    a, b, c = spec.latent_shape(latent_frames)
+    return a, b, c
 
 
 def is_job_store(path: Path) -> bool:

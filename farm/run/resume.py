@@ -17,7 +17,7 @@ import numpy as np
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
-from farm.decoders.ltx2.audio import check_audio_latent, superseded_sound
+from farm.decoders.sound import superseded_sound
 from farm.errors import FarmError
 from farm.media.settings import UNRECORDED_CRF, UNRECORDED_PRESET
 from farm.planning.tiling import ChunkSize, ShotPlan, TileGrid, pending_plan, plan_identity
@@ -231,7 +231,7 @@ def audio_identity(job: Job, shot: str, video: VideoSettings) -> dict[str, Any]:
     assert job.audio is not None
     latent = read_audio_latent(job.path, shot)
     # a job made with an earlier revision of its audio config may hold latents the current one cannot take
-    check_audio_latent(tuple(latent.shape), job.audio, f"shot {shot!r}")
+    job.audio.check_latent(tuple(latent.shape), f"shot {shot!r}")
     if not np.isfinite(latent).all():
         raise FarmError(f"shot {shot!r}: audio latent holds NaN or Inf; re-export the latents")
     digest = hashlib.sha256(np.ascontiguousarray(latent).data).hexdigest()

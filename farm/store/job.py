@@ -6,9 +6,11 @@
                                       (optional), ...}: "rate" is exact, "fps" the same as a number
         latent                        float array [C, F, H, W], the decoder's latent space
                                       (dimensions channel, frame, y, x)
-        audio                         optional float array [C, T, M]: the shot's sound, audio latents
-                                      of the job's audio decoder (`farm.decoders.ltx2.audio`)
-                                      (dimensions audio_channel, audio_frame, mel)
+        audio                         optional float array: the shot's sound, audio latents of the
+                                      job's audio decoder (`farm.decoders.sound`), in its family's
+                                      layout: LTX-2 [C, T, M] (dimensions audio_channel, audio_frame,
+                                      mel), MiniMax-H3 [2, C, T] (stereo_channel, audio_channel,
+                                      audio_frame)
 
 The render's output folder is `farm.store.output`'s; what an output is a render of is `farm.run.resume`'s.
 """
@@ -26,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from farm.decoders import DecoderSpec, spec_from_json
-from farm.decoders.ltx2.audio import AudioSpec, check_audio_latent, parse_audio_spec
+from farm.decoders.sound import parse_sound_spec
+from farm.decoders.sound_base import SoundSpec
 from farm.errors import FarmError
 from farm.media.names import check_name
 from farm.media.rates import parse_rate, parse_timecode, rate_text, read_rate
@@ -38,6 +41,7 @@ FORMAT = 1
 LATENT_DIMS = ("channel", "frame", "y", "x")  # Zarr v3 dimension_names: xarray opens latents by name
 # The sound's own names: xarray opens a shot as one dataset, where a dimension has one size. Stores written
 # with "channel" here still read (farm reads arrays by path, never by dimension name).
+# the axes of a [C, T, M] audio latent (LTX-2's); each sound family names its own (`latent_dims`)
 AUDIO_DIMS = ("audio_channel", "audio_frame", "mel")
 
 
@@ -53,7 +57,7 @@ class ShotInfo:
     latent_dtype: str
     fps: float
     attrs: dict[str, Any]
-    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent [C, T, M], when it has sound
+    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent (its sound family's layout), when it has sound
     rate: Fraction | None = None  # the exact frame rate (farm.media.rates); None when the fps is not valid
     timecode: str | None = None  # the start timecode of the shot's first frame, as stored
     problem: str | None = None  # why the shot's metadata cannot be read (that shot fails, by name)
@@ -66,11 +70,11 @@ class Job:
     path: Path
     spec: DecoderSpec
     shots: dict[str, ShotInfo]
-    audio: AudioSpec | None = None  # the audio decoder of the shots' sound (None: the job is silent)
+    audio: SoundSpec | None = None  # the audio decoder of the shots' sound (None: the job is silent)
 
 
 def create_job(
-    path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False, audio: AudioSpec | None = None
+    path: str | os.PathLike, spec: DecoderSpec, *, overwrite: bool = False, audio: SoundSpec | None = None
 ) -> None:
     import zarr
 
@@ -136,9 +140,10 @@ def _write_latents(group: Any, name: str, latent: np.ndarray, audio: np.ndarray 
         if not isinstance(meta, dict) or "audio_decoder" not in meta:
             raise FarmError(f"shot {name!r}: the job store has no audio decoder, so it cannot hold sound; "
                             "create the job with one (--audio-decoder)")  # fmt: skip
-        check_audio_latent(tuple(audio.shape), parse_audio_spec(meta["audio_decoder"]), f"shot {name!r}")
+        audio_spec = parse_sound_spec(meta["audio_decoder"])
+        audio_spec.check_latent(tuple(audio.shape), f"shot {name!r}")
         sound = group.create_array("audio", shape=audio.shape, dtype=audio.dtype, chunks=audio.shape,
-                                   overwrite=True, dimension_names=AUDIO_DIMS,
+                                   overwrite=True, dimension_names=audio_spec.latent_dims,
                                    config={"write_empty_chunks": True})  # fmt: skip
         sound[...] = audio
 
@@ -166,7 +171,7 @@ def open_job(path: str | os.PathLike) -> Job:
     spec = spec_from_json(meta["decoder"], where=f"{path}: decoder spec")
     audio_spec = None
     if meta.get("audio_decoder") is not None:
-        audio_spec = parse_audio_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
+        audio_spec = parse_sound_spec(meta["audio_decoder"], where=f"{path}: audio decoder spec")
     shots = {}
     roots = shot_roots(path, meta.get("view_of"))
     for name in shot_folders(path):
@@ -304,8 +309,8 @@ def read_latent(
 
 
 def read_audio_latent(path: str | os.PathLike, shot: str) -> np.ndarray:
-    """A shot's whole audio latent ``[C, T, M]`` (read on the worker that decodes the sound); a missing
-    chunk is a FarmError, never its fill value."""
+    """A shot's whole audio latent, in its sound family's layout (read on the worker that decodes the
+    sound); a missing chunk is a FarmError, never its fill value."""
     import zarr
 
     store = checked_store(Path(path) / shot / "audio", shot)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from farm.decoders import FAMILIES
 from farm.decoders.base import superseded_config
-from farm.decoders.ltx2.audio import superseded_sound
+from farm.decoders.sound import superseded_sound
 from farm.errors import FarmError
 from farm.store.markers import read_marker
 from farm.store.output import Output

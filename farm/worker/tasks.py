@@ -22,7 +22,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from farm.decoders import load_decoder
-from farm.decoders.ltx2.audio import load_audio_decoder, samples_for_frames
+from farm.decoders.sound import load_sound_decoder, samples_for_frames
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media import beneath
 from farm.media.hdr import scene_linear_half
@@ -876,14 +876,15 @@ def decode_audio(
     fmt: str = "wav",
     durable: bool = True,
 ) -> dict:
-    """Decode a shot's sound whole (audio VAE, then vocoder) and write ``OUT/audio/<shot>.<fmt>``: as long
-    as its `frames` video frames at `fps` (cut, or padded with silence), then its done marker."""
+    """Decode a shot's sound whole (its sound family's decoder: LTX-2's audio VAE, then vocoder) and write
+    ``OUT/audio/<shot>.<fmt>``: as long as its `frames` video frames at `fps` (cut, or padded with
+    silence), then its done marker."""
     from farm.media.audio import audio_suffix, fit_length, to_levels, write_audio  # PyAV, on workers only
 
     check_visible(job_path, "job store")
     check_owner(out, shot)
     started = time.perf_counter()
-    decoder = load_audio_decoder(audio_spec_json, worker_device())
+    decoder = load_sound_decoder(audio_spec_json, worker_device())
     waveform = decoder.decode(read_audio_latent(job_path, shot))
     samples = samples_for_frames(frames, fps, decoder.sample_rate)
     levels = to_levels(fit_length(waveform, samples))

@@ -39,6 +39,7 @@ import numpy as np
 from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
 from farm.decoders.ltx2.audio_vae_config import audio_vae_contradictions
 from farm.decoders.ltx2.vocoder_config import vocoder_contradictions
+from farm.decoders.sound_base import SoundSpec, samples_for_frames  # noqa: F401 (a name of this module too)
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -176,26 +177,40 @@ def bwe_vocoder_name(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class AudioSpec:
-    config_name: str | None  # "ltx2-audio", "ltx2-audio-tiny", or None when given in full
-    config: dict[str, dict[str, Any]]  # {"audio_vae": {...}, "vocoder": {...}} constructor arguments
-    weights: dict[str, Any]
-    dtype: str = "float32"
-    revision: int | None = None  # the named config's revision, for those farm has revised
+class AudioSpec(SoundSpec):
+    """LTX-2's sound decoder spec: config ``{"audio_vae": {...}, "vocoder": {...}}``."""
+
+    family: ClassVar[str] = FAMILY
+    named_configs: ClassVar[dict[str, Any]] = NAMED_CONFIGS
+    config_revisions: ClassVar[dict[str, int]] = AudioConfigs.config_revisions
+    config_revision_notes: ClassVar[dict[str, str]] = AudioConfigs.config_revision_notes
+    latent_dims: ClassVar[tuple[str, ...]] = ("audio_channel", "audio_frame", "mel")
+    latent_layout: ClassVar[str] = "[C, T, M]"
+    audio_vae_class: ClassVar[str] = "AutoencoderKLLTX2Audio"
+
+    @classmethod
+    def parse(cls, raw: dict[str, Any], where: str) -> AudioSpec:
+        return parse_audio_spec(raw, where)
+
+    def latent_shape(self, latent_frames: int) -> tuple[int, ...]:
+        return self.latent_channels, latent_frames, self.latent_mel_bins
+
+    def check_latent(self, shape: tuple[int, ...], where: str) -> None:
+        check_audio_latent(shape, self, where)
+
+    def check_weights(self) -> None:
+        check_audio_weights(self)
+
+    def build_decoder(self, device: str) -> AudioDecoder:
+        return AudioDecoder(self, *build_models(self), device)
+
+    @classmethod
+    def spec_from_pipeline(cls, pipeline: Any, weights: str | None) -> dict[str, Any]:
+        return audio_spec_from_pipeline(pipeline, weights)
 
     @property
-    def random_weights(self) -> bool:
-        return "random_seed" in self.weights
-
-    def to_json(self) -> dict[str, Any]:
-        revision = {} if self.revision is None else {CONFIG_REVISION: self.revision}
-        return {"family": FAMILY, "config": self.config_name or self.config, "weights": self.weights,
-                "dtype": self.dtype, **revision}  # fmt: skip
-
-    def describe(self) -> str:
-        weights = (f"RANDOM weights (seed {self.weights['random_seed']})" if self.random_weights
-                   else f"weights from {self.weights['path']}")  # fmt: skip
-        return f"{FAMILY} [{self.config_name or 'custom config'}], {self.dtype}, {weights}"
+    def channels(self) -> int:
+        return int(self.vocoder["out_channels"])
 
     # ---- timing (pure) ------------------------------------------------------------------------
 
@@ -249,11 +264,6 @@ def superseded_sound(identity: Any) -> str | None:
         return None
     why = superseded_config(audio.get("decoder"), AUDIO_FAMILIES)
     return why
-
-
-def samples_for_frames(frames: int, fps: float, sample_rate: int) -> int:
-    """Samples of sound that last as long as `frames` video frames at `fps`."""
-    return int(round(frames * sample_rate / fps))
 
 
 def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
@@ -489,3 +499,36 @@ def _refuse_contradicted_config(path: Path, text: str | None, spec: AudioSpec) -
             + ("; …" if len(found) > 4 else "") + ". Use the audio config of the checkpoint's model, or give "
             "the audio VAE's and vocoder's arguments as the file says them"
         )  # fmt: skip
+
+
+def audio_spec_from_pipeline(pipeline: Any, weights: str | None = None) -> dict[str, Any]:
+    """An audio decoder spec (JSON) for an LTX-2 pipeline's own audio VAE and vocoder: their configs and
+    the pipeline folder they were loaded from (``<folder>/audio_vae``, ``<folder>/vocoder``), or `weights`."""
+    vae, vocoder = getattr(pipeline, "audio_vae", None), getattr(pipeline, "vocoder", None)
+    if vae is None or vocoder is None:
+        raise FarmError("give audio_decoder= (the pipeline has no audio_vae and vocoder to take it from)")
+    if type(vocoder).__name__ not in ("LTX2Vocoder", "LTX2VocoderWithBWE"):  # LTX-2; LTX-2.3 (48 kHz)
+        raise FarmError(f"farm decodes sound with LTX2Vocoder or LTX2VocoderWithBWE; the pipeline's vocoder "
+                        f"is {type(vocoder).__name__}")  # fmt: skip
+    config = {name: {k: v for k, v in dict(part.config).items() if not k.startswith("_")}
+              for name, part in (("audio_vae", vae), ("vocoder", vocoder))}  # fmt: skip
+    source = weights
+    if source is None:
+        folders = {Path(str(part.config.get("_name_or_path") or "")).parent
+                   for part in (vae, vocoder)}  # fmt: skip
+        root = folders.pop() if len(folders) == 1 else None
+        if (
+            root is not None
+            and (root / "audio_vae" / "config.json").is_file()
+            and (root / "vocoder" / "config.json").is_file()
+        ):
+            source = str(root)
+    if source is None:
+        raise FarmError(
+            "the pipeline's audio VAE and vocoder were not loaded from one local pipeline folder: pass "
+            "audio_weights= (a folder with audio_vae/ and vocoder/, or LTX-2's .safetensors checkpoint) "
+            "or audio_decoder= (a spec)"
+        )
+    torch_dtype = str(getattr(vae, "dtype", "float32")).removeprefix("torch.")
+    dtype = torch_dtype if torch_dtype in ("float32", "bfloat16", "float16") else "float32"
+    return {"family": FAMILY, "config": config, "weights": {"path": source}, "dtype": dtype}

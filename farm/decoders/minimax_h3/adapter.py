@@ -57,6 +57,9 @@ class MiniMaxH3Decoder(DiffusersVideoDecoder):
     pipeline_conventions: ClassVar[dict[str, tuple[str, bool]]] = {
         "MiniMaxH3ModularPipeline": ("normalized", False),
     }
+    # the sound of MiniMax-H3 (`farm.decoders.minimax_h3.audio`), tiny with tiny
+    sound_configs: ClassVar[dict[str, str]] = {"minimax-h3": "minimax-h3-audio",
+                                               "minimax-h3-tiny": "minimax-h3-audio-tiny"}
     required_weights: ClassVar[tuple[str, ...]] = ("decoder.", "post_quant_conv.")
     unused_modules: ClassVar[tuple[str, ...]] = ("encoder", "quant_conv")
     # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights, float32 on a CPU, 2x2 tiles, no overlap):
