@@ -57,7 +57,7 @@ class ShotInfo:
     latent_dtype: str
     fps: float
     attrs: dict[str, Any]
-    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent (its sound family's layout), when it has sound
+    audio_shape: tuple[int, int, int] | None = None  # the shot's audio latent (its family's layout), if any
     rate: Fraction | None = None  # the exact frame rate (farm.media.rates); None when the fps is not valid
     timecode: str | None = None  # the start timecode of the shot's first frame, as stored
     problem: str | None = None  # why the shot's metadata cannot be read (that shot fails, by name)
