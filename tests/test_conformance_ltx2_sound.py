@@ -37,8 +37,8 @@ from farm.decoders.ltx2.audio import (  # noqa: E402
     load_audio_decoder,
     parse_audio_spec,
     samples_for_frames,
-    superseded_sound,
 )
+from farm.decoders.sound import superseded_sound  # noqa: E402
 from farm.errors import FarmError  # noqa: E402
 from farm.media.audio import fit_length, read_audio, to_levels  # noqa: E402
 from farm.store.frames import read_frames  # noqa: E402

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from farm.decoders.base import CONFIG_REVISION, named_config_revision, superseded_config
+from farm.decoders.base import CONFIG_REVISION, named_config_revision
 from farm.decoders.ltx2.audio_vae_config import audio_vae_contradictions
 from farm.decoders.ltx2.vocoder_config import vocoder_contradictions
 from farm.decoders.sound_base import SoundSpec, samples_for_frames  # noqa: F401 (a name of this module too)
@@ -133,7 +133,6 @@ class AudioConfigs:
     }
 
 
-AUDIO_FAMILIES = {FAMILY: AudioConfigs}
 # The constructor defaults (diffusers 0.42.1) the timing needs when a config leaves them out.
 _VAE_DEFAULTS = {"latent_channels": 8, "mel_bins": 64, "sample_rate": 16000, "mel_hop_length": 160,
                  "output_channels": 2, "causality_axis": "height"}  # fmt: skip
@@ -253,17 +252,6 @@ class AudioSpec(SoundSpec):
         if self.bandwidth_extension:  # the extension resamples by the rates' ratio
             samples = samples * int(vocoder["output_sampling_rate"]) // int(vocoder["input_sampling_rate"])
         return samples
-
-
-def superseded_sound(identity: Any) -> str | None:
-    """Why a render identity's sound (``outputs`` → ``audio`` → ``decoder``) was decoded with an earlier
-    revision of a named audio config than farm decodes now, or None."""
-    outputs = identity.get("outputs") if isinstance(identity, dict) else None
-    audio = outputs.get("audio") if isinstance(outputs, dict) else None
-    if not isinstance(audio, dict):
-        return None
-    why = superseded_config(audio.get("decoder"), AUDIO_FAMILIES)
-    return why
 
 
 def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
