@@ -35,6 +35,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 HALO_COLUMNS = (2, 4, 6, 8, 10, 12)
+SEAM_BAND_FRAMES = 8  # measure_halo.py's band, each side of a temporal seam
+DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16"}  # as the docs' tables name them
+
+
+def dtype_name(dtype: str) -> str:
+    return DTYPE_NAMES.get(dtype, dtype)
 
 
 def read_results(paths: list[Path]) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
@@ -115,11 +121,13 @@ def halo_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         if r.get("whole_frame"):
             notes.append("whole-frame pass")
         if noise is not None:
-            notes.append(f"{r['dtype']} itself {number(noise['psnr_db'])} dB from float32")
+            notes.append(f"{dtype_name(r['dtype'])} itself {number(noise['psnr_db'])} dB from float32")
         outside = [row for row in sweep if row["value"] not in HALO_COLUMNS]
         if outside:
             notes.append("; ".join(f"halo {row['value']}: {band_worst(row)}" for row in outside))
-        label = f"{r['decoder']} {r['dtype']} {shot}" + (f" ({'; '.join(notes)})" if notes else "")
+        label = f"{r['decoder']} {dtype_name(r['dtype'])} {shot}" + (
+            f" ({'; '.join(notes)})" if notes else ""
+        )
         cells = []
         for column in HALO_COLUMNS:
             row = next((row for row in sweep if row["value"] == column), None)
@@ -143,7 +151,9 @@ def context_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         )
         shape = "×".join(str(s) for s in r["shape"])
         measured = (
-            f"**{least}** (measured, {r['dtype']})" if least is not None else f"not reached ({r['dtype']})"
+            f"**{least}** (measured, {dtype_name(r['dtype'])})"
+            if least is not None
+            else f"not reached ({dtype_name(r['dtype'])})"
         )
         yield (
             f"| {r['decoder']} | {measured} | as the context (swept together) | {shape} latent frames, rows, "
@@ -156,8 +166,8 @@ def context_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         )
         worst = " / ".join(number(row["worst_levels"], 0) for row in sweep)
         sentences.append(
-            f"{r['decoder']} {r['dtype']} ({shape} latent) at {values} frames: {bands} dB over "
-            f"{8 * 2} frames around the seam (worst {worst} levels; records {least})"
+            f"{r['decoder']} {dtype_name(r['dtype'])} ({shape} latent) at {values} frames: {bands} dB over "
+            f"the {2 * SEAM_BAND_FRAMES} frames around the seam (worst {worst} levels; records {least})"
         )
     yield ""
     yield from sentences
@@ -174,7 +184,7 @@ def seamless_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         blend = "no blend" if not any(r["overlap"]) else f"overlap {max(r['overlap'])}"
         shot = "×".join(str(s) for s in r["shape"])
         yield (
-            f"| {r['decoder']} {r['dtype']}, {shot} | {r['gpu_memory']} | "
+            f"| {r['decoder']} {dtype_name(r['dtype'])}, {shot} | {r['gpu_memory']} | "
             f"{grid}, halo {r['halo']}, {blend} | "
             f"{number(r['redundancy'], 2)}× | {number(r['psnr_db'])} / {number(r['band_psnr_db'])} dB "
             f"(float16 {number(r['psnr_float16_db'])} dB) | {number(r['worst_levels'], 0)} levels | "
@@ -198,7 +208,7 @@ def decode_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
             else f"{number(r['psnr_farm_vs_diffusers_db'])} dB, worst {number(r['worst_levels'], 0)} levels"
         )
         yield (
-            f"| {r['decoder']} | {r['dtype']} | {latent} → {pixels} | {number(r['farm_s'], 3)} | "
+            f"| {r['decoder']} | {dtype_name(r['dtype'])} | {latent} → {pixels} | {number(r['farm_s'], 3)} | "
             f"{number(r['diffusers_s'], 3)} | {number(r['farm_over_diffusers'], 2)}× | "
             f"{number(r['farm_peak_gib'], 2)} / {number(r['diffusers_peak_gib'], 2)} | {frames} |"
         )

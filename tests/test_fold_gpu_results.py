@@ -140,7 +140,7 @@ def test_nan_rows_are_listed_not_folded_as_figures(tmp_path) -> None:
     path.write_text(json.dumps(result))
     text = script("fold_gpu_results").fold([path])
     assert "halo-hunyuan.json: NaN at 8" in text.split("\n## ")[0]
-    assert table_line(text, "hunyuanvideo-tiny bfloat16")[4] == "NaN / 0"
+    assert table_line(text, "hunyuanvideo-tiny bf16")[4] == "NaN / 0"
 
 
 def test_cold_start_pairs_and_headline(tmp_path) -> None:
@@ -183,9 +183,9 @@ def test_seamless_render_row(tmp_path) -> None:
     }
     path = tmp_path / "seamless.json"
     path.write_text(json.dumps(result))
-    cells = table_line(script("fold_gpu_results").fold([path]), "ltx2-diffusion bfloat16")
+    cells = table_line(script("fold_gpu_results").fold([path]), "ltx2-diffusion bf16")
     assert cells[:4] == [
-        "ltx2-diffusion bfloat16, 121×1088×1920",
+        "ltx2-diffusion bf16, 121×1088×1920",
         "24GiB",
         "1×1×2, halo 8, no blend",
         "1.27×",
