@@ -10,7 +10,7 @@ For a named config (RANDOM weights, seeded) and a latent shape, in one process:
   ``from_pretrained(torch_dtype=...)`` keeps them), ``vae.decode(z)`` under ``torch.inference_mode``.
 
 Both decode the same seeded latent (denormalized: as the pipeline hands it to ``vae.decode``). After one
-untimed full-size call each (its seconds reported as ``first_call_s``), the two alternate ``--reps``
+untimed full-size call each (farm's first; their seconds reported as ``warmup_s``), the two alternate ``--reps``
 times; reported: the median seconds, the peak memory of a decode above what was allocated before it
 (``torch.cuda.max_memory_allocated`` on a GPU; the resident-set high-water mark on a CPU, an upper
 bound there), and the PSNR of farm's uint8 frames against diffusers' (the adapter's own conversion to
@@ -134,7 +134,7 @@ def bench(
             return diffusers_vae.decode(z, return_dict=False)[0]
 
     sides = {"farm": farm_decode, "diffusers": diffusers_decode}
-    first = {}
+    first = {}  # farm's call first: diffusers' then finds the kernels loaded
     for side, run in sides.items():
         out, seconds, _ = timed(run, device)
         first[side] = round(seconds, 3)
@@ -163,7 +163,7 @@ def bench(
         "farm_over_diffusers": round(median["farm"] / median["diffusers"], 3),
         "farm_all_s": [round(s, 4) for s in seconds["farm"]],
         "diffusers_all_s": [round(s, 4) for s in seconds["diffusers"]],
-        "first_call_s": first,
+        "warmup_s": first,
         "farm_peak_gib": round(peaks["farm"] / 2**30, 3),
         "diffusers_peak_gib": round(peaks["diffusers"] / 2**30, 3),
         "peak_measure": "max_memory_allocated above before" if gpu else "ru_maxrss above before",
