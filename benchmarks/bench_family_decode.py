@@ -10,8 +10,8 @@ For a named config (RANDOM weights, seeded) and a latent shape, in one process:
   ``from_pretrained(torch_dtype=...)`` keeps them), ``vae.decode(z)`` under ``torch.inference_mode``.
 
 Both decode the same seeded latent (denormalized: as the pipeline hands it to ``vae.decode``). After one
-untimed full-size call each (farm's first; their seconds reported as ``warmup_s``), the two alternate ``--reps``
-times; reported: the median seconds, the peak memory of a decode above what was allocated before it
+untimed full-size call each (farm's first; their seconds reported as ``warmup_s``), the two alternate
+``--reps`` times; reported: the median seconds, the peak memory of a decode above what was allocated before it
 (``torch.cuda.max_memory_allocated`` on a GPU; the resident-set high-water mark on a CPU, an upper
 bound there), and the PSNR of farm's uint8 frames against diffusers' (the adapter's own conversion to
 [0, 1] applied to both). Prints one JSON line; ``--out-json`` writes it too.
