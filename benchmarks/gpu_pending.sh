@@ -4,8 +4,9 @@
 # the device, with the staged site carried (.gpu-site.tar.xz):
 #
 #   bash benchmarks/gpu_pending.sh call1  # LTX-2.5 diffusion decoder 1080p through `farm render --gpu-memory
-#                                         # 24GiB`; halo with the whole-frame pass: Wan 2.1 720p, HunyuanVideo
-#                                         # 480p (bf16); MiniMax-H3 and Cosmos decode beside diffusers
+#                                         # 24GiB`; halo with the whole-frame pass: Wan 2.1 720p (bf16);
+#                                         # MiniMax-H3 and Cosmos decode beside diffusers; HunyuanVideo 480p
+#                                         # halo with the whole-frame pass (bf16)
 #   bash benchmarks/gpu_pending.sh call2  # the halo of cogvideox, mochi, hunyuanvideo15, cosmos, minimax-h3 (bf16,
 #                                         # released configs); cogvideox, mochi, hunyuanvideo15 decode beside diffusers
 #   bash benchmarks/gpu_pending.sh call3  # cold start: `farm render` beside the plain script, alternated 5x each;
@@ -105,9 +106,10 @@ for call in "${calls[@]}"; do
     mkdir -p "$RES"
     echo "# $call on $DEV, $(date -u +%FT%TZ), budget ${BUDGET} s, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" > "$RES/index.txt"
     { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null || echo "no GPU"; } > "$RES/gpus.txt"
-    # Estimates on an H200 (bf16): decode seconds from the decoders' FLOPs at the 130-150 TFLOP/s that Wan
-    # and HunyuanVideo decodes reached there, plus process start, random weights built on the CPU, and
-    # float32 (--dtype-noise) at about 4x bf16's time; renders from the earlier seamless calls.
+    # Estimates on an H200 (bf16; benchmarks/README.md says what they rest on): decode seconds from the
+    # decoders' FLOPs at the 130-150 TFLOP/s that Wan and HunyuanVideo decodes reached there, plus process
+    # start and random weights built on the CPU, float32 (--dtype-noise) budgeted at 4x bf16's time;
+    # renders as seamless_calls.sh's steps took.
     case "$call" in
     call1)
         # ~200 s: synth, plan, two renders of 121x1088x1920 (the decoder about 10 s a decode), frames compared
@@ -119,13 +121,14 @@ for call in "${calls[@]}"; do
         # ~110 s: whole decode 640 TFLOP (~5 s), float32 whole, 3 halos at 1.3-1.8x
         halo wf-wan-720p-bf16 200 halo --decoder "$(sz wan wan-tiny)" --dtype "$BF" --shape "$(sz 21,90,160 3,24,24)" \
             --halos "$(sz 4,8,12 4,8)" --whole-frame --dtype-noise
-        # ~50 s: whole decode 590 TFLOP (~4 s), 2 halos
-        halo wf-hunyuan-480p-bf16 120 halo --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" --dtype "$BF" \
-            --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 4,6)" --whole-frame
         # ~60 s: a 36-layer ViT built on the CPU; 22x720x1280 on its own 256-px tiles
         decode decode-minimax-h3 120 "$(sz minimax-h3 minimax-h3-tiny)" "$(sz 7,45,80 7,16,16)"
         # ~30 s: 121x704x1280 (Cosmos 1.0's), 61 TFLOP
         decode decode-cosmos 60 "$(sz cosmos cosmos-tiny)" "$(sz 16,88,160 3,8,8)"
+        # ~50 s: whole decode 590 TFLOP (~4 s), 2 halos; last, since HunyuanVideo's bf16 halo sweep at this
+        # shape has decoded to NaN on an H200 before (fold_gpu_results.py lists such rows, folds none)
+        halo wf-hunyuan-480p-bf16 120 halo --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" --dtype "$BF" \
+            --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 4,6)" --whole-frame
         ;;
     call2)
         # halos, 1x2x2 tiles, no overlap: whole decode + each halo's tiles (1.2-2.6x the whole)
