@@ -15,7 +15,7 @@ decoder and first decode. Writes ``real_path.json`` and ``real_path.md`` (a tabl
 
     python benchmarks/bench_real_path.py --out /tmp/real-path            # LTX-2 architecture, 704p
     python benchmarks/bench_real_path.py --out /tmp/rp --decoder ltx2-tiny --frames 17 --height 128 \\
-        --width 192 --batch 4                                          # a quick check on a CPU
+        --width 192 --batch 0 --parts one --reps 1 --device cpu        # a quick check on a CPU
 """
 
 from __future__ import annotations
@@ -166,6 +166,9 @@ def main() -> None:
     parser.add_argument("--single-file", action="store_true", help="also the original-layout file")
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
     parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
+    parser.add_argument("--device", default="cuda",
+                        help="the plain script's device (cpu, with --parts one: a check of the script on a "
+                        "CPU; the load rows need a GPU)")  # fmt: skip
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     out: Path = args.out
@@ -208,6 +211,9 @@ def main() -> None:
         str(vae),
         "--model",
         args.model,
+        "--device",
+        args.device,
+        *(["--dtype", "float32"] if args.device == "cpu" else []),
     ]
 
     if "load" in parts:  # the decoder ready on the GPU: diffusers' from_pretrained against farm's load

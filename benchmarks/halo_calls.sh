@@ -11,11 +11,7 @@
 #
 # Each step writes its log and JSON under $OUT (the device's result folder) with a timeout of its own.
 set -uo pipefail
-case "${1:-}" in ltx | context | others | diffusion | floors | wholeframe) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors|wholeframe" >&2; exit 2 ;; wholeframe)  # tiles decode from the mid block run once over the whole frame (`--whole-frame`)
-    step wf-wan-bf16 280 halo --decoder wan --dtype bfloat16 --shape 21,90,160 --halos 4,8,12 --whole-frame --dtype-noise
-    step wf-hunyuan-bf16 280 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 8,12 --whole-frame
-    ;;
-esac
+case "${1:-}" in ltx | context | others | diffusion | floors | wholeframe) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors|wholeframe" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/halo-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1

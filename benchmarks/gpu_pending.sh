@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The GPU figures docs/fidelity.md, docs/decoders.md and docs/performance.md mark "pending a GPU", as three
+# device calls on nvidia-h200 that each end inside 8 minutes (CALL_BUDGET_S). Run from the project root on
+# the device, with the staged site carried (.gpu-site.tar.xz):
+#
+#   bash benchmarks/gpu_pending.sh call1  # LTX-2.5 diffusion decoder 1080p through `farm render --gpu-memory
+#                                         # 24GiB`; halo with the whole-frame pass: Wan 2.1 720p (bf16);
+#                                         # MiniMax-H3 and Cosmos decode beside diffusers; HunyuanVideo 480p
+#                                         # halo with the whole-frame pass (bf16)
+#   bash benchmarks/gpu_pending.sh call2  # the halo of cogvideox, mochi, hunyuanvideo15, cosmos, minimax-h3 (bf16,
+#                                         # released configs); cogvideox, mochi, hunyuanvideo15 decode beside diffusers
+#   bash benchmarks/gpu_pending.sh call3  # cold start: `farm render` beside the plain script, alternated 5x each;
+#                                         # the temporal context of hunyuanvideo15, cosmos, cogvideox, mochi (bf16)
+#   bash benchmarks/gpu_pending.sh cpu [call1|call2|call3]   # the same steps with tiny configs on a CPU
+#   bash benchmarks/gpu_pending.sh call2 --dry-run           # (the same as `cpu call2`)
+#
+# Every step runs under `timeout`, clipped to what is left of the call's budget (a step with less than
+# MIN_STEP_S left is skipped and says so), and writes its log and JSON into one folder per call; after
+# each step that folder is packed into $OUT/<call>.tar.gz and its index copied to $OUT/<call>-index.txt
+# (two files a call: the device returns at most 8). STEPS=name,name runs only those steps (a skipped one
+# again, say). Read the results with `python benchmarks/fold_gpu_results.py DEVICE_FILES/*.tar.gz`.
+#
+# Environment: OUT (default /tmp/gpu-pending-out), RESULTS (the unpacked folders, default /tmp/gpu-pending),
+# SCRATCH (renders, weights; default /tmp/gpu-pending-work), CALL_BUDGET_S (480), MIN_STEP_S (30),
+# PYTHON (the interpreter; on the device `python` with the unpacked site), CPU_STEP_S (a CPU step's
+# limit, 900).
+set -uo pipefail
+usage() { echo "usage: bash benchmarks/gpu_pending.sh call1|call2|call3 [--dry-run] | cpu [call1|call2|call3]" >&2; exit 2; }
+
+dry=0
+calls=()
+for arg in "$@"; do
+    case "$arg" in
+    call1 | call2 | call3) calls+=("$arg") ;;
+    cpu | --dry-run) dry=1 ;;
+    *) usage ;;
+    esac
+done
+if [ ${#calls[@]} -eq 0 ]; then
+    [ "$dry" = 1 ] || usage
+    calls=(call1 call2 call3)
+fi
+
+OUT=${OUT:-/tmp/gpu-pending-out}
+RESULTS=${RESULTS:-/tmp/gpu-pending}
+SCRATCH=${SCRATCH:-/tmp/gpu-pending-work}
+MIN_STEP_S=${MIN_STEP_S:-30}
+mkdir -p "$OUT" "$RESULTS" "$SCRATCH"
+if [ "$dry" = 1 ]; then
+    PY=${PYTHON:-python}
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+    DEV=cpu
+    BUDGET=${CALL_BUDGET_S:-100000}  # a CPU check is not held to the device's limit
+else
+    PY=${PYTHON:-python}
+    tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
+    DEV=cuda
+    BUDGET=${CALL_BUDGET_S:-480}
+fi
+
+sz() { if [ "$dry" = 1 ]; then echo "$2"; else echo "$1"; fi; }  # sz GPU_VALUE CPU_VALUE
+
+pack() {  # the call's folder into $OUT (two files)
+    tar -czf "$OUT/$call.tar.gz" -C "$RESULTS" "$call"
+    cp "$RES/index.txt" "$OUT/$call-index.txt"
+}
+
+step() {  # step NAME SECONDS COMMAND...: run with a limit (clipped to the call's budget), log into $RES
+    local name=$1 limit=$2 left started rc
+    shift 2
+    if [ -n "${STEPS:-}" ] && [[ ",$STEPS," != *",$name,"* ]]; then return 0; fi
+    [ "$dry" = 1 ] && limit=${CPU_STEP_S:-900}
+    left=$((BUDGET - (SECONDS - call_started) - 15))
+    if [ "$left" -lt "$MIN_STEP_S" ]; then
+        echo "== $name skipped: ${left} s left of the call's ${BUDGET} s" >> "$RES/index.txt"
+        pack
+        return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name $(date -u +%T), limit ${limit} s: $*" >> "$RES/index.txt"
+    started=$SECONDS
+    timeout -k 10 "$limit" "$@" > "$RES/$name.log" 2>&1
+    rc=$?
+    echo "rc $rc" >> "$RES/$name.log"
+    echo "   $name: rc $rc, $((SECONDS - started)) s" >> "$RES/index.txt"
+    pack
+}
+
+halo() {  # halo NAME SECONDS ARGS...: measure_halo.py, its JSON beside its log
+    local name=$1 limit=$2
+    shift 2
+    step "$name" "$limit" "$PY" benchmarks/measure_halo.py "$@" --device "$DEV" --out-json "$RES/$name.json"
+}
+
+decode() {  # decode NAME SECONDS DECODER SHAPE: bench_family_decode.py (bf16 on the GPU, float32 on a CPU)
+    local name=$1 limit=$2
+    step "$name" "$limit" "$PY" benchmarks/bench_family_decode.py --decoder "$3" --shape "$4" \
+        --dtype "$(sz bfloat16 float32)" --device "$DEV" --reps "$(sz 3 1)" --out-json "$RES/$name.json"
+}
+
+BF=$(sz bfloat16 float32)
+call_started=0  # the first call's budget counts from the script's start (the site's unpacking included)
+for call in "${calls[@]}"; do
+    RES=$RESULTS/$call
+    rm -rf "$RES"
+    mkdir -p "$RES"
+    echo "# $call on $DEV, $(date -u +%FT%TZ), budget ${BUDGET} s, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')" > "$RES/index.txt"
+    { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>/dev/null || echo "no GPU"; } > "$RES/gpus.txt"
+    # Estimates on an H200 (bf16; benchmarks/README.md says what they rest on): decode seconds from the
+    # decoders' FLOPs at the 130-150 TFLOP/s that Wan and HunyuanVideo decodes reached there, plus process
+    # start and random weights built on the CPU, float32 (--dtype-noise) budgeted at 4x bf16's time;
+    # renders as seamless_calls.sh's steps took.
+    case "$call" in
+    call1)
+        # ~200 s: synth, plan, two renders of 121x1088x1920 (the decoder about 10 s a decode), frames compared
+        step seamless-diffusion-1080p 300 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" \
+            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
+            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 280 600)" \
+            --work "$SCRATCH/seamless" --out-json "$RES/seamless-diffusion-1080p.json"
+        rm -rf "$SCRATCH/seamless"
+        # ~110 s: whole decode 640 TFLOP (~5 s), float32 whole, 3 halos at 1.3-1.8x
+        halo wf-wan-720p-bf16 200 halo --decoder "$(sz wan wan-tiny)" --dtype "$BF" --shape "$(sz 21,90,160 3,24,24)" \
+            --halos "$(sz 4,8,12 4,8)" --whole-frame --dtype-noise
+        # ~60 s: a 36-layer ViT built on the CPU; 22x720x1280 on its own 256-px tiles
+        decode decode-minimax-h3 120 "$(sz minimax-h3 minimax-h3-tiny)" "$(sz 7,45,80 7,16,16)"
+        # ~30 s: 121x704x1280 (Cosmos 1.0's), 61 TFLOP
+        decode decode-cosmos 60 "$(sz cosmos cosmos-tiny)" "$(sz 16,88,160 3,8,8)"
+        # ~50 s: whole decode 590 TFLOP (~4 s), 2 halos; last, since HunyuanVideo's bf16 halo sweep at this
+        # shape has decoded to NaN on an H200 before (fold_gpu_results.py lists such rows, folds none)
+        halo wf-hunyuan-480p-bf16 120 halo --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" --dtype "$BF" \
+            --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 4,6)" --whole-frame
+        ;;
+    call2)
+        # halos, 1x2x2 tiles, no overlap: whole decode + each halo's tiles (1.2-2.6x the whole)
+        halo halo-cogvideox-bf16 90 halo --decoder "$(sz cogvideox cogvideox-tiny)" --dtype "$BF" \
+            --shape "$(sz 13,60,90 3,24,24)" --halos "$(sz 4,8,12,16 4,8)"  # ~45 s: 49x480x720, 315 TFLOP
+        halo halo-hunyuanvideo15-bf16 120 halo --decoder "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" --dtype "$BF" \
+            --shape "$(sz 16,30,52 3,16,16)" --halos "$(sz 4,6,8,12 4,6)" --dtype-noise  # ~80 s: 61x480x832, 610 TFLOP
+        halo halo-mochi-bf16 90 halo --decoder "$(sz mochi mochi-tiny)" --dtype "$BF" \
+            --shape "$(sz 7,60,106 3,24,24)" --halos "$(sz 4,8,12,16 4,8)"  # ~40 s: 37x480x848, 270 TFLOP
+        halo halo-cosmos-bf16 60 halo --decoder "$(sz cosmos cosmos-tiny)" --dtype "$BF" \
+            --shape "$(sz 8,60,104 3,32,32)" --halos "$(sz 2,4,6,8,12 8,12)" --dtype-noise  # ~30 s: 13 TFLOP
+        halo halo-minimax-h3-bf16 120 halo --decoder "$(sz minimax-h3 minimax-h3-tiny)" --dtype "$BF" \
+            --shape "$(sz 7,45,80 7,40,44)" --halos "$(sz 0,4,8,12 0,8)"  # ~60 s
+        # decode beside diffusers: one untimed call, then 3 alternated timed calls a side
+        decode decode-cogvideox 75 "$(sz cogvideox cogvideox-tiny)" "$(sz 13,60,90 5,8,8)"  # ~35 s: 49x480x720
+        decode decode-mochi 75 "$(sz mochi mochi-tiny)" "$(sz 14,60,106 3,8,8)"  # ~40 s: 79x480x848, 540 TFLOP
+        decode decode-hunyuanvideo15 150 "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" "$(sz 31,30,53 3,8,8)"  # ~90 s: 121x480x848, 1240 TFLOP
+        ;;
+    call3)
+        # ~330 s: LTX-2 weights (4.6 GB) saved and a 704p shot synthesised, then 5 cold one-shot runs of
+        # each side, alternated (18-34 s a run)
+        step cold-start 420 "$PY" benchmarks/bench_real_path.py --out "$SCRATCH/real-path" --parts one --reps 5 \
+            --batch 0 --decoder "$(sz ltx2 ltx2-tiny)" --frames "$(sz 121 17)" --height "$(sz 704 128)" \
+            --width "$(sz 1216 192)" --device "$DEV"
+        mkdir -p "$RES/real-path"
+        cp "$SCRATCH"/real-path/real_path.json "$SCRATCH"/real-path/real_path.md "$RES/real-path/" 2>/dev/null
+        cp -r "$SCRATCH"/real-path/logs "$RES/real-path/" 2>/dev/null
+        rm -rf "$SCRATCH/real-path"
+        pack
+        # temporal context, two temporal tiles, each up to the whole shot; the cheap ones first
+        halo context-cosmos-bf16 45 context --decoder "$(sz cosmos cosmos-tiny)" --dtype "$BF" \
+            --shape "$(sz 16,60,104 16,4,4)" --contexts "$(sz 4,8,12,15 4,15)"  # ~25 s
+        halo context-cogvideox-bf16 45 context --decoder "$(sz cogvideox cogvideox-tiny)" --dtype "$BF" \
+            --shape "$(sz 96,4,4 40,4,4)" --contexts "$(sz 8,12,16,20,24,28,32,36,40,44 8,14,20)" --stop  # ~30 s
+        halo context-mochi-bf16 45 context --decoder "$(sz mochi mochi-tiny)" --dtype "$BF" \
+            --shape "$(sz 96,4,4 40,4,4)" --contexts "$(sz 8,12,16,20,24,28,32,36,40,44 8,12)" --stop  # ~30 s
+        # ~80 s: whole decode 1240 TFLOP (~9 s), three contexts at 1.5-2x
+        halo context-hunyuanvideo15-bf16 120 context --decoder "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" --dtype "$BF" \
+            --shape "$(sz 31,30,52 24,4,4)" --contexts "$(sz 8,14,20 8,14)"
+        ;;
+    esac
+    echo "# $call done in $((SECONDS - call_started)) s" >> "$RES/index.txt"
+    pack
+    cat "$RES/index.txt"
+    call_started=$SECONDS
+done
