@@ -370,19 +370,17 @@ def test_every_named_config_records_its_temporal_context():
 
 
 def test_recorded_constructor_defaults_are_the_installed_classes():
-    """Planning reads the diffusers classes' defaults from farm/decoders/constructor_defaults.json (no
-    diffusers import); they must be the installed classes' (else: tools/record_decoder_defaults.py)."""
-    from farm.decoders.diffusers_vae import (
-        live_constructor_defaults,
-        recorded_constructor_defaults,
-        recorded_decoder_parameters,
-    )
+    """Planning reads the diffusers classes' defaults from each family's recorded.json (no diffusers
+    import); they must be the installed classes' (else: tools/record_decoder_defaults.py)."""
+    from farm.decoders.diffusers_vae import live_constructor_defaults
+    from farm.decoders.recording import recorded_constructor_defaults, recorded_decoder_parameters
 
-    for cls in {c.model_class_name for c in FAMILIES.values() if c.model_class_name}:  # diffusers': none
-        assert recorded_constructor_defaults(cls) == live_constructor_defaults(cls), cls
     for family, cls in FAMILIES.items():
+        if cls.model_class_name:  # the diffusers family names its class per spec: none recorded
+            live = live_constructor_defaults(cls.model_class_name)
+            assert recorded_constructor_defaults(cls) == live, family
         for name, config in cls.named_configs.items():
-            assert recorded_decoder_parameters(family, name) == cls.count_decoder_parameters(config), name
+            assert recorded_decoder_parameters(cls, name) == cls.count_decoder_parameters(config), name
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])
