@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from farm import config
+from farm.decoders.allegro import AllegroDecoder
 from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
@@ -59,6 +60,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "mochi": MochiDecoder,
     "hunyuanvideo15": HunyuanVideo15Decoder,
     "cosmos": CosmosDecoder,
+    "allegro": AllegroDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)
