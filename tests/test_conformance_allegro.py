@@ -124,3 +124,15 @@ def test_temporal_tiles_of_a_released_length_shot_equal_untiled(tmp_path, schedu
     )
     assert untiled.shape == (88, 16, 16, 3)
     assert_same_levels(temporal, untiled)
+
+
+def test_farm_plan_says_how_the_pipeline_tiles():
+    """`farm plan`'s line under the decoder: the block diffusers' tiling decodes (the release's 6x40x40
+    latents, the tiny config's 6x16x16), which a farm tile equals."""
+    from farm.decoders import spec_from_json
+
+    cls = FAMILIES["allegro"]
+    for name, block in (("allegro", "6x40x40"), (NAME, "6x16x16")):
+        spec = spec_from_json({"family": "allegro", "config": name, "weights": {"random_seed": 0}})
+        note = cls.plan_note(spec)
+        assert note is not None and f"blocks of {block} latents" in note, note

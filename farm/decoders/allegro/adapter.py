@@ -34,6 +34,8 @@ from farm.decoders.geometry import Geometry
 if TYPE_CHECKING:
     import torch
 
+SAMPLE_FRAMES = 24  # pixel frames of a block of diffusers' Allegro tiling (fixed in its class)
+
 
 class AllegroDecoder(DiffusersVideoDecoder):
     family: ClassVar[str] = "allegro"
@@ -64,6 +66,16 @@ class AllegroDecoder(DiffusersVideoDecoder):
         spatial = 2 ** (len(full["block_out_channels"]) - 1)  # every up block but the last doubles space
         geometry = Geometry(spatial_scale=spatial, temporal_scale=temporal, causal=False)
         return cls._with_context(geometry, config)
+
+    @classmethod
+    def plan_note(cls, spec: DecoderSpec) -> str | None:
+        """diffusers' tiling, which AllegroPipeline's decode runs: farm's tiles equal one of its blocks."""
+        full = cls._full_config(spec.config)
+        g = cls.geometry_for(spec.config)
+        frames, side = SAMPLE_FRAMES // g.temporal_scale, full["sample_size"] // g.spatial_scale
+        return (f"AllegroPipeline decodes in blocks of {frames}x{side}x{side} latents blended by diffusers' "
+                "tiling; farm decodes each tile whole: a shot of one such block equals the pipeline's "
+                "decode, a larger one is close to it")  # fmt: skip
 
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
