@@ -169,7 +169,8 @@ def test_every_named_config_has_a_geometry_and_channels():
     real = {"ltxv": (32, 8, 128), "ltxv-0.9.1": (32, 8, 128), "ltxv-0.9.5": (32, 8, 128),
             "wan": (8, 4, 16), "wan2.2": (16, 4, 48), "hunyuanvideo": (8, 4, 16), "cogvideox": (8, 4, 16),
             "cogvideox-5b": (8, 4, 16), "cogvideox1.5": (8, 4, 16), "mochi": (8, 6, 12),
-            "hunyuanvideo15": (16, 4, 32), "cosmos": (8, 8, 16), "allegro": (8, 4, 4)}  # fmt: skip
+            "hunyuanvideo15": (16, 4, 32), "cosmos": (8, 8, 16), "allegro": (8, 4, 4),
+            "vidtok": (8, 4, 4)}  # fmt: skip
     for name, (spatial, temporal, channels) in real.items():
         spec = spec_from_json(raw_spec(name))
         cls = decoder_class(spec)

@@ -44,6 +44,7 @@ from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
 from farm.decoders.minimax_h3 import MiniMaxH3Decoder
 from farm.decoders.mochi import MochiDecoder
+from farm.decoders.vidtok import VidTokDecoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -61,6 +62,7 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "hunyuanvideo15": HunyuanVideo15Decoder,
     "cosmos": CosmosDecoder,
     "allegro": AllegroDecoder,
+    "vidtok": VidTokDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)
