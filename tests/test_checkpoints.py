@@ -18,6 +18,7 @@ from farm.decoders import FAMILIES, decoder_class, spec_from_json
 from farm.decoders import checkpoints as C
 from farm.decoders import weights as W
 from farm.decoders.diffusers_vae import assert_materialised
+from farm.decoders.recording import recorded_decoder_tensors
 from farm.errors import FarmError
 from farm.inputs.synthetic import resolve_decoder, smooth_latent, synth
 from tests.helpers import LTX2_TINY_FILE_CONFIG, LTXV_TINY_FILE_CONFIGS, farm
@@ -196,7 +197,7 @@ def test_inverse_names_agree_with_diffusers_converters(family, cls):
     """For every named config (real ones included), diffusers' converter maps farm's original names of
     the decoder's tensors (as recorded for the config) back to diffusers' names, one to one."""
     for name, config in cls.named_configs.items():
-        expected = W.recorded_decoder_tensors(family, name)
+        expected = recorded_decoder_tensors(cls, name)
         assert expected == cls.decoder_tensor_shapes(config), (
             f"{name}: rerun tools/record_decoder_defaults.py"
         )

@@ -355,6 +355,7 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
     from farm.decoders import weights as W
     from farm.decoders.ltx2 import LTX2_3, LTX2Decoder
     from farm.decoders.ltx2.audio import LTX2_3_AUDIO, bwe_vocoder_name
+    from farm.decoders.recording import recorded_decoder_tensors
 
     with torch.device("meta"):
         models = ltx_core_models(LTX23_CONFIG)
@@ -365,7 +366,7 @@ def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released
 
     layout = C.detect_layout(infos, LTX2Decoder, "x")
     assert layout == C.Layout("ltx-original", "vae.")
-    expected = W.recorded_decoder_tensors("ltx2", "ltx2.3")
+    expected = recorded_decoder_tensors(LTX2Decoder, "ltx2.3")
     found = W.converted_names(layout, LTX2Decoder, infos)
     full = LTX2Decoder._full_config(LTX2_3)
     names = {

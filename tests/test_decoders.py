@@ -169,7 +169,8 @@ def test_every_named_config_has_a_geometry_and_channels():
     real = {"ltxv": (32, 8, 128), "ltxv-0.9.1": (32, 8, 128), "ltxv-0.9.5": (32, 8, 128),
             "wan": (8, 4, 16), "wan2.2": (16, 4, 48), "hunyuanvideo": (8, 4, 16), "cogvideox": (8, 4, 16),
             "cogvideox-5b": (8, 4, 16), "cogvideox1.5": (8, 4, 16), "mochi": (8, 6, 12),
-            "hunyuanvideo15": (16, 4, 32), "cosmos": (8, 8, 16)}  # fmt: skip
+            "hunyuanvideo15": (16, 4, 32), "cosmos": (8, 8, 16), "allegro": (8, 4, 4),
+            "vidtok": (8, 4, 4)}  # fmt: skip
     for name, (spatial, temporal, channels) in real.items():
         spec = spec_from_json(raw_spec(name))
         cls = decoder_class(spec)
@@ -370,19 +371,17 @@ def test_every_named_config_records_its_temporal_context():
 
 
 def test_recorded_constructor_defaults_are_the_installed_classes():
-    """Planning reads the diffusers classes' defaults from farm/decoders/constructor_defaults.json (no
-    diffusers import); they must be the installed classes' (else: tools/record_decoder_defaults.py)."""
-    from farm.decoders.diffusers_vae import (
-        live_constructor_defaults,
-        recorded_constructor_defaults,
-        recorded_decoder_parameters,
-    )
+    """Planning reads the diffusers classes' defaults from each family's recorded.json (no diffusers
+    import); they must be the installed classes' (else: tools/record_decoder_defaults.py)."""
+    from farm.decoders.diffusers_vae import live_constructor_defaults
+    from farm.decoders.recording import recorded_constructor_defaults, recorded_decoder_parameters
 
-    for cls in {c.model_class_name for c in FAMILIES.values() if c.model_class_name}:  # diffusers': none
-        assert recorded_constructor_defaults(cls) == live_constructor_defaults(cls), cls
     for family, cls in FAMILIES.items():
+        if cls.model_class_name:  # the diffusers family names its class per spec: none recorded
+            live = live_constructor_defaults(cls.model_class_name)
+            assert recorded_constructor_defaults(cls) == live, family
         for name, config in cls.named_configs.items():
-            assert recorded_decoder_parameters(family, name) == cls.count_decoder_parameters(config), name
+            assert recorded_decoder_parameters(cls, name) == cls.count_decoder_parameters(config), name
 
 
 @pytest.mark.parametrize("size", [1, 2, 3])

@@ -172,7 +172,8 @@ def test_default_spatial_overlap_meets_the_seam_target(tmp_path, scheduler3, nam
 # MiniMax-H3's ViT decodes its own 256-px tiles, laid out from the decoded block's corner: minimax-h3-tiny
 # 56.4 dB at halo 8. CogVideoX's and Mochi's GroupNorms see whole frames: their halo and blend must
 # reach what the halo alone measured (cogvideox-tiny 41.6 dB at 8, mochi-tiny 45.0 at 4), as HunyuanVideo
-# 1.5's and Cosmos's (hunyuanvideo15-tiny 44.9 dB at 6, cosmos-tiny 42.8 at 12).
+# 1.5's, Cosmos's, Allegro's and VidTok's (hunyuanvideo15-tiny 44.9 dB at 6, cosmos-tiny 42.8 at 12,
+# allegro-tiny 34.1 at 12, 36.2 with its blend; vidtok-tiny 47.2 at 8, 52.4 with its blend).
 HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a non-exact halo must reach
     "ltx2-tiny": ((2, 20, 20), None),
     "ltx2.3-tiny": ((2, 20, 20), None),
@@ -185,6 +186,8 @@ HALO_SHOTS = {  # decoder → latent frames, rows, columns; the seam-band PSNR a
     "mochi-tiny": ((3, 24, 24), 43.0),
     "hunyuanvideo15-tiny": ((3, 24, 24), 40.0),
     "cosmos-tiny": ((3, 32, 32), 40.0),
+    "allegro-tiny": ((3, 32, 32), 34.0),
+    "vidtok-tiny": ((3, 32, 32), 50.0),
 }
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from farm import config
+from farm.decoders.allegro import AllegroDecoder
 from farm.decoders.any_diffusers import AnyDiffusersDecoder
 from farm.decoders.base import DecoderSpec, VideoDecoder, parse_spec
 from farm.decoders.checkpoints import content_identity, weight_files
@@ -43,6 +44,7 @@ from farm.decoders.ltxv import LTXVideoDecoder
 from farm.decoders.memory import MemoryModel
 from farm.decoders.minimax_h3 import MiniMaxH3Decoder
 from farm.decoders.mochi import MochiDecoder
+from farm.decoders.vidtok import VidTokDecoder
 from farm.decoders.wan import WanDecoder
 from farm.decoders.weights import check_pinned
 from farm.errors import FarmError
@@ -59,6 +61,8 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "mochi": MochiDecoder,
     "hunyuanvideo15": HunyuanVideo15Decoder,
     "cosmos": CosmosDecoder,
+    "allegro": AllegroDecoder,
+    "vidtok": VidTokDecoder,
 }
 
 # (spec with the weights' content identity, device, compile mode)

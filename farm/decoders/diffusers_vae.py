@@ -16,7 +16,6 @@ output depends on where a tile sits, e.g. noise drawn per latent position; other
 
 from __future__ import annotations
 
-import functools
 import importlib
 import threading
 from collections.abc import Sequence
@@ -37,39 +36,13 @@ from farm.decoders.checkpoints import (
 from farm.decoders.geometry import Geometry
 from farm.decoders.launch_pacing import LaunchPacer, launch_lead, pace_launches
 from farm.decoders.memory import MemoryModel
+from farm.decoders.recording import recorded_constructor_defaults, recorded_decoder_parameters
 from farm.decoders.reflect_pad import sliced_reflect_padding
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-
-
-DEFAULTS_FILE = Path(__file__).with_name("constructor_defaults.json")
-
-
-@functools.cache
-def _recorded() -> dict[str, Any]:
-    import importlib.metadata
-    import json
-
-    try:
-        record = json.loads(DEFAULTS_FILE.read_text())
-        installed = importlib.metadata.version("diffusers")
-    except (OSError, ValueError, importlib.metadata.PackageNotFoundError):
-        return {}
-    return record if record.get("diffusers") == installed else {}
-
-
-def recorded_constructor_defaults(class_name: str) -> dict[str, Any] | None:
-    """The constructor defaults of diffusers' `class_name` as `tools/record_decoder_defaults.py`
-    recorded them (JSON: tuples as lists), or None when the installed diffusers is another version."""
-    return _recorded().get("classes", {}).get(class_name)
-
-
-def recorded_decoder_parameters(family: str, config_name: str) -> int | None:
-    """A named config's decoder parameter count as recorded beside the defaults, or None."""
-    return _recorded().get("decoder_parameters", {}).get(f"{family}:{config_name}")
 
 
 def live_constructor_defaults(class_name: str) -> dict[str, Any]:
@@ -193,7 +166,7 @@ class DiffusersVideoDecoder:
     def _full_config(cls, config: dict[str, Any]) -> dict[str, Any]:
         """`config` completed with the model class's constructor defaults: recorded for the installed
         diffusers (planning then never imports it), else read from the class."""
-        recorded = recorded_constructor_defaults(cls.model_class_name)
+        recorded = recorded_constructor_defaults(cls)
         if recorded is not None:
             return {**recorded, **config}
         return W.full_config(cls.model_class(), config)
@@ -293,7 +266,7 @@ class DiffusersVideoDecoder:
         """Parameters of the modules a decode uses: recorded for a named config, else counted on the meta
         device (no memory, no weights)."""
         name = next((n for n, c in cls.named_configs.items() if c == config), None)
-        recorded = recorded_decoder_parameters(cls.family, name) if name else None
+        recorded = recorded_decoder_parameters(cls, name) if name else None
         return recorded if recorded is not None else cls.count_decoder_parameters(config)
 
     @classmethod

@@ -7,7 +7,7 @@ HunyuanVideo's ``.pt``); farm never downloads (`farm.decoders.checkpoints` tells
 points:
 
 * :func:`check_weights` refuses weights that do not fit a spec before any cluster starts, from file
-  headers only and the decoder tensors' shapes recorded for each named config (``decoder_tensors.json``,
+  headers only and the decoder tensors' shapes recorded for each named config (its family's ``recorded.json``,
   written by ``tools/record_decoder_defaults.py``): no torch, no diffusers. A custom config (a JSON
   object, no record) has its shapes computed on the meta device, which imports both. It returns the spec
   with the weights' files, layout and content identity recorded, so a later render notices weights that
@@ -23,8 +23,6 @@ un-normalise latents (``"latents": "normalized"``): weights without them are ref
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import inspect
 import json
 from collections.abc import Sequence
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from farm.decoders import checkpoints as C
+from farm.decoders.recording import recorded_decoder_tensors
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 
 DECODER_PREFIXES: tuple[str, ...] = ("decoder.",)
-TENSORS_FILE = Path(__file__).with_name("decoder_tensors.json")
 
 
 def constructor_defaults(model_cls: type) -> dict[str, Any]:
@@ -89,26 +87,10 @@ def _check_folder_config(path: Path, full_spec: dict[str, Any]) -> None:
 # ---- expected tensors --------------------------------------------------------------------------
 
 
-@functools.cache
-def _recorded_tensors() -> dict[str, Any]:
-    try:
-        record = json.loads(TENSORS_FILE.read_text())
-        installed = importlib.metadata.version("diffusers")
-    except (OSError, ValueError, importlib.metadata.PackageNotFoundError):
-        return {}
-    return record.get("tensors", {}) if record.get("diffusers") == installed else {}
-
-
-def recorded_decoder_tensors(family: str, config_name: str) -> dict[str, tuple[int, ...]] | None:
-    """The decoder tensors' shapes of a named config as recorded for the installed diffusers, or None."""
-    shapes = _recorded_tensors().get(f"{family}:{config_name}")
-    return None if shapes is None else {k: tuple(v) for k, v in shapes.items()}
-
-
 def expected_tensors(spec: DecoderSpec, cls: type[DiffusersVideoDecoder]) -> dict[str, tuple[int, ...]]:
     """The decoder's tensors (diffusers names → shapes) for the spec's config: recorded for a named
     config, else built on the meta device (imports torch and diffusers)."""
-    recorded = recorded_decoder_tensors(spec.family, spec.config_name) if spec.config_name else None
+    recorded = recorded_decoder_tensors(cls, spec.config_name) if spec.config_name else None
     return recorded if recorded is not None else cls.decoder_tensor_shapes(spec.config)
 
 

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.checkpoints import Layout
-from farm.decoders.diffusers_vae import DiffusersVideoDecoder, recorded_decoder_parameters
+from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.ltx2 import metadata as ltx_metadata
 from farm.decoders.ltx2.carry import decode_with_state
 from farm.decoders.ltx2.configs import LTX2_3, LTX2_3_TINY, LTX2_RELEASED, LTX2_TINY
 from farm.decoders.ltx2.layout import LTX_ORIGINAL, convert_ltx2_names, is_ltx_original, ltx_original_name
+from farm.decoders.recording import recorded_decoder_parameters
 
 if TYPE_CHECKING:
     import torch
@@ -135,7 +136,7 @@ class LTX2Decoder(DiffusersVideoDecoder):
     @classmethod
     def weight_bytes(cls, spec: DecoderSpec) -> int:
         name = next((n for n, c in cls.named_configs.items() if c == spec.config), None)
-        recorded = recorded_decoder_parameters(cls.family, name) if name else None
+        recorded = recorded_decoder_parameters(cls, name) if name else None
         if recorded is not None:  # counted for each named config (tools/record_decoder_defaults.py)
             return recorded * dtype_bytes(spec.dtype)
         full = cls._full_config(spec.config)
