@@ -123,3 +123,28 @@ def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, sch
     whole = render("whole", farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
     tiled = render("tiled", farm.PlanOptions(tiles=(1, 2, 2), batch_frames=4, chunk=ChunkSize(frames=2)))
     assert np.abs(tiled - whole).max() <= 1.0
+
+
+def test_tiles_that_take_the_whole_frame_pass_have_no_latent_read_ahead(tmp_path, cluster3):
+    """A decode worker's first latent is read while a render sets up (`read_first_latents`), but a tile
+    that decodes from the shot's whole-frame pass never reads its latent: none is read for it. An
+    untiled plan of the same shot (no pass) still has its read."""
+    from farm.run.graph import read_first_latents, split_workers
+
+    spec = synth_spec("wan-tiny", seed=0)
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    channels = decoder_class(spec).latent_channels_for(spec.config)
+    write_shot(job, "s", np.zeros((channels, 3, 24, 24), np.float32), fps=24.0)
+    geometry = decoder_class(spec).geometry_for_spec(spec)
+    workers, _ = split_workers(cluster3)
+
+    def reads(tiles: tuple[int, int, int]) -> dict:
+        plan = plan_shot("s", (channels, 3, 24, 24), geometry, TileGrid(tiles, (0, 0, 0)))
+        return read_first_latents(cluster3, [plan], workers, 0, job_path=str(job), spec_json=spec.to_json(),
+                                  render_id=f"ahead-{tiles}")  # fmt: skip
+
+    assert whole_frame_groups(plan_shot("s", (channels, 3, 24, 24), geometry, TileGrid((1, 2, 2), (0, 0, 0))))
+    assert reads((1, 2, 2)) == {}
+    untiled = reads((1, 1, 1))
+    assert len(untiled) == 1 and next(iter(untiled.values())).result() is not None

@@ -22,21 +22,28 @@ from farm.worker.tasks import whole_frame_pass
 Group = tuple[int, tuple[int, int]]  # shot (position in the plans), latent frames [first, stop)
 
 
+def whole_frame_group_of(plans: Sequence[ShotPlan], spec_json: dict) -> dict[tuple[int, int], Group]:
+    """The tiles that decode from a whole-frame pass, (shot, tile) as positions in `plans` and ``plan.tiles``,
+    each with its group; empty for a decoder without one. Such a tile reads no latent of its own."""
+    spec = spec_from_json(spec_json)
+    group_of: dict[tuple[int, int], Group] = {}
+    if decoder_class(spec).shares_whole_frame(spec.config):
+        for p, plan in enumerate(plans):
+            for span, tiles in whole_frame_groups(plan).items():
+                group_of.update({(p, k): (p, span) for k in tiles})
+    return group_of
+
+
 class WholeFramePasses:
     def __init__(
         self, plans: Sequence[ShotPlan], schedule: Schedule, spec_json: dict, *, render_id: str,
         job_path: str, latent_chunks: Mapping[str, LatentChunks], compile: bool | str,
         submit: Callable[..., Any], workers: Callable[[], list[str]],
     ) -> None:  # fmt: skip
-        spec = spec_from_json(spec_json)
         self.plans, self.spec_json, self.render_id = plans, spec_json, render_id
         self.job_path, self.latent_chunks, self.compile = job_path, latent_chunks, compile
         self.submit, self.workers = submit, workers
-        self.group_of: dict[tuple[int, int], Group] = {}  # (shot, tile) → its group
-        if decoder_class(spec).shares_whole_frame(spec.config):
-            for p, plan in enumerate(plans):
-                for span, tiles in whole_frame_groups(plan).items():
-                    self.group_of.update({(p, k): (p, span) for k in tiles})
+        self.group_of = whole_frame_group_of(plans, spec_json)  # (shot, tile) → its group
         self.left: dict[Group, int] = {}  # decodes of the group not submitted yet
         for step in schedule.decodes:
             group = self.group_of.get((step.shot, step.tile))
