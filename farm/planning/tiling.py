@@ -439,6 +439,14 @@ def whole_frame_groups(plan: ShotPlan) -> dict[tuple[int, int], tuple[int, ...]]
     return {span: tuple(tiles) for span, tiles in groups.items()}
 
 
+def takes_statistics_rounds(plan: ShotPlan) -> bool:
+    """For a decoder whose tiles share the shot's GroupNorm statistics (`shares_statistics`): whether this
+    plan's tiles do, one round across them per GroupNorm. They do where the plan splits height or width
+    and neither splits frames (a resumed render keeps every spatial tile of an unfinished batch, so the
+    rounds see the whole shot) nor chunks a tile (one decode call per tile carries from round to round)."""
+    return plan.grid.tiles[0] == 1 and not any(plan.chunk.limits()) and bool(whole_frame_groups(plan))
+
+
 def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
     shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode

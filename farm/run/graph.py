@@ -52,6 +52,7 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
+from farm.run.statistics_rounds import StatisticsRounds
 from farm.run.whole_frame import WholeFramePasses, whole_frame_group_of
 from farm.store.latent_chunks import LatentChunks
 from farm.store.output import Output
@@ -393,6 +394,10 @@ class Driver:
             latent_chunks=targets.latent_chunks, compile=targets.compile, submit=self.submit,
             workers=lambda: list(self.workers),
         )  # fmt: skip
+        self.statistics = StatisticsRounds(
+            self.plans, schedule, targets.spec_json, render_id=self.render_id, compile=targets.compile,
+            submit=self.submit, workers=lambda: list(self.workers),
+        )  # fmt: skip
         self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     @property
@@ -440,9 +445,12 @@ class Driver:
         recorded = t.latent_chunks.get(plan.shot)
         chunks = None if recorded is None else recorded.covering(tile.decode_slices())
         shared = self.whole_frame.for_decode(step, self.base + step.priority)
+        decoded = self.statistics.for_decode(step, shared, self.base + step.priority)
+        if decoded is not None:  # the tile's rounds decoded it from the pass
+            shared = None
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            ahead, chunks=chunks, shared=shared,
+            ahead, chunks=chunks, shared=shared, decoded=decoded,
             key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,
