@@ -331,8 +331,11 @@ def decode_tile(
                                 cuts, state)  # fmt: skip
 
     def decode() -> dict[int, Any]:
-        pixels = decoded if latent is None else decode_block(decoder, latent, chunk, origin=origin)
-        assert pixels is not None
+        if latent is None:
+            assert decoded is not None
+            pixels = decoded.clone()  # weighed in place below: the rounds' result stays as Dask holds it
+        else:
+            pixels = decode_block(decoder, latent, chunk, origin=origin)
         pixels = drop_context(pixels, tile, decoder.geometry)
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(
