@@ -39,7 +39,7 @@ from measure_halo import FLOOR, compare, load_random, reaches_floor, seam_band  
 
 from farm.decoders.hunyuanvideo import groupnorm_rounds as rounds  # noqa: E402
 from farm.decoders.hunyuanvideo.whole_frame import rest_of_decoder, whole_frame_part  # noqa: E402
-from farm.planning.tiling import ShotPlan, Tile, TileGrid, plan_shot  # noqa: E402
+from farm.planning.tiling import ShotPlan, Tile, TileGrid, own_blocks, plan_shot  # noqa: E402
 
 
 def place(full, decoder, tile: Tile, out) -> None:
@@ -63,7 +63,7 @@ def decode_in_rounds(decoder, mid, plan: ShotPlan, cuda: bool) -> tuple[object, 
     model = decoder.model
     tiles = list(plan.tiles)
     blocks = [(slice(None), slice(None), *t.decode_slices()) for t in tiles]
-    carried = [rounds.start(mid[b], own) for b, own in zip(blocks, rounds.own_blocks(plan), strict=True)]
+    carried = [rounds.start(mid[b], own) for b, own in zip(blocks, own_blocks(plan), strict=True)]
     n_rounds = len(rounds.sites(model))
     carried_bytes = peak = 0
     with torch.inference_mode():

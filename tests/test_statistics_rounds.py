@@ -21,7 +21,7 @@ from farm.inputs.synthetic import synth_spec
 from farm.media.settings import VideoSettings
 from farm.planning.jobplan import plan_job
 from farm.planning.plan_table import describe_plans
-from farm.planning.tiling import ChunkSize, TileGrid, plan_shot, takes_statistics_rounds
+from farm.planning.tiling import ChunkSize, TileGrid, own_blocks, plan_shot, takes_statistics_rounds
 from farm.run.whole_frame import whole_frame_group_of
 from farm.store.frames import read_frames
 from farm.store.job import create_job, open_job, write_shot
@@ -47,7 +47,7 @@ def test_the_tiles_own_regions_count_every_position_of_every_layer_once(tiles, o
     (a block's first latent frame one frame, each later one `s`)."""
     shape = (4, 9, 12, 10)
     plan = plan_shot("s", shape, geometry(halo=3, context=context), TileGrid(tiles, overlap))
-    owns = groupnorm_rounds.own_blocks(plan)
+    owns = own_blocks(plan)
     _, f, h, w = shape
     for s, sp in ((1, 1), (1, 2), (2, 4), (4, 8)):
         counted = np.zeros((1 + s * (f - 1), sp * h, sp * w), dtype=int)
@@ -73,7 +73,7 @@ def test_temporal_tiles_in_rounds_equal_the_untiled_decode():
     assert plan.tiles[1].decode_slices()[0].start == 0 < plan.tiles[1].latent[0].start  # context, not own
     shared = decoder.whole_frame(latent)
     carried, sums = [], []
-    for tile, own in zip(plan.tiles, groupnorm_rounds.own_blocks(plan), strict=True):
+    for tile, own in zip(plan.tiles, own_blocks(plan), strict=True):
         state, tile_sums = decoder.statistics_start(shared[(slice(None), *tile.decode_slices())], own)
         carried.append(state)
         sums.append(tile_sums)

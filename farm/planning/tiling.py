@@ -447,6 +447,23 @@ def takes_statistics_rounds(plan: ShotPlan) -> bool:
     return plan.grid.tiles[0] == 1 and not any(plan.chunk.limits()) and bool(whole_frame_groups(plan))
 
 
+def own_blocks(plan: ShotPlan) -> list[tuple[tuple[int, int], ...]]:
+    """Each tile's own latent block for statistics shared across a plan's tiles (`takes_statistics_rounds`),
+    tile-local (frames, rows, columns ``[start, stop)`` in its decoded block): its own frames, rows and
+    columns, each cut where the next tile along that axis starts, so that tiles whose blocks overlap (a
+    causal temporal split shares a latent frame; an overlap blend shares more) count every position once."""
+    starts = [sorted({t.latent[axis].start for t in plan.tiles}) for axis in range(3)]
+    found = []
+    for tile in plan.tiles:
+        origin = tile.decode_origin()
+        block: list[tuple[int, int]] = []
+        for axis, interval in enumerate(tile.latent):
+            stop = next((s for s in starts[axis] if s > interval.start), interval.end)
+            block.append((interval.start - origin[axis], min(stop, interval.end) - origin[axis]))
+        found.append(tuple(block))
+    return found
+
+
 def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
     shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode

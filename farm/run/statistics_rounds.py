@@ -19,9 +19,8 @@ from typing import Any
 
 from farm import keys
 from farm.decoders import decoder_class, spec_from_json
-from farm.decoders.hunyuanvideo.groupnorm_rounds import own_blocks
 from farm.planning.schedule import DecodeStep, Schedule
-from farm.planning.tiling import ShotPlan, whole_frame_groups
+from farm.planning.tiling import ShotPlan, own_blocks, whole_frame_groups
 from farm.worker.statistics_rounds import first_round, next_round, round_sums, shot_statistics, tile_pixels
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from farm.decoders.hunyuanvideo.groupnorm_rounds import combine
 from farm.worker.gpu_budget import hold_gpu_memory
 from farm.worker.tasks import load_decoder, on_decode_thread, shared_block, worker_device
 
@@ -55,6 +56,4 @@ def tile_pixels(result: dict[str, Any]) -> torch.Tensor:
 
 def shot_statistics(*sums: torch.Tensor) -> torch.Tensor:
     """The tiles' sums → the whole shot's mean and variance per group."""
-    from farm.decoders.hunyuanvideo.groupnorm_rounds import combine
-
     return combine(list(sums))

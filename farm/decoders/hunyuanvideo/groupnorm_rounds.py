@@ -11,9 +11,10 @@ whole shot's statistics take one round across the tiles per GroupNorm, in order:
   (`whole_frame.whole_frame_part`); each tile starts from its block of it (`start`);
 * at GroupNorm k every tile sums its activation over its OWN region at that layer's resolution
   (`partial_sums`: sum, sum of squares and count per group, float64; the halo and context are left out,
-  so the regions partition the shot), `combine` adds the tiles' sums into the shot's mean and variance,
-  and every tile normalises its whole block with them and runs to GroupNorm k + 1 (`advance`), carrying
-  its activation (and the resnet's residual) from round to round: nothing is computed twice.
+  so the regions, `farm.planning.tiling.own_blocks`, partition the shot), `combine` adds the tiles' sums
+  into the shot's mean and variance, and every tile normalises its whole block with them and runs to
+  GroupNorm k + 1 (`advance`), carrying its activation (and the resnet's residual) from round to round:
+  nothing is computed twice.
 
 The sites are ``norm1`` and ``norm2`` of every up-block resnet and ``conv_norm_out`` (the released
 config: 4 blocks x 3 resnets x 2 + 1 = 25 rounds). A tile's own pixels then equal the whole decode's as
@@ -27,8 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
-
-    from farm.planning.tiling import ShotPlan
 
 # a tile's own latent frames, rows and columns [start, stop), local to its decoded block
 OwnBlock = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
@@ -77,22 +76,6 @@ def start(shared: torch.Tensor, own: OwnBlock) -> Carried:
     """A tile's block (halo and context included) of the middle block's output ``[1, C, f, h, w]``."""
     x = shared.contiguous()
     return Carried(0, x, x, own, tuple(x.shape[2:]))
-
-
-def own_blocks(plan: ShotPlan) -> list[OwnBlock]:
-    """Each tile's own latent block for the statistics, tile-local: its own frames, rows and columns, each
-    cut where the next tile along that axis starts, so that tiles whose blocks overlap (a causal temporal
-    split shares a latent frame; an overlap blend shares more) count every position once."""
-    starts = [sorted({t.latent[axis].start for t in plan.tiles}) for axis in range(3)]
-    found = []
-    for tile in plan.tiles:
-        origin = tile.decode_origin()
-        block = []
-        for axis, interval in enumerate(tile.latent):
-            stop = next((s for s in starts[axis] if s > interval.start), interval.end)
-            block.append((interval.start - origin[axis], min(stop, interval.end) - origin[axis]))
-        found.append(tuple(block))
-    return found  # type: ignore[return-value]
 
 
 def own_at_layer(
