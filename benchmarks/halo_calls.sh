@@ -8,10 +8,14 @@
 #   bash benchmarks/halo_calls.sh diffusion  # halo: the LTX-2.5 diffusion decoder (704p, bf16)
 #   bash benchmarks/halo_calls.sh floors     # bf16's own distance from float32 where a halo plateaus
 #   bash benchmarks/halo_calls.sh wholeframe # halo with the whole-frame pass: Wan 2.1 (720p), HunyuanVideo
+#   bash benchmarks/halo_calls.sh rounds     # HunyuanVideo (480p, bf16) with its GroupNorm statistics rounds
 #
 # Each step writes its log and JSON under $OUT (the device's result folder) with a timeout of its own.
 set -uo pipefail
-case "${1:-}" in ltx | context | others | diffusion | floors | wholeframe) ;; *) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors|wholeframe" >&2; exit 2 ;; esac
+case "${1:-}" in
+ltx | context | others | diffusion | floors | wholeframe | rounds) ;;
+*) echo "usage: bash benchmarks/halo_calls.sh ltx|context|others|diffusion|floors|wholeframe|rounds" >&2; exit 2 ;;
+esac
 OUT=${OUT:-/tmp/halo-out}
 mkdir -p "$OUT"
 tar -xJf .gpu-site.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpu-site:$PWD || exit 1
@@ -52,5 +56,12 @@ floors)  # where a halo plateaus: how far the dtype itself is from float32 (the 
 wholeframe)  # tiles decode from the mid block run once over the whole frame (`--whole-frame`)
     step wf-wan-bf16 280 halo --decoder wan --dtype bfloat16 --shape 21,90,160 --halos 4,8,12 --whole-frame --dtype-noise
     step wf-hunyuan-bf16 280 halo --decoder hunyuanvideo --dtype bfloat16 --shape 16,60,104 --halos 8,12 --whole-frame
+    ;;
+rounds)  # tiles from the shared mid block with the whole shot's GroupNorm statistics, one round per GroupNorm
+    echo "== rounds-hunyuan-bf16 $(date -u +%T)" >> "$OUT/index.txt"
+    timeout 500 python benchmarks/measure_groupnorm_rounds.py --decoder hunyuanvideo --dtype bfloat16 \
+        --device cuda --shape 16,60,104 --halos 8,12 --out-json "$OUT/rounds-hunyuan-bf16.json" \
+        > "$OUT/rounds-hunyuan-bf16.log" 2>&1
+    echo "rc $?" >> "$OUT/rounds-hunyuan-bf16.log"
     ;;
 esac

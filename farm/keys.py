@@ -13,6 +13,9 @@ PREPARE_OUTPUT = "prepare-output"  # the render's output arrays and identity rec
 PREPARE_DECODER = "prepare-decoder"  # a decode worker's decoder, loaded while the render still sets up
 READ_LATENT = "read-latent"  # a decode worker's first latent, read while the render still sets up
 WHOLE_FRAME = "whole-frame"  # the decoder's part that sees the whole frame, once per shot's frames
+STATISTICS_ROUND = "statistics-round"  # a tile run to its next GroupNorm with the shot's statistics
+ROUND_SUMS = "round-sums"  # a tile's sums at that GroupNorm, all that leaves its worker
+SHOT_STATISTICS = "shot-statistics"  # the tiles' sums added into the shot's statistics, once per round
 DECODE_TILE = "decode-tile"
 TILE_PIECE = "tile-piece"
 BLEND_BATCH = "blend-batch"
@@ -29,6 +32,9 @@ TASK_PREFIXES = (
     PREPARE_DECODER,
     READ_LATENT,
     WHOLE_FRAME,
+    STATISTICS_ROUND,
+    ROUND_SUMS,
+    SHOT_STATISTICS,
     DECODE_TILE,
     TILE_PIECE,
     BLEND_BATCH,

@@ -168,7 +168,8 @@ def test_each_decode_workers_first_latent_is_read_before_the_graph_and_taken_by_
     for case, (options, stream) in enumerate(cases):
         plans = assign_round_robin(plan_shots(job, options, list(job.shots))[0], len(workers))
         render_id = f"t{case}"  # keys are per render
-        ahead = read_first_latents(cluster3, plans, workers, 0, job_path=str(job_path), render_id=render_id,
+        ahead = read_first_latents(cluster3, plans, workers, 0, job_path=str(job_path),
+                                   spec_json=job.spec.to_json(), render_id=render_id,
                                    stream=stream)  # fmt: skip
         firsts: dict[int, object] = {}
         decodes = make_schedule(plans, n_decode=len(workers), n_io=0, stream=stream).decodes

@@ -40,8 +40,7 @@ def latent(decoder, fhw: tuple[int, int, int], seed: int = 1) -> torch.Tensor:
 @pytest.mark.parametrize("name", ["wan-tiny", "wan2.2-tiny", "hunyuanvideo-tiny"])
 def test_the_whole_frame_pass_and_the_rest_are_the_decoder(name):
     decoder = load(name)
-    # renders share HunyuanVideo's pass no more than a blend beside the halo gains (docs/fidelity.md)
-    assert decoder.shares_whole_frame(decoder.spec.config) == name.startswith("wan")
+    assert decoder.shares_whole_frame(decoder.spec.config)
     z = latent(decoder, (5, 6, 10))
     shared = decoder.whole_frame(z)
     assert tuple(shared.shape[1:]) == (5, 6, 10) and shared.device.type == "cpu"
@@ -92,15 +91,16 @@ def test_farm_plan_says_the_tiles_share_the_whole_frame_pass():
     for name in ("wan-tiny", "hunyuanvideo-tiny", "ltx2-tiny"):
         spec = synth_spec(name)
         cls = decoder_class(spec)
-        overlap = cls.spatial_overlap_for(spec.config)
+        overlap = 0 if cls.statistics_exact(spec.config) else cls.spatial_overlap_for(spec.config)
         grid = TileGrid((1, 2, 2), (0, overlap, overlap))
         channels = cls.latent_channels_for(spec.config)
         plan = plan_shot("s", (channels, 3, 24, 24), cls.geometry_for_spec(spec), grid)
         notes[name] = describe_plans([plan], spec, 2)
-    shared = "part that sees the whole frame runs once over it for every tile"
+    shared = "part that sees the whole frame runs once over it"
     assert "halo 10, no blend (each tile equals" in notes["wan-tiny"] and shared in notes["wan-tiny"]
-    assert "halo 6 and a blend over overlap 5" in notes["hunyuanvideo-tiny"]
-    assert shared not in notes["hunyuanvideo-tiny"] and shared not in notes["ltx2-tiny"]
+    assert "halo 8, no blend, exact by shared statistics" in notes["hunyuanvideo-tiny"]
+    assert "statistics are shared by its tiles in 17 rounds" in notes["hunyuanvideo-tiny"]
+    assert shared in notes["hunyuanvideo-tiny"] and shared not in notes["ltx2-tiny"]
 
 
 def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, scheduler3):
@@ -123,3 +123,28 @@ def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, sch
     whole = render("whole", farm.PlanOptions(tiles=(1, 1, 1), batch_frames=64))
     tiled = render("tiled", farm.PlanOptions(tiles=(1, 2, 2), batch_frames=4, chunk=ChunkSize(frames=2)))
     assert np.abs(tiled - whole).max() <= 1.0
+
+
+def test_tiles_that_take_the_whole_frame_pass_have_no_latent_read_ahead(tmp_path, cluster3):
+    """A decode worker's first latent is read while a render sets up (`read_first_latents`), but a tile
+    that decodes from the shot's whole-frame pass never reads its latent: none is read for it. An
+    untiled plan of the same shot (no pass) still has its read."""
+    from farm.run.graph import read_first_latents, split_workers
+
+    spec = synth_spec("wan-tiny", seed=0)
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    channels = decoder_class(spec).latent_channels_for(spec.config)
+    write_shot(job, "s", np.zeros((channels, 3, 24, 24), np.float32), fps=24.0)
+    geometry = decoder_class(spec).geometry_for_spec(spec)
+    workers, _ = split_workers(cluster3)
+
+    def reads(tiles: tuple[int, int, int]) -> dict:
+        plan = plan_shot("s", (channels, 3, 24, 24), geometry, TileGrid(tiles, (0, 0, 0)))
+        return read_first_latents(cluster3, [plan], workers, 0, job_path=str(job), spec_json=spec.to_json(),
+                                  render_id=f"ahead-{tiles}")  # fmt: skip
+
+    assert whole_frame_groups(plan_shot("s", (channels, 3, 24, 24), geometry, TileGrid((1, 2, 2), (0, 0, 0))))
+    assert reads((1, 2, 2)) == {}
+    untiled = reads((1, 1, 1))
+    assert len(untiled) == 1 and next(iter(untiled.values())).result() is not None

@@ -202,6 +202,33 @@ class VideoDecoder(Protocol):
         no such part."""
         ...
 
+    @classmethod
+    def shares_statistics(cls, config: dict[str, Any]) -> bool:
+        """Whether tiles sharing the whole-frame pass also take the whole shot's GroupNorm statistics, one
+        round across the tiles per GroupNorm (`statistics_start`, `statistics_round`). Default: no."""
+        ...
+
+    @classmethod
+    def statistics_exact(cls, config: dict[str, Any]) -> bool:
+        """Whether the config's tiles, with its halo and the shot's statistics shared in rounds, are
+        measured to equal the untiled decode to the dtype's noise (no blend needed where the rounds run)."""
+        ...
+
+    @classmethod
+    def statistics_round_count(cls, config: dict[str, Any]) -> int:
+        """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
+        ...
+
+    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
+        """A tile's block of `whole_frame`'s output and its own latent block → its carried state and its
+        sums for the first round's statistics."""
+        ...
+
+    def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+        """One round with the shot's `stats` → the carried state and sums of the next, or, after the last,
+        the tile's pixels ``[3, F, H, W]`` and None."""
+        ...
+
     def whole_frame(self, latent: torch.Tensor) -> torch.Tensor:
         """A shot's latent ``[C, f, h, w]`` over the whole frame → the output of the decoder's part that
         sees the whole frame, ``[C', f, h, w]`` (indexed like the latent), on the CPU."""

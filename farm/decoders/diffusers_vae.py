@@ -620,6 +620,33 @@ class DiffusersVideoDecoder:
         """Whether tiles of this config decode from a whole-frame pass (`whole_frame`)."""
         return False
 
+    @classmethod
+    def shares_statistics(cls, config: dict[str, Any]) -> bool:
+        """Whether tiles of this config take the whole shot's GroupNorm statistics after the whole-frame
+        pass, one round across the tiles per GroupNorm (`statistics_start`, `statistics_round`)."""
+        return False
+
+    @classmethod
+    def statistics_exact(cls, config: dict[str, Any]) -> bool:
+        """Whether the config's tiles, with its halo and the shot's statistics shared in rounds, are
+        measured to equal the untiled decode to the dtype's noise (no blend needed where the rounds run)."""
+        return False
+
+    @classmethod
+    def statistics_round_count(cls, config: dict[str, Any]) -> int:
+        """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
+        return 0
+
+    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
+        """A tile's block of `whole_frame`'s output and its own latent block (tile-local) → what it carries
+        to the first round, and its sums for that round's statistics."""
+        raise FarmError(f"the {self.family} decoder shares no statistics")
+
+    def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+        """One round: normalise with the shot's `stats`, run to the next GroupNorm → what the tile carries
+        and its sums there; after the last, the tile's pixels ``[3, F, H, W]`` (as `decode`) and None."""
+        raise FarmError(f"the {self.family} decoder shares no statistics")
+
     def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
         """``vae.decode``'s input ``[1, C, f, h, w]`` → the shared part's output ``[1, C', f, h, w]``."""
         raise FarmError(f"the {self.family} decoder has no whole-frame part")

@@ -97,6 +97,9 @@ def plan_job(
         grids = _auto_grids(job, options, n_workers, names, geometry, fixed)
     else:
         overlap = cls.spatial_overlap_for(job.spec.config)
+        frames_split = options.tiles[0] != 1  # explicit tiles here (auto above)
+        if cls.statistics_exact(job.spec.config) and not frames_split and not any(options.chunk.limits()):
+            overlap = 0  # its tiles take the shot's statistics in rounds and equal the untiled decode
         grids = {name: grid_for(job.shots[name].latent_shape[1:], options, overlap) for name in names}
     chunks = {name: options.chunk for name in names}
     if options.tiles == AUTO and options.chunk == ChunkSize():

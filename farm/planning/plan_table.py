@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from farm.decoders import DecoderSpec, decoder_class
 from farm.decoders.base import human_bytes
 from farm.planning.budgets import tile_peak_bytes
-from farm.planning.tiling import AXES, ShotPlan, carried_frames
+from farm.planning.tiling import AXES, ShotPlan, carried_frames, takes_statistics_rounds
 
 
 def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
@@ -28,7 +28,13 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
             + normalised_note(plan)
             + chunk_note(plan)
         )
-        seams = seam_note(plan, cls.halo_is_exact(spec.config), cls.shares_whole_frame(spec.config))
+        rounds = cls.statistics_round_count(spec.config) if cls.shares_statistics(spec.config) else 0
+        if rounds and not takes_statistics_rounds(plan):
+            seams = seam_note(plan, False)  # the tiles decode whole: the pass alone loses to the blend
+        elif rounds:
+            seams = statistics_note(plan, rounds, cls.statistics_exact(spec.config))
+        else:
+            seams = seam_note(plan, cls.halo_is_exact(spec.config), cls.shares_whole_frame(spec.config))
         if seams:
             lines.append(f"  {seams}")
         lines.append(
@@ -79,6 +85,20 @@ def chunk_note(plan: ShotPlan) -> str:
 def normalised_note(plan: ShotPlan) -> str:
     axes = [a for a, done in zip(AXES, plan.complementary, strict=True) if not done]
     return f" (ramps normalised on {', '.join(axes)})" if axes else ""
+
+
+def statistics_note(plan: ShotPlan, rounds: int, exact: bool) -> str:
+    """The spatial seams of a plan whose tiles take the shot's GroupNorm statistics in rounds."""
+    halo = max((max(t.halo) for t in plan.tiles), default=0)
+    overlap = max(plan.grid.overlap[1:])
+    blend = f"a blend over overlap {overlap}" if overlap else "no blend"
+    how = (f"the decoder's part that sees the whole frame runs once over it, and the whole shot's GroupNorm "
+           f"statistics are shared by its tiles in {rounds} rounds")  # fmt: skip
+    if exact:
+        return (f"spatial seams: halo {halo}, {blend}, exact by shared statistics (each tile equals the "
+                f"untiled decode to the dtype's noise): {how}")  # fmt: skip
+    return (f"spatial seams: halo {halo}, {blend}; {how} (this config's rounds are not measured to reach the "
+            "dtype's noise)")  # fmt: skip
 
 
 def seam_note(plan: ShotPlan, halo_exact: bool, whole_frame: bool = False) -> str:

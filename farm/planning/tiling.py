@@ -439,6 +439,31 @@ def whole_frame_groups(plan: ShotPlan) -> dict[tuple[int, int], tuple[int, ...]]
     return {span: tuple(tiles) for span, tiles in groups.items()}
 
 
+def takes_statistics_rounds(plan: ShotPlan) -> bool:
+    """For a decoder whose tiles share the shot's GroupNorm statistics (`shares_statistics`): whether this
+    plan's tiles do, one round across them per GroupNorm. They do where the plan splits height or width
+    and neither splits frames (a resumed render keeps every spatial tile of an unfinished batch, so the
+    rounds see the whole shot) nor chunks a tile (one decode call per tile carries from round to round)."""
+    return plan.grid.tiles[0] == 1 and not any(plan.chunk.limits()) and bool(whole_frame_groups(plan))
+
+
+def own_blocks(plan: ShotPlan) -> list[tuple[tuple[int, int], ...]]:
+    """Each tile's own latent block for statistics shared across a plan's tiles (`takes_statistics_rounds`),
+    tile-local (frames, rows, columns ``[start, stop)`` in its decoded block): its own frames, rows and
+    columns, each cut where the next tile along that axis starts, so that tiles whose blocks overlap (a
+    causal temporal split shares a latent frame; an overlap blend shares more) count every position once."""
+    starts = [sorted({t.latent[axis].start for t in plan.tiles}) for axis in range(3)]
+    found = []
+    for tile in plan.tiles:
+        origin = tile.decode_origin()
+        block: list[tuple[int, int]] = []
+        for axis, interval in enumerate(tile.latent):
+            stop = next((s for s in starts[axis] if s > interval.start), interval.end)
+            block.append((interval.start - origin[axis], min(stop, interval.end) - origin[axis]))
+        found.append(tuple(block))
+    return found
+
+
 def spatial_halo(intervals: Sequence[Interval], size: int, geometry: Geometry) -> list[tuple[int, int]]:
     """(before, after) latent rows or columns of halo per spatial interval: the decoder's, clipped to the
     shot, so only sides with a neighbour decode one (a side on the shot's edge pads as a whole decode

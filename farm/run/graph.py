@@ -52,7 +52,8 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
-from farm.run.whole_frame import WholeFramePasses
+from farm.run.statistics_rounds import StatisticsRounds
+from farm.run.whole_frame import WholeFramePasses, whole_frame_group_of
 from farm.store.latent_chunks import LatentChunks
 from farm.store.output import Output
 from farm.worker.ipc import can_open, gpus_seen, one_host
@@ -244,7 +245,7 @@ def prepare_decoders(
 
 def read_first_latents(
     client: Client, plans: Sequence[ShotPlan], workers: Sequence[str], n_io: int, *, job_path: str,
-    render_id: str, priority: int = 0, stream: bool = True,
+    spec_json: dict, render_id: str, priority: int = 0, stream: bool = True,
 ) -> dict[tuple[str, int, int], Any]:  # fmt: skip
     """Submit each decode worker's first latent read now, before the rest of the render's set-up
     (window, outputs, the graph itself): the first decode then finds its latent on its worker instead
@@ -252,15 +253,19 @@ def read_first_latents(
     node, docs/performance.md). Keyed by `ahead_key` (shot name, tile, segment: positions in `plans` may
     differ from the plans `run_graph` gets, when some shots drop out meanwhile) for `run_graph`; `plans`
     with tiles assigned to slots, as `run_graph` takes them, and the cluster's decode `workers` and `n_io`
-    I/O workers as `split_workers` gives them."""
+    I/O workers as `split_workers` gives them. A first decode that takes a whole-frame pass
+    (`whole_frame_group_of`, by the job's decoder `spec_json`) reads no latent: none is read for it."""
     if not plans or not workers:
         return {}
     schedule = make_schedule(plans, n_decode=len(workers), n_io=n_io, stream=stream)
     first: dict[int, DecodeStep] = {}
     for step in schedule.decodes:
         first.setdefault(step.slot, step)
+    shared = whole_frame_group_of(plans, spec_json)
     futures = {}
     for slot, step in first.items():
+        if (step.shot, step.tile) in shared:
+            continue
         plan = plans[step.shot]
         tile = plan.tiles[step.tile]
         frames: tuple[int, int] | None = None
@@ -389,6 +394,10 @@ class Driver:
             latent_chunks=targets.latent_chunks, compile=targets.compile, submit=self.submit,
             workers=lambda: list(self.workers),
         )  # fmt: skip
+        self.statistics = StatisticsRounds(
+            self.plans, schedule, targets.spec_json, render_id=self.render_id, compile=targets.compile,
+            submit=self.submit, workers=lambda: list(self.workers),
+        )  # fmt: skip
         self.lock = threading.Lock()  # the loop's handling and `adopt` (on the watcher's thread) take turns
 
     @property
@@ -436,9 +445,12 @@ class Driver:
         recorded = t.latent_chunks.get(plan.shot)
         chunks = None if recorded is None else recorded.covering(tile.decode_slices())
         shared = self.whole_frame.for_decode(step, self.base + step.priority)
+        decoded = self.statistics.for_decode(step, shared, self.base + step.priority)
+        if decoded is not None:  # the tile's rounds decoded it from the pass
+            shared = None
         decode = self.submit(
             decode_tile, t.job_path, t.spec_json, tile, plan.chunk, cuts, t.compile, step.segment, previous,
-            ahead, chunks=chunks, shared=shared,
+            ahead, chunks=chunks, shared=shared, decoded=decoded,
             key=(keys.DECODE_TILE, self.render_id, plan.shot, tile.index, *part),
             workers=[self.workers[slot]], allow_other_workers=True, retries=t.retries,
             priority=self.base + step.priority,

@@ -280,7 +280,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         decoders_ready = prepare_decoders(client, decode_workers, worker_spec, compile=request.compile,
                                           render_id=request.render_id, priority=request.priority)  # fmt: skip
         clock.mark("connect, check the workers")
-        first_reads = FirstReads(client, request, decode_workers, len(io_workers))
+        first_reads = FirstReads(client, request, decode_workers, len(io_workers), worker_spec)
         plans, shot_errors, identities, points = _on_cluster(
             setup, early, ClusterSize(n_workers, len(io_workers)), read_ahead=first_reads.read
         )
@@ -417,8 +417,11 @@ class FirstReads:
     `read(assigned)` submits `read_first_latents` for those plans (tiles assigned to slots), once;
     `futures` holds them by `farm.run.graph.ahead_key`."""
 
-    def __init__(self, client: Client, request: RenderRequest, workers: Sequence[str], n_io: int) -> None:
+    def __init__(
+        self, client: Client, request: RenderRequest, workers: Sequence[str], n_io: int, spec_json: dict
+    ) -> None:
         self.client, self.request, self.workers, self.n_io = client, request, workers, n_io
+        self.spec_json = spec_json
         self.futures: dict[tuple[str, int, int], Any] = {}
 
     def read(self, assigned: Sequence[ShotPlan]) -> None:
@@ -426,7 +429,8 @@ class FirstReads:
             return
         self.futures = read_first_latents(
             self.client, assigned, self.workers, self.n_io, job_path=str(self.request.job_path),
-            render_id=self.request.render_id, priority=self.request.priority, stream=self.request.stream,
+            spec_json=self.spec_json, render_id=self.request.render_id, priority=self.request.priority,
+            stream=self.request.stream,
         )  # fmt: skip
 
 

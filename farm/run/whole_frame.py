@@ -15,11 +15,28 @@ from typing import Any
 from farm import keys
 from farm.decoders import decoder_class, spec_from_json
 from farm.planning.schedule import DecodeStep, Schedule
-from farm.planning.tiling import ShotPlan, whole_frame_groups
+from farm.planning.tiling import ShotPlan, takes_statistics_rounds, whole_frame_groups
 from farm.store.latent_chunks import LatentChunks
 from farm.worker.tasks import whole_frame_pass
 
 Group = tuple[int, tuple[int, int]]  # shot (position in the plans), latent frames [first, stop)
+
+
+def whole_frame_group_of(plans: Sequence[ShotPlan], spec_json: dict) -> dict[tuple[int, int], Group]:
+    """The tiles that decode from a whole-frame pass, (shot, tile) as positions in `plans` and ``plan.tiles``,
+    each with its group; empty for a decoder without one. Such a tile reads no latent of its own. A
+    decoder that also shares the shot's GroupNorm statistics shares the pass only where its rounds run
+    (`takes_statistics_rounds`): elsewhere its tiles decode whole, as the pass alone loses to the blend."""
+    spec = spec_from_json(spec_json)
+    cls = decoder_class(spec)
+    group_of: dict[tuple[int, int], Group] = {}
+    if cls.shares_whole_frame(spec.config):
+        for p, plan in enumerate(plans):
+            if cls.shares_statistics(spec.config) and not takes_statistics_rounds(plan):
+                continue
+            for span, tiles in whole_frame_groups(plan).items():
+                group_of.update({(p, k): (p, span) for k in tiles})
+    return group_of
 
 
 class WholeFramePasses:
@@ -28,15 +45,10 @@ class WholeFramePasses:
         job_path: str, latent_chunks: Mapping[str, LatentChunks], compile: bool | str,
         submit: Callable[..., Any], workers: Callable[[], list[str]],
     ) -> None:  # fmt: skip
-        spec = spec_from_json(spec_json)
         self.plans, self.spec_json, self.render_id = plans, spec_json, render_id
         self.job_path, self.latent_chunks, self.compile = job_path, latent_chunks, compile
         self.submit, self.workers = submit, workers
-        self.group_of: dict[tuple[int, int], Group] = {}  # (shot, tile) → its group
-        if decoder_class(spec).shares_whole_frame(spec.config):
-            for p, plan in enumerate(plans):
-                for span, tiles in whole_frame_groups(plan).items():
-                    self.group_of.update({(p, k): (p, span) for k in tiles})
+        self.group_of = whole_frame_group_of(plans, spec_json)  # (shot, tile) → its group
         self.left: dict[Group, int] = {}  # decodes of the group not submitted yet
         for step in schedule.decodes:
             group = self.group_of.get((step.shot, step.tile))

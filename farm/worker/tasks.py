@@ -259,6 +259,7 @@ def decode_tile(
     first_latent: tuple | None = None,
     chunks: LatentChunks | None = None,
     shared: torch.Tensor | None = None,
+    decoded: torch.Tensor | None = None,
 ) -> dict[Any, Any]:
     """Decode one tile, weight it by its blend ramps, cut it into per-batch pieces ``{batch: [3,f,h,w]}``.
 
@@ -279,7 +280,10 @@ def decode_tile(
     checked against them (`farm.store.latent_chunks`), the one read ahead included.
 
     `shared`: the shot's whole-frame pass over the frames this tile decodes (`whole_frame_pass`), which
-    the tile decodes from in place of its latent."""
+    the tile decodes from in place of its latent.
+
+    `decoded`: the tile's block already decoded (pixels ``[3, F, H, W]``, context and halo included), by
+    its shot's GroupNorm rounds (`farm.worker.statistics_rounds`); the tile only cuts it."""
     check_visible(job_path, "job store")
     hold_gpu_memory()  # a worker that joined after the render started is held too
     loaded = load_decoder(spec_json, worker_device(), compile=compile)
@@ -312,19 +316,26 @@ def decode_tile(
         args = (decoder, latent, tile, segments, segment, origin, cuts, state, first)
         pieces = on_decode_thread(ready_marked, _decode_segments, *args)
         return _with_read_ahead(pieces, ahead)
-    if shared is not None:
+    if decoded is not None:
+        latent = None
+    elif shared is not None:
         latent = shared_block(shared, tile)
     else:
         latent = _latent_from(first_latent, None, chunks, job_path)
-    if latent is None:
+    if latent is None and decoded is None:
         latent = read_tile_latent(job_path, tile, None, chunks)
     if len(segments) > 1:
+        assert latent is not None
         state = {} if chunk.carry else None
         return on_decode_thread(ready_marked, _decode_segments, decoder, latent, tile, segments, -1, origin,
                                 cuts, state)  # fmt: skip
 
     def decode() -> dict[int, Any]:
-        pixels = decode_block(decoder, latent, chunk, origin=origin)
+        if latent is None:
+            assert decoded is not None
+            pixels = decoded.clone()  # weighed in place below: the rounds' result stays as Dask holds it
+        else:
+            pixels = decode_block(decoder, latent, chunk, origin=origin)
         pixels = drop_context(pixels, tile, decoder.geometry)
         if tuple(pixels.shape[1:]) != expected:
             raise FarmError(

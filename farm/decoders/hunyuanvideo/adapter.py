@@ -13,10 +13,12 @@ farm turns that off (its own temporal tiles and chunks replace it), so a single-
 
 Those GroupNorm statistics, and the middle block's attention over every position of a tile (causally
 masked in time), make a tile's pixels differ slightly from a whole-shot decode everywhere, not only near
-its edges; the overlap blend hides the seams (diffusers' own tiled decode relies on the same). The
-decoder splits into the middle block run over the whole frame and the rest per tile (`whole_frame`,
-`decode_shared`), but with the up blocks' GroupNorms still per tile that split loses to the blend
-(docs/fidelity.md "Whole-frame pass"), so renders do not use it (`shares_whole_frame` is off).
+its edges. Where a plan splits height or width only (`farm.planning.tiling.takes_statistics_rounds`),
+the tiles decode from the middle block run once over the whole shot (`whole_frame`) and take the whole
+shot's statistics at every later GroupNorm, reduced across them round by round (`statistics_start`,
+`statistics_round`; `groupnorm_rounds`): each tile then equals the untiled decode as far as its halo
+reaches, without a blend. Elsewhere (temporal tiles, chunks) tiles decode whole, with the halo and the
+overlap blend (the pass alone, with the up blocks' statistics per tile, loses to the blend).
 
 ``"latents": "normalized"``: ``HunyuanVideoPipeline`` divides by ``scaling_factor`` (no mean/std).
 """
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
-from farm.decoders.hunyuanvideo import whole_frame
+from farm.decoders.hunyuanvideo import groupnorm_rounds, whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
@@ -78,14 +80,15 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     spatial_overlap: ClassVar[dict[str, int]] = {"hunyuanvideo": 4, "hunyuanvideo-tiny": 5}
     # Halo: the top-left quarter of a 61x480x832 shot (bfloat16, RANDOM weights, an H200) decoded with 8
     # latent rows and columns beyond it reaches 40.4 dB, 16 only 41.1; hunyuanvideo-tiny (float32, a CPU,
-    # `benchmarks/measure_halo.py`) stops at 32-33 dB from 6 (docs/fidelity.md). With the mid block run
-    # once over the whole frame (`--whole-frame`) it reaches 32.4 / 34.7 / 35.3 dB at 4 / 6 / 8, but the up
-    # blocks' GroupNorm statistics still span each tile, and through a render with the blend (overlap 5)
-    # the pass loses: 33.7 dB over the band with it, 36.2 without. So tiles decode whole (no
-    # `shares_whole_frame`) and blend beside the halo; the split stays for measuring the released config.
+    # `benchmarks/measure_halo.py`) stops at 32-33 dB from 6: the GroupNorms see the whole shot. With the
+    # mid block shared and the shot's statistics reduced in rounds (`benchmarks/measure_groupnorm_rounds.py`,
+    # 2x2 of a 3x24x24 latent) hunyuanvideo-tiny reaches 44.9 / 63.1 / 88.5 dB over the band at 4 / 6 / 8
+    # (worst 18 / 2 / 1 levels): the float32 floor at 8 (docs/fidelity.md).
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
-        "hunyuanvideo": {"bfloat16": 8}, "hunyuanvideo-tiny": {"float32": 6},
+        "hunyuanvideo": {"bfloat16": 8}, "hunyuanvideo-tiny": {"float32": 8},
     }  # fmt: skip
+    # configs whose rounds are measured to reach the floor: no blend where their rounds run
+    exact_with_statistics: ClassVar[frozenset[str]] = frozenset({"hunyuanvideo-tiny"})
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
         "hunyuanvideo-tiny": ("cpu", (17, 128, 192), 2.76),
@@ -141,6 +144,40 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     def denormalize(self, z: torch.Tensor) -> torch.Tensor:
         """``HunyuanVideoPipeline``: ``z / scaling_factor``."""
         return z / self.model.config.scaling_factor
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    @classmethod
+    def shares_statistics(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    @classmethod
+    def statistics_exact(cls, config: dict[str, Any]) -> bool:
+        return cls._named(config) in cls.exact_with_statistics
+
+    @classmethod
+    def statistics_round_count(cls, config: dict[str, Any]) -> int:
+        """``norm1`` and ``norm2`` of every up-block resnet and the output norm (`groupnorm_rounds.sites`)."""
+        full = cls._full_config(config)
+        return len(full["block_out_channels"]) * (full["layers_per_block"] + 1) * 2 + 1
+
+    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            carried = groupnorm_rounds.start(shared.to(device=self.device, dtype=self.torch_dtype)[None], own)
+            return carried, groupnorm_rounds.partial_sums(self.model, carried)
+
+    def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+        import torch
+
+        with self._lock, torch.inference_mode():
+            moved = groupnorm_rounds.advance(self.model, carried, stats)
+            if isinstance(moved, groupnorm_rounds.Carried):
+                return moved, groupnorm_rounds.partial_sums(self.model, moved)
+            return self.unit_pixels(moved[0]), None
 
     def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
         return whole_frame.whole_frame_part(self.model, z)
