@@ -146,6 +146,11 @@ for call in "${calls[@]}"; do
         decode decode-cogvideox 75 "$(sz cogvideox cogvideox-tiny)" "$(sz 13,60,90 5,8,8)"  # ~35 s: 49x480x720
         decode decode-mochi 75 "$(sz mochi mochi-tiny)" "$(sz 14,60,106 3,8,8)"  # ~40 s: 79x480x848, 540 TFLOP
         decode decode-hunyuanvideo15 150 "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" "$(sz 31,30,53 3,8,8)"  # ~90 s: 121x480x848, 1240 TFLOP
+        # last (HunyuanVideo has decoded to NaN in bf16 here before): its tiles with the whole shot's GroupNorm
+        # statistics, one round per GroupNorm (the same as `halo_calls.sh rounds`); ~100 s: 61x480x832, 2 halos
+        step rounds-hunyuan-bf16 150 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
+            --dtype "$BF" --device "$DEV" --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 6,8)" \
+            --out-json "$RES/rounds-hunyuan-bf16.json"
         ;;
     call3)
         # ~330 s: LTX-2 weights (4.6 GB) saved and a 704p shot synthesised, then 5 cold one-shot runs of
