@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--warm-renders", type=int, default=3)
     parser.add_argument("--single-file", action="store_true", help="also the original-layout file")
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
+    parser.add_argument("--plain-device", default="cuda", help="the plain script's device (cpu: a CPU check)")
+    parser.add_argument("--plain-dtype", default="bfloat16", help="the plain script's dtype (the job's)")
     parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -208,6 +210,10 @@ def main() -> None:
         str(vae),
         "--model",
         args.model,
+        "--device",
+        args.plain_device,
+        "--dtype",
+        args.plain_dtype,
     ]
 
     if "load" in parts:  # the decoder ready on the GPU: diffusers' from_pretrained against farm's load
