@@ -115,7 +115,7 @@ def preload_decoder(
     any task can take it. Its state shows in `preloads`."""
     spec, key = _keyed(spec, device, compile)
     with _cache_lock:
-        if _asked:
+        if _asked:  # a task asked first: the hint is late (its decoder is built) or stale
             return False
         _built(spec, key)
         _preloads.setdefault(key, [f"{spec.describe()} on {device}", "waiting"])

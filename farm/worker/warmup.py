@@ -36,6 +36,7 @@ MODULES = ("torch", "diffusers.models.modeling_utils", "farm.decoders.diffusers_
 DECODER_HINT = "farm.warmup-decoder"
 
 _timings: dict[str, float] = {}  # seconds per step ("import torch", …, "cuda context"), as they finish
+_started = threading.Event()
 _done = threading.Event()
 
 
@@ -49,6 +50,7 @@ def start() -> threading.Thread | None:
     if any(t.name == "farm-warmup" for t in threading.enumerate()) or _done.is_set():
         return None
     thread = threading.Thread(target=warm_up, name="farm-warmup", daemon=True)
+    _started.set()
     thread.start()
     return thread
 
@@ -94,6 +96,14 @@ def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> N
         build(spec_json, worker_device(), compile=compile, on_built=timed)
     except Exception:  # weights changed, a spec this worker cannot build: its task says so, in words
         return
+
+
+def wait_for_warm_up() -> None:
+    """Wait until this process's warm-up, when one started, has finished: a task that needs the decoder
+    then finds the one the warm-up built from the hint instead of building it beside it (a task would
+    wait for the warm-up's imports all the same)."""
+    if _started.is_set():
+        _done.wait()
 
 
 def warmup_timings() -> dict[str, float]:
