@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -172,54 +171,6 @@ def connect(
     finally:
         if ignored_from:  # the cleanup is over: this process takes Ctrl-C as before (so do its children)
             signal.signal(signal.SIGINT, ignored_from[0])
-
-
-class ConnectAhead:
-    """`connect` entered on a thread of its own as this is made: a local cluster starts (its workers
-    warming up, their decoder built) while the caller goes on with its own set-up. Entered (``with``),
-    it yields the client once connected; left, it leaves `connect` as a ``with`` would. A caller that
-    gives up before entering it (a refusal) calls `close`, which waits for the start to end, then closes
-    what it started. The workers' Nannies copy Dask's settings as they are made: settings meant for the
-    workers are set before this is made, and kept until it is left."""
-
-    def __init__(self, **connect_kwargs: Any) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._connect = connect(**connect_kwargs)
-        pool = ThreadPoolExecutor(1, thread_name_prefix="farm-connect")
-        self._client = pool.submit(self._connect.__enter__)
-        pool.shutdown(wait=False)
-        self._closed = False
-
-    def __enter__(self) -> Client:
-        return self._client.result()
-
-    def __exit__(self, *exc_info: Any) -> bool | None:
-        if self._closed:
-            return None
-        self._closed = True
-        try:
-            self._client.result()
-        except BaseException:  # its start failed, and `connect` closed what it had started
-            return None
-        return self._connect.__exit__(*exc_info)
-
-    @contextlib.contextmanager
-    def closed_if_never_entered(self) -> Iterator[None]:
-        """Around the ``with`` that enters this: what that ``with`` fails to enter before it (a lock
-        refused) leaves this to close here."""
-        try:
-            yield
-        except BaseException:
-            self.close(*sys.exc_info())
-            raise
-        self.close()
-
-    def close(self, *exc_info: Any) -> None:
-        """Close what the start started, once it has ended (`exc_info`: the error the caller gives up on,
-        as ``sys.exc_info()`` gives it; a Ctrl-C then closes quietly, as `connect` does)."""
-        with contextlib.suppress(BaseException):
-            self.__exit__(*(exc_info or (None, None, None)))
 
 
 def _connected(

@@ -15,12 +15,10 @@ The pieces it puts together live in the modules named for them (`farm.planning.o
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,7 +51,6 @@ from farm.planning.options import AUTO, PlanOptions
 from farm.planning.schedule import Priority
 from farm.planning.tiling import ShotPlan, assign_round_robin
 from farm.run.cluster import (
-    ConnectAhead,
     check_worker_paths,
     connect,
     joins_running_cluster,
@@ -261,40 +258,21 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
     # the weights as workers must find them, stamped before `_before_cluster` checks their content
     worker_spec = pinned_weights(job.spec).to_json()
     setup = PassSetup(job, request, clock)
-    budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
-    # in force from now to the render's end: it travels with the render's tasks (farm.config), and with the
-    # settings the workers of a cluster started meanwhile copy
-    budget_setting = dask.config.set({"farm.gpu-memory": budget})
-    cluster_args = {"scheduler": request.scheduler, "scheduler_file": request.scheduler_file,
-                    "workers": request.workers, "decoder": {"spec": worker_spec, "compile": request.compile}}
-    # a local cluster into a fresh OUT starts now, its workers importing and building the decoder while
-    # the job is read, planned and checked here; one joined, or into an OUT that may hold every shot
-    # asked for already, once the job checks out
-    ahead = None if joins or out.frames_zarr.exists() else ConnectAhead(**cluster_args)  # fmt: skip
-    try:
-        early = _before_cluster(job, request, clock, joins=joins)
-        finished = early.checked is not None and early.checked.points.nothing_to_do
-        if not joins and not finished:  # a local cluster's memory is this machine's: a plan that cannot fit
-            check_fits(early.plans, job.spec, within_budget(planned_gpu_memory(request.workers), budget))
-    except BaseException:
-        if ahead is not None:  # started for a render refused: closed once started, nothing submitted
-            ahead.close(*sys.exc_info())
-        budget_setting.__exit__(None, None, None)
-        raise
-    if early.checked is not None and finished:  # a finished OUT: no cluster
-        if ahead is not None:
-            ahead.close()
-        budget_setting.__exit__(None, None, None)
+    early = _before_cluster(job, request, clock, joins=joins)
+    if early.checked is not None and early.checked.points.nothing_to_do:  # a finished OUT: no cluster
         request.log(f"farm: {str(out.root)!r} already holds every shot asked for; nothing to render")
         _write_missing_timeline(job, request, early.checked.plans, timecodes)
         return _add_outcomes(RenderStats(), early.checked.plans, early.checked.shot_errors, request)
+    budget = request.options.worker_memory  # --gpu-memory: what each GPU worker is planned for and held to
+    if not joins:  # a local cluster's memory is this machine's: a plan that cannot fit starts none
+        check_fits(early.plans, job.spec, within_budget(planned_gpu_memory(request.workers), budget))
     with (
-        budget_setting,
-        ahead.closed_if_never_entered() if ahead is not None else contextlib.nullcontext(),
+        dask.config.set({"farm.gpu-memory": budget}),  # travels with the render's tasks (farm.config)
         removed_if_left_empty(out),
         output_lock(out.root, early.names, job=job.path, render=request.render_id,
                     check=lambda: check_one_job(out, job.path, request.restart)) as lock,
-        ahead or connect(**cluster_args) as client,  # fmt: skip
+        connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file, workers=request.workers,
+                decoder={"spec": worker_spec, "compile": request.compile}) as client,  # fmt: skip
     ):
         lock.record(scheduler=scheduler_address(client))  # for `farm cancel OUT`
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early, budget)
