@@ -1,10 +1,9 @@
 """The baseline farm is measured against: what a user writes to decode latents with diffusers alone.
 
 One fresh process: import torch and diffusers, load the VAE from a local folder onto the GPU in bf16
-(``--device cpu --dtype float32`` for a check on a CPU),
-decode each latent (``.npy`` files, [C, F, H, W], as the pipeline hands them to ``vae.decode``), and
-write each as an H.264 mp4 with PyAV (crf 18, veryfast: farm's default settings). Prints one JSON line
-with the seconds of each step.
+(``--device cpu --dtype float32`` for a check on a CPU), decode each latent (``.npy`` files, [C, F, H, W],
+as the pipeline hands them to ``vae.decode``), and write each as an H.264 mp4 with PyAV (crf 18,
+veryfast: farm's default settings). Prints one JSON line with the seconds of each step.
 
     python benchmarks/plain_diffusers_decode.py --vae /models/ltx2-vae --out /tmp/plain LATENT.npy ...
 """
