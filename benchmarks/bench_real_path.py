@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--warm-renders", type=int, default=3)
     parser.add_argument("--single-file", action="store_true", help="also the original-layout file")
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
+    parser.add_argument("--plain-dtype", default=None,
+                        help="the plain script's dtype (default bfloat16; float32 with --device cpu)")
     parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
     parser.add_argument("--device", default="cuda",
                         help="the plain script's device (cpu, with --parts one: a check of the script on a "
@@ -213,7 +215,8 @@ def main() -> None:
         args.model,
         "--device",
         args.device,
-        *(["--dtype", "float32"] if args.device == "cpu" else []),
+        "--dtype",
+        args.plain_dtype or ("float32" if args.device == "cpu" else "bfloat16"),
     ]
 
     if "load" in parts:  # the decoder ready on the GPU: diffusers' from_pretrained against farm's load

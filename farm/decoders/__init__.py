@@ -65,9 +65,13 @@ FAMILIES: dict[str, type[VideoDecoder]] = {
     "vidtok": VidTokDecoder,
 }
 
-# (spec with the weights' content identity, device, compile mode)
-_cache: dict[tuple[str, str, str | None], VideoDecoder] = {}
+CacheKey = tuple[str, str, str | None]  # (spec with the weights' content identity, device, compile mode)
+_cache: dict[CacheKey, VideoDecoder] = {}
 _cache_lock = threading.Lock()
+_asked: set[CacheKey] = set()  # the decoders tasks of this process asked for (`load_decoder`)
+# Decoders the worker's warm-up built from a render's hint (`preload_decoder`), by cache key: their name
+# on the device, and "waiting" (no task asked for one yet), "taken" or "dropped" (`preloads`).
+_preloads: dict[CacheKey, list[str]] = {}
 # What loading and compiling cost in this process (`decoder_timings`): seconds to build each decoder,
 # and each decoder's first call per latent shape (a compiled one's compilation, or inductor's cache,
 # included), keyed by mode ("eager" or the compile mode) and shape.
@@ -91,27 +95,74 @@ def load_decoder(
 
     `compile` wraps the decoder in `torch.compile` (CUDA only): True for torch's default mode, or a
     mode name from :data:`COMPILE_MODES`. Each new tile shape compiles once per process; inductor's
-    on-disk cache lets later workers and shots reuse the kernels.
+    on-disk cache lets later workers and shots reuse the kernels. A decoder the worker's warm-up
+    preloaded (`preload_decoder`) is taken when it is this one, and dropped when it is not.
     """
+    spec, key = _keyed(spec, device, compile)
+    with _cache_lock:  # several task threads may ask at once: build once
+        _asked.add(key)
+        for other, entry in _preloads.items():
+            if entry[1] == "waiting":
+                entry[1] = "taken" if other == key else "dropped"
+                if other != key:  # the hint did not match this process's tasks: its memory is given back
+                    _cache.pop(other, None)
+        return _built(spec, key)
+
+
+def preload_decoder(
+    spec: DecoderSpec | dict[str, Any], device: str = "cpu", compile: bool | str = False, *,
+    on_built: Callable[[], None] | None = None,
+) -> bool:  # fmt: skip
+    """Build the decoder `load_decoder` would for the same arguments, ahead of any task (the worker's
+    warm-up, from a render's hint: `farm.worker.warmup`), unless a task of this process already asked for
+    a decoder (the hint is then late, or stale). True when it is built; `on_built` is called then, before
+    any task can take it. Its state shows in `preloads`."""
+    spec, key = _keyed(spec, device, compile)
+    with _cache_lock:
+        if _asked:  # a task asked first: the hint is late (its decoder is built) or stale
+            return False
+        _built(spec, key)
+        _preloads.setdefault(key, [f"{spec.describe()} on {device}", "waiting"])
+        if on_built is not None:
+            on_built()
+        return True
+
+
+def preloads() -> dict[str, str]:
+    """The decoders this process's warm-up preloaded, by name on their device: "waiting" for a task,
+    "taken" by one, or "dropped" (a task asked for another decoder first, and it was freed)."""
+    with _cache_lock:
+        return {name: state for name, state in _preloads.values()}
+
+
+def _keyed(
+    spec: DecoderSpec | dict[str, Any], device: str, compile: bool | str
+) -> tuple[DecoderSpec, CacheKey]:
+    """The parsed spec and its key in the decoder cache: the spec with the weights' content identity, the
+    device and the compile mode."""
     if not isinstance(spec, DecoderSpec):
         spec = parse_spec(spec, families=FAMILIES)
     mode = compile_mode(compile) if device.startswith("cuda") else None
     raw = spec.to_json()
     if "path" in spec.weights and "identity" not in spec.weights:  # a spec never checked: key by the
         raw["weights"] = {**spec.weights, "identity": weights_identity(spec)}  # files' identity all the same
-    key = (json.dumps(raw, sort_keys=True), device, mode)
-    with _cache_lock:  # several task threads may ask at once: build once
-        if key not in _cache:
-            started = time.perf_counter()
-            check_pinned(spec)  # the files the render checked, before and after they are read
-            decoder = decoder_class(spec).load(spec, device)
-            check_pinned(spec)
-            _timings["load_s"][f"{spec.describe()} on {device}"] = time.perf_counter() - started
-            if mode is not None:
-                use_compile_cache()
-                decoder.enable_compile(None if mode == "default" else mode)
-            decoder.decode = _timing_first_calls(decoder.decode, mode or "eager")  # type: ignore[method-assign]
-            _cache[key] = decoder
+    return spec, (json.dumps(raw, sort_keys=True), device, mode)
+
+
+def _built(spec: DecoderSpec, key: CacheKey) -> VideoDecoder:
+    """The cached decoder of `key`, built now when it is not there (the cache's lock held)."""
+    _, device, mode = key
+    if key not in _cache:
+        started = time.perf_counter()
+        check_pinned(spec)  # the files the render checked, before and after they are read
+        decoder = decoder_class(spec).load(spec, device)
+        check_pinned(spec)
+        _timings["load_s"][f"{spec.describe()} on {device}"] = time.perf_counter() - started
+        if mode is not None:
+            use_compile_cache()
+            decoder.enable_compile(None if mode == "default" else mode)
+        decoder.decode = _timing_first_calls(decoder.decode, mode or "eager")  # type: ignore[method-assign]
+        _cache[key] = decoder
     return _cache[key]
 
 

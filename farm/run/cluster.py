@@ -123,6 +123,7 @@ def connect(
     memory_limit: str | int | float | None = "auto",
     on_warning: Any = None,
     io_workers: int | None = None,
+    decoder: dict[str, Any] | None = None,
 ) -> Iterator[Client]:
     """Yield a :class:`distributed.Client` with farm's tensor transport installed.
 
@@ -138,6 +139,10 @@ def connect(
     and encode video, so a GPU worker's process spends its GIL on decoding (one process writes Zarr at
     ≈ 300 frames/s at most: docs/performance.md). Default: about one per 3 cores beside a CUDA cluster
     (at most 6 per GPU), none beside a CPU cluster; ``farm.io-workers`` in dask.config sets it.
+
+    ``decoder``: ``{"spec": worker spec JSON, "compile": mode}`` of the render a local cluster is started
+    for: its decode workers build that decoder as their processes start, beside their imports
+    (`farm.worker.warmup`), while the client connects and sets up. A cluster joined is left as it is.
     """
     scheduler = scheduler_to_join(scheduler, scheduler_file, workers)
     choice = choose_cluster(
@@ -162,7 +167,7 @@ def connect(
     try:
         with contextlib.ExitStack() as stack:
             yield from _connected(choice, scheduler, scheduler_file, memory_limit, io_workers, stack,
-                                  ignored_from)  # fmt: skip
+                                  ignored_from, decoder)  # fmt: skip
     finally:
         if ignored_from:  # the cleanup is over: this process takes Ctrl-C as before (so do its children)
             signal.signal(signal.SIGINT, ignored_from[0])
@@ -171,6 +176,7 @@ def connect(
 def _connected(
     choice: ClusterChoice, scheduler: str | None, scheduler_file: str | None, memory_limit: Any,
     io_workers: int | None, stack: contextlib.ExitStack, ignored_from: list[Any],
+    decoder: dict[str, Any] | None = None,
 ) -> Iterator[Client]:  # fmt: skip
     """`connect`'s body inside its exit stack: join or start the cluster, yield the client."""
     backend = choice.backend
@@ -188,7 +194,7 @@ def _connected(
         transport_plugin.install(client)
     else:
         cluster = start_cluster(choice, stack, hint="or connect to a running cluster with --scheduler",
-                                memory_limit=memory_limit, host="127.0.0.1",
+                                decoder=decoder, memory_limit=memory_limit, host="127.0.0.1",
                                 dashboard_address="127.0.0.1:0")  # fmt: skip
         stack.callback(cluster.close)
         client = Client(cluster)

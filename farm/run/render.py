@@ -271,8 +271,8 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         removed_if_left_empty(out),
         output_lock(out.root, early.names, job=job.path, render=request.render_id,
                     check=lambda: check_one_job(out, job.path, request.restart)) as lock,
-        connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file,
-                workers=request.workers) as client,  # fmt: skip
+        connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file, workers=request.workers,
+                decoder={"spec": worker_spec, "compile": request.compile}) as client,  # fmt: skip
     ):
         lock.record(scheduler=scheduler_address(client))  # for `farm cancel OUT`
         decode_workers, io_workers, gpu_bytes = _checked_cluster(client, job, out, early, budget)

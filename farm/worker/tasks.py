@@ -226,14 +226,16 @@ def check_owner(out: Output, shot: str) -> None:
 def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, float]:
     """Load this worker's decoder for `spec_json` (kept for every later decode of it in this process)
     while the render still sets up. Returns the seconds the worker spent getting there: its warm-up's
-    imports and CUDA context (`farm.worker.warmup`, where it ran), the decoder's imports and build, and
-    this task's own wait (a warm-up still importing, or a decoder already loaded: near zero)."""
+    imports, CUDA context and decoder preloaded from the render's hint (`farm.worker.warmup`, where it
+    ran), the decoder's imports and build, and this task's own wait (a warm-up still at work, or a
+    decoder already loaded: near zero)."""
     from farm.worker import warmup  # torch: the driver imports this module for its task functions
 
     started = time.perf_counter()
     from farm.decoders import decoder_timings, load_decoder, spec_from_json  # timed: the decoder's imports
 
     imported = time.perf_counter()
+    warmup.wait_for_warm_up()  # the decoder it builds from the render's hint, if any, is this one
     device = worker_device()
     hold_gpu_memory()
     load_decoder(spec_json, device, compile=compile)

@@ -7,7 +7,14 @@ and the client finishes its set-up, instead of after the first decode task arriv
 module still being imported waits for it (Python's import lock); a failed import is left for that task
 to raise.
 
-farm's local GPU clusters (`farm render`, `farm cluster`) start their decode workers with it; workers a
+When the cluster was started for one render, the render names its decoder (`DECODER_HINT`, a dask
+setting each worker process receives from its Nanny as it spawns): the warm-up then builds that decoder
+too, weights read onto the worker's device, and the render's tasks find it built
+(`farm.decoders.load_decoder`, which builds a decoder once per process). A hint no task asks for is
+dropped at the first other decoder asked for (`farm.decoders.preloads`); one that cannot be built is left
+for the task that needs it to raise in words.
+
+farm's local clusters (`farm render`, `farm cluster`) start their decode workers with it; workers a
 user starts take it with ``dask worker --preload farm.worker.warmup`` (or ``dask cuda worker``).
 """
 
@@ -18,11 +25,18 @@ import threading
 import time
 from typing import Any
 
+import dask.config
+
 # What a decode needs first, in import order: torch, diffusers' shared model code (the bulk of its
 # import), and farm's decoder adapters.
 MODULES = ("torch", "diffusers.models.modeling_utils", "farm.decoders.diffusers_vae")
+# The dask setting naming the decoder a render's own cluster preloads: {"spec": the worker spec's JSON, as
+# the render's tasks give it, "compile": its compile mode}. Set while the cluster starts (its workers'
+# Nannies copy the configuration then), never in a configuration file.
+DECODER_HINT = "farm.warmup-decoder"
 
 _timings: dict[str, float] = {}  # seconds per step ("import torch", …, "cuda context"), as they finish
+_started = threading.Event()
 _done = threading.Event()
 
 
@@ -36,12 +50,14 @@ def start() -> threading.Thread | None:
     if any(t.name == "farm-warmup" for t in threading.enumerate()) or _done.is_set():
         return None
     thread = threading.Thread(target=warm_up, name="farm-warmup", daemon=True)
+    _started.set()
     thread.start()
     return thread
 
 
 def warm_up() -> None:
-    """Import `MODULES`, then create the CUDA context when this process has a GPU; each step timed."""
+    """Import `MODULES`, create the CUDA context when this process has a GPU, then build the decoder
+    `DECODER_HINT` names, if any; each step timed."""
     try:
         for name in MODULES:
             started = time.perf_counter()
@@ -56,8 +72,38 @@ def warm_up() -> None:
             started = time.perf_counter()
             torch.empty(1, device="cuda")  # the worker's one GPU (dask-cuda sets CUDA_VISIBLE_DEVICES)
             _timings["cuda context"] = time.perf_counter() - started
+        hint = dask.config.get(DECODER_HINT, None)
+        if isinstance(hint, dict) and isinstance(hint.get("spec"), dict):
+            preload_decoder(hint["spec"], hint.get("compile", False))
     finally:
         _done.set()
+
+
+def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> None:
+    """Build the decoder for `spec_json` on this worker's device, as a task would
+    (`farm.worker.tasks.prepare_decoder`: the GPU-memory budget held first), marked as preloaded."""
+    from farm.decoders import preload_decoder as build
+    from farm.worker.gpu_budget import hold_gpu_memory
+    from farm.worker.tasks import worker_device
+
+    started = time.perf_counter()
+
+    def timed() -> None:  # recorded before a task can take the decoder (and report these timings)
+        _timings["decoder preloaded"] = time.perf_counter() - started
+
+    try:
+        hold_gpu_memory()
+        build(spec_json, worker_device(), compile=compile, on_built=timed)
+    except Exception:  # weights changed, a spec this worker cannot build: its task says so, in words
+        return
+
+
+def wait_for_warm_up() -> None:
+    """Wait until this process's warm-up, when one started, has finished: a task that needs the decoder
+    then finds the one the warm-up built from the hint instead of building it beside it (a task would
+    wait for the warm-up's imports all the same)."""
+    if _started.is_set():
+        _done.wait()
 
 
 def warmup_timings() -> dict[str, float]:

@@ -79,7 +79,8 @@ class ClusterBackend(ABC):
     label: ClassVar[str]  # its decode workers in words ("GPU (dask-cuda)", "CPU"), as `farm cluster` prints
     starts_cluster: ClassVar[bool] = True  # False: it joins a running scheduler (`ClusterAsk.scheduler`)
     on_this_machine: ClassVar[bool] = True  # False: its workers run elsewhere (not on this machine's GPUs)
-    warm_up: ClassVar[bool] = False  # decode workers import torch and make their CUDA context as they start
+    # decode workers import torch (making their CUDA context) and build the render's decoder as they start
+    warm_up: ClassVar[bool] = False
 
     def applies(self, ask: ClusterAsk) -> bool:
         """Whether ``auto`` takes this backend for `ask` (backends after it are not asked). A backend that

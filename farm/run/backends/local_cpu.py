@@ -18,6 +18,7 @@ MAX_DEFAULT_CPU_WORKERS = 4
 class LocalCPU(ClusterBackend):
     name = "local-cpu"
     label = "CPU"
+    warm_up = True
 
     def applies(self, ask: ClusterAsk) -> bool:
         return not ask.joins

@@ -21,7 +21,7 @@ from farm import config
 from farm.planning.schedule import IO_WORKER_THREADS
 from farm.run.backends import ClusterChoice
 from farm.run.machine import cpu_count
-from farm.worker import transport_plugin
+from farm.worker import transport_plugin, warmup
 
 IO_WORKER_PREFIX = "farm-io-"  # the names of farm's I/O workers; on other clusters a fallback only
 IO_RESOURCE = "farm-io"  # the Dask worker resource that marks an I/O worker (dask worker --resources)
@@ -30,11 +30,14 @@ IO_WORKERS_TIMEOUT_S = 120
 
 
 def start_cluster(
-    choice: ClusterChoice, stack: contextlib.ExitStack, *, hint: str, **cluster_kwargs: Any
-) -> Any:
+    choice: ClusterChoice, stack: contextlib.ExitStack, *, hint: str, decoder: dict[str, Any] | None = None,
+    **cluster_kwargs: Any,
+) -> Any:  # fmt: skip
     """Start the cluster `choice` describes through its backend; `cluster_kwargs` (host, ports, memory
     limit, protocol…) go to its constructor, and `stack` holds the Dask settings it needs while it runs.
-    `hint` ends the message when the backend's dependency is missing."""
+    `hint` ends the message when the backend's dependency is missing. `decoder`: the decoder the render
+    this cluster is started for decodes with (``{"spec": worker spec JSON, "compile": mode}``), which a
+    backend's warmed-up workers build as they start (`farm.worker.warmup.DECODER_HINT`)."""
     backend = choice.backend
     kwargs = {
         "n_workers": choice.n_workers,
@@ -48,6 +51,8 @@ def start_cluster(
         # each decode worker imports torch and diffusers and makes its CUDA context while it connects
         # (`farm.worker.warmup`), not after its first decode task arrives
         kwargs["preload"] = [*kwargs.get("preload", []), WARMUP_PRELOAD]
+        if decoder is not None:  # each worker's Nanny copies Dask's settings as it is made: set until it is
+            stack.enter_context(dask.config.set({warmup.DECODER_HINT: decoder}))
     return backend.start(choice, stack, hint=hint, **kwargs)
 
 

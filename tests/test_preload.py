@@ -1,0 +1,106 @@
+"""A render's own local cluster builds the render's decoder as each worker process starts
+(`farm.worker.warmup.DECODER_HINT`), and the render's tasks take that decoder; a hint that names another
+decoder is dropped and the render decodes as without it. Real local clusters, real weights folders."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import dask.config
+import pytest
+import torch
+from distributed import Client
+from helpers import chunk_files
+
+from farm import logs
+from farm.decoders import decoder_timings, preloads
+from farm.decoders.weights import pinned_weights
+from farm.inputs.synthetic import synth
+from farm.run.cluster import connect
+from farm.run.render import render
+from farm.store.job import open_job
+from farm.worker import warmup
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def weights_job(tmp_path_factory) -> Path:
+    """A one-shot ltx2-tiny job whose decoder reads its weights from a diffusers folder."""
+    from diffusers import AutoencoderKLLTX2Video
+
+    from farm.decoders.ltx2 import LTX2_TINY
+
+    work = tmp_path_factory.mktemp("preload")
+    torch.manual_seed(5)
+    AutoencoderKLLTX2Video(**LTX2_TINY).save_pretrained(work / "vae")
+    return synth(work / "job.zarr", decoder="ltx2-tiny", weights=str(work / "vae"), seed=2).path
+
+
+def hint_for(job: Path) -> dict:
+    """The hint `farm render` gives its own cluster for `job`: its worker spec, as its tasks give it."""
+    return {"spec": pinned_weights(open_job(job).spec).to_json(), "compile": False}
+
+
+def hint_on_worker() -> object:
+    return dask.config.get(warmup.DECODER_HINT, None)
+
+
+def warm_up_done() -> bool:
+    return warmup._done.is_set()
+
+
+def on_the_worker(client: Client, fn) -> object:
+    """`fn`'s result on the cluster's one decode worker."""
+    (result,) = client.run(fn).values()
+    return result
+
+
+def preloaded(client: Client, deadline_s: float = 180) -> dict[str, str]:
+    """The one worker's preloaded decoders once its warm-up has finished."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if on_the_worker(client, warm_up_done):
+            return on_the_worker(client, preloads)
+        time.sleep(0.2)
+    raise AssertionError("the worker's warm-up did not finish")
+
+
+def test_render_builds_its_decoder_as_the_workers_start(weights_job, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger=logs.LOGGER.name)  # the workers' steps are kept for farm -v
+    stats = render(weights_job, tmp_path / "out", workers=1)
+    (steps,) = stats.worker_steps.values()
+    assert "decoder preloaded" in steps  # built by the warm-up, from the render's hint
+    assert steps["decoder preloaded"] > 0
+
+
+def test_hint_reaches_the_workers_and_the_render_takes_the_preloaded_decoder(weights_job, tmp_path):
+    hint = hint_for(weights_job)
+    with connect(workers=1, decoder=hint) as client:
+        assert on_the_worker(client, hint_on_worker) == hint
+        (name,) = preloaded(client)
+        assert preloaded(client) == {name: "waiting"}
+        render(weights_job, tmp_path / "out", scheduler=client.scheduler.address)
+        assert on_the_worker(client, preloads) == {name: "taken"}
+        assert list(on_the_worker(client, decoder_timings)["load_s"]) == [name]  # built once, by the warm-up
+
+
+def test_a_hint_for_another_decoder_is_dropped_and_the_render_is_unchanged(weights_job, tmp_path):
+    other = hint_for(weights_job)
+    other["spec"] = {**other["spec"], "weights": {"random_seed": 9}}  # the same model, other weights
+    with connect(workers=1, decoder=other) as client:
+        (name,) = preloaded(client)
+        assert "RANDOM weights (seed 9)" in name
+        render(weights_job, tmp_path / "hinted", scheduler=client.scheduler.address)
+        assert on_the_worker(client, preloads) == {name: "dropped"}
+    render(weights_job, tmp_path / "plain", workers=1)
+    hinted, plain = chunk_files(tmp_path / "hinted"), chunk_files(tmp_path / "plain")
+    assert hinted and hinted == plain
+
+
+def test_a_cluster_without_a_hint_preloads_nothing(weights_job):
+    with connect(workers=1) as client:
+        assert preloaded(client) == {}
+        assert on_the_worker(client, hint_on_worker) is None
