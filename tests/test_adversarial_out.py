@@ -283,3 +283,27 @@ def test_folders_swapped_for_links_during_renders_get_nothing_written_outside(jo
             assert "\n" not in error and str(out) in error, error
             assert any(what in error for what in ONE_LINE_REASONS), error
     assert swaps > 10 * RACE_RENDERS  # the race ran while the renders wrote
+
+
+def test_an_interrupt_while_a_folder_is_opened_closes_each_descriptor_once(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM (farm.cli raises them in the main thread) can land between closing a folder's
+    parent and returning the folder: the interrupt must come out, not a second close of the parent
+    (EBADF, or worse another thread's descriptor that took its number)."""
+    from farm.media import beneath
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    closed: list[int] = []
+    real_close = os.close
+
+    def close_then_interrupt(fd: int) -> None:
+        real_close(fd)
+        if fd in closed:
+            raise AssertionError(f"descriptor {fd} closed twice")
+        closed.append(fd)
+        if len(closed) == 1:
+            raise KeyboardInterrupt  # the signal handler runs right after the first close
+
+    monkeypatch.setattr(beneath.os, "close", close_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        beneath.open_folder(tmp_path, tmp_path / "a" / "b")
+    assert len(closed) == 2  # the root, then the open child "a"

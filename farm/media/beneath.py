@@ -78,7 +78,11 @@ def open_folder(root: Path, path: Path, *, create: bool = False) -> int:
     try:
         for name in names:
             where = where / name
-            fd = _step(fd, name, root, where, create)
+            # `fd` names the open folder until the child is open: an interrupt (Ctrl-C, SIGTERM) raised
+            # anywhere in the step closes one descriptor once, never one already closed
+            child = _step(fd, name, root, where, create)
+            fd, parent = child, fd
+            os.close(parent)
         return fd
     except BaseException:
         os.close(fd)
@@ -86,7 +90,7 @@ def open_folder(root: Path, path: Path, *, create: bool = False) -> int:
 
 
 def _step(fd: int, name: str, root: Path, where: Path, create: bool) -> int:
-    """Open folder `name` in folder `fd` (closing `fd`), making it first when `create` and missing."""
+    """Open folder `name` in folder `fd` (left open), making it first when `create` and missing."""
     for _ in range(8):  # a folder removed between its mkdir and its open is made again
         try:
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
@@ -102,7 +106,6 @@ def _step(fd: int, name: str, root: Path, where: Path, create: bool) -> int:
             if exc.errno == errno.ELOOP:
                 raise _refused(root, where) from None
             raise
-        os.close(fd)
         return child
     raise FarmError(f"output {str(root)!r}: {str(where)!r} kept disappearing while farm made it; "
                     "nothing was written there. Run again")  # fmt: skip
