@@ -52,6 +52,7 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
+from farm.run.render_log import recording
 from farm.run.whole_frame import WholeFramePasses
 from farm.store.latent_chunks import LatentChunks
 from farm.store.output import Output
@@ -221,7 +222,8 @@ def run_graph(
     options = DriverOptions(render_id, priority, describe or {}, outputs_ready=outputs_ready, gpus=gpus,
                             latents_ahead=latents_ahead, on_shot_finished=on_shot_finished)  # fmt: skip
     driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
-    return driver.run(on_progress)
+    with recording(driver):  # OUT/.farm/renders/<render-id>.jsonl
+        return driver.run(on_progress)
 
 
 def prepare_decoders(

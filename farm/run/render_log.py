@@ -1,0 +1,103 @@
+"""A driver's render written down as it goes (`farm.store.render_logs`): its set-up before the first event,
+each event its state machine handles with the instructions it led to and what the driver knew beside it
+(the worker that left or joined, the shots moved, why a shot failed), and how it ended, with the retries
+the scheduler made of its tasks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import farm
+from farm.errors import FarmError
+from farm.planning import render_state as rs
+from farm.planning.render_events import end_line, event_line, setup_line
+from farm.store.render_logs import RenderLogFile
+
+if TYPE_CHECKING:
+    from farm.run.graph import Driver
+
+
+@contextlib.contextmanager
+def recording(driver: Driver) -> Iterator[None]:
+    """Write `driver`'s render into ``OUT/.farm/renders/<render-id>.jsonl`` while the block runs it."""
+    log = RenderLogFile(driver.targets.out, driver.render_id)
+    log.write(setup_line(render_id=driver.render_id, host=socket.gethostname(), pid=os.getpid(),
+                         version=farm.__version__, started=time.time(), shots=[p.shot for p in driver.plans],
+                         state_setup=driver.state.setup))  # fmt: skip
+
+    def heard(event: rs.Event, instructions: list[rs.Instruction]) -> None:
+        log.write(event_line(time.time(), event, instructions, _note(driver, event)))
+
+    driver.state.listeners.append(heard)
+    try:
+        yield
+    except BaseException as exc:
+        error = str(exc) if isinstance(exc, FarmError) else f"{type(exc).__name__}: {exc}"
+        log.write(end_line(time.time(), "error", error=error, **_outcomes(driver)))
+        raise
+    else:
+        stats = driver.stats
+        outcome = "failed" if stats.failed else "cancelled" if stats.cancelled else "done"
+        log.write(end_line(time.time(), outcome, **_outcomes(driver), retries=_retries(driver)))
+    finally:
+        driver.state.listeners.remove(heard)
+        log.close()
+
+
+def _note(driver: Driver, event: rs.Event) -> dict[str, Any]:
+    """What the driver knows of `event` that the event does not say: shot names, worker addresses."""
+    plans, state = driver.plans, driver.state
+    if isinstance(event, rs.BatchWritten):
+        blend = driver.schedule.blends[event.blend]
+        return {"shot": plans[blend.shot].shot, "batch": plans[blend.shot].batches[blend.batch].index}
+    if isinstance(event, rs.ShotFailed | rs.OutputWritten):
+        name = plans[event.shot].shot
+        error = driver.stats.shots[name].error
+        return {"shot": name, **({"reason": error} if isinstance(event, rs.ShotFailed) and error else {})}
+    if isinstance(event, rs.WorkersJoined | rs.WorkerLeft):
+        workers = driver.workers
+        moved = {plans[p].shot: workers[slot] for p, slot in state.moved.items() if slot < len(workers)}
+        if isinstance(event, rs.WorkerLeft):
+            return {"worker": workers[event.slot], "moved": moved}
+        return {"workers": list(workers[len(workers) - event.count :]), "moved": moved}
+    return {}
+
+
+def _outcomes(driver: Driver) -> dict[str, Any]:
+    stats = driver.stats
+    return {
+        "batches_written": stats.batches_written,
+        "batches_total": stats.batches_total,
+        "failed": {s.shot: s.error for s in stats.failed},
+        "cancelled": [s.shot for s in stats.cancelled],
+    }
+
+
+def _retries(driver: Driver) -> dict[str, int]:
+    """Per task kind (``decode-tile``, …), how many times the scheduler ran one of this render's tasks
+    again after it raised (Dask's ``retries``), read off the scheduler's transition log; {} when the
+    scheduler cannot say."""
+    try:
+        counted = driver.client.run_on_scheduler(retried_tasks, driver.render_id)
+    except Exception:  # the history must never break a render
+        return {}
+    return dict(counted) if isinstance(counted, dict) else {}
+
+
+def retried_tasks(render_id: str, dask_scheduler: Any = None) -> dict[str, int]:
+    """On the scheduler: per task kind of render `render_id`, its retries (a task taken from
+    ``processing`` back to ``waiting`` because it raised with retries left)."""
+    counts: Counter[str] = Counter()
+    for transition in dask_scheduler.transition_log:
+        key = transition[0]
+        if (transition[1], transition[2]) != ("processing", "waiting") or not isinstance(key, tuple):
+            continue
+        if len(key) >= 2 and key[1] == render_id and isinstance(key[0], str):
+            counts[str(key[0])] += 1
+    return dict(counts)

@@ -1,0 +1,143 @@
+"""Each render leaves its history in OUT (``OUT/.farm/renders/<render-id>.jsonl``): its set-up, every event
+of its state machine with the instructions it led to, and how it ended. The history replays into a fresh
+`RenderState`; `farm status OUT --renders` lists the renders (a worker lost mid-render, a render killed
+before its end) and ``--render ID`` prints one's events."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+import farm
+from farm import cli
+from farm.media.files import process_umask
+from farm.planning.render_events import event_from_record, instruction_from_record, state_setup_from_record
+from farm.planning.render_state import RenderState
+from farm.store.output import Output
+from farm.store.render_logs import read_history
+from tests.helpers import workers_paused
+
+QUIET = {"log": lambda _: None}
+OPTIONS = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.err + captured.out
+
+
+def test_a_renders_history_holds_its_setup_events_and_end_and_replays(tmp_path, scheduler3, capsys):
+    job = tmp_path / "job.zarr"
+    farm.synth(job, shots=2, frames=17, height=64, width=64, fps=24.0)
+    out = Output(tmp_path / "out")
+    stats = farm.render(job, out.root, options=OPTIONS, scheduler=scheduler3, render_id="r-replay", **QUIET)
+    assert not stats.failed and len(stats.render_states) == 1
+
+    path = out.render_log("r-replay")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~process_umask()  # as the umask allows
+    records = read_history(path).records
+    setup, events, end = records[0]["setup"], records[1:-1], records[-1]
+    assert setup["render"] == "r-replay" and setup["pid"] == os.getpid() and setup["farm"] == farm.__version__
+    assert setup["shots"] == ["shot000", "shot001"] and setup["host"]
+    assert end["outcome"] == "done" and end["batches_written"] == end["batches_total"] == 6
+    assert end["failed"] == {} and end["retries"] == {}
+
+    # the file's events, fed into a machine built from its set-up line, lead to the instructions it recorded
+    fresh = RenderState(**state_setup_from_record(setup["state"]))
+    for record in events:
+        recorded = [instruction_from_record(i) for i in record["instructions"]]
+        assert fresh.handle(event_from_record(record["event"])) == recorded
+    assert fresh.log == stats.render_states[0].log and fresh.finished == {0, 1}
+
+    code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+    row = next(line for line in printed.splitlines() if line.startswith("r-replay"))
+    assert code == 0 and " done " in row and "running" not in row, printed
+    code, printed = run_cli(capsys, "status", str(out.root), "--render", "r-replay")
+    lines = printed.splitlines()
+    assert code == 0 and lines[0].startswith("render r-replay on ")
+    assert "2 shot(s) (shot000, shot001)" in lines[0]
+    assert "started  → SubmitDecode(step=0" in lines[1]
+    assert any("shot 'shot001': video written  → ShotDone(shot='shot001')" in line for line in lines), printed
+    assert "ended " in lines[-1] and ": done (6/6 batch(es) written)" in lines[-1]
+    code, printed = run_cli(capsys, "status", str(out.root), "--render", "nope")
+    assert code == 2 and "holds no history of render 'nope' (renders: r-replay;" in printed
+
+
+@pytest.mark.slow
+def test_a_worker_lost_mid_render_shows_in_the_renders_list(tmp_path, capsys):
+    from farm.run.cluster import connect
+
+    job = tmp_path / "job.zarr"
+    farm.synth(job, shots=3, frames=25, height=64, width=64, fps=24.0)
+    out = Output(tmp_path / "out")
+    with connect(workers=3) as client:
+        pids = client.run(os.getpid)  # address → its worker process
+        victim = sorted(pids)[0]
+        history = out.render_log("r-lost")
+
+        def kill_a_worker(_stats: object) -> None:
+            """Once the render runs: SIGKILL a decode worker, then hold the driver's loop until the render
+            noticed (so the render is still going when it does)."""
+            if pids.pop(victim, None) is None:
+                return
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while '"WorkerLeft"' not in history.read_text():
+                assert time.monotonic() < deadline, "the render did not notice the lost worker"
+                time.sleep(0.1)
+
+        stats = farm.render(job, out.root, options=OPTIONS, scheduler=client.scheduler.address,
+                            render_id="r-lost", on_progress=kill_a_worker, **QUIET)  # fmt: skip
+    assert not stats.failed and victim not in pids
+
+    code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+    lines = printed.splitlines()
+    row = next(line for line in lines if line.startswith("r-lost"))
+    assert code == 0 and row.split()[-3] == "1" and " done " in row, printed  # lost: 1
+    assert f"  worker lost: {victim}" in lines, printed
+    code, printed = run_cli(capsys, "status", str(out.root), "--render", "r-lost")
+    assert f"decode worker {victim} (slot 0) left" in printed, printed
+
+
+@pytest.mark.slow
+def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp_path, cluster3, capsys):
+    job = tmp_path / "job.zarr"
+    farm.synth(job, shots=2, frames=17, height=64, width=64, fps=24.0)
+    out = Output(tmp_path / "out")
+    command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
+               cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
+    with workers_paused(cluster3):  # the render submits its first decodes, then waits on them
+        render = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (paths := sorted(out.renders_dir.glob("*.jsonl"))) or '"Started"' not in (
+                    paths[0].read_text()):  # fmt: skip
+                assert render.poll() is None, render.stderr.read() if render.stderr else ""
+                assert time.monotonic() < deadline, "the render wrote no Started event"
+                time.sleep(0.1)
+            code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+            render_id = paths[0].name.removesuffix(".jsonl")
+            assert code == 0 and "running" in next(x for x in printed.splitlines() if x.startswith(render_id))
+            render.send_signal(signal.SIGKILL)
+            render.wait(timeout=30)
+        finally:
+            render.kill()
+            render.wait()
+
+    text = paths[0].read_text()
+    assert text.endswith("\n")  # every line it reached is whole
+    records = read_history(paths[0]).records
+    assert len(records) == len(text.splitlines()) and "setup" in records[0]
+    assert [r["event"]["type"] for r in records[1:2]] == ["Started"] and not any("end" in r for r in records)
+    code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+    row = next(line for line in printed.splitlines() if line.startswith(render_id))
+    assert code == 0 and "stopped without an end" in row and "running" not in row, printed
+    code, printed = run_cli(capsys, "status", str(out.root), "--render", render_id)
+    assert printed.splitlines()[-1].startswith("stopped without an end (its last line: "), printed
