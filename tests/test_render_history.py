@@ -82,20 +82,23 @@ def test_a_worker_lost_mid_render_shows_in_the_renders_list(tmp_path, capsys):
         victim = sorted(pids)[0]
         history = out.render_log("r-lost")
 
+        calls: list[None] = []
+
         def kill_a_worker(_stats: object) -> None:
-            """Once the render runs: SIGKILL a decode worker, then hold the driver's loop until the render
-            noticed (so the render is still going when it does)."""
-            if pids.pop(victim, None) is None:
-                return
-            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
-            deadline = time.monotonic() + 60
-            while '"WorkerLeft"' not in history.read_text():
-                assert time.monotonic() < deadline, "the render did not notice the lost worker"
-                time.sleep(0.1)
+            """At the render's start (its first progress call): SIGKILL a decode worker; at its first
+            result, hold the driver's loop until the render noticed, so the render still runs when it does."""
+            calls.append(None)
+            if len(calls) == 1:
+                os.kill(pids[victim], signal.SIGKILL)
+            elif len(calls) == 2:
+                deadline = time.monotonic() + 60
+                while '"WorkerLeft"' not in history.read_text():
+                    assert time.monotonic() < deadline, "the render did not notice the lost worker"
+                    time.sleep(0.1)
 
         stats = farm.render(job, out.root, options=OPTIONS, scheduler=client.scheduler.address,
                             render_id="r-lost", on_progress=kill_a_worker, **QUIET)  # fmt: skip
-    assert not stats.failed and victim not in pids
+    assert not stats.failed and len(calls) > 2
 
     code, printed = run_cli(capsys, "status", str(out.root), "--renders")
     lines = printed.splitlines()
@@ -141,3 +144,25 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
     assert code == 0 and "stopped without an end" in row and "running" not in row, printed
     code, printed = run_cli(capsys, "status", str(out.root), "--render", render_id)
     assert printed.splitlines()[-1].startswith("stopped without an end (its last line: "), printed
+
+
+def test_the_scheduler_counts_a_renders_retried_tasks(tmp_path, cluster3):
+    """A task of the render that raised and ran again (Dask's ``retries``) is counted by its kind; another
+    render's and a task that never raised are not."""
+    from farm.run.render_log import retried_tasks
+
+    def fails_once(flag: str) -> int:  # nested: pickled by value (the workers cannot import this module)
+        import pathlib
+
+        if not pathlib.Path(flag).exists():
+            pathlib.Path(flag).touch()
+            raise RuntimeError("a decode that fails once")
+        return 1
+
+    flag = str(tmp_path / "failed-once")
+    retried = cluster3.submit(fails_once, flag, key=("decode-tile", "r-retry", "shot000", 0), retries=1)
+    other = cluster3.submit(fails_once, flag + "-other", key=("decode-tile", "r-other", "shot000", 0),
+                            retries=1)
+    plain = cluster3.submit(len, "ab", key=("blend-batch", "r-retry", "shot000", 0), retries=1)
+    assert cluster3.gather([retried, other, plain]) == [1, 1, 2]
+    assert cluster3.run_on_scheduler(retried_tasks, "r-retry") == {"decode-tile": 1}

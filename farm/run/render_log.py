@@ -79,25 +79,26 @@ def _outcomes(driver: Driver) -> dict[str, Any]:
     }
 
 
-def _retries(driver: Driver) -> dict[str, int]:
+def _retries(driver: Driver) -> dict[str, int] | None:
     """Per task kind (``decode-tile``, …), how many times the scheduler ran one of this render's tasks
-    again after it raised (Dask's ``retries``), read off the scheduler's transition log; {} when the
+    again after it raised (Dask's ``retries``), read off the scheduler's transition log; None when the
     scheduler cannot say."""
     try:
         counted = driver.client.run_on_scheduler(retried_tasks, driver.render_id)
     except Exception:  # the history must never break a render
-        return {}
-    return dict(counted) if isinstance(counted, dict) else {}
+        return None
+    return dict(counted) if isinstance(counted, dict) else None
 
 
 def retried_tasks(render_id: str, dask_scheduler: Any = None) -> dict[str, int]:
-    """On the scheduler: per task kind of render `render_id`, its retries (a task taken from
-    ``processing`` back to ``waiting`` because it raised with retries left)."""
+    """On the scheduler: per task kind of render `render_id`, its retries. A task that raised with retries
+    left goes from ``processing`` back to ``released`` on the worker's ``task-erred-…`` message (then
+    waits and runs again); one without goes to ``erred``."""
     counts: Counter[str] = Counter()
     for transition in dask_scheduler.transition_log:
-        key = transition[0]
-        if (transition[1], transition[2]) != ("processing", "waiting") or not isinstance(key, tuple):
+        key, start, finish, stimulus = transition[0], transition[1], transition[2], transition[4]
+        if (start, finish) != ("processing", "released") or not str(stimulus).startswith("task-erred"):
             continue
-        if len(key) >= 2 and key[1] == render_id and isinstance(key[0], str):
-            counts[str(key[0])] += 1
+        if isinstance(key, tuple) and len(key) >= 2 and key[1] == render_id and isinstance(key[0], str):
+            counts[key[0]] += 1
     return dict(counts)
