@@ -166,3 +166,37 @@ def test_the_scheduler_counts_a_renders_retried_tasks(tmp_path, cluster3):
     plain = cluster3.submit(len, "ab", key=("blend-batch", "r-retry", "shot000", 0), retries=1)
     assert cluster3.gather([retried, other, plain]) == [1, 1, 2]
     assert cluster3.run_on_scheduler(retried_tasks, "r-retry") == {"decode-tile": 1}
+
+
+@pytest.mark.slow
+def test_renders_writing_one_out_at_once_each_write_their_own_history(tmp_path, cluster3, capsys):
+    job = tmp_path / "job.zarr"
+    farm.synth(job, shots=2, frames=17, height=64, width=64, fps=24.0)
+    out = Output(tmp_path / "out")
+    renders = []
+    with workers_paused(cluster3):  # both render at once: each submits its first decodes, then waits
+        try:
+            for shot in ("shot000", "shot001"):
+                renders.append(subprocess.Popen(
+                    [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--shots",
+                     shot, "--scheduler", cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames",
+                     "8"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))  # fmt: skip
+            deadline = time.monotonic() + 120
+            while sum('"Started"' in p.read_text() for p in out.renders_dir.glob("*.jsonl")) < 2:
+                assert all(r.poll() is None for r in renders), [r.stderr.read() for r in renders if r.stderr]
+                assert time.monotonic() < deadline, "the two renders did not both start"
+                time.sleep(0.1)
+        except BaseException:
+            for render in renders:
+                render.kill()
+            raise
+    assert [render.wait(timeout=240) for render in renders] == [0, 0]
+
+    histories = [read_history(p) for p in sorted(out.renders_dir.glob("*.jsonl"))]
+    assert len(histories) == 2 and sorted(h.records[0]["setup"]["shots"] for h in histories) == [
+        ["shot000"], ["shot001"]]  # fmt: skip
+    assert [h.records[-1]["outcome"] for h in histories] == ["done", "done"]
+    assert {h.records[0]["setup"]["render"] for h in histories} == {h.render_id for h in histories}
+    code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+    assert code == 0 and sum(" done " in line for line in printed.splitlines()) == 2, printed
