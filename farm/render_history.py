@@ -52,6 +52,9 @@ def summarise(history: StoredHistory, running: Collection[str]) -> RenderSummary
                 summary.host, summary.pid = str(setup.get("host", "?")), setup.get("pid")
                 summary.version, summary.started = str(setup.get("farm", "?")), setup.get("started")
             summary.shots.extend(s for s in setup.get("shots", []) if s not in summary.shots)
+            for shot, reason in (setup.get("refused") or {}).items():  # failed before the graph
+                summary.failed.setdefault(str(shot), str(reason))
+                summary.shots.extend([str(shot)] if shot not in summary.shots else [])
             open_pass = True
         elif "event" in record:
             _take_event(summary, record)
@@ -134,6 +137,8 @@ def event_lines(history: StoredHistory, running: Collection[str]) -> list[str]:
                          f"{len(shots)} shot(s) ({', '.join(shots)}), {steps} decode(s) on "
                          f"{schedule.get('n_decode', '?')} decode worker(s), window "
                          f"{schedule.get('window', '?')}")  # fmt: skip
+            lines.extend(f"  shot {shot!r} failed before the render: {reason}"
+                         for shot, reason in (setup.get("refused") or {}).items())  # fmt: skip
         elif "event" in record:
             at = _since(record.get("t"), start)
             text = describe_event(record.get("event") or {}, record.get("note") or {}, shots)

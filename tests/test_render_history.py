@@ -12,13 +12,16 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+import zarr
 
 import farm
 from farm import cli
 from farm.media.files import process_umask
 from farm.planning.render_events import event_from_record, instruction_from_record, state_setup_from_record
 from farm.planning.render_state import RenderState
+from farm.render_history import summarise
 from farm.store.output import Output
 from farm.store.render_logs import read_history
 from tests.helpers import workers_paused
@@ -200,3 +203,44 @@ def test_renders_writing_one_out_at_once_each_write_their_own_history(tmp_path, 
     assert {h.records[0]["setup"]["render"] for h in histories} == {h.render_id for h in histories}
     code, printed = run_cli(capsys, "status", str(out.root), "--renders")
     assert code == 0 and sum(" done " in line for line in printed.splitlines()) == 2, printed
+
+
+@pytest.mark.slow
+def test_failed_shots_show_with_their_reasons_and_the_decode_retries(tmp_path, cluster3, capsys):
+    """A shot refused before the graph (NaN in its latent) and one whose latent chunk is damaged while the
+    render runs (its decode fails, is retried once, fails again) are listed with why; the render failed."""
+    job = tmp_path / "job.zarr"
+    farm.synth(job, shots=3, frames=17, height=64, width=64, fps=24.0)
+    nan = zarr.open_array(store=str(job / "shot002" / "latent"), mode="r+")
+    nan[:, 0] = np.nan
+    out = Output(tmp_path / "out")
+    command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
+               cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
+    with workers_paused(cluster3):  # the render hashed the latents and waits on its first decodes
+        render = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (paths := sorted(out.renders_dir.glob("*.jsonl"))) or '"Started"' not in (
+                    paths[0].read_text()):  # fmt: skip
+                assert render.poll() is None, render.stderr.read() if render.stderr else ""
+                assert time.monotonic() < deadline, "the render wrote no Started event"
+                time.sleep(0.1)
+            for chunk in (job / "shot000" / "latent" / "c").rglob("*"):
+                if chunk.is_file():
+                    chunk.write_bytes(b"not a zstd chunk")
+        except BaseException:
+            render.kill()
+            raise
+    assert render.wait(timeout=240) == 1
+
+    summary = summarise(read_history(paths[0]), running=())
+    assert summary.outcome == "failed" and summary.decode_retries == 1, summary
+    assert sorted(summary.failed) == ["shot000", "shot002"] and "NaN" in summary.failed["shot002"]
+    code, printed = run_cli(capsys, "status", str(out.root), "--renders")
+    lines = printed.splitlines()
+    row = next(line for line in lines if line.startswith(summary.render_id))
+    assert code == 0 and " failed " in row and row.split()[-1] == "1", printed  # decode retries: 1
+    assert f"  shot 'shot000' failed: {summary.failed['shot000']}" in lines, printed
+    assert any(line.startswith("  shot 'shot002' failed: ") and "NaN" in line for line in lines), printed
+    code, printed = run_cli(capsys, "status", str(out.root), "--render", summary.render_id)
+    assert "shot 'shot000' failed: " in printed and "; retried: 1 decode-tile" in printed, printed

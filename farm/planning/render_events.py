@@ -106,10 +106,11 @@ def state_setup_from_record(record: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def setup_line(*, render_id: str, host: str, pid: int, version: str, started: float, shots: Sequence[str],
-               state_setup: Mapping[str, Any]) -> str:  # fmt: skip
-    """The first line of a render's history (a render of several passes, one per pass)."""
+               state_setup: Mapping[str, Any], refused: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """The first line of a render's history (a render of several passes, one per pass). `shots`: those its
+    state machine runs, by position; `refused`: the render's shots that failed before it, with why."""
     return _line({"setup": {"render": render_id, "host": host, "pid": pid, "farm": version,
-                            "started": started, "shots": list(shots),
+                            "started": started, "shots": list(shots), "refused": dict(refused or {}),
                             "state": state_setup_record(state_setup)}})  # fmt: skip
 
 

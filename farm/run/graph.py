@@ -190,6 +190,7 @@ def run_graph(
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
     on_shot_finished: Callable[[str], None] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -213,6 +214,8 @@ def run_graph(
     `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
 
     `on_shot_finished(shot)`: called on the driver's thread once a shot's video is joined (the timeline).
+
+    `refused`: the render's shots that failed before its graph, with why (for its history).
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
@@ -222,7 +225,7 @@ def run_graph(
     options = DriverOptions(render_id, priority, describe or {}, outputs_ready=outputs_ready, gpus=gpus,
                             latents_ahead=latents_ahead, on_shot_finished=on_shot_finished)  # fmt: skip
     driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
-    with recording(driver):  # OUT/.farm/renders/<render-id>.jsonl
+    with recording(driver, refused or {}):  # OUT/.farm/renders/<render-id>.jsonl
         return driver.run(on_progress)
 
 

@@ -10,7 +10,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import farm
@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def recording(driver: Driver) -> Iterator[None]:
-    """Write `driver`'s render into ``OUT/.farm/renders/<render-id>.jsonl`` while the block runs it."""
+def recording(driver: Driver, refused: Mapping[str, str]) -> Iterator[None]:
+    """Write `driver`'s render into ``OUT/.farm/renders/<render-id>.jsonl`` while the block runs it;
+    `refused`: the render's shots that failed before its graph, with why."""
     log = RenderLogFile(driver.targets.out, driver.render_id)
     log.write(setup_line(render_id=driver.render_id, host=socket.gethostname(), pid=os.getpid(),
                          version=farm.__version__, started=time.time(), shots=[p.shot for p in driver.plans],
-                         state_setup=driver.state.setup))  # fmt: skip
+                         state_setup=driver.state.setup, refused=refused))  # fmt: skip
 
     def heard(event: rs.Event, instructions: list[rs.Instruction]) -> None:
         log.write(event_line(time.time(), event, instructions, _note(driver, event)))
@@ -43,7 +44,7 @@ def recording(driver: Driver) -> Iterator[None]:
         raise
     else:
         stats = driver.stats
-        outcome = "failed" if stats.failed else "cancelled" if stats.cancelled else "done"
+        outcome = "failed" if stats.failed or refused else "cancelled" if stats.cancelled else "done"
         log.write(end_line(time.time(), outcome, **_outcomes(driver), retries=_retries(driver)))
     finally:
         driver.state.listeners.remove(heard)
