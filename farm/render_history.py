@@ -27,7 +27,7 @@ class RenderSummary:
     started: float | None = None
     ended: float | None = None  # its last pass's end; None while running or when it stopped without one
     state: str = STOPPED  # "ended", RUNNING or STOPPED
-    outcome: str = "-"  # done, failed, cancelled, error (its worst pass)
+    outcome: str = "-"  # done, cancelled, interrupted, failed, error (its worst pass)
     shots: list[str] = field(default_factory=list)
     workers_lost: list[str] = field(default_factory=list)
     workers_joined: list[str] = field(default_factory=list)
@@ -38,7 +38,7 @@ class RenderSummary:
     last_line: float | None = None  # when its last event was handled
 
 
-OUTCOME_ORDER = ("done", "cancelled", "failed", "error")
+OUTCOME_ORDER = ("done", "cancelled", "interrupted", "failed", "error")
 
 
 def summarise(history: StoredHistory, running: Collection[str]) -> RenderSummary:

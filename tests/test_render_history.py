@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -112,6 +113,25 @@ def test_a_worker_lost_mid_render_shows_in_the_renders_list(tmp_path, capsys):
     assert f"decode worker {victim} (slot 0) left" in printed, printed
 
 
+def start_render_and_wait(command: list[str], out: Output) -> tuple[subprocess.Popen, Path]:
+    """`farm render` in a process of its own, once its history holds its Started event (the workers are
+    held, so it waits on its first decodes)."""
+    render = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (paths := sorted(out.renders_dir.glob("*.jsonl"))) or '"Started"' not in (
+                paths[0].read_text()):  # fmt: skip
+            assert render.poll() is None, render.stderr.read() if render.stderr else ""
+            assert time.monotonic() < deadline, "the render wrote no Started event"
+            time.sleep(0.1)
+    except BaseException:
+        render.kill()
+        render.kill()
+        render.wait()
+        raise
+    return render, paths[0]
+
+
 @pytest.mark.slow
 def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp_path, cluster3, capsys):
     job = tmp_path / "job.zarr"
@@ -120,16 +140,10 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
     command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
                cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
     with workers_paused(cluster3):  # the render submits its first decodes, then waits on them
-        render = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        render, path = start_render_and_wait(command, out)
         try:
-            deadline = time.monotonic() + 120
-            while not (paths := sorted(out.renders_dir.glob("*.jsonl"))) or '"Started"' not in (
-                    paths[0].read_text()):  # fmt: skip
-                assert render.poll() is None, render.stderr.read() if render.stderr else ""
-                assert time.monotonic() < deadline, "the render wrote no Started event"
-                time.sleep(0.1)
+            render_id = path.name.removesuffix(".jsonl")
             code, printed = run_cli(capsys, "status", str(out.root), "--renders")
-            render_id = paths[0].name.removesuffix(".jsonl")
             assert code == 0 and "running" in next(x for x in printed.splitlines() if x.startswith(render_id))
             render.send_signal(signal.SIGKILL)
             render.wait(timeout=30)
@@ -137,9 +151,9 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
             render.kill()
             render.wait()
 
-    text = paths[0].read_text()
+    text = path.read_text()
     assert text.endswith("\n")  # every line it reached is whole
-    records = read_history(paths[0]).records
+    records = read_history(path).records
     assert len(records) == len(text.splitlines()) and "setup" in records[0]
     assert [r["event"]["type"] for r in records[1:2]] == ["Started"] and not any("end" in r for r in records)
     code, printed = run_cli(capsys, "status", str(out.root), "--renders")
@@ -147,6 +161,14 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
     assert code == 0 and "stopped without an end" in row and "running" not in row, printed
     code, printed = run_cli(capsys, "status", str(out.root), "--render", render_id)
     assert printed.splitlines()[-1].startswith("stopped without an end (its last line: "), printed
+
+    # SIGTERM (as a render manager stops a task) ends the history with the render: interrupted
+    terminated = Output(tmp_path / "out-terminated")
+    with workers_paused(cluster3):
+        render, path = start_render_and_wait(command[:6] + [str(terminated.root)] + command[7:], terminated)
+        render.send_signal(signal.SIGTERM)
+        assert render.wait(timeout=60) == 143
+    assert read_history(path).records[-1]["outcome"] == "interrupted"
 
 
 def test_the_scheduler_counts_a_renders_retried_tasks(tmp_path, cluster3):
@@ -217,23 +239,13 @@ def test_failed_shots_show_with_their_reasons_and_the_decode_retries(tmp_path, c
     command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
                cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
     with workers_paused(cluster3):  # the render hashed the latents and waits on its first decodes
-        render = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while not (paths := sorted(out.renders_dir.glob("*.jsonl"))) or '"Started"' not in (
-                    paths[0].read_text()):  # fmt: skip
-                assert render.poll() is None, render.stderr.read() if render.stderr else ""
-                assert time.monotonic() < deadline, "the render wrote no Started event"
-                time.sleep(0.1)
-            for chunk in (job / "shot000" / "latent" / "c").rglob("*"):
-                if chunk.is_file():
-                    chunk.write_bytes(b"not a zstd chunk")
-        except BaseException:
-            render.kill()
-            raise
+        render, path = start_render_and_wait(command, out)
+        for chunk in (job / "shot000" / "latent" / "c").rglob("*"):
+            if chunk.is_file():
+                chunk.write_bytes(b"not a zstd chunk")
     assert render.wait(timeout=240) == 1
 
-    summary = summarise(read_history(paths[0]), running=())
+    summary = summarise(read_history(path), running=())
     assert summary.outcome == "failed" and summary.decode_retries == 1, summary
     assert sorted(summary.failed) == ["shot000", "shot002"] and "NaN" in summary.failed["shot002"]
     code, printed = run_cli(capsys, "status", str(out.root), "--renders")

@@ -126,7 +126,8 @@ def event_line(t: float, event: rs.Event, instructions: Sequence[rs.Instruction]
 
 
 def end_line(t: float, outcome: str, **detail: Any) -> str:
-    """The last line: how the render (pass) ended: ``done``, ``failed``, ``cancelled`` or ``error``."""
+    """The last line: how the render (pass) ended: ``done``, ``failed``, ``cancelled``, ``interrupted``
+    (Ctrl-C, SIGTERM) or ``error``."""
     return _line({"end": t, "outcome": outcome, **detail})
 
 

@@ -38,6 +38,9 @@ def recording(driver: Driver, refused: Mapping[str, str]) -> Iterator[None]:
     driver.state.listeners.append(heard)
     try:
         yield
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`farm.cli`)
+        log.write(end_line(time.time(), "interrupted", **_outcomes(driver)))
+        raise
     except BaseException as exc:
         error = str(exc) if isinstance(exc, FarmError) else f"{type(exc).__name__}: {exc}"
         log.write(end_line(time.time(), "error", error=error, **_outcomes(driver)))
