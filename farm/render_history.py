@@ -51,10 +51,12 @@ def summarise(history: StoredHistory, running: Collection[str]) -> RenderSummary
             if summary.started is None:
                 summary.host, summary.pid = str(setup.get("host", "?")), setup.get("pid")
                 summary.version, summary.started = str(setup.get("farm", "?")), setup.get("started")
-            summary.shots.extend(s for s in setup.get("shots", []) if s not in summary.shots)
-            for shot, reason in (setup.get("refused") or {}).items():  # failed before the graph
-                summary.failed.setdefault(str(shot), str(reason))
-                summary.shots.extend([str(shot)] if shot not in summary.shots else [])
+            refused = {str(shot): str(reason) for shot, reason in (setup.get("refused") or {}).items()}
+            for shot in [*setup.get("shots", []), *refused]:
+                if shot not in summary.shots:
+                    summary.shots.append(shot)
+            for shot, reason in refused.items():  # failed before the graph
+                summary.failed.setdefault(shot, reason)
             open_pass = True
         elif "event" in record:
             _take_event(summary, record)

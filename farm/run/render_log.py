@@ -17,10 +17,13 @@ import farm
 from farm.errors import FarmError
 from farm.planning import render_state as rs
 from farm.planning.render_events import end_line, event_line, setup_line
+from farm.run.cluster import scheduler_call
 from farm.store.render_logs import RenderLogFile
 
 if TYPE_CHECKING:
     from farm.run.graph import Driver
+
+RETRIES_CALL_S = 2.0  # the scheduler's count of retries is given up this soon (`graph.MONITOR_CALL_S`)
 
 
 @contextlib.contextmanager
@@ -87,10 +90,15 @@ def _retries(driver: Driver) -> dict[str, int] | None:
     """Per task kind (``decode-tile``, …), how many times the scheduler ran one of this render's tasks
     again after it raised (Dask's ``retries``), read off the scheduler's transition log; None when the
     scheduler cannot say."""
-    try:
-        counted = driver.client.run_on_scheduler(retried_tasks, driver.render_id)
+    from distributed.protocol.pickle import dumps
+
+    try:  # as `Client.run_on_scheduler`, given up as soon as the render's monitoring calls are
+        response = scheduler_call(driver.client, "run_function", RETRIES_CALL_S,
+                                  function=dumps(retried_tasks), args=dumps((driver.render_id,)),
+                                  kwargs=dumps({}), wait=True)  # fmt: skip
     except Exception:  # the history must never break a render
         return None
+    counted = response.get("result") if response.get("status") == "OK" else None
     return dict(counted) if isinstance(counted, dict) else None
 
 
