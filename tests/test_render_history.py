@@ -256,3 +256,26 @@ def test_failed_shots_show_with_their_reasons_and_the_decode_retries(tmp_path, c
     assert any(line.startswith("  shot 'shot002' failed: ") and "NaN" in line for line in lines), printed
     code, printed = run_cli(capsys, "status", str(out.root), "--render", summary.render_id)
     assert "shot 'shot000' failed: " in printed and "; retried: 1 decode-tile" in printed, printed
+
+
+def test_a_schedule_too_big_to_record_is_recorded_by_its_size(monkeypatch):
+    """Past `MAX_RECORDED_STEPS` the set-up line holds the schedule's size only, and says the render cannot
+    be rebuilt from it (instead of a line of megabytes)."""
+    import json
+
+    from farm.planning import render_events
+    from farm.planning.schedule import make_schedule
+    from farm.planning.tiling import Geometry, TileGrid, assign_round_robin, plan_shot
+
+    shot = plan_shot("a", (8, 3, 4, 4), Geometry(8, 4), TileGrid((1, 1, 2), (0, 0, 1)))
+    state = RenderState(make_schedule(assign_round_robin([shot], 2), n_decode=2, n_io=0), batches=[1])
+    whole = render_events.state_setup_record(state.setup)
+    assert whole["complete"] and render_events.state_setup_from_record(whole) is not None
+    monkeypatch.setattr(render_events, "MAX_RECORDED_STEPS", 2)  # this schedule has 2 decodes and a blend
+    line = render_events.setup_line(render_id="r", host="h", pid=1, version="v", started=0.0, shots=["a"],
+                                    state_setup=state.setup)  # fmt: skip
+    recorded = json.loads(line)["setup"]["state"]
+    assert not recorded["complete"] and "decodes" not in recorded["schedule"]
+    assert recorded["schedule"] == {"window": state.window, "n_decode": 2, "n_io": 0, "decodes_count": 2,
+                                    "blends_count": 1}  # fmt: skip
+    assert render_events.state_setup_from_record(recorded) is None

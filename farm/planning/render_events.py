@@ -2,9 +2,10 @@
 from plain JSON objects.
 
 A render's history (``OUT/.farm/renders/<render-id>.jsonl``, `farm.store.render_logs`) holds one JSON
-object a line: first its set-up (``{"setup": …}``: render id, host, pid, farm version, shots, and the
-state machine's set-up), then one line per event the state machine handled (``{"t": …, "event": {"type":
-"BatchWritten", "blend": 3}, "instructions": [...], "note": {…}}``), and last how it ended (``{"end": …}``).
+object a line: first its set-up (``{"setup": …}``: render id, host, pid, farm version, shots, the shots
+refused before the graph with why, and the state machine's set-up), then one line per event the state
+machine handled (``{"t": …, "event": {"type": "BatchWritten", "blend": 3}, "instructions": [...], "note":
+{…}}``), and last how it ended (``{"end": …}``).
 An event or instruction is ``{"type": <class name>, <its fields>}``. The set-up holds the whole schedule
 unless it has more than `MAX_RECORDED_STEPS` steps; then only its size (``"complete": false``), and the
 render cannot be replayed from its file.
