@@ -301,10 +301,18 @@ def _add_plan_command(add: AddCommand) -> None:
 def _add_status_command(add: AddCommand) -> None:
     p = add("status", help="per-shot progress of a render output, read from the output alone")
     p.add_argument("out", help="render output folder")
-    p.add_argument("--verify", action="store_true",
-                   help="check every finished batch, video and sound file against its recorded checksum, "
-                        "and timeline.otio against the finished shots (exit 1 when one is missing or "
-                        "damaged: farm render renders it again)")  # fmt: skip
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--verify", action="store_true",
+                      help="check every finished batch, video and sound file against its recorded checksum, "
+                           "and timeline.otio against the finished shots (exit 1 when one is missing or "
+                           "damaged: farm render renders it again)")  # fmt: skip
+    what.add_argument("--renders", action="store_true",
+                      help="the renders that wrote into OUT, from their histories (OUT/.farm/renders): host, "
+                           "start, end (or running / stopped without an end), shots, outcome, workers lost "
+                           "and joined, decode retries, failed shots and why")  # fmt: skip
+    what.add_argument("--render", metavar="ID",
+                      help="one render's history event by event: what its state machine heard and what it "
+                           "decided")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
@@ -699,7 +707,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-
+    if args.renders or args.render:
+        return _print_histories(Output(Path(args.out)), args.render)
     rows = output_progress(args.out, verify=args.verify)
     state = f"{'video':<9}  damaged" if args.verify else "video"
     print(f"{'shot':<24} {'batches':>11} {'frames':>7}  {state}")
@@ -730,6 +739,32 @@ def cmd_status(args: argparse.Namespace) -> int:
         LOGGER.error(f"{lost} finished output(s) are missing or damaged; farm render into this output "
                      "renders them again")  # fmt: skip
         return 1
+    return 0
+
+
+def _print_histories(out: Output, render_id: str | None) -> int:
+    """`farm status OUT --renders` / `--render ID`: read from OUT's render histories alone."""
+    from farm import render_history
+    from farm.store.lock import held_shots
+    from farm.store.render_logs import read_histories
+
+    if not out.root.is_dir():
+        raise FarmError(f"output folder {str(out.root)!r} does not exist: give the OUT a render wrote into")
+    running = {str(r.get("render")) for r in held_shots(out.root).values()}
+    histories = {h.render_id: h for h in read_histories(out)}
+    if render_id is None:
+        if not histories:
+            print(f"no render histories in {str(out.renders_dir)!r}")
+            return 0
+        for line in render_history.table([render_history.summarise(h, running) for h in histories.values()]):
+            print(line)
+        return 0
+    if render_id not in histories:
+        known = ", ".join(sorted(histories)) or "none"
+        raise FarmError(f"output {str(out.root)!r} holds no history of render {render_id!r} (renders: "
+                        f"{known}; farm status OUT --renders lists them)")  # fmt: skip
+    for line in render_history.event_lines(histories[render_id], running):
+        print(line)
     return 0
 
 

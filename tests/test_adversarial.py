@@ -39,7 +39,8 @@ def tree(root: Path) -> dict[str, bytes]:
 # ---- OUT is farm's, and only what farm wrote in it -------------------------------------------------
 
 
-@pytest.mark.parametrize("link", [".farm/lock", ".farm", "videos", "frames.zarr", ".farm/write-test"])
+@pytest.mark.parametrize("link", [".farm/lock", ".farm", "videos", "frames.zarr", ".farm/write-test",
+                                  ".farm/renders"])
 def test_a_link_where_farm_keeps_its_files_is_refused(job, tmp_path, link):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -162,7 +162,7 @@ class RenderState:
     A shot without any never is: it finishes with its last batch, and nothing waits for more.
 
     Every event handled goes into :attr:`log` with the instructions it led to, so a render can be
-    replayed (:meth:`replay`) and its decisions checked.
+    replayed (:meth:`replay`) and its decisions checked; :attr:`listeners` hear of each as it is handled.
     """
 
     def __init__(
@@ -182,6 +182,8 @@ class RenderState:
             "end_outputs": {p: frozenset(k) for p, k in (end_outputs or {}).items()},
         }  # fmt: skip
         self.log: list[tuple[Event, list[Instruction]]] = []
+        # called with each event and its instructions once handled (a render's history on disk)
+        self.listeners: list[Callable[[Event, list[Instruction]], None]] = []
         self.end_outputs: dict[int, frozenset[str]] = self.setup["end_outputs"]
         self.finishing: dict[int, set[str]] = {}  # shot → its end outputs not written yet
         self.schedule = schedule
@@ -222,6 +224,8 @@ class RenderState:
             raise TypeError(f"RenderState.handle takes an event ({names}), not {event!r}")
         instructions = handler(self, event)
         self.log.append((event, instructions))
+        for listener in self.listeners:
+            listener(event, instructions)
         return instructions
 
     def replay(self) -> list[tuple[Event, list[Instruction]]]:

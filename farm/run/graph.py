@@ -52,6 +52,7 @@ from farm.planning.schedule import BlendStep, DecodeStep, Priority, Schedule, ma
 from farm.planning.tiling import ShotPlan, Tile, plan_geometry, tile_segments
 from farm.render_ids import is_cancelled
 from farm.run.cluster import IO_RESOURCE, IO_WORKER_PREFIX, scheduler_call, workers_info
+from farm.run.render_log import recording
 from farm.run.statistics_rounds import StatisticsRounds
 from farm.run.whole_frame import WholeFramePasses, whole_frame_group_of
 from farm.store.latent_chunks import LatentChunks
@@ -190,6 +191,7 @@ def run_graph(
     stream: bool = True,
     latents_ahead: dict[tuple[str, int, int], Any] | None = None,
     on_shot_finished: Callable[[str], None] | None = None,
+    refused: Mapping[str, str] | None = None,
 ) -> RenderStats:
     """Render `plans` (tiles already assigned to worker slots) on the cluster behind `client`.
 
@@ -213,6 +215,8 @@ def run_graph(
     `latents_ahead`: `read_first_latents`' futures, handed to the decodes they were read for.
 
     `on_shot_finished(shot)`: called on the driver's thread once a shot's video is joined (the timeline).
+
+    `refused`: the render's shots that failed before its graph, with why (for its history).
     """
     workers, io_workers = split_workers(client)
     schedule = make_schedule(plans, n_decode=len(workers), n_io=len(io_workers), window=window, stream=stream)
@@ -222,7 +226,8 @@ def run_graph(
     options = DriverOptions(render_id, priority, describe or {}, outputs_ready=outputs_ready, gpus=gpus,
                             latents_ahead=latents_ahead, on_shot_finished=on_shot_finished)  # fmt: skip
     driver = Driver(client, plans, schedule, RenderWorkers(workers, io_workers), targets, options)
-    return driver.run(on_progress)
+    with recording(driver, refused or {}):  # OUT/.farm/renders/<render-id>.jsonl
+        return driver.run(on_progress)
 
 
 def prepare_decoders(

@@ -307,6 +307,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
                         priority=request.priority, render_id=request.render_id, outputs_ready=outputs.result,
                         stream=request.stream, latents_ahead=first_reads.futures,
                         on_shot_finished=timeline.shot_finished,
+                        refused={name: str(error) for name, error in shot_errors.items()},
                         describe={"job": str(job.path), "out": str(out.root), "batches": layout,
                                   "owner": owner()},
                     )  # fmt: skip

@@ -19,6 +19,8 @@ paths alone (writable, the temporaries a killed render left, removal of farm's o
     OUT/.farm/done/<shot>/video       marker written after the shot's video is joined: the video's sha256
     OUT/.farm/done/<shot>/audio       marker written after the shot's sound file is in place: its sha256
     OUT/.farm/done/<shot>/cancelled   a shot `farm cancel` stopped (removed when a render resumes it)
+    OUT/.farm/renders/<render>.jsonl  each render's history: its set-up, every event of its state machine
+                                      with the instructions it led to, how it ended (farm.store.render_logs)
 
 `Output` is the only place these paths are spelled; temporaries (``.<name>.farm-XXXXXXXX.tmp<suffix>``,
 `farm.media.files.temp_file`) are found by `Output.stale_temporaries`. The Zarr frames are
@@ -43,6 +45,7 @@ from farm.media.names import child_path, is_farm_temporary
 STATE_DIR = ".farm"  # farm's own bookkeeping under OUT: lock, segments, done markers
 SEGMENT_NAME = re.compile(r"\d{5}\.(mp4|mov)")
 FRAMES_ARRAY = "frames"  # a shot's frames array in its Zarr group
+RENDER_LOG_SUFFIX = ".jsonl"  # a render's history, one JSON object a line
 CANCELLED_MARKER = "cancelled"  # in a shot's done folder: `farm cancel` stopped the shot
 
 
@@ -113,6 +116,14 @@ class Output:
 
     def shot_lock_file(self, shot: str) -> Path:
         return child_path(self.shot_locks_dir, shot)
+
+    @property
+    def renders_dir(self) -> Path:
+        return self.state_dir / "renders"
+
+    def render_log(self, render_id: str) -> Path:
+        """The history of render `render_id` (`farm.store.render_logs`)."""
+        return child_path(self.renders_dir, render_id, RENDER_LOG_SUFFIX, what="render id")
 
     @property
     def write_probe(self) -> Path:

@@ -37,7 +37,8 @@ def farm_paths(out: Output, shots: Iterable[str]) -> list[Path]:
     """The folders and fixed files farm writes under OUT for these shots (whether they exist yet or not)."""
     state = out.state_dir
     paths = [out.frames_zarr, out.frames_zarr / "zarr.json", out.sequences_dir, state, out.lock_file,
-             out.write_probe, state / "segments", state / "done", out.shot_locks_dir]  # fmt: skip
+             out.write_probe, state / "segments", state / "done", out.shot_locks_dir,
+             out.renders_dir]  # fmt: skip
     for shot in shots:
         paths += [out.shot_group(shot), out.segments_dir(shot), out.done_dir(shot), out.sequence_dir(shot),
                   out.shot_lock_file(shot)]  # fmt: skip
