@@ -48,10 +48,6 @@ def hint_on_worker() -> object:
     return dask.config.get(warmup.DECODER_HINT, None)
 
 
-def warm_up_done() -> bool:
-    return warmup._done.is_set()
-
-
 def on_the_worker(client: Client, fn) -> object:
     """`fn`'s result on the cluster's one decode worker."""
     (result,) = client.run(fn).values()
@@ -62,7 +58,7 @@ def preloaded(client: Client, deadline_s: float = 180) -> dict[str, str]:
     """The one worker's preloaded decoders once its warm-up has finished."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        if on_the_worker(client, warm_up_done):
+        if on_the_worker(client, warmup.warm_up_finished):
             return on_the_worker(client, preloads)
         time.sleep(0.2)
     raise AssertionError("the worker's warm-up did not finish")

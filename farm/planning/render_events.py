@@ -134,16 +134,3 @@ def end_line(t: float, outcome: str, **detail: Any) -> str:
 
 def _line(record: Mapping[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"), default=str) + "\n"
-
-
-def parse_lines(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of a history's lines; a line that is not one (cut short by a kill) is skipped."""
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records

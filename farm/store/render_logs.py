@@ -3,11 +3,12 @@
 Each render appends to its own file (renders writing one OUT at once never share one), each line in one
 ``write`` on a descriptor opened for appending, so a render killed at any point leaves every line it
 reached, whole. The files get the umask's permissions, as OUT's other files do, and farm never removes
-them. What a line holds is `farm.planning.render_events`'.
+them. What a line holds is `farm.planning.render_events`'; its lines are read back here.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +19,6 @@ from farm import logs
 from farm.errors import FarmError
 from farm.media import beneath
 from farm.media.files import process_umask
-from farm.planning.render_events import parse_lines
 from farm.store.output import RENDER_LOG_SUFFIX, Output
 
 MAX_HISTORY_BYTES = 512 * 1024 * 1024  # a history read back past this is read up to it
@@ -96,3 +96,16 @@ def read_history(path: Path) -> StoredHistory:
 def read_histories(out: Output) -> Iterator[StoredHistory]:
     for path in history_paths(out):
         yield read_history(path)
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a history's lines; a line that is not one (cut short by a kill) is skipped."""
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -106,6 +106,11 @@ def wait_for_warm_up() -> None:
         _done.wait()
 
 
+def warm_up_finished() -> bool:
+    """Whether this process's warm-up has run to its end."""
+    return _done.is_set()
+
+
 def warmup_timings() -> dict[str, float]:
     """The warm-up's seconds per step in this process, for the steps that finished."""
     return dict(_timings)
