@@ -17,11 +17,12 @@ loads neither Dask distributed nor torch nor diffusers.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from farm import config  # noqa: F401  (registers farm's defaults in dask.config)
 from farm.errors import FarmError
+from farm.version import DISTRIBUTION as DISTRIBUTION
+from farm.version import __version__ as __version__
 
 if TYPE_CHECKING:
     from farm.inputs.ingest import IngestResult as IngestResult
@@ -39,12 +40,6 @@ if TYPE_CHECKING:
     from farm.store.job import open_job as open_job
     from farm.store.output import Output as Output
 
-DISTRIBUTION = "farm-decode"  # the name on the package index; the import name is farm
-
-try:
-    __version__ = version(DISTRIBUTION)
-except PackageNotFoundError:  # a source tree on sys.path without an install
-    __version__ = "0+unknown"
 
 # the public name -> (module, its name there)
 _API = {

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import farm
 from farm.errors import FarmError
 from farm.planning import render_state as rs
 from farm.planning.render_events import end_line, event_line, setup_line
 from farm.run.cluster import scheduler_call
 from farm.store.render_logs import RenderLogFile
+from farm.version import __version__
 
 if TYPE_CHECKING:
     from farm.run.graph import Driver
@@ -32,7 +32,7 @@ def recording(driver: Driver, refused: Mapping[str, str]) -> Iterator[None]:
     `refused`: the render's shots that failed before its graph, with why."""
     log = RenderLogFile(driver.targets.out, driver.render_id)
     log.write(setup_line(render_id=driver.render_id, host=socket.gethostname(), pid=os.getpid(),
-                         version=farm.__version__, started=time.time(), shots=[p.shot for p in driver.plans],
+                         version=__version__, started=time.time(), shots=[p.shot for p in driver.plans],
                          state_setup=driver.state.setup, refused=refused))  # fmt: skip
 
     def heard(event: rs.Event, instructions: list[rs.Instruction]) -> None:
