@@ -77,11 +77,11 @@ def _peak_gib() -> float:
 def step_audio(repeats: int) -> dict:
     import numpy as np
 
-    from farm.decoders.ltx2.audio import load_audio_decoder
+    from farm.decoders.sound import load_sound_decoder
 
     spec = {"config": "ltx2-audio" + SUFFIX, "weights": {"random_seed": 0}, "dtype": _dtype()}
     started = time.perf_counter()
-    decoder = load_audio_decoder(spec, DEVICE)
+    decoder = load_sound_decoder(spec, DEVICE)
     load_s = time.perf_counter() - started
     latent = np.random.default_rng(0).standard_normal(AUDIO_LATENT).astype(np.float32)
     out: list = []

@@ -17,10 +17,10 @@ from safetensors.torch import save_file
 from farm.cli import main as farm_main
 from farm.decoders.ltx2.audio import (
     LTX2_AUDIO_TINY,
-    load_audio_decoder,
     parse_audio_spec,
     samples_for_frames,
 )
+from farm.decoders.sound import load_sound_decoder
 from farm.errors import FarmError
 from farm.inputs.pipelines import spec_from_pipeline
 from farm.media.audio import fit_length, read_audio, to_levels
@@ -77,7 +77,7 @@ def test_audio_decode_equals_diffusers_from_a_folder_and_a_single_file(tmp_path)
     assert want.shape == (2, (4 * 13 - 3) * 240)
 
     spec = {"config": "ltx2-audio-tiny", "weights": {"path": str(tmp_path / "pipe")}}
-    got = load_audio_decoder(spec).decode(latent.numpy())
+    got = load_sound_decoder(spec).decode(latent.numpy())
     assert np.array_equal(got, want)
 
     # LTX-2's one-file checkpoint: the audio VAE and vocoder in its own names, beside other tensors
@@ -92,12 +92,12 @@ def test_audio_decode_equals_diffusers_from_a_folder_and_a_single_file(tmp_path)
     }
     save_file(tensors, file)
     one_file = {"config": "ltx2-audio-tiny", "weights": {"path": str(file)}}
-    assert np.array_equal(load_audio_decoder(one_file).decode(latent.numpy()), want)
+    assert np.array_equal(load_sound_decoder(one_file).decode(latent.numpy()), want)
 
     # a checkpoint without sound is refused by name
     save_file({"vae.x": torch.zeros(1)}, tmp_path / "video-only.safetensors")
     with pytest.raises(FarmError, match="holds no 'audio_vae.' tensors"):
-        load_audio_decoder({**one_file, "weights": {"path": str(tmp_path / "video-only.safetensors")}})
+        load_sound_decoder({**one_file, "weights": {"path": str(tmp_path / "video-only.safetensors")}})
 
 
 def test_audio_specs_say_what_is_wrong(tmp_path):

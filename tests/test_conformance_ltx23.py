@@ -28,10 +28,10 @@ from farm.cli import main as farm_main
 from farm.decoders.ltx2.audio import (
     LTX2_3_AUDIO_TINY,
     check_audio_weights,
-    load_audio_decoder,
     parse_audio_spec,
     samples_for_frames,
 )
+from farm.decoders.sound import load_sound_decoder
 from farm.errors import FarmError
 from farm.media.audio import fit_length, read_audio, to_levels
 from farm.store.frames import read_frames
@@ -232,12 +232,12 @@ def test_ltx23_picture_and_sound_equal_ltx_core(tmp_path, ltx23_file, scheduler3
 
     # farm's float waveform, in this process, against the reference's
     spec = {"config": "ltx2.3-audio-tiny", "weights": {"path": str(ltx23_file)}}
-    got_wave = load_audio_decoder(spec).decode(denormalized.numpy())
+    got_wave = load_sound_decoder(spec).decode(denormalized.numpy())
     np.testing.assert_allclose(got_wave, wave, rtol=0, atol=1e-5)
     # diffusers' conversion script leaves the first stage unbounded: here that is audibly another sound
     script = {"audio_vae": LTX2_3_AUDIO_TINY["audio_vae"],
               "vocoder": {**LTX2_3_AUDIO_TINY["vocoder"], "final_act_fn": None}}  # fmt: skip
-    unbounded = load_audio_decoder({"config": script, "weights": spec["weights"]})
+    unbounded = load_sound_decoder({"config": script, "weights": spec["weights"]})
     assert np.abs(unbounded.decode(denormalized.numpy()) - wave).max() > 0.05
 
     latents = tmp_path / "sh010.safetensors"
@@ -340,7 +340,7 @@ def test_an_ltx2_pipeline_with_the_extended_vocoder_gives_its_sound_spec(tmp_pat
     with torch.inference_mode():
         own = vocoder(vae.decode(latent[None], return_dict=False)[0])[0].numpy()
     assert own.shape == (2, spec.decoded_samples(7))
-    assert np.array_equal(load_audio_decoder(spec).decode(latent.numpy()), own)
+    assert np.array_equal(load_sound_decoder(spec).decode(latent.numpy()), own)
 
 
 def test_the_released_configs_name_and_shape_every_tensor_of_ltx_core_s_released_structure():

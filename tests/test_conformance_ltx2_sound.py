@@ -34,11 +34,10 @@ from farm.decoders.ltx2.audio import (  # noqa: E402
     LTX2_AUDIO,
     LTX2_AUDIO_TINY,
     check_audio_weights,
-    load_audio_decoder,
     parse_audio_spec,
     samples_for_frames,
 )
-from farm.decoders.sound import superseded_sound  # noqa: E402
+from farm.decoders.sound import load_sound_decoder, superseded_sound  # noqa: E402
 from farm.errors import FarmError  # noqa: E402
 from farm.media.audio import fit_length, read_audio, to_levels  # noqa: E402
 from farm.store.frames import read_frames  # noqa: E402
@@ -104,12 +103,12 @@ def test_ltx2_sound_equals_ltx_core(tmp_path, ltx2_file, scheduler3):
     assert 0.05 < np.mean(np.abs(wave) > 0.9) < 0.8, np.abs(wave).max()  # the tanh bends part of it
 
     spec = {"config": "ltx2-audio-tiny", "weights": {"path": str(ltx2_file)}}
-    got_wave = load_audio_decoder(spec).decode(denormalized.numpy())
+    got_wave = load_sound_decoder(spec).decode(denormalized.numpy())
     np.testing.assert_allclose(got_wave, wave, rtol=0, atol=1e-5)
     # the test can tell: a clamp instead of LTX-2's tanh is another sound
     clamped = {"audio_vae": LTX2_AUDIO_TINY["audio_vae"],
                "vocoder": {**LTX2_AUDIO_TINY["vocoder"], "final_act_fn": "clamp"}}  # fmt: skip
-    assert np.abs(load_audio_decoder({"config": clamped, "weights": spec["weights"]})
+    assert np.abs(load_sound_decoder({"config": clamped, "weights": spec["weights"]})
                   .decode(denormalized.numpy()) - wave).max() > 0.05  # fmt: skip
 
     latents = tmp_path / "sh010.safetensors"

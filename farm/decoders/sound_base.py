@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from farm.decoders.base import CONFIG_REVISION
+from farm.errors import FarmError
 
 
 class SoundDecoder(Protocol):
@@ -130,3 +132,19 @@ class SoundSpec(ABC):
 def samples_for_frames(frames: int, fps: float, sample_rate: int) -> int:
     """Samples of sound that last as long as `frames` video frames at `fps`."""
     return int(round(frames * sample_rate / fps))
+
+
+def parse_weights(raw: dict[str, Any], where: str, example: str, what_exists: str) -> dict[str, Any]:
+    """A spec's ``weights`` field checked: ``{"path": ...}`` of something that exists (`example`: a path
+    to show; `what_exists`: what the path should be), or ``{"random_seed": N}``."""
+    weights = raw.get("weights")
+    if not isinstance(weights, dict) or not (
+        isinstance(weights.get("path"), str) or isinstance(weights.get("random_seed"), int)
+    ):
+        raise FarmError(
+            f'{where}: \'weights\' must be {{"path": "{example}"}} '
+            f'or, for tests and benchmarks only, {{"random_seed": N}}; got {weights!r}'
+        )
+    if "path" in weights and not Path(weights["path"]).exists():
+        raise FarmError(f"{where}: weights path {weights['path']!r} does not exist; give {what_exists}")
+    return dict(weights)

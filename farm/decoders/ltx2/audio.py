@@ -39,7 +39,7 @@ import numpy as np
 from farm.decoders.base import CONFIG_REVISION, named_config_revision
 from farm.decoders.ltx2.audio_vae_config import audio_vae_contradictions
 from farm.decoders.ltx2.vocoder_config import vocoder_contradictions
-from farm.decoders.sound_base import SoundSpec, samples_for_frames  # noqa: F401 (a name of this module too)
+from farm.decoders.sound_base import SoundSpec, parse_weights, samples_for_frames  # noqa: F401 (a name of this module too)
 from farm.errors import FarmError
 
 if TYPE_CHECKING:
@@ -276,19 +276,9 @@ def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
     else:
         raise FarmError(f"{where}: 'config' must be a config name or {{\"audio_vae\": {{...}}, \"vocoder\": "
                         f"{{...}}}}, got {config!r}")  # fmt: skip
-    weights = raw.get("weights")
-    if not isinstance(weights, dict) or not (
-        isinstance(weights.get("path"), str) or isinstance(weights.get("random_seed"), int)
-    ):
-        raise FarmError(
-            f'{where}: \'weights\' must be {{"path": "/local/pipeline/folder/or/ltx-2.safetensors"}} '
-            f'or, for tests and benchmarks only, {{"random_seed": N}}; got {weights!r}'
-        )
-    if "path" in weights and not Path(weights["path"]).exists():
-        raise FarmError(
-            f"{where}: weights path {weights['path']!r} does not exist; give a diffusers pipeline "
-            "folder (audio_vae/, vocoder/) or LTX-2's single .safetensors checkpoint"
-        )
+    weights = parse_weights(raw, where, "/local/pipeline/folder/or/ltx-2.safetensors",
+                            "a diffusers pipeline folder (audio_vae/, vocoder/) or LTX-2's single "
+                            ".safetensors checkpoint")  # fmt: skip
     dtype = raw.get("dtype", "float32")
     if dtype not in DTYPES:
         raise FarmError(f"{where}: dtype {dtype!r} is not supported; use one of {list(DTYPES)}")
@@ -296,7 +286,7 @@ def parse_audio_spec(raw: Any, where: str = "audio decoder spec") -> AudioSpec:
     if name is None and given is not None:
         raise FarmError(f"{where}: 'config_revision' is for named configs only; remove it")
     revision = named_config_revision(AudioConfigs, name, given, where) if name is not None else {}
-    return AudioSpec(name, resolved, dict(weights), dtype, revision.get(CONFIG_REVISION))
+    return AudioSpec(name, resolved, weights, dtype, revision.get(CONFIG_REVISION))
 
 
 def check_audio_latent(shape: tuple[int, ...], spec: AudioSpec, where: str) -> None:
@@ -418,21 +408,6 @@ class AudioDecoder:
             .cpu()
             .numpy()
         )
-
-
-_cache: dict[tuple[str, str], AudioDecoder] = {}
-_cache_lock = threading.Lock()
-
-
-def load_audio_decoder(spec: AudioSpec | dict[str, Any], device: str = "cpu") -> AudioDecoder:
-    """The audio decoder of `spec` on `device`, built once per process."""
-    spec = parse_audio_spec(spec)
-    key = (json.dumps(spec.to_json(), sort_keys=True), device)
-    with _cache_lock:
-        if key not in _cache:
-            vae, vocoder = build_models(spec)
-            _cache[key] = AudioDecoder(spec, vae, vocoder, device)
-    return _cache[key]
 
 
 def check_audio_weights(spec: AudioSpec) -> None:

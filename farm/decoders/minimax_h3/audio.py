@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from farm.decoders.sound_base import SoundSpec
+from farm.decoders.sound_base import SoundSpec, parse_weights
 from farm.errors import FarmError
 
 FAMILY = "minimax-h3-audio"
@@ -92,18 +92,9 @@ class MiniMaxH3AudioSpec(SoundSpec):
             raise FarmError(f"{where}: 'config' must be a config name or {{...}} "
                             "(AutoencoderKLMiniMaxH3Audio's constructor arguments), "
                             f"got {config!r}")  # fmt: skip
-        weights = raw.get("weights")
-        if not isinstance(weights, dict) or not (
-            isinstance(weights.get("path"), str) or isinstance(weights.get("random_seed"), int)
-        ):
-            raise FarmError(
-                f'{where}: \'weights\' must be {{"path": "/local/audio_vae/folder/or/file.safetensors"}} '
-                f'or, for tests and benchmarks only, {{"random_seed": N}}; got {weights!r}'
-            )
-        if "path" in weights and not Path(weights["path"]).exists():
-            raise FarmError(f"{where}: weights path {weights['path']!r} does not exist; give the audio "
-                            "VAE's diffusers folder (or the pipeline folder holding audio_vae/) or a "
-                            ".safetensors file")  # fmt: skip
+        weights = parse_weights(raw, where, "/local/audio_vae/folder/or/file.safetensors",
+                                "the audio VAE's diffusers folder (or the pipeline folder holding "
+                                "audio_vae/) or a .safetensors file")  # fmt: skip
         dtype = raw.get("dtype", "float32")
         if dtype != "float32":
             raise FarmError(f"{where}: dtype {dtype!r} is not supported; MiniMax-H3's audio VAE decodes "
