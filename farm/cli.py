@@ -312,7 +312,7 @@ def _add_status_command(add: AddCommand) -> None:
                            "and joined, decode retries, failed shots and why")  # fmt: skip
     what.add_argument("--render", metavar="ID",
                       help="one render's history event by event: what its state machine heard and what it "
-                           "decided")  # fmt: skip
+                           "decided (default: none; --renders lists the ids)")  # fmt: skip
 
 
 def _add_demo_command(add: AddCommand) -> None:
