@@ -8,6 +8,6 @@ certificates; `srun`: the program that runs farm inside a SLURM allocation);
 ``OUT/timeline.otio`` as shots finish.
 
 May import every package below it (`farm.planning`, `farm.store`, `farm.inputs`, `farm.worker`'s task
-functions, `farm.dashboard`, `farm.media`, `farm.decoders`, `farm.version`) and Dask distributed; torch and diffusers
-never at module level (`tests/test_driver_boundary.py`).
+functions, `farm.dashboard`, `farm.media`, `farm.decoders`, `farm.version`) and Dask distributed;
+torch and diffusers never at module level (`tests/test_driver_boundary.py`).
 """
