@@ -16,6 +16,7 @@ import farm
 from farm.media.video import encode_segment
 from farm.store.frames import read_frames
 from farm.store.output import Output
+from farm.store.render_logs import read_history
 
 
 def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
@@ -40,6 +41,7 @@ def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, sche
     farm.synth(job, decoder="ltx2-tiny", shots=2, frames=33, height=64, width=64)
     out = tmp_path / "out"
     cases = ((signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"))
+    seen = 0  # render histories in OUT
     for sig, code, line in cases:
         proc, _ = start_render(job, out)
         if sig == signal.SIGINT:
@@ -51,6 +53,10 @@ def test_ctrl_c_and_sigterm_print_one_line_and_the_render_resumes(tmp_path, sche
         assert err.splitlines() == [f"farm: {line}; finished batches are kept, rerun to resume"], err  # after
         # "render id": one line, no worker traceback, no distributed warnings
         assert not (out / ".farm" / "lock").exists()
+        histories = sorted((out / ".farm" / "renders").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+        if len(histories) > seen:  # this render reached its graph: its history says how it ended
+            assert read_history(histories[-1]).records[-1].get("outcome") == "interrupted", histories[-1]
+        seen = len(histories)
     whole_shots = farm.PlanOptions(tiles=(1, 1, 1), batch_frames=8)
     stats = farm.render(job, out, scheduler=scheduler3, options=whole_shots, log=lambda _: None)
     assert not stats.failed and all(Output(out).video(s).exists() for s in ("shot000", "shot001"))

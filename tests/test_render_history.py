@@ -162,13 +162,7 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
     code, printed = run_cli(capsys, "status", str(out.root), "--render", render_id)
     assert printed.splitlines()[-1].startswith("stopped without an end (its last line: "), printed
 
-    # SIGTERM (as a render manager stops a task) ends the history with the render: interrupted
-    terminated = Output(tmp_path / "out-terminated")
-    with workers_paused(cluster3):
-        render, path = start_render_and_wait(command[:6] + [str(terminated.root)] + command[7:], terminated)
-        render.send_signal(signal.SIGTERM)
-        assert render.wait(timeout=60) == 143
-    assert read_history(path).records[-1]["outcome"] == "interrupted"
+    # SIGTERM ends a history as interrupted: tests/test_interrupts.py, on the render's own cluster
 
 
 def test_the_scheduler_counts_a_renders_retried_tasks(tmp_path, cluster3):

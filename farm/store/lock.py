@@ -179,10 +179,16 @@ def _lock_file(out_root: Path, path: Path, dir_fd: int, *, wait: float = 0.0) ->
                 raise _Held(owner) from None
             time.sleep(0.005)
             continue
+        except BaseException:  # an interrupt (Ctrl-C, SIGTERM): no lost descriptor left holding the lock
+            os.close(fd)
+            raise
         try:
             same = os.fstat(fd).st_ino == os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False).st_ino
         except FileNotFoundError:
             same = False
+        except BaseException:  # as above: this process would wait on its own lock at its clean-up
+            os.close(fd)
+            raise
         if same:
             return fd
         os.close(fd)  # we locked a file its holder had just unlinked: lock the current one
