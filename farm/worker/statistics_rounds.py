@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from farm.decoders.hunyuanvideo.groupnorm_rounds import combine
+from farm.worker.device import worker_device
 from farm.worker.gpu_budget import hold_gpu_memory
-from farm.worker.tasks import load_decoder, on_decode_thread, shared_block, worker_device
+from farm.worker.tasks import load_decoder, on_decode_thread, shared_block
 
 if TYPE_CHECKING:
     import torch

@@ -38,6 +38,7 @@ from farm.store.output import Output
 from farm.store.output_kinds import batch_record
 from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
+from farm.worker.device import worker_device
 from farm.worker.gpu_budget import hold_gpu_memory
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
 
@@ -45,13 +46,6 @@ if TYPE_CHECKING:
     import torch
 
     from farm.decoders.base import VideoDecoder
-
-
-def worker_device() -> str:
-    """This process' GPU (dask-cuda gives each worker one visible device), else the CPU."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _weights(

@@ -83,8 +83,8 @@ def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> N
     """Build the decoder for `spec_json` on this worker's device, as a task would
     (`farm.worker.tasks.prepare_decoder`: the GPU-memory budget held first), marked as preloaded."""
     from farm.decoders import preload_decoder as build
+    from farm.worker.device import worker_device
     from farm.worker.gpu_budget import hold_gpu_memory
-    from farm.worker.tasks import worker_device
 
     started = time.perf_counter()
 
