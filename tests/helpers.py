@@ -151,8 +151,8 @@ def plans_required_window(plans: Sequence[ShotPlan]) -> int:
 
 @contextlib.contextmanager
 def workers_paused(client: Client):
-    """Occupy every worker's task thread until the block ends: renders stop progressing (deterministic
-    'mid-render' moments on a machine where tiny renders take a second or two)."""
+    """Occupy every task thread of every worker until the block ends: renders stop progressing
+    (deterministic 'mid-render' moments on a machine where tiny renders take a second or two)."""
     from distributed import Event, Queue
 
     from farm.run.cluster import workers_info
@@ -165,11 +165,11 @@ def workers_paused(client: Client):
             Event(name, client=own).wait(120)
 
     name = f"pause-{time.monotonic_ns()}"
-    workers = sorted(workers_info(client))
+    threads = [w for w, info in sorted(workers_info(client).items()) for _ in range(info["nthreads"])]
     event, started = Event(name, client=client), Queue(name + "-started", client=client)
     holds = [client.submit(hold, name, key=f"{name}-{i}", workers=[w], allow_other_workers=False,
-                           priority=10**15, pure=False) for i, w in enumerate(workers)]  # fmt: skip
-    for _ in workers:
+                           priority=10**15, pure=False) for i, w in enumerate(threads)]  # fmt: skip
+    for _ in threads:
         started.get(timeout=60)
     try:
         yield

@@ -10,13 +10,23 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from farm.errors import FarmError
-from farm.store.lock import held_shots, lock_owners, output_lock, shared_lock, shot_lock_path
+from farm.store.lock import (
+    guarded_writes,
+    held_shots,
+    lock_owners,
+    output_lock,
+    render_guard,
+    shared_lock,
+    shot_lock_path,
+)
+from farm.store.output import Output
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 
@@ -174,3 +184,61 @@ def test_the_shared_lock_waits_for_its_holder_and_names_one_that_is_stuck(tmp_pa
     finally:
         stuck.send_signal(signal.SIGKILL)
         stuck.wait()
+
+
+def guarded(out: Path, guard: str, owner: dict, shots: list[str]) -> bool:
+    with guarded_writes(out, guard, owner, shots) as holding:
+        return holding
+
+
+def test_a_renders_task_writes_only_while_the_render_holds_out(tmp_path):
+    """What a render's task writes into OUT on a worker lands while the render holds OUT: the render
+    waits for a task writing under its guard before it lets OUT go, and a task that starts later (the
+    render was interrupted while the cluster was busy) is told not to write."""
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    with output_lock(out, ["sh010", "sh020"], job=job, render="r1") as lock, render_guard(out) as guard:
+        owner = dict(lock.fields)
+        assert guarded(out, guard, owner, ["sh010", "sh020"])
+        assert not guarded(out, guard, {**owner, "started": owner["started"] + 1}, ["sh010"])  # another r1
+        assert not guarded(out, guard, owner, ["sh030"])  # a shot it does not hold
+        writing, written = threading.Event(), []
+
+        def task() -> None:
+            with guarded_writes(out, guard, owner, ["sh010"]) as holding:
+                writing.set()
+                time.sleep(1.0)
+                written.append((holding, held_shots(out).get("sh010", {}).get("render")))
+
+        thread = threading.Thread(target=task)
+        thread.start()
+        assert writing.wait(10)
+    assert written == [(True, "r1")]  # the render let OUT go only once the task had written
+    thread.join()
+    assert not guarded(out, guard, owner, ["sh010"]) and held_shots(out) == {}
+    assert not any(Output(out).guards_dir.iterdir())
+
+
+GUARD_HOLDER = """
+import sys, time
+from pathlib import Path
+from farm.store.lock import output_lock, render_guard
+out = Path(sys.argv[1])
+with output_lock(out, ["sh010"], job=sys.argv[2], render="r1"), render_guard(out) as g:
+    print(g, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_task_of_a_killed_render_writes_nothing(tmp_path):
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    holder = subprocess.Popen([sys.executable, "-c", GUARD_HOLDER, str(out), str(job)],
+                              stdout=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    try:
+        guard = holder.stdout.readline().strip()
+        owner = held_shots(out)["sh010"]
+        assert guarded(out, guard, owner, ["sh010"])
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert (Output(out).guards_dir / guard).exists()  # SIGKILL leaves the guard, the kernel frees the lock
+    assert not guarded(out, guard, owner, ["sh010"])

@@ -15,6 +15,7 @@ The pieces it puts together live in the modules named for them (`farm.planning.o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -97,7 +98,15 @@ from farm.store.claims import check_chunk_files
 from farm.store.frames import prepare_output
 from farm.store.job import Job, open_job
 from farm.store.latent_chunks import LatentChunks
-from farm.store.lock import cancel_command, job_read_lock, other_renders, output_lock, shared_lock
+from farm.store.lock import (
+    cancel_command,
+    guarded_writes,
+    job_read_lock,
+    other_renders,
+    output_lock,
+    render_guard,
+    shared_lock,
+)
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, os_errors_in_one_line, removed_if_left_empty
 from farm.store.output_kinds import TIMELINE, open_for_render
@@ -271,6 +280,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         removed_if_left_empty(out),
         output_lock(out.root, early.names, job=job.path, render=request.render_id,
                     check=lambda: check_one_job(out, job.path, request.restart)) as lock,
+        render_guard(out.root) as guard,  # what an I/O worker writes lands while the lock is held
         connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file, workers=request.workers,
                 decoder={"spec": worker_spec, "compile": request.compile}) as client,  # fmt: skip
     ):
@@ -287,11 +297,13 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         assigned = assign_round_robin(points.pending, n_workers)
         first_reads.read(assigned)  # unless read before the hash was in
         window = _budget_window(client, request, decode_workers, gpu_bytes, plans, job)
-        outputs = _start_output(setup, plans, identities, points, client=client, io_workers=io_workers)
+        outputs = _start_output(setup, plans, identities, points, client=client, io_workers=io_workers,
+                                guard=(guard, lock.fields))  # fmt: skip
         clock.mark("size the window, start the outputs")
         timeline = RenderTimeline(job, out, plans, request.video, timecodes, request.log)
         timeline.start({p.shot for p in plans} - {p.shot for p in points.pending})
         stats = RenderStats()
+        interrupted = False
         try:
             if points.pending:
                 _announce(client, len(points.pending), n_workers, request, request.log)
@@ -314,8 +326,14 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
                 mark_cancelled(out, [s.shot for s in stats.cancelled])
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: not waiting for the outputs (a busy shared cluster may
+            interrupted = True  # not start their task for long); once the lock is released, it writes nothing
+            with contextlib.suppress(Exception):
+                outputs.cancel()
+            raise
         finally:
-            outputs.result()  # in place (or its error raised) before the lock is released
+            if not interrupted:
+                outputs.result()  # in place (or its error raised) before the lock is released
         timeline.end()
     stats = _add_outcomes(stats, plans, shot_errors, request)
     stats.finish_s = clock.elapsed() - stats.setup_s - stats.seconds if stats.seconds else 0.0
@@ -633,7 +651,7 @@ def _sound(job: Job, plans: Sequence[ShotPlan], video: VideoSettings) -> Sound |
 
 def _start_output(
     setup: PassSetup, plans: Sequence[ShotPlan], identities: dict, points: ResumePoints, *,
-    client: Client, io_workers: Sequence[str],
+    client: Client, io_workers: Sequence[str], guard: tuple[str, Mapping[str, object]],
 ) -> Future | DaskFuture:  # fmt: skip
     """The render can start: only now is anything in OUT replaced (restarts). Output arrays and identity
     records are then written while the first tiles decode (decodes only read the job store); no blend
@@ -641,14 +659,15 @@ def _start_output(
 
     They are written by an I/O worker when the cluster has one: a job of many shots makes hundreds of
     small metadata files, Python work that on the render's own process would hold the GIL against the
-    driver submitting the first decodes. Otherwise on a thread here."""
+    driver submitting the first decodes. Otherwise on a thread here. Either way they are written under
+    `guard` (the render's guard and its lock's owner record: `farm.store.lock.guarded_writes`)."""
     job, request = setup.job, setup.request
     remove_stale_temporaries(request.out)
     open_for_render(request.out, plan_opening(points), stale=False)
     for note in points.notes:
         request.log(note)
     prepare = OutputsToPrepare(request.out, job, tuple(plans), identities, request.options.batch_frames,
-                               request.video, request.render_id)  # fmt: skip
+                               request.video, request.render_id, guard[0], dict(guard[1]))  # fmt: skip
     if io_workers:
         outputs: Future | DaskFuture = client.submit(
             _prepare_outputs, prepare, key=(keys.PREPARE_OUTPUT, request.render_id), workers=[io_workers[0]],
@@ -693,7 +712,7 @@ def chunk_claims(job: Job, names: Sequence[str]) -> dict[str, FarmError]:
 @dataclass(frozen=True)
 class OutputsToPrepare:
     """What `_prepare_outputs` writes into OUT: each plan's arrays and its render identity (owned by
-    `render_id`)."""
+    `render_id`), while the render holds OUT (its `guard`, its shot locks' `owner` record)."""
 
     out: Output
     job: Job
@@ -702,9 +721,20 @@ class OutputsToPrepare:
     batch_frames: int
     video: VideoSettings
     render_id: str
+    guard: str
+    owner: dict
 
 
 def _prepare_outputs(prepare: OutputsToPrepare) -> None:
+    """Write `prepare`'s arrays and identities into OUT, unless the render let OUT go before this started
+    (interrupted while the cluster had no thread free for this task): then nothing."""
+    out = prepare.out
+    with guarded_writes(out.root, prepare.guard, prepare.owner, [p.shot for p in prepare.plans]) as holding:
+        if holding:
+            _write_outputs(prepare)
+
+
+def _write_outputs(prepare: OutputsToPrepare) -> None:
     out, job, plans, video = prepare.out, prepare.job, prepare.plans, prepare.video
     identities, batch_frames, render_id = prepare.identities, prepare.batch_frames, prepare.render_id
     prepare_output(out, job, [(p.shot, p.pixel_shape, batch_frames) for p in plans], video.frames_dtype,

@@ -16,6 +16,11 @@ the message a refused render prints and for ``farm cancel OUT``, which reads the
 The holder unlinks a file before it releases its lock; a process that locked a file which was unlinked
 meanwhile (it opened the old one) sees the inode change and tries again, so two holders can never lock
 two different files of the same path.
+
+A render's tasks that write into OUT on a worker of a shared cluster may start after the render has
+gone (an interrupt does not wait for a task the busy cluster has not started): such a task writes only
+inside `guarded_writes`, under the render's guard file (``OUT/.farm/guards/<name>``, `render_guard`),
+which the render locks and removes before it releases its shot locks.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import os
 import shlex
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from farm import logs
 from farm.errors import FarmError
 from farm.media import beneath
 from farm.store.output import Output
@@ -302,6 +309,105 @@ def _take(out_root: Path, locks: int, shots: Sequence[str], fds: list[tuple[Path
             "render other shots (--shots), wait for it to finish or cancel it with "
             f"`{cancel_command(out_root)}` (the lock is released when that process ends)"
         )
+
+
+# what names a render in its shot locks' owner record: a later render with the same render id is another
+OWNER_IDENTITY = ("pid", "host", "started", "render")
+
+
+@contextmanager
+def render_guard(out_root: Path, *, wait: float = SHARED_WAIT_S) -> Iterator[str]:
+    """A guard on what the render's tasks write into OUT (`guarded_writes`), for the block: yields its name.
+    Taken inside `output_lock`: when the block ends, the guard is locked (waiting up to `wait` s for a
+    task writing under it) and removed, before the shot locks are released."""
+    state = _state_folder(out_root, Output(out_root).guards_dir)
+    name = uuid.uuid4().hex
+    try:
+        flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            os.close(os.open(name, flags, 0o644, dir_fd=state))
+        except OSError as exc:
+            raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
+        try:
+            yield name
+        finally:
+            _retire_guard(out_root, name, state, wait)
+    finally:
+        os.close(state)
+
+
+def _retire_guard(out_root: Path, name: str, state: int, wait: float) -> None:
+    """Lock the guard `name` (a task writing under it finishes first: up to `wait` s) and remove it: a task
+    that locks it afterwards finds it unlinked and writes nothing."""
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=state)
+    except OSError:
+        return
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    logs.LOGGER.warning(
+                        "output %r: a task of this render has been writing its output arrays for %.0f s; "
+                        "the render ends without waiting for it", str(out_root), wait,
+                    )  # fmt: skip
+                    break
+                time.sleep(0.01)
+            except OSError:  # no flock on this file system: the removal alone tells later tasks
+                break
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=state)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def guarded_writes(
+    out_root: Path, guard: str, owner: Mapping[str, object], shots: Sequence[str]
+) -> Iterator[bool]:  # fmt: skip
+    """For a task writing into OUT for a render away from the render's process (an I/O worker): yields
+    whether that render still holds OUT (its guard `guard` in place, each of `shots`' locks carrying the
+    `owner` record it took them with). The guard stays locked for the block, so the render cannot let
+    OUT go meanwhile: it waits for the block (`render_guard`) before releasing its locks."""
+    state = fd = -1
+    try:
+        holding = False
+        try:
+            state = beneath.open_folder(Path(out_root), Output(out_root).guards_dir)
+            fd = os.open(guard, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=state)
+        except (OSError, FarmError):  # removed: the render let OUT go (a guard is never made again)
+            pass
+        else:
+            with contextlib.suppress(OSError):  # no flock on this file system: the checks below alone
+                fcntl.flock(fd, fcntl.LOCK_EX)  # the render holds it only while removing the guard
+            holding = _guard_in_place(guard, state, fd) and _owns_shots(out_root, owner, shots)
+        yield holding
+    finally:
+        for open_fd in (fd, state):
+            if open_fd >= 0:
+                os.close(open_fd)
+
+
+def _guard_in_place(name: str, state: int, fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.stat(name, dir_fd=state, follow_symlinks=False).st_ino
+    except OSError:
+        return False
+
+
+def _owns_shots(out_root: Path, owner: Mapping[str, object], shots: Sequence[str]) -> bool:
+    """Whether each of `shots`' locks is held with `owner`'s record (a render killed with SIGKILL left its
+    guard behind, but the kernel released its shot locks)."""
+    wanted = {key: owner.get(key) for key in OWNER_IDENTITY}
+    for shot in shots:
+        record = _held_record(shot_lock_path(out_root, shot))
+        if record is None or {key: record.get(key) for key in OWNER_IDENTITY} != wanted:
+            return False
+    return True
 
 
 @contextmanager

@@ -13,6 +13,8 @@ paths alone (writable, the temporaries a killed render left, removal of farm's o
     OUT/sequences/<shot>/<shot>.NNNN.png|.exr   optional image sequence (farm.media.sequences)
     OUT/.farm/lock                    the short lock on what OUT's renders share (farm.store.lock)
     OUT/.farm/locks/<shot>            the lock of the render writing the shot, its owner record
+    OUT/.farm/guards/<name>           a render's guard on what its tasks write into OUT (farm.store.lock),
+                                      removed before its shot locks are released
     OUT/.farm/segments/<shot>/NNNNN.mp4   per-batch segments, joined into the video (then removed)
     OUT/.farm/done/<shot>/NNNNN       marker written once batch NNNNN's frames, segment, images are in place:
                                       the sha256 of each of its chunk files and of its segment
@@ -116,6 +118,10 @@ class Output:
 
     def shot_lock_file(self, shot: str) -> Path:
         return child_path(self.shot_locks_dir, shot)
+
+    @property
+    def guards_dir(self) -> Path:
+        return self.state_dir / "guards"
 
     @property
     def renders_dir(self) -> Path:

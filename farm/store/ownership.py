@@ -38,7 +38,7 @@ def farm_paths(out: Output, shots: Iterable[str]) -> list[Path]:
     state = out.state_dir
     paths = [out.frames_zarr, out.frames_zarr / "zarr.json", out.sequences_dir, state, out.lock_file,
              out.write_probe, state / "segments", state / "done", out.shot_locks_dir,
-             out.renders_dir]  # fmt: skip
+             out.guards_dir, out.renders_dir]  # fmt: skip
     for shot in shots:
         paths += [out.shot_group(shot), out.segments_dir(shot), out.done_dir(shot), out.sequence_dir(shot),
                   out.shot_lock_file(shot)]  # fmt: skip
