@@ -25,6 +25,7 @@ from farm.store.lock import (
     render_guard,
     shared_lock,
     shot_lock_path,
+    stale_guards,
 )
 from farm.store.output import Output
 
@@ -196,7 +197,10 @@ def test_a_renders_task_writes_only_while_the_render_holds_out(tmp_path):
     waits for a task writing under its guard before it lets OUT go, and a task that starts later (the
     render was interrupted while the cluster was busy) is told not to write."""
     out, job = tmp_path / "out", tmp_path / "job.zarr"
-    with output_lock(out, ["sh010", "sh020"], job=job, render="r1") as lock, render_guard(out) as guard:
+    with (
+        output_lock(out, ["sh010", "sh020"], job=job, render="r1") as lock,
+        render_guard(out, lock.fields) as guard,
+    ):
         owner = dict(lock.fields)
         assert guarded(out, guard, owner, ["sh010", "sh020"])
         assert not guarded(out, guard, {**owner, "started": owner["started"] + 1}, ["sh010"])  # another r1
@@ -223,22 +227,24 @@ import sys, time
 from pathlib import Path
 from farm.store.lock import output_lock, render_guard
 out = Path(sys.argv[1])
-with output_lock(out, ["sh010"], job=sys.argv[2], render="r1"), render_guard(out) as g:
+with output_lock(out, ["sh010"], job=sys.argv[2], render="r1") as lock, render_guard(out, lock.fields) as g:
     print(g, flush=True)
     time.sleep(600)
 """
 
 
-def test_a_task_of_a_killed_render_writes_nothing(tmp_path):
+def test_a_task_of_a_killed_render_writes_nothing_and_its_guard_is_stale(tmp_path):
     out, job = tmp_path / "out", tmp_path / "job.zarr"
     holder = subprocess.Popen([sys.executable, "-c", GUARD_HOLDER, str(out), str(job)],
                               stdout=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
     try:
         guard = holder.stdout.readline().strip()
         owner = held_shots(out)["sh010"]
-        assert guarded(out, guard, owner, ["sh010"])
+        assert guarded(out, guard, owner, ["sh010"]) and stale_guards(out) == []
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     assert (Output(out).guards_dir / guard).exists()  # SIGKILL leaves the guard, the kernel frees the lock
     assert not guarded(out, guard, owner, ["sh010"])
+    with output_lock(out, ["sh020"], job=job) as lock, render_guard(out, lock.fields) as live:
+        assert stale_guards(out) == [Output(out).guards_dir / guard] and live != guard

@@ -106,6 +106,7 @@ from farm.store.lock import (
     output_lock,
     render_guard,
     shared_lock,
+    stale_guards,
 )
 from farm.store.markers import mark_done
 from farm.store.output import Output, check_writable, os_errors_in_one_line, removed_if_left_empty
@@ -280,7 +281,7 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
         removed_if_left_empty(out),
         output_lock(out.root, early.names, job=job.path, render=request.render_id,
                     check=lambda: check_one_job(out, job.path, request.restart)) as lock,
-        render_guard(out.root) as guard,  # what an I/O worker writes lands while the lock is held
+        render_guard(out.root, lock.fields) as guard,  # what an I/O worker writes lands while it is held
         connect(scheduler=request.scheduler, scheduler_file=request.scheduler_file, workers=request.workers,
                 decoder={"spec": worker_spec, "compile": request.compile}) as client,  # fmt: skip
     ):
@@ -632,13 +633,16 @@ def _what_is_left(
 
 def remove_stale_temporaries(out: Output) -> None:
     """Remove the temporaries killed renders left in OUT, unless another render is writing into OUT now
-    (its temporaries are not stale: a later render alone in OUT removes what is left). Under OUT's shared
-    lock, which a render takes its shot locks under, so none starts writing meanwhile."""
-    with shared_lock(out.root):
+    (its temporaries are not stale: a later render alone in OUT removes what is left), and their guards
+    (`farm.store.lock.stale_guards`). Under OUT's shared lock, which a render takes its shot locks under,
+    so none starts writing meanwhile."""
+    what = f"cannot clear what this render replaces in {str(out.root)!r}"
+    with shared_lock(out.root), os_errors_in_one_line(what):
+        stale = stale_guards(out.root)
         if not other_renders(out.root):
-            with os_errors_in_one_line(f"cannot clear what this render replaces in {str(out.root)!r}"):
-                for path in out.stale_temporaries():
-                    beneath.unlink(out.root, path)
+            stale += out.stale_temporaries()
+        for path in stale:
+            beneath.unlink(out.root, path)
 
 
 def _sound(job: Job, plans: Sequence[ShotPlan], video: VideoSettings) -> Sound | None:

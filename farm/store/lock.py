@@ -316,16 +316,23 @@ OWNER_IDENTITY = ("pid", "host", "started", "render")
 
 
 @contextmanager
-def render_guard(out_root: Path, *, wait: float = SHARED_WAIT_S) -> Iterator[str]:
+def render_guard(
+    out_root: Path, owner: Mapping[str, object], *, wait: float = SHARED_WAIT_S
+) -> Iterator[str]:  # fmt: skip
     """A guard on what the render's tasks write into OUT (`guarded_writes`), for the block: yields its name.
-    Taken inside `output_lock`: when the block ends, the guard is locked (waiting up to `wait` s for a
-    task writing under it) and removed, before the shot locks are released."""
+    Taken inside `output_lock` (`owner`: its record, which the guard keeps for `stale_guards`): when the
+    block ends, the guard is locked (waiting up to `wait` s for a task writing under it) and removed,
+    before the shot locks are released."""
     state = _state_folder(out_root, Output(out_root).guards_dir)
     name = uuid.uuid4().hex
     try:
         flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW
         try:
-            os.close(os.open(name, flags, 0o644, dir_fd=state))
+            fd = os.open(name, flags, 0o644, dir_fd=state)
+            try:
+                os.write(fd, json.dumps(_identity(owner)).encode())
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise FarmError(f"output path {str(out_root)!r} is not writable: {exc.strerror or exc}") from None
         try:
@@ -399,15 +406,41 @@ def _guard_in_place(name: str, state: int, fd: int) -> bool:
         return False
 
 
+def _identity(owner: Mapping[str, object]) -> dict[str, object]:
+    return {key: owner.get(key) for key in OWNER_IDENTITY}
+
+
 def _owns_shots(out_root: Path, owner: Mapping[str, object], shots: Sequence[str]) -> bool:
     """Whether each of `shots`' locks is held with `owner`'s record (a render killed with SIGKILL left its
     guard behind, but the kernel released its shot locks)."""
-    wanted = {key: owner.get(key) for key in OWNER_IDENTITY}
     for shot in shots:
         record = _held_record(shot_lock_path(out_root, shot))
-        if record is None or {key: record.get(key) for key in OWNER_IDENTITY} != wanted:
+        if record is None or _identity(record) != _identity(owner):
             return False
     return True
+
+
+def stale_guards(out_root: Path) -> list[Path]:
+    """The guards (`render_guard`) of renders that are not live: killed ones' (a render removes its own).
+    A guard whose record is not written yet is its render's, live."""
+    folder = Output(out_root).guards_dir
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    owners = lock_owners(out_root)
+    if any(owner.get("pid") is None for owner in owners):  # a record read while being rewritten: not now
+        return []
+    live = [_identity(owner) for owner in owners]
+    stale = []
+    for name in names:
+        try:
+            record = json.loads(beneath.read_file(Path(out_root), folder / name) or b"null")
+        except (OSError, ValueError, FarmError):
+            continue
+        if isinstance(record, dict) and _identity(record) not in live:
+            stale.append(folder / name)
+    return stale
 
 
 @contextmanager
