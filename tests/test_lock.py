@@ -248,3 +248,24 @@ def test_a_task_of_a_killed_render_writes_nothing_and_its_guard_is_stale(tmp_pat
     assert not guarded(out, guard, owner, ["sh010"])
     with output_lock(out, ["sh020"], job=job) as lock, render_guard(out, lock.fields) as live:
         assert stale_guards(out) == [Output(out).guards_dir / guard] and live != guard
+
+
+def test_a_render_waits_for_a_writing_task_only_so_long(tmp_path, caplog):
+    out, job = tmp_path / "out", tmp_path / "job.zarr"
+    writing, done = threading.Event(), threading.Event()
+    with output_lock(out, ["sh010"], job=job) as lock:
+        with render_guard(out, lock.fields, wait=0.3) as guard:
+
+            def task() -> None:
+                with guarded_writes(out, guard, dict(lock.fields), ["sh010"]):
+                    writing.set()
+                    done.wait(10)
+
+            thread = threading.Thread(target=task)
+            thread.start()
+            assert writing.wait(10)
+            started = time.monotonic()
+        waited = time.monotonic() - started
+    done.set()
+    thread.join()
+    assert 0.3 <= waited < 5 and "the render ends without waiting for it" in caplog.text

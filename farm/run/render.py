@@ -327,8 +327,10 @@ def _render_pass(job: Job, request: RenderRequest) -> RenderStats:
                     stats.setup_s, stats.setup_phases = clock.until_graph(stats.seconds)
                     stats.worker_steps = _worker_steps(client, decoders_ready)
                 mark_cancelled(out, [s.shot for s in stats.cancelled])
-        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: not waiting for the outputs (a busy shared cluster may
-            interrupted = True  # not start their task for long); once the lock is released, it writes nothing
+        except KeyboardInterrupt:
+            # Ctrl-C, SIGTERM: the outputs' task is dropped, not waited for (a busy shared cluster may not
+            # start it for long); one already writing finishes before the lock goes (`render_guard`)
+            interrupted = True
             with contextlib.suppress(Exception):
                 outputs.cancel()
             raise
