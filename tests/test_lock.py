@@ -1,6 +1,6 @@
 """OUT's locks: one per shot (the kernel frees it with its holder, never taken twice, none left by a failed
-start; renders of other shots proceed, of the same shots or of another job are refused by name) and the
-short lock on what OUT's renders share."""
+start; renders of other shots proceed, of the same shots or of another job are refused by name), the
+short lock on what OUT's renders share, and a render's guard on what its tasks write into OUT."""
 
 from __future__ import annotations
 
