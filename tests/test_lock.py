@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from farm.errors import FarmError
+from farm.run.render import remove_stale_temporaries
 from farm.store.lock import (
     guarded_writes,
     held_shots,
@@ -248,6 +249,8 @@ def test_a_task_of_a_killed_render_writes_nothing_and_its_guard_is_stale(tmp_pat
     assert not guarded(out, guard, owner, ["sh010"])
     with output_lock(out, ["sh020"], job=job) as lock, render_guard(out, lock.fields) as live:
         assert stale_guards(out) == [Output(out).guards_dir / guard] and live != guard
+        remove_stale_temporaries(Output(out))  # as a render starting its outputs: the killed one's goes
+        assert sorted(p.name for p in Output(out).guards_dir.iterdir()) == [live]
 
 
 def test_a_render_waits_for_a_writing_task_only_so_long(tmp_path, caplog):
