@@ -167,6 +167,8 @@ def main() -> None:
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
     parser.add_argument("--plain-dtype", default=None,
                         help="the plain script's dtype (default bfloat16; float32 with --device cpu)")
+    parser.add_argument("--spawned-too", action="store_true",
+                        help="the cold one-shot rows also with Dask's spawned workers (fork-workers off)")
     parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
     parser.add_argument("--device", default="cuda",
                         help="the plain script's device (cpu, with --parts one: a check of the script on a "
@@ -238,6 +240,11 @@ def main() -> None:
             record(f"farm render (own cluster), one shot #{rep + 1}",
                    run(farm_cmd("-v", "render", str(job1), "--out", str(work / f"cold1-{rep}")),
                        logs / f"cold1-{rep}.log", 300), farm=True)  # fmt: skip
+            if args.spawned_too:
+                record(f"farm render (own cluster, spawned workers), one shot #{rep + 1}",
+                       run(farm_cmd("-v", "render", str(job1), "--out", str(work / f"spawned1-{rep}")),
+                           logs / f"spawned1-{rep}.log", 300, env={"DASK_FARM__FORK_WORKERS": "false"}),
+                       farm=True)  # fmt: skip
 
     if "warm" in parts:
         scheduler_file = work / "scheduler.json"

@@ -28,6 +28,7 @@ from farm.planning.options import PlanOptions, parse_tiles, parse_triple
 from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
+from farm.run.worker_forkserver import forked_local_workers
 from farm.store.output import Output
 from farm.store.output_kinds import SHOT_OUTPUTS, TIMELINE
 from farm.store.progress import output_progress
@@ -653,6 +654,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
+    import dask.config
+
+    joins = config.joins_running_cluster(args.scheduler, args.scheduler_file, args.workers)
+    with dask.config.set(forked_local_workers(joins=joins)):  # first: the workers' imports start now
+        return _render(args)
+
+
+def _render(args: argparse.Namespace) -> int:
     from farm.run.render import run_render  # Dask distributed: this command's alone
 
     request = RenderRequest(
@@ -814,13 +823,13 @@ def _mark_demo(job_path: Path) -> None:
 def cmd_cluster(args: argparse.Namespace) -> int:
     import dask.config
 
-    from farm.run.clusterd import parse_gpus, serve  # Dask distributed: this command's alone
-
     settings = {f"farm.{key}": getattr(args, flag[2:].replace("-", "_")) for flag, key, *_ in SLURM_OPTIONS}
     settings = {key: value for key, value in settings.items() if value is not None}
     if args.backend is not None:
         settings["farm.cluster-backend"] = args.backend
-    with dask.config.set(settings):
+    with dask.config.set(settings), dask.config.set(forked_local_workers(joins=False)):
+        from farm.run.clusterd import parse_gpus, serve  # Dask distributed: this command's alone
+
         return serve(
             gpus=parse_gpus(args.gpus), workers=args.workers, protocol=args.protocol, host=args.host,
             port=args.port, dashboard_port=args.dashboard_port, scheduler_file=args.scheduler_file,

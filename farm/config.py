@@ -126,4 +126,17 @@ def scheduler_address() -> str | None:
     return str(address) if address else None
 
 
+def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
+    """The scheduler address `connect` joins: `scheduler`, or with neither it, `scheduler_file` nor
+    ``workers`` Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
+    if scheduler is None and scheduler_file is None and workers is None:
+        return scheduler_address()
+    return scheduler
+
+
+def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
+    """Whether `connect` with these arguments joins a running cluster (starts none)."""
+    return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
+
+
 _register()

@@ -24,7 +24,9 @@ from typing import Any
 
 from distributed import Client
 
-from farm import config, logs
+from farm import logs
+from farm.config import joins_running_cluster as joins_running_cluster
+from farm.config import scheduler_to_join
 from farm.errors import FarmError
 from farm.run import backends
 from farm.run.backends import ClusterAsk, ClusterChoice
@@ -78,19 +80,6 @@ def local_decode_workers() -> int:
     `farm.run.backends.local_cpu.MAX_DEFAULT_CPU_WORKERS` CPU processes (`farm plan` plans for as many
     as `farm render` runs)."""
     return _planned_choice(None).n_workers
-
-
-def scheduler_to_join(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> str | None:
-    """The scheduler address `connect` joins: `scheduler`, or with neither it, `scheduler_file` nor
-    ``workers`` Dask's ``scheduler-address`` setting (``DASK_SCHEDULER_ADDRESS``)."""
-    if scheduler is None and scheduler_file is None and workers is None:
-        return config.scheduler_address()
-    return scheduler
-
-
-def joins_running_cluster(scheduler: str | None, scheduler_file: str | None, workers: int | None) -> bool:
-    """Whether `connect` with these arguments joins a running cluster (starts none)."""
-    return scheduler_file is not None or scheduler_to_join(scheduler, scheduler_file, workers) is not None
 
 
 def _planned_choice(workers: int | None) -> ClusterChoice:

@@ -1,0 +1,101 @@
+"""Local workers forked from farm's worker forkserver (`farm.run.worker_forkserver`): a `farm cluster` started
+as a user starts it has workers that are children of one server process which imported torch before any of
+them existed (not of their Nannies), restarted workers too; with ``farm.fork-workers: false`` Dask spawns them
+from their Nannies as before. Which commands start the server is decided from their arguments alone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+import dask.config
+import pytest
+
+from farm.run import worker_forkserver
+from tests.test_workflows import FarmCluster
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
+
+
+def _processes(cluster: FarmCluster) -> dict[str, tuple[int, int, bool]]:
+    """Per worker: its pid, its parent's pid, and whether torch was imported before any task of this test."""
+
+    def facts() -> tuple[int, int, bool]:
+        return os.getpid(), os.getppid(), "torch" in sys.modules
+
+    return cluster.client.run(facts)
+
+
+@pytest.mark.cluster
+def test_farm_clusters_workers_fork_from_one_server_that_imported_torch(tmp_path):
+    cluster = FarmCluster(tmp_path, 2)
+    try:
+        workers = _processes(cluster)
+        nannies = cluster.client.run(os.getpid, nanny=True)
+        assert len(workers) == 2, workers
+        parents = {parent for _, parent, _ in workers.values()}
+        assert len(parents) == 1, workers  # one server for every worker
+        assert parents.isdisjoint(nannies.values()), (workers, nannies)  # not spawned by their Nannies
+        assert parents != {cluster.proc.pid}
+        assert all(torch for _, _, torch in workers.values()), workers
+
+        # a lost worker comes back forked from the same server
+        lost = sorted(workers)[0]
+        with contextlib.suppress(Exception):  # the worker dies under the call
+            cluster.client.run(os._exit, 1, workers=[lost])
+        deadline = time.time() + 60
+        while True:
+            again = _processes(cluster)
+            if len(again) == 2 and workers[lost][0] not in {pid for pid, _, _ in again.values()}:
+                break
+            assert time.time() < deadline, again
+            time.sleep(0.2)
+        assert {parent for _, parent, _ in again.values()} == parents, again
+    finally:
+        assert cluster.stop() == 0
+
+
+@pytest.mark.cluster
+def test_with_fork_workers_off_nannies_spawn_their_workers(tmp_path, monkeypatch):
+    monkeypatch.setenv("DASK_FARM__FORK_WORKERS", "false")
+    cluster = FarmCluster(tmp_path, 1)
+    try:
+        workers = _processes(cluster)
+        nannies = cluster.client.run(os.getpid, nanny=True)
+        assert {parent for _, parent, _ in workers.values()} == set(nannies.values()), (workers, nannies)
+    finally:
+        assert cluster.stop() == 0
+
+
+def test_only_a_command_starting_a_local_cluster_starts_the_server(monkeypatch):
+    started: list[bool] = []
+    monkeypatch.setattr(worker_forkserver, "start_worker_imports", lambda: started.append(True) or True)
+
+    assert worker_forkserver.forked_local_workers(joins=True) == {}  # --scheduler, DASK_SCHEDULER_ADDRESS
+    with dask.config.set({"farm.cluster-backend": "slurm"}):  # named outright: its workers may be elsewhere
+        assert worker_forkserver.forked_local_workers(joins=False) == {}
+    assert started == []
+    settings = worker_forkserver.forked_local_workers(joins=False)
+    assert settings == {"distributed.worker.multiprocessing-method": "forkserver"}
+    assert started == [True]
+
+
+def test_the_setting_and_the_platform_can_keep_dask_spawning(monkeypatch):
+    monkeypatch.setattr(worker_forkserver, "_started", False)
+    with dask.config.set({"farm.fork-workers": False}):
+        assert worker_forkserver.start_worker_imports() is False
+        assert worker_forkserver.forked_local_workers(joins=False) == {}
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert worker_forkserver.start_worker_imports() is False
+
+
+def test_the_server_gets_the_environment_a_nanny_gives_spawned_workers(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # set by the user: kept, as a Nanny keeps it
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        environment = worker_forkserver._pre_spawn_environment()
+    assert environment["OMP_NUM_THREADS"] == "3"
+    assert environment["MKL_NUM_THREADS"] == "1"  # distributed's default
+    assert "MALLOC_TRIM_THRESHOLD_" not in environment  # None: left as it is
