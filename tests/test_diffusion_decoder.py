@@ -225,3 +225,23 @@ def test_decode_steps_go_into_a_new_jobs_spec(tmp_path):
     with pytest.raises(FarmError, match="does not denoise"):
         ingest(tmp_path / "other.zarr", [tmp_path / "sh010.npy"], decoder=ltx2, latents="denormalized",
                decode_steps=2)
+
+
+def test_a_24gib_plan_of_a_1080p_shot_keeps_the_fits_worst_error_in_hand(tmp_path, capsys, monkeypatch):
+    """At its fitted peak a 1x1x2 plan of this shot ran out of a 24 GiB budget on an H200: tiles are planned
+    at the fit raised by its worst error, which leaves that grid out."""
+    from farm.cli import main
+
+    job = tmp_path / "job.zarr"
+    synth(job, decoder="ltx2-diffusion", shots=1, frames=121, height=1088, width=1920, dtype="bfloat16")
+    spec = farm.open_job(job).spec
+    pixels, weights = (121, 1088, 1216), LTX2DiffusionDecoder.weight_bytes(spec)
+    raised = LTX2DiffusionDecoder.peak_bytes(spec, pixels) - weights
+    with monkeypatch.context() as patched:
+        patched.setattr(LTX2DiffusionDecoder, "memory_fit_error", {})
+        fitted = LTX2DiffusionDecoder.peak_bytes(spec, pixels) - weights
+    assert raised == pytest.approx(1.13 * fitted, rel=1e-6)
+    capsys.readouterr()
+    assert main(["plan", str(job), "--gpu-memory", "24GiB", "--workers", "1"]) == 0
+    grid = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("shot shot000"))
+    assert "tiles 1x1x2 " not in grid and "tiles 1x1x1 " not in grid, grid
