@@ -113,7 +113,8 @@ def test_farm_plan_says_released_wan_in_bf16_needs_no_blend(tmp_path):
     out = {}
     for name in ("wan", "wan2.2"):
         job = str(tmp_path / f"{name}.zarr")
-        made = farm_command("synth", job, "--decoder", name, "--frames", "5", "--height", "256", "--width", "384")
+        made = farm_command("synth", job, "--decoder", name, "--frames", "5", "--height", "256",
+                            "--width", "384")  # fmt: skip
         assert made.returncode == 0, made.stderr
         planned = farm_command("plan", job, "--workers", "4", "--tiles", "1,2,2")
         assert planned.returncode == 0, planned.stderr
