@@ -103,6 +103,29 @@ def test_farm_plan_says_the_tiles_share_the_whole_frame_pass():
     assert shared in notes["hunyuanvideo-tiny"] and shared not in notes["ltx2-tiny"]
 
 
+@pytest.mark.slow
+def test_farm_plan_says_released_wan_in_bf16_needs_no_blend(tmp_path):
+    """Released Wan 2.1 in bf16 with the whole-frame pass reaches bf16's floor at halo 8 (50.3 dB over the
+    seams at 81x720x1280 on an H200, worst pixel 4 levels; docs/fidelity.md "Halo"), so its explicit
+    spatial tiles decode that halo without a blend. Wan 2.2, not measured with the pass, keeps blending."""
+    from tests.helpers import farm as farm_command
+
+    out = {}
+    for name in ("wan", "wan2.2"):
+        job = str(tmp_path / f"{name}.zarr")
+        made = farm_command("synth", job, "--decoder", name, "--frames", "5", "--height", "256",
+                            "--width", "384")  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        planned = farm_command("plan", job, "--workers", "4", "--tiles", "1,2,2")
+        assert planned.returncode == 0, planned.stderr
+        out[name] = planned.stdout
+    assert "tiles 1x2x2 overlap 0,0,0;" in out["wan"]
+    assert "spatial seams: halo 8, no blend (each tile equals the untiled decode" in out["wan"]
+    assert "part that sees the whole frame runs once over it" in out["wan"]
+    assert "tiles 1x2x2 overlap 0,4,4;" in out["wan2.2"]
+    assert "spatial seams: halo 8 and a blend over overlap 4" in out["wan2.2"]
+
+
 def test_streamed_chunks_of_tiles_decode_from_the_whole_frame_pass(tmp_path, scheduler3):
     """A 2x2 split whose tiles decode in temporal chunks, one task per chunk (streamed), through a real
     cluster: every chunk decodes from its tile's block of the shot's whole-frame pass, so wan-tiny's tiles

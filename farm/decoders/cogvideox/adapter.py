@@ -86,8 +86,9 @@ class CogVideoXDecoder(DiffusersVideoDecoder):
     # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): cogvideox-tiny float32 on a CPU, a 2x2 split
     # of 3x24x24 latents, 36.6 dB over the seam band at 2, 38.8 at 4, 40.1 at 6, 41.6 at 8, 45.4 at 10 (no
     # plateau: each tile's GroupNorm statistics approach the frame's only as it approaches the frame).
-    # The released configs are not measured: 8, as Wan's and HunyuanVideo's at the same 8x scale.
-    # The statistics see the whole frame, so CogVideoX keeps blending beside the halo.
+    # cogvideox bfloat16 on an H200 (2x2 of 13x60x90): 51.4 / 52.0 / 52.4 / 53.1 dB at 4 / 8 / 12 / 16, worst
+    # 26 / 17 / 21 / 22 levels, so no halo reaches bf16's floor; 8 has the least worst pixel (-5b and 1.5,
+    # not measured, take it too). The statistics see the whole frame, so CogVideoX keeps blending beside it.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "cogvideox": {"bfloat16": 8}, "cogvideox-5b": {"bfloat16": 8}, "cogvideox1.5": {"bfloat16": 8},
         "cogvideox-tiny": {"float32": 8},

@@ -45,9 +45,10 @@ class MochiDecoder(DiffusersVideoDecoder):
     measured_context: ClassVar[dict[str, dict[str, tuple[int, int]]]] = {"mochi-tiny": {"float32": (10, 0)}}
 
     # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): mochi-tiny float32 on a CPU, a 2x2 split of
-    # 3x24x24 latents, 38.3 dB over the seam band at 2, 45.0 at 4, 46.3 at 6, 48.9 at 8, 51.3 at 10. The
-    # released config is not measured: 8, as Wan's and HunyuanVideo's at the same 8x scale. The per-frame
-    # GroupNorms see the whole frame, so Mochi keeps blending beside the halo.
+    # 3x24x24 latents, 38.3 dB over the seam band at 2, 45.0 at 4, 46.3 at 6, 48.9 at 8, 51.3 at 10. mochi
+    # bfloat16 on an H200 (2x2 of 7x60x106): 39.1 / 48.7 / 49.1 / 49.3 dB at 4 / 8 / 12 / 16, worst 27 / 7 /
+    # 6 / 6 levels: short of bf16's floor, and 8 is where it levels off. The per-frame GroupNorms see the
+    # whole frame, so Mochi keeps blending beside the halo.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "mochi": {"bfloat16": 8}, "mochi-tiny": {"float32": 4},
     }  # fmt: skip

@@ -83,11 +83,13 @@ class WanDecoder(DiffusersVideoDecoder):
     # frame, which no halo reaches: alone, wan bfloat16 at 480x832 on an H200 stops at 45.6 dB over the band
     # at 8 (46.2 at 16), wan-tiny float32 on a CPU at 43.7 (8) and 44.6 (10). Tiles decode from the mid
     # block run once over the whole frame (`shares_whole_frame`; `--whole-frame`): wan-tiny float32 then
-    # reaches 41.0 / 56.0 / 68.5 / 86.6 dB at 4 / 6 / 8 / 10 (worst 1 level from 8), the floor at 10.
+    # reaches 41.0 / 56.0 / 68.5 / 86.6 dB at 4 / 6 / 8 / 10 (worst 1 level from 8), the floor at 10; wan
+    # bfloat16 at 720x1280 on an H200 42.3 / 50.3 / 57.5 dB at 4 / 8 / 12 (worst 22 / 4 / 4 levels), the
+    # floor at 8. wan2.2 (another width and patch size) is not measured with the pass and keeps blending.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "wan": {"bfloat16": 8}, "wan2.2": {"bfloat16": 8}, "wan-tiny": {"float32": 10},
     }  # fmt: skip
-    halo_exact: ClassVar[frozenset[str]] = frozenset({"wan-tiny"})
+    halo_exact: ClassVar[frozenset[str]] = frozenset({"wan", "wan-tiny"})
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory); the
     # frame-by-frame loop makes wan-tiny ~80 times slower than ltx2-tiny per pixel on a CPU
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
