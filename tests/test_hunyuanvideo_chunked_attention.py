@@ -12,8 +12,7 @@ import torch
 from diffusers.models.attention_processor import Attention, AttnProcessor2_0
 from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import prepare_causal_attention_mask
 
-from farm.decoders import FAMILIES
-from farm.decoders.hunyuanvideo import chunked_attention
+from farm.decoders import FAMILIES, chunked_sdpa
 from farm.decoders.hunyuanvideo.chunked_attention import ChunkedMaskAttnProcessor
 from farm.inputs.synthetic import synth_spec
 from tests.helpers import save_weights
@@ -40,7 +39,7 @@ def test_chunked_processor_equals_diffusers_default_with_the_causal_mask(monkeyp
     with torch.inference_mode():
         attn.set_processor(AttnProcessor2_0())
         want = attn(hidden, attention_mask=mask)
-        monkeypatch.setattr(chunked_attention, "MAX_SCORES_PER_CALL", 7 * FRAMES * HW)  # 13 blocks of 7 rows
+        monkeypatch.setattr(chunked_sdpa, "MAX_SCORES_PER_CALL", 7 * FRAMES * HW)  # 13 blocks of 7 rows
         calls = count_sdpa_calls(monkeypatch)
         attn.set_processor(ChunkedMaskAttnProcessor())
         got = attn(hidden, attention_mask=mask)
@@ -70,9 +69,9 @@ def test_chunked_sdpa_keeps_each_call_below_the_limit_and_equals_one_call(monkey
     mask = torch.where(torch.rand(50, 50, generator=generator) < 0.3, float("-inf"), 0.0)
     mask.fill_diagonal_(0.0)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    monkeypatch.setattr(chunked_attention, "MAX_SCORES_PER_CALL", 50 * 16 + 3)
+    monkeypatch.setattr(chunked_sdpa, "MAX_SCORES_PER_CALL", 50 * 16 + 3)
     calls = count_sdpa_calls(monkeypatch)
-    got = chunked_attention.chunked_sdpa(q, k, v, mask)
+    got = chunked_sdpa.chunked_sdpa(q, k, v, mask)
     assert calls == [16, 16, 16, 2]
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
@@ -92,7 +91,7 @@ def test_loaded_hunyuanvideo_decodes_as_diffusers_with_the_chunked_attention(tmp
 
     latent = torch.randn(1, 4, 3, 4, 6, generator=torch.Generator().manual_seed(8))
     positions = 3 * 4 * 6
-    monkeypatch.setattr(chunked_attention, "MAX_SCORES_PER_CALL", 10 * positions)  # 8 blocks
+    monkeypatch.setattr(chunked_sdpa, "MAX_SCORES_PER_CALL", 10 * positions)  # 8 blocks
     with torch.inference_mode():
         want = reference.decode(latent, return_dict=False)[0]
         calls = count_sdpa_calls(monkeypatch)

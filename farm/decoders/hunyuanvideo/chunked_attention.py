@@ -8,44 +8,18 @@ read a fully masked row come out NaN. A 16x60x104 latent (``n`` = 99 840, a 61x4
 bfloat16 on an H200 returned NaN everywhere.
 
 `ChunkedMaskAttnProcessor` computes what diffusers' ``AttnProcessor2_0`` computes, but calls SDPA on blocks
-of query rows (with the same rows of the mask) so that no call holds more than `MAX_SCORES_PER_CALL`
-query-key pairs. Attention rows are independent of each other, so the blocks change nothing else.
+of query rows (with the same rows of the mask) so that no call holds more than 2^31 query-key pairs
+(`farm.decoders.chunked_sdpa`). Attention rows are independent of each other: the blocks change nothing else.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from farm.decoders.chunked_sdpa import chunked_sdpa
+
 if TYPE_CHECKING:
     import torch
-
-# query rows x keys per SDPA call: below 2^31, clear of the kernel's 32-bit offsets
-MAX_SCORES_PER_CALL = (1 << 31) - 1
-
-
-def chunked_sdpa(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None
-) -> torch.Tensor:
-    """``F.scaled_dot_product_attention(query, key, value, attn_mask=mask)`` over ``[b, heads, n, d]``, in
-    blocks of query rows of at most `MAX_SCORES_PER_CALL` scores each."""
-    import torch
-    import torch.nn.functional as F
-
-    rows, keys = query.shape[-2], key.shape[-2]
-    step = max(1, MAX_SCORES_PER_CALL // max(1, keys))
-    if rows <= step:
-        return F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=0.0, is_causal=False
-        )
-    out = torch.empty((*query.shape[:-1], value.shape[-1]), dtype=query.dtype, device=query.device)
-    for q0 in range(0, rows, step):
-        q1 = min(q0 + step, rows)
-        # a mask broadcast over query rows (size 1 there) applies to every block as it is
-        block_mask = mask if mask is None or mask.shape[-2] == 1 else mask[..., q0:q1, :]
-        out[..., q0:q1, :] = F.scaled_dot_product_attention(
-            query[..., q0:q1, :], key, value, attn_mask=block_mask, dropout_p=0.0, is_causal=False
-        )
-    return out
 
 
 class ChunkedMaskAttnProcessor:
