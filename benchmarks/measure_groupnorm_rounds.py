@@ -6,6 +6,10 @@ round per GroupNorm of the up blocks and head, every tile summing its own region
 reduction giving the shot's statistics, every tile continuing from its carried activation. Compared with
 the same shot decoded whole (``vae.decode``, framewise decoding off) and, for reference, with the tiles
 decoding from the shared middle block alone (their up blocks' GroupNorms over the tile).
+The whole decode is farm's loaded model, whose middle-block attention runs its causal mask in blocks of
+query rows (`farm.decoders.hunyuanvideo.chunked_attention`, exact): diffusers' one SDPA call over the
+whole shot passes 2^32 mask elements at 16x60x104, where torch's efficient kernel is wrong
+(pytorch/pytorch#187227; NaN on an H200).
 
 Per row: PSNR over the clip and over the seam band (16 pixels / 8 frames either side), worst pixel (uint8
 levels), the work (latent decoded over the shot's), the rounds, the largest activation a tile carries

@@ -22,6 +22,12 @@ block), as a render of a decoder with `shares_whole_frame` does.
 
 Random weights make activations larger and seams wider than a trained decoder's: upper bounds.
 
+The whole decode is farm's own decoder (`load_random`) run on the whole latent, so it runs what a worker's
+model runs; for HunyuanVideo that includes the middle block's masked attention in blocks of query rows
+(`farm.decoders.hunyuanvideo.chunked_attention`): diffusers' single SDPA call over a 16x60x104 latent
+passes 2^32 mask elements, where torch's efficient kernel is wrong (pytorch/pytorch#187227) and returned
+NaN on an H200, leaving nothing to measure against.
+
 Usage (from the repository root):
 
     python benchmarks/measure_halo.py halo --decoder ltx2-tiny --shape 3,24,24 --halos 2,3,4,5,6,7,8 --stop

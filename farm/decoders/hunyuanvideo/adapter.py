@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
-from farm.decoders.hunyuanvideo import groupnorm_rounds, whole_frame
+from farm.decoders.hunyuanvideo import chunked_attention, groupnorm_rounds, whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         decoder = super().from_model(spec, model, device)
         decoder.model.use_framewise_decoding = False  # farm tiles and chunks in time itself
         decoder.model.use_tiling = False
+        chunked_attention.install(decoder.model)  # torch's masked SDPA is wrong past 2^32 scores
         assert isinstance(decoder, HunyuanVideoDecoder)
         return decoder
 

@@ -10,7 +10,9 @@ take a reduction across the tiles per GroupNorm, one after another).
 
 The middle block's attention is computed frame by frame (each frame's queries against the keys of its
 own and earlier frames: the causal mask's meaning), in blocks of queries, so a whole frame never builds
-diffusers' dense ``[n, n]`` mask (1.6 TB for 33 latent frames of 90x160).
+diffusers' dense ``[n, n]`` mask (1.6 TB for 33 latent frames of 90x160). With no mask and at most
+`QUERY_BLOCK_ELEMENTS` scores per call it is also clear of torch's masked-kernel bug past 2^32 scores
+(`chunked_attention`, what a tile's own middle block runs).
 """
 
 from __future__ import annotations
