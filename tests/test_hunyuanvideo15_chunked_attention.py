@@ -1,7 +1,7 @@
-"""HunyuanVideo 1.5's middle-block attention in blocks of query rows (`hunyuanvideo15.chunked_attention`)
-computes what diffusers' ``HunyuanVideo15AttnBlock`` computes, and every HunyuanVideo 1.5 model farm loads
-uses it (torch's efficient kernel is wrong with a mask past 2^32 scores, pytorch/pytorch#187227: a GPU only;
-here the limit per call is lowered so that several blocks run on a CPU).
+"""HunyuanVideo 1.5's middle-block attention in blocks of query rows
+(`hunyuanvideo15.device.chunked_attention`) computes what diffusers' ``HunyuanVideo15AttnBlock`` computes,
+and every HunyuanVideo 1.5 model farm loads uses it (torch's efficient kernel is wrong with a mask past 2^32
+scores, pytorch/pytorch#187227: a GPU only; here the limit per call is lowered so that several blocks run on a CPU).
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import torch
 from diffusers.models.autoencoders.autoencoder_kl_hunyuanvideo15 import HunyuanVideo15AttnBlock
 
 from farm.decoders import FAMILIES, chunked_sdpa
-from farm.decoders.hunyuanvideo15.chunked_attention import ChunkedHunyuanVideo15AttnBlock, causal_mask_rows
+from farm.decoders.hunyuanvideo15.device.chunked_attention import (
+    ChunkedHunyuanVideo15AttnBlock,
+    causal_mask_rows,
+)
 from farm.inputs.synthetic import synth_spec
 from tests.helpers import save_weights
 

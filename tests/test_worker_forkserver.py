@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import time
 
@@ -83,7 +84,6 @@ def test_only_a_command_starting_a_local_cluster_starts_the_server(monkeypatch):
 
 
 def test_the_setting_and_the_platform_can_keep_dask_spawning(monkeypatch):
-    monkeypatch.setattr(worker_forkserver, "_started", False)
     with dask.config.set({"farm.fork-workers": False}):
         assert worker_forkserver.start_worker_imports() is False
         assert worker_forkserver.forked_local_workers(joins=False) == {}
@@ -95,7 +95,29 @@ def test_the_server_gets_the_environment_a_nanny_gives_spawned_workers(monkeypat
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # set by the user: kept, as a Nanny keeps it
     monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
     with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-        environment = worker_forkserver._pre_spawn_environment()
+        environment = worker_forkserver.pre_spawn_environment()
     assert environment["OMP_NUM_THREADS"] == "3"
     assert environment["MKL_NUM_THREADS"] == "1"  # distributed's default
     assert "MALLOC_TRIM_THRESHOLD_" not in environment  # None: left as it is
+
+
+def test_a_refused_render_leaves_no_server_holding_its_output(tmp_path):
+    """A render refused in its first moment (no such job) exits, and the pipe reading its output closes
+    with it: the server, still importing torch, ends with the command."""
+    started = time.monotonic()
+    command = [sys.executable, "-m", "farm.cli", "render", str(tmp_path / "no-such-job"), "--out",
+               str(tmp_path / "out")]  # fmt: skip
+    refused = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code = refused.wait(timeout=60)
+    exited = time.monotonic()
+    out, err = refused.communicate(timeout=60)  # returns when every holder of the pipes has closed them
+    assert code != 0 and "farm: error:" in err, err
+    assert time.monotonic() - exited < 1.0, "the forkserver kept the command's output open"
+    assert exited - started < 60
+
+
+def test_imported_elsewhere_the_module_changes_nothing():
+    code = ("import atexit; atexit.register(print, 'teardown ran'); import farm.run.forkserver_exit; "
+            "print('output kept', end='')")  # fmt: skip
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (plain.returncode, plain.stdout) == (0, "output kept" + "teardown ran\n"), plain

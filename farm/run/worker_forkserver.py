@@ -30,17 +30,18 @@ import dask.config
 import yaml
 
 from farm import config
+from farm.run.forkserver_exit import SERVER_MARK
 
-# What the forkserver imports, in order: Dask's worker machinery, torch, diffusers' shared model code,
-# farm's decoder adapters, the warm-up preload, and what ends the server without a teardown. A module
-# that fails to import is skipped (the forked worker imports it, and its decode raises in words).
+# What the forkserver imports, in order: what ends the server with the command, Dask's worker machinery,
+# torch, diffusers' shared model code, farm's decoder adapters and the warm-up preload. A module that fails
+# to import is skipped (the forked worker imports it, and its decode raises in words).
 WORKER_MODULES = (
+    "farm.run.forkserver_exit",
     "distributed",
     "torch",
     "diffusers.models.modeling_utils",
     "farm.decoders.diffusers_vae",
     "farm.worker.warmup",
-    "farm.run.forkserver_exit",
 )
 START_METHOD = "forkserver"
 
@@ -64,26 +65,28 @@ def start_worker_imports() -> bool:
     has no forkserver, or it already runs; True when local workers can fork from it. Returns at once: the
     imports run in the server's own process."""
     global _started
-    if _started:
-        return True
     if not config.get("fork-workers") or not sys.platform.startswith("linux"):
         return False
     if START_METHOD not in multiprocessing.get_all_start_methods():
         return False
+    if _started:
+        return True
     # what a Nanny sets in its own environment before it spawns a worker (thread counts, malloc's trim
     # threshold, read as the process starts): the server and every worker forked from it inherit them
-    os.environ.update(_pre_spawn_environment())
+    os.environ.update(pre_spawn_environment())
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(list(WORKER_MODULES))
-    previous = os.environ.get(NVML_CHECK)
-    os.environ[NVML_CHECK] = "1"  # inherited by the server alone (it starts now); restored below
+    server_only = {NVML_CHECK: "1", SERVER_MARK: str(os.getpid())}  # inherited by the server alone
+    previous = {name: os.environ.get(name) for name in server_only}
+    os.environ.update(server_only)
     try:
         forkserver.ensure_running()
     finally:
-        if previous is None:
-            os.environ.pop(NVML_CHECK, None)
-        else:
-            os.environ[NVML_CHECK] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     _started = True
     return True
 
@@ -93,7 +96,7 @@ def start_worker_imports() -> bool:
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
-def _pre_spawn_environment() -> dict[str, str]:
+def pre_spawn_environment() -> dict[str, str]:
     """``distributed.nanny.pre-spawn-environ`` as a Nanny applies it (a variable already set wins; None
     unsets nothing), read without importing distributed: its defaults file registered as distributed
     registers it at import (`dask.config.update_defaults` keeps what the user configured)."""

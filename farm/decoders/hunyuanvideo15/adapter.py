@@ -96,7 +96,7 @@ class HunyuanVideo15Decoder(DiffusersVideoDecoder):
     def from_model(cls, spec: DecoderSpec, model: Any, device: str) -> HunyuanVideo15Decoder:
         decoder = super().from_model(spec, model, device)
         decoder.model.use_tiling = False  # farm tiles itself
-        from farm.decoders.hunyuanvideo15 import chunked_attention  # imports torch and diffusers
+        from farm.decoders.hunyuanvideo15.device import chunked_attention  # imports torch and diffusers
 
         chunked_attention.install(decoder.model)  # torch's masked SDPA is wrong past 2^32 scores
         assert isinstance(decoder, HunyuanVideo15Decoder)
