@@ -1,7 +1,8 @@
 """HunyuanVideo 1.5's middle-block attention in blocks of query rows
 (`hunyuanvideo15.device.chunked_attention`) computes what diffusers' ``HunyuanVideo15AttnBlock`` computes,
 and every HunyuanVideo 1.5 model farm loads uses it (torch's efficient kernel is wrong with a mask past 2^32
-scores, pytorch/pytorch#187227: a GPU only; here the limit per call is lowered so that several blocks run on a CPU).
+scores, pytorch/pytorch#187227: a GPU only; here the limit per call is lowered so that several blocks
+run on a CPU).
 """
 
 from __future__ import annotations
