@@ -153,9 +153,9 @@ for call in "${calls[@]}"; do
             --out-json "$RES/rounds-hunyuan-bf16.json"
         ;;
     call3)
-        # ~400 s: LTX-2 weights (4.6 GB) saved and a 704p shot synthesised, then 5 cold one-shot runs of
-        # each side, alternated, farm's with forked and with spawned workers (18-34 s a run)
-        step cold-start 450 "$PY" benchmarks/bench_real_path.py --out "$SCRATCH/real-path" --parts one --reps 5 --spawned-too \
+        # ~320 s: LTX-2 weights (4.6 GB) saved (39 s) and a 704p shot synthesised, then 5 cold one-shot runs of
+        # each side, alternated (21-31 s a run; --spawned-too adds Dask's spawned workers, 31-35 s a run)
+        step cold-start 420 "$PY" benchmarks/bench_real_path.py --out "$SCRATCH/real-path" --parts one --reps 5 \
             --batch 0 --decoder "$(sz ltx2 ltx2-tiny)" --frames "$(sz 121 17)" --height "$(sz 704 128)" \
             --width "$(sz 1216 192)" --device "$DEV"
         mkdir -p "$RES/real-path"
