@@ -19,10 +19,12 @@ context on the GPU dask-cuda gives it (``CUDA_VISIBLE_DEVICES``, set in the work
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
 from multiprocessing import forkserver
 from pathlib import Path
 
@@ -44,6 +46,9 @@ WORKER_MODULES = (
     "farm.worker.warmup",
 )
 START_METHOD = "forkserver"
+# torch's fork-safe availability check: a `torch.cuda.is_available()` in the server asks NVML, not the
+# CUDA driver, so no process forked from it inherits an initialised driver
+NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 _started = False  # this process started the forkserver with WORKER_MODULES
 
@@ -76,24 +81,26 @@ def start_worker_imports() -> bool:
     os.environ.update(pre_spawn_environment())
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(list(WORKER_MODULES))
-    server_only = {NVML_CHECK: "1", SERVER_MARK: str(os.getpid())}  # inherited by the server alone
-    previous = {name: os.environ.get(name) for name in server_only}
-    os.environ.update(server_only)
-    try:
+    with _environment({NVML_CHECK: "1", SERVER_MARK: str(os.getpid())}):  # the server's alone
         forkserver.ensure_running()
+    _started = True
+    return True
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]) -> Iterator[None]:
+    """`variables` set in this process's environment for the block (a process started in it inherits
+    them), then restored."""
+    previous = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
     finally:
         for name, value in previous.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    _started = True
-    return True
-
-
-# torch's fork-safe availability check: a `torch.cuda.is_available()` in the server asks NVML, not the
-# CUDA driver, so no process forked from it inherits an initialised driver
-NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 
 def pre_spawn_environment() -> dict[str, str]:
