@@ -34,10 +34,9 @@ def daemon_cluster(
     if protocol is not None:
         command += ["--protocol", protocol]
     ready = work / "cluster.log"
-    code = f"import sys, farm.cli; sys.exit(farm.cli.main({command!r}))"
     with open(ready, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "farm", *command], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 180
         while "farm cluster: ready" not in ready.read_text():

@@ -41,7 +41,7 @@ ROWS = {
 def farm(*args: str, log: Path, timeout: float) -> dict:
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "farm", *args], capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
         code, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:

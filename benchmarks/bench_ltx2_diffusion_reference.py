@@ -284,7 +284,7 @@ def step_render(which: str) -> dict:
     work = Path(tempfile.mkdtemp(prefix="farm-diffusion-"))
     job = work / "job.zarr"
     synth(job, decoder="ltx2-diffusion", shots=1, frames=frames, height=height, width=width, dtype="bfloat16")
-    plan = subprocess.run([sys.executable, "-m", "farm.cli", "plan", str(job), "--workers", "1"], cwd=ROOT,
+    plan = subprocess.run([sys.executable, "-m", "farm", "plan", str(job), "--workers", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     with connect(workers=1) as client:
         client.run(_worker_reset)

@@ -232,7 +232,7 @@ def step_diffusers(repeats: int) -> dict:
 
 def _farm(*args: str, timeout: float) -> dict:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "farm", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"farm {args[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -247,7 +247,7 @@ def _farm_render(shots: int, repeats: int) -> dict:
     _farm("synth", str(work / "job.zarr"), "--decoder", "ltx2-diffusion" + SUFFIX, "--shots", str(shots),
           "--frames", str(frames), "--height", str(height), "--width", str(width), "--dtype", _dtype(),
           timeout=300)  # fmt: skip
-    plan = subprocess.run([sys.executable, "-m", "farm.cli", "plan", str(work / "job.zarr")], cwd=ROOT,
+    plan = subprocess.run([sys.executable, "-m", "farm", "plan", str(work / "job.zarr")], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     result = _farm("-v", "render", str(work / "job.zarr"), "--out", str(work / "out"), timeout=CHILD_TIMEOUT)
     return {"shots": shots, "first_s": result["wall_s"], "render_log": result["log"],

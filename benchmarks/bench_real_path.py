@@ -50,11 +50,12 @@ def run(cmd: list[str], log: Path, timeout: float, env: dict | None = None) -> d
 
 
 def farm_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "farm.cli", *args]
+    return [sys.executable, "-m", "farm", *args]
 
 
 def farm_figures(stderr: str) -> dict:
-    """The figures `farm -v render` logs: graph, set-up and finishing seconds, set-up steps, workers."""
+    """The figures `farm -v render` logs: the command's start before the render's, graph, set-up and
+    finishing seconds, set-up steps, workers, the local cluster's close."""
     figures: dict = {}
     last = re.search(r"in ([\d.]+) s \(\+ ([\d.]+) s set-up, ([\d.]+) s finishing\)", stderr)
     if last:
@@ -69,6 +70,15 @@ def farm_figures(stderr: str) -> dict:
         workers[worker] = {k.strip(): float(v) for k, v in re.findall(r"([^,]+?) ([\d.]+) s", body)}
     if workers:
         figures["workers"] = workers
+    before = re.search(r"the command's start \(Python, farm's imports\) ([\d.]+) s", stderr)
+    if before:
+        figures["before_render_s"] = float(before[1])
+    server = re.search(r"the worker forkserver started at ([\d.]+) s", stderr)
+    if server:
+        figures["forkserver_started_s"] = float(server[1])
+    closed = re.search(r"closed the local cluster in ([\d.]+) s", stderr)
+    if closed:
+        figures["cluster_close_s"] = float(closed[1])
     return figures
 
 
@@ -285,7 +295,9 @@ def main() -> None:
 
     lines = ["| row | wall s | figures |", "| --- | --- | --- |"]
     for name, row in rows.items():
-        extra = row.get("steps") or {k: row[k] for k in ("setup_s", "graph_s", "finish_s") if k in row}
+        shown_keys = ("forkserver_started_s", "before_render_s", "setup_s", "graph_s", "finish_s",
+                      "cluster_close_s")
+        extra = row.get("steps") or {k: row[k] for k in shown_keys if k in row}
         shown = ", ".join(f"{k} {v:.2f}" for k, v in extra.items() if isinstance(v, int | float))
         failed = "" if row["rc"] == 0 else f" (rc {row['rc']})"
         lines.append(f"| {name} | {row['wall_s']:.2f}{failed} | {shown} |")

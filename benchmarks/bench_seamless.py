@@ -35,7 +35,7 @@ BAND = 16
 
 def farm(*args: str, timeout: float) -> tuple[float, str]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "farm", *args], capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     seconds = time.perf_counter() - started
     if done.returncode != 0:

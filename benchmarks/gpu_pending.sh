@@ -10,6 +10,7 @@
 #   bash benchmarks/gpu_pending.sh call2  # the halo of cogvideox, mochi, hunyuanvideo15, cosmos, minimax-h3 (bf16,
 #                                         # released configs); cogvideox, mochi, hunyuanvideo15 decode beside diffusers
 #   bash benchmarks/gpu_pending.sh call3  # cold start: `farm render` beside the plain script, alternated 5x each;
+#                                         # the tests that need a GPU (pytest staged: EXTRA="pytest hypothesis …");
 #                                         # the temporal context of hunyuanvideo15, cosmos, cogvideox, mochi (bf16)
 #   bash benchmarks/gpu_pending.sh cpu [call1|call2|call3]   # the same steps with tiny configs on a CPU
 #   bash benchmarks/gpu_pending.sh call2 --dry-run           # (the same as `cpu call2`)
@@ -163,6 +164,14 @@ for call in "${calls[@]}"; do
         cp -r "$SCRATCH"/real-path/logs "$RES/real-path/" 2>/dev/null
         rm -rf "$SCRATCH/real-path"
         pack
+        # the tests that need a GPU (skipped on CPU machines: CUDA IPC, GPU blends and transport, paced
+        # launches, the forkserver's GPU check); needs pytest and hypothesis in the staged site; ~40 s
+        step gpu-tests 90 "$PY" -m pytest -q -p no:cacheprovider -rs \
+            tests/test_blend.py::test_gpu_blends_on_their_own_stream_give_the_cpus_bytes \
+            tests/test_ipc.py tests/test_launch_pacing.py::test_a_paced_decode_waits_and_gives_the_unpaced_frames \
+            tests/test_transport.py::test_a_gpu_piece_sent_by_value_after_its_ready_event_arrives_whole \
+            tests/test_transport.py::test_side_streams_go_before_the_decode_stream \
+            tests/test_worker_forkserver.py::test_the_servers_gpu_check_leaves_cuda_to_the_forked_workers
         # temporal context, two temporal tiles, each up to the whole shot; the cheap ones first
         halo context-cosmos-bf16 45 context --decoder "$(sz cosmos cosmos-tiny)" --dtype "$BF" \
             --shape "$(sz 16,60,104 16,4,4)" --contexts "$(sz 4,8,12,15 4,15)"  # ~25 s

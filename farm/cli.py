@@ -29,6 +29,7 @@ from farm.planning.tiling import ChunkSize
 from farm.run.request import RenderRequest
 from farm.run.validate import check_priority
 from farm.run.worker_forkserver import forked_local_workers
+from farm.run.worker_forkserver import started_at as worker_forkserver_started_at
 from farm.store.output import Output
 from farm.store.output_kinds import SHOT_OUTPUTS, TIMELINE
 from farm.store.progress import output_progress
@@ -656,8 +657,13 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_render(args: argparse.Namespace) -> int:
     import dask.config
 
+    age = logs.process_age_s()
     joins = config.joins_running_cluster(args.scheduler, args.scheduler_file, args.workers)
     with dask.config.set(forked_local_workers(joins=joins)):  # first: the workers' imports start now
+        server = worker_forkserver_started_at()
+        if age is not None:
+            LOGGER.debug("the command's start (Python, farm's imports) %.2f s before the render's%s", age,
+                         f"; the worker forkserver started at {server:.2f} s" if server is not None else "")
         return _render(args)
 
 
@@ -778,6 +784,13 @@ def _print_histories(out: Output, render_id: str | None) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import dask.config
+
+    with dask.config.set(forked_local_workers(joins=False)):  # first: the workers' imports start now
+        return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
     from farm.run.render import render  # Dask distributed: this command's alone
 
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="farm-demo-"))

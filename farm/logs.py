@@ -7,10 +7,12 @@ chooses what to show (without a handler, Python shows warnings and errors only).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import warnings
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 LOGGER = logging.getLogger("farm")
 
@@ -84,3 +86,28 @@ def setup(verbosity: int = 0, stream: TextIO | None = None) -> None:
             logger.addFilter(_DropShutdownNoise(prefixes))
     if verbosity <= -1:  # -q: distributed's own info lines too
         logging.getLogger("distributed").setLevel(logging.WARNING)
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux's ``/proc``; None elsewhere): what `farm -v` reports of
+    the time before a command's own clock starts (the interpreter's start and the imports)."""
+    import os
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            started_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def end_process(code: int) -> NoReturn:
+    """End this process with `code` now, its standard streams flushed, without the interpreter's teardown
+    (freeing every module and object: about a second once torch and diffusers are imported). Whatever
+    else must run first (exit handlers, logging's flush) is the caller's to have run."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing left to say
+            stream.flush()
+    os._exit(code)

@@ -136,7 +136,7 @@ def farm(
 ) -> subprocess.CompletedProcess:
     """Run the `farm` command in a child process (this interpreter), with `env` added to the environment."""
     return subprocess.run(
-        [sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
+        [sys.executable, "-m", "farm", *args], capture_output=True, text=True, cwd=cwd, timeout=300,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 

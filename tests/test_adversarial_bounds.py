@@ -37,7 +37,7 @@ DEEP = "[" * 100_000 + "]" * 100_000  # deeper than Python's recursion limit
 
 def farm_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """`farm ARGS` in a child process; a command that hangs fails the test (TimeoutExpired)."""
-    return subprocess.run([sys.executable, "-m", "farm.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "farm", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=timeout)  # fmt: skip
 
 

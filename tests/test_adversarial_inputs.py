@@ -177,7 +177,7 @@ def test_a_latent_file_claiming_more_than_4_gib_is_refused_though_each_shot_fits
 
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "farm.cli", "ingest", str(job), str(big)],
+    result = subprocess.run([sys.executable, "-m", "farm", "ingest", str(job), str(big)],
                             capture_output=True, text=True, preexec_fn=bounded, timeout=300)  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()

@@ -151,7 +151,7 @@ def test_bad_shot_values_fail_their_shot_by_name(tmp_path, scheduler3):
         group.attrs["fps"] = fps
         group.create_array("latent", data=latent, chunks=latent.shape)
     result = subprocess.run(
-        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(tmp_path / "out"), "--scheduler",
+        [sys.executable, "-m", "farm", "render", str(job), "--out", str(tmp_path / "out"), "--scheduler",
          scheduler3, "--tiles", "1,1,1"], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
@@ -174,7 +174,7 @@ def test_relative_paths_reach_workers_started_elsewhere(job, tmp_path, scheduler
     here.mkdir()
     os.symlink(job, here / "job.zarr")
     result = subprocess.run(
-        [sys.executable, "-m", "farm.cli", "render", "job.zarr", "--out", "out", "--scheduler", scheduler3,
+        [sys.executable, "-m", "farm", "render", "job.zarr", "--out", "out", "--scheduler", scheduler3,
          "--tiles", "1,1,1", "--shots", "shot001"],
         capture_output=True, text=True, timeout=300, cwd=here,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},

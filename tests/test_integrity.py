@@ -402,7 +402,7 @@ def test_a_foreground_submit_takes_its_workflow_down_with_it(tmp_path, scheduler
     script, pid_file = tmp_path / "wf.py", tmp_path / "pid"
     script.write_text(SLEEPER)
     # a hang-up ends the submit as in a terminal, even where the tests run under nohup (ignored SIGHUP)
-    submit = subprocess.Popen([sys.executable, "-m", "farm.cli", "submit", str(script), "--scheduler",
+    submit = subprocess.Popen([sys.executable, "-m", "farm", "submit", str(script), "--scheduler",
                                scheduler3, "--", str(pid_file)], stderr=subprocess.PIPE, text=True,
                               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))  # fmt: skip
     deadline = time.time() + 60

@@ -30,7 +30,7 @@ def start_render(job: Path, out: Path) -> tuple[subprocess.Popen, list[str]]:
     """`farm render` in its own process group with Ctrl-C's default action (as on a terminal), once it
     has started rendering."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "2",
+        [sys.executable, "-m", "farm", "render", str(job), "--out", str(out), "--workers", "2",
          "--tiles", "1,1,1", "--batch-frames", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -79,7 +79,7 @@ def test_sigterm_ends_a_render_on_a_busy_shared_cluster_at_once_and_nothing_land
     farm.synth(job, shots=2, frames=17, height=64, width=64, fps=24.0)
     out = Output(tmp_path / "out")
     with connect(workers=1, io_workers=1) as client:  # the output arrays are an I/O worker's task
-        command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--tiles",
+        command = [sys.executable, "-m", "farm", "render", str(job), "--out", str(out.root), "--tiles",
                    "1,1,1", "--batch-frames", "8", "--scheduler", client.scheduler.address]  # fmt: skip
         with workers_paused(client):
             render, history = start_render_and_wait(command, out)

@@ -70,7 +70,7 @@ def test_two_tasks_at_once_render_into_one_out_that_verifies_and_equals_one_rend
     assert damaged.returncode != 0, damaged.stdout
 
     single = tmp_path / "single"
-    alone = subprocess.run([sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(single),
+    alone = subprocess.run([sys.executable, "-m", "farm", "render", str(job), "--out", str(single),
                             "--workers", "1", *OPTIONS.split()], capture_output=True, text=True, env=env,
                            timeout=500)  # fmt: skip
     assert alone.returncode == 0, alone.stderr

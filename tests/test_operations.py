@@ -82,7 +82,7 @@ class Render:
     """`farm render` in a child process, its stderr read as it comes (the render id, the farm page)."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "farm.cli", "render", *args], env=ENV, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "farm", "render", *args], env=ENV, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()

@@ -70,6 +70,9 @@ def test_render_builds_its_decoder_as_the_workers_start(weights_job, tmp_path, c
     (steps,) = stats.worker_steps.values()
     assert "decoder preloaded" in steps  # built by the warm-up, from the render's hint
     assert steps["decoder preloaded"] > 0
+    # its weights read beside the model's build (a named config's tensors are recorded)
+    assert steps["weights read ahead"] > 0 and steps["decoder model"] > 0, steps
+    assert "closed the local cluster in" in caplog.text
 
 
 def test_hint_reaches_the_workers_and_the_render_takes_the_preloaded_decoder(weights_job, tmp_path):
@@ -100,3 +103,50 @@ def test_a_cluster_without_a_hint_preloads_nothing(weights_job):
     with connect(workers=1) as client:
         assert preloaded(client) == {}
         assert on_the_worker(client, hint_on_worker) is None
+
+
+# A render whose workers fork from a worker forkserver that imported what a GPU machine's imports (torch,
+# not diffusers: `farm.run.forkserver_imports`), so each worker's warm-up imports diffusers while its
+# weights are read: the path of a GPU worker, on this CPU. Prints the worker's warm-up steps.
+GPU_SHAPED = """
+import json, multiprocessing, sys, time
+from multiprocessing import forkserver
+import dask.config
+from farm.run import worker_forkserver
+
+if __name__ == "__main__":
+    job, out, hint = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([m for m in worker_forkserver.WORKER_MODULES
+                                    if m != "farm.run.forkserver_imports"])
+    forkserver.ensure_running()
+    from farm.decoders.diffusers_vae import build_steps
+    from farm.run.cluster import connect
+    from farm.run.render import render
+    from farm.worker import warmup
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        with connect(workers=1, decoder=hint) as client:
+            deadline = time.monotonic() + 180
+            while not all(client.run(warmup.warm_up_finished).values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            (steps,) = client.run(lambda: {**warmup.warmup_timings(), **build_steps()}).values()
+            render(job, out, scheduler=client.scheduler.address)
+    print(json.dumps(steps))
+"""
+
+
+def test_workers_forked_before_diffusers_read_their_weights_beside_its_import(weights_job, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    hint = json.dumps(hint_for(weights_job))
+    command = [sys.executable, "-c", GPU_SHAPED, str(weights_job), str(tmp_path / "forked"), hint]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = json.loads(run.stdout.strip().splitlines()[-1])
+    assert steps["weights read ahead"] > 0 and steps["decoder model"] > 0, steps
+    assert "decoder preloaded" in steps, steps
+    render(weights_job, tmp_path / "plain", workers=1)
+    forked, plain = chunk_files(tmp_path / "forked"), chunk_files(tmp_path / "plain")
+    assert forked and forked == plain

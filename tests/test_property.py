@@ -122,7 +122,7 @@ def render_tasks_left(client: object, render_id: str) -> int:
 def kill_mid_render(job: Path, out: Output, client: object, batch_frames: int, delay: float) -> None:
     scheduler = client.scheduler.address
     proc = subprocess.Popen(
-        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
+        [sys.executable, "-m", "farm", "render", str(job), "--out", str(out.root), "--scheduler",
          scheduler, "--tiles", "1,1,1", "--batch-frames", str(batch_frames)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip

@@ -137,7 +137,7 @@ def test_a_killed_render_leaves_a_history_reported_as_stopped_without_an_end(tmp
     job = tmp_path / "job.zarr"
     farm.synth(job, shots=2, frames=17, height=64, width=64, fps=24.0)
     out = Output(tmp_path / "out")
-    command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
+    command = [sys.executable, "-m", "farm", "render", str(job), "--out", str(out.root), "--scheduler",
                cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
     with workers_paused(cluster3):  # the render submits its first decodes, then waits on them
         render, path = start_render_and_wait(command, out)
@@ -197,7 +197,7 @@ def test_renders_writing_one_out_at_once_each_write_their_own_history(tmp_path, 
         try:
             for shot in ("shot000", "shot001"):
                 renders.append(subprocess.Popen(
-                    [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--shots",
+                    [sys.executable, "-m", "farm", "render", str(job), "--out", str(out.root), "--shots",
                      shot, "--scheduler", cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames",
                      "8"],
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))  # fmt: skip
@@ -230,7 +230,7 @@ def test_failed_shots_show_with_their_reasons_and_the_decode_retries(tmp_path, c
     nan = zarr.open_array(store=str(job / "shot002" / "latent"), mode="r+")
     nan[:, 0] = np.nan
     out = Output(tmp_path / "out")
-    command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out.root), "--scheduler",
+    command = [sys.executable, "-m", "farm", "render", str(job), "--out", str(out.root), "--scheduler",
                cluster3.scheduler.address, "--tiles", "1,1,1", "--batch-frames", "8"]  # fmt: skip
     with workers_paused(cluster3):  # the render hashed the latents and waits on its first decodes
         render, path = start_render_and_wait(command, out)

@@ -113,7 +113,7 @@ def test_farm_cancel_out_stops_a_local_render_and_the_resumed_timeline_is_comple
     args = ["render", str(job), "--out", str(out), "--workers", "1", "--tiles", "1,1,1",
             "--batch-frames", "8"]  # fmt: skip
     proc = subprocess.Popen(
-        [sys.executable, "-m", "farm.cli", *args],
+        [sys.executable, "-m", "farm", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
     )  # fmt: skip
     announced = ""

@@ -60,7 +60,7 @@ def assert_same_output(a: Output, b: Output, job: Path) -> None:
 
 
 def cli_render(job: Path, out: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "2",
+    cmd = [sys.executable, "-m", "farm", "render", str(job), "--out", str(out), "--workers", "2",
            "--tiles", "2,1,2", "--overlap", "1,0,1", "--batch-frames", "8", *extra]  # fmt: skip
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -110,7 +110,7 @@ def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, 
     assert any((out.root / ".farm" / "locks").iterdir())  # shot locks left behind by the killed holder
 
     rerun = subprocess.run(
-        [sys.executable, "-m", "farm.cli", "render", str(long_job), "--out", str(out.root), "--workers", "2",
+        [sys.executable, "-m", "farm", "render", str(long_job), "--out", str(out.root), "--workers", "2",
          "--tiles", "2,1,2", "--overlap", "1,0,1", "--batch-frames", "8"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -124,7 +124,7 @@ def test_sigkill_of_render_and_its_cluster_then_resume(long_job, uninterrupted, 
     assert_same_output(out, uninterrupted, long_job)
     assert not list(out.root.rglob("*.tmp*")) and not any((out.root / ".farm" / "locks").iterdir())
 
-    status = subprocess.run([sys.executable, "-m", "farm.cli", "status", str(out.root)], capture_output=True,
+    status = subprocess.run([sys.executable, "-m", "farm", "status", str(out.root)], capture_output=True,
                             text=True)  # fmt: skip
     assert status.returncode == 0
     assert "shot000" in status.stdout and "6/6" in status.stdout and "3 of 3 shots finished" in status.stdout
@@ -247,7 +247,7 @@ def test_nan_and_corrupt_latents_fail_their_shot_only(tmp_path, scheduler3):
     chunk = next(p for p in (job / "shot002" / "latent" / "c").rglob("*") if p.is_file())
     chunk.write_bytes(b"this is not a zstd chunk")
     result = subprocess.run(
-        [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(tmp_path / "out"), "--scheduler",
+        [sys.executable, "-m", "farm", "render", str(job), "--out", str(tmp_path / "out"), "--scheduler",
          scheduler3], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 1

@@ -28,7 +28,7 @@ OPTIONS = ["--tiles", "1,1,1", "--batch-frames", "8"]
 
 def render_process(job: Path, out: Path, shots: list[str]) -> subprocess.Popen:
     """`farm render --shots` on a local cluster of its own, in a process of its own."""
-    command = [sys.executable, "-m", "farm.cli", "render", str(job), "--out", str(out), "--workers", "1",
+    command = [sys.executable, "-m", "farm", "render", str(job), "--out", str(out), "--workers", "1",
                "--shots", ",".join(shots), *OPTIONS]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=os.environ.copy())  # fmt: skip
@@ -73,7 +73,7 @@ def test_renders_of_disjoint_shots_into_one_out_at_once_equal_one_render(tmp_pat
 
     single = tmp_path / "single"
     command = ["render", str(job), "--out", str(single), "--workers", "1", *OPTIONS]
-    alone = subprocess.run([sys.executable, "-m", "farm.cli", *command], capture_output=True, text=True,
+    alone = subprocess.run([sys.executable, "-m", "farm", *command], capture_output=True, text=True,
                            timeout=400)  # fmt: skip
     assert alone.returncode == 0, alone.stderr
     together, reference = chunk_files(out), chunk_files(single)

@@ -60,6 +60,18 @@ def squeue(env: dict[str, str]) -> list[str]:
     return done.stdout.split("\n")[:-1]
 
 
+def assert_cancelled(env: dict[str, str], within_s: float = 60) -> None:
+    """Every job of the stopped cluster cancelled: none running or waiting to run now (SLURM may still show
+    one COMPLETING while it ends its processes), the queue empty within `within_s` seconds."""
+    left = squeue(env)
+    assert all(job.endswith("COMPLETING") for job in left), left
+    deadline = time.monotonic() + within_s
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = squeue(env)
+    assert left == [], left
+
+
 class Lines:
     """A child process's output, read as it comes."""
 
@@ -85,7 +97,7 @@ class Lines:
 
 def test_a_farm_cluster_on_slurm_renders_the_bytes_of_a_local_one(slurm_env, tiny_job, tmp_path, scheduler3):
     scheduler_file = tmp_path / "scheduler.json"
-    command = [sys.executable, "-m", "farm.cli", "cluster", "--backend", "slurm", "--slurm-jobs", "2",
+    command = [sys.executable, "-m", "farm", "cluster", "--backend", "slurm", "--slurm-jobs", "2",
                "--io-workers", "1", "--partition", PARTITION, "--time", "00:20:00",
                "--slurm-directive=--comment=farm-test", "--port", "0", "--dashboard-port", "0",
                "--scheduler-file", str(scheduler_file)]  # fmt: skip
@@ -115,7 +127,7 @@ def test_a_farm_cluster_on_slurm_renders_the_bytes_of_a_local_one(slurm_env, tin
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=120)
     assert code == 0 and "farm cluster: stopped" in out.lines
-    assert squeue(slurm_env) == []  # its jobs cancelled
+    assert_cancelled(slurm_env)
     farm.render(tiny_job, tmp_path / "local", scheduler=scheduler3, options=WHOLE, log=lambda _: None)
     for shot in open_job(tiny_job).shots:
         on_slurm = read_frames(Output(tmp_path / "out"), shot).tobytes()
@@ -125,7 +137,7 @@ def test_a_farm_cluster_on_slurm_renders_the_bytes_of_a_local_one(slurm_env, tin
 
 
 def test_jobs_slurm_would_refuse_are_refused_in_words_before_any_is_submitted(slurm_env):
-    command = [sys.executable, "-m", "farm.cli", "cluster", "--backend", "slurm", "--partition", "nosuch",
+    command = [sys.executable, "-m", "farm", "cluster", "--backend", "slurm", "--partition", "nosuch",
                "--port", "0", "--dashboard-port", "0"]  # fmt: skip
     done = subprocess.run(command, env=slurm_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -6,6 +6,7 @@ from their Nannies as before. Which commands start the server is decided from th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import dask.config
 import pytest
 
 from farm.run import worker_forkserver
+from farm.run.forkserver_imports import DECODER_MODULES
+from farm.run.machine import detect_gpus
 from tests.test_workflows import FarmCluster
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the forkserver is Linux's")
@@ -29,6 +32,15 @@ def _processes(cluster: FarmCluster) -> dict[str, tuple[int, int, bool]]:
     return cluster.client.run(facts)
 
 
+def _decoder_code(cluster: FarmCluster) -> dict[str, bool]:
+    """Per worker: whether diffusers' shared model code was imported before any task of this test."""
+
+    def imported() -> bool:
+        return "diffusers.models.modeling_utils" in sys.modules
+
+    return cluster.client.run(imported)
+
+
 @pytest.mark.cluster
 def test_farm_clusters_workers_fork_from_one_server_that_imported_torch(tmp_path):
     cluster = FarmCluster(tmp_path, 2)
@@ -41,6 +53,8 @@ def test_farm_clusters_workers_fork_from_one_server_that_imported_torch(tmp_path
         assert parents.isdisjoint(nannies.values()), (workers, nannies)  # not spawned by their Nannies
         assert parents != {cluster.proc.pid}
         assert all(torch for _, _, torch in workers.values()), workers
+        # no GPU here: CPU workers find diffusers' model code imported by the server, once for all
+        assert all(_decoder_code(cluster).values())
 
         # a lost worker comes back forked from the same server
         lost = sorted(workers)[0]
@@ -105,7 +119,7 @@ def test_a_refused_render_leaves_no_server_holding_its_output(tmp_path):
     """A render refused in its first moment (no such job) exits, and the pipe reading its output closes
     with it: the server, still importing torch, ends with the command."""
     started = time.monotonic()
-    command = [sys.executable, "-m", "farm.cli", "render", str(tmp_path / "no-such-job"), "--out",
+    command = [sys.executable, "-m", "farm", "render", str(tmp_path / "no-such-job"), "--out",
                str(tmp_path / "out")]  # fmt: skip
     refused = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     code = refused.wait(timeout=60)
@@ -121,3 +135,49 @@ def test_imported_elsewhere_the_module_changes_nothing():
             "print('output kept', end='')")  # fmt: skip
     plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (plain.returncode, plain.stdout) == (0, "output kept" + "teardown ran\n"), plain
+    code = "import sys, farm.run.forkserver_imports; print('diffusers' in sys.modules)"
+    plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (plain.returncode, plain.stdout) == (0, "False\n"), plain
+
+
+def test_the_server_leaves_diffusers_to_gpu_workers():
+    """GPU workers import diffusers' model code on their warm-up, beside their weights' read; CPU workers
+    share the server's import."""
+    code = ("import sys, json; from farm.run.forkserver_imports import import_decoder_code as imp; "
+            "gpu = imp(gpus=True); heavy = 'diffusers' in sys.modules; "
+            "print(json.dumps([gpu, heavy, imp(gpus=False)]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [[], False, list(DECODER_MODULES)]
+
+
+def test_the_servers_gpu_check_needs_a_cuda_build_and_a_visible_device(monkeypatch):
+    from farm.run.forkserver_imports import gpus_visible
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpus_visible() is False
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpus_visible() is (detect_gpus() > 0)
+
+
+# The server's GPU check, then a fork whose child uses CUDA, as a forked worker does.
+FORKED_CUDA = """
+import os, sys, torch
+from farm.run.forkserver_imports import gpus_visible
+print(gpus_visible(), flush=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        torch.zeros(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+    except Exception:
+        os._exit(1)
+    os._exit(0)
+print(os.waitpid(pid, 0)[1] == 0)
+"""
+
+
+@pytest.mark.skipif(not detect_gpus(), reason="needs a GPU (runs on the device machine)")
+def test_the_servers_gpu_check_leaves_cuda_to_the_forked_workers():
+    run = subprocess.run([sys.executable, "-c", FORKED_CUDA], capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["True", "True"], (run.stdout, run.stderr)

@@ -35,7 +35,7 @@ LONG_BATCHES = 6 * 17  # long_job: 6 shots of 129 frames in batches of 8
 
 
 def farm_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "farm.cli", *args]
+    return [sys.executable, "-m", "farm", *args]
 
 
 class FarmCluster:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -76,6 +77,17 @@ def _for_dtype(table: dict[str, Any], dtype: str | None, otherwise: Any) -> Any:
     if dtype == "float16" and "bfloat16" in table:
         return table["bfloat16"]
     return otherwise
+
+
+# The last build from weights in this process, step by step (`build_steps`): seconds to build the model on
+# the meta device (diffusers' model code imported first, where it was not yet), and to read the weights,
+# ahead (on a thread, beside that) or after it.
+_build_steps: dict[str, float] = {}
+
+
+def build_steps() -> dict[str, float]:
+    """The seconds of this process's last decoder build from weights, per step."""
+    return dict(_build_steps)
 
 
 class DiffusersVideoDecoder:
@@ -163,6 +175,9 @@ class DiffusersVideoDecoder:
 
     @classmethod
     def model_class(cls) -> type:
+        """The diffusers class, imported now (with diffusers' logging held to errors: a cast of a model
+        with no fp32-only modules warns anyway)."""
+        importlib.import_module("diffusers.utils.logging").set_verbosity_error()
         return getattr(importlib.import_module("diffusers"), cls.model_class_name)
 
     @classmethod
@@ -354,13 +369,29 @@ class DiffusersVideoDecoder:
         """The decoder only, built on the meta device (no memory, no random initialisation; the encoder
         and other unused modules dropped) and given the weights' decoder tensors read straight onto
         `device` in `dtype` (default: the spec's). ``assign=True``: the tensors read become the
-        parameters, with no second copy; none may be left on the meta device."""
+        parameters, with no second copy; none may be left on the meta device.
+
+        For a named config the tensors are read on a thread while the model is built (`W.reading_ahead`):
+        building imports diffusers' model code, which is seconds a worker forked before that import
+        (`farm.run.worker_forkserver`) would otherwise spend before its first weight is read."""
         import torch
 
-        model = cls.meta_model(spec.config)
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        _build_steps.clear()
         torch_dtype = getattr(torch, dtype or spec.dtype)
-        state = W.read_decoder_state(spec, cls, expected, device, torch_dtype)
+        recorded = W.recorded_tensors(spec, cls)
+        with W.reading_ahead(spec, cls, recorded, device, torch_dtype) as ahead:
+            started = time.perf_counter()
+            model = cls.meta_model(spec.config)
+            _build_steps["decoder model"] = time.perf_counter() - started
+            expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+            state = None
+            if ahead is not None and expected == recorded:
+                state = ahead.take()
+                _build_steps["weights read ahead"] = ahead.seconds or 0.0
+        if state is None:  # no recording, or one of another diffusers than this: read for this model
+            started = time.perf_counter()
+            state = W.read_decoder_state(spec, cls, expected, device, torch_dtype)
+            _build_steps["weights read"] = time.perf_counter() - started
         for name in cls.statistics_tensors:  # not in the weights and not needed (denormalized latents):
             if name in expected and name not in state:  # NaN, so that a use would show
                 state[name] = torch.full(expected[name], float("nan"), device=device, dtype=torch_dtype)
@@ -402,17 +433,18 @@ class DiffusersVideoDecoder:
         g = cls.geometry_for(spec.config)
         for attr, value in (("spatial_compression_ratio", g.spatial_scale),
                             ("temporal_compression_ratio", g.temporal_scale)):  # fmt: skip
-            if getattr(model, attr, None) not in (None, value):
+            current = vars(model).get(attr)  # an attribute the model sets, else its config's (read there:
+            if current is None:  # diffusers deprecates reading a config entry off the model)
+                config = getattr(model, "config", None)
+                current = config.get(attr) if isinstance(config, dict) else None
+            if current not in (None, value):
                 setattr(model, attr, value)
 
     @classmethod
     def load(cls, spec: DecoderSpec, device: str) -> DiffusersVideoDecoder:
         """The decoder for `spec` on `device`: random weights as :meth:`build` makes them (then cast), or
         the weights' decoder tensors loaded straight onto the device (:meth:`build_from_weights`)."""
-        from diffusers.utils import logging as diffusers_logging
-
         cls.check_spec(spec)
-        diffusers_logging.set_verbosity_error()  # a cast of a model with no fp32-only modules warns anyway
         model = cls.build(spec) if spec.random_weights else cls.build_from_weights(spec, device)
         return cls.from_model(spec, model, device)
 

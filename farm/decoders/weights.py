@@ -23,10 +23,13 @@ un-normalise latents (``"latents": "normalized"``): weights without them are ref
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
-from collections.abc import Sequence
-from dataclasses import replace
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +93,15 @@ def _check_folder_config(path: Path, full_spec: dict[str, Any]) -> None:
 def expected_tensors(spec: DecoderSpec, cls: type[DiffusersVideoDecoder]) -> dict[str, tuple[int, ...]]:
     """The decoder's tensors (diffusers names → shapes) for the spec's config: recorded for a named
     config, else built on the meta device (imports torch and diffusers)."""
-    recorded = recorded_decoder_tensors(cls, spec.config_name) if spec.config_name else None
+    recorded = recorded_tensors(spec, cls)
     return recorded if recorded is not None else cls.decoder_tensor_shapes(spec.config)
+
+
+def recorded_tensors(
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder]
+) -> dict[str, tuple[int, ...]] | None:
+    """The decoder's tensors (diffusers names → shapes) recorded for the spec's named config, or None."""
+    return recorded_decoder_tensors(cls, spec.config_name) if spec.config_name else None
 
 
 # ---- comparing ---------------------------------------------------------------------------------
@@ -291,16 +301,23 @@ def read_derived(fh: Any, how: C.Derived) -> Any:
     return tensor
 
 
-def read_decoder_state(
-    spec: DecoderSpec, cls: type[DiffusersVideoDecoder], expected: dict[str, tuple[int, ...]], device: str,
-    dtype: Any,
-) -> dict[str, Any]:
-    """The decoder's tensors (diffusers names) from the spec's weights, read straight onto `device` in
-    `dtype`; every other tensor of the files is left unread. Raises FarmError where they do not fit."""
-    import torch
+@dataclass(frozen=True)
+class DecoderRead:
+    """What `read_decoder_state` reads: per file, the file's names of the decoder's tensors → their diffusers
+    names, and the tensors a file holds only as parts of others (`C.Derived`)."""
 
+    wanted: dict[Path, dict[str, str]]
+    derived: dict[str, C.Derived]
+
+
+def plan_decoder_read(
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder], expected: dict[str, tuple[int, ...]]
+) -> DecoderRead:
+    """Which tensors of the spec's weights the decoder's `expected` tensors are, from the files' headers
+    (an original layout's names by diffusers' converter, which may import diffusers); raises FarmError
+    where they do not fit."""
     path = str(spec.weights["path"])
-    files, layout, infos, derived = inspect_weights(spec, cls)
+    _, layout, infos, derived = inspect_weights(spec, cls)
     found = converted_names(layout, cls, infos)
     full = cls._full_config(spec.config)
     names = {k: found.get(k) or layout.prefix + cls.original_name(k, layout.name, full)
@@ -313,24 +330,101 @@ def read_decoder_state(
     for k, name in names.items():
         if name in infos:
             wanted.setdefault(infos[name].file, {})[name] = k
+    return DecoderRead(wanted, derived)
+
+
+def read_planned(plan: DecoderRead, device: str, dtype: Any) -> dict[str, Any]:
+    """The tensors `plan` names, read straight onto `device` in `dtype` (diffusers names); every other
+    tensor of the files is left unread. Imports nothing beyond torch and safetensors."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
     # on a CPU the tensors must not stay views of the mapped file: kernels take other paths (other
     # roundings) on data not aligned as torch's allocator aligns it
     copy = torch.device(device).type == "cpu"
     state: dict[str, Any] = {}
-    for f, by_name in wanted.items():
+    for f, by_name in plan.wanted.items():
         if C.is_torch_pickle(f):  # mmap: only the tensors taken are read
             loaded = torch.load(str(f), map_location="cpu", weights_only=True, mmap=True)
             loaded = loaded.get("state_dict", loaded)
             for name, k in by_name.items():
                 state[k] = loaded[name].to(device=device, dtype=dtype, copy=copy)
             continue
-        from safetensors import SafetensorError, safe_open
-
         try:
             with safe_open(str(f), framework="pt", device=str(device)) as fh:
                 for name, k in by_name.items():
-                    tensor = read_derived(fh, derived[name]) if name in derived else fh.get_tensor(name)
+                    how = plan.derived.get(name)
+                    tensor = read_derived(fh, how) if how is not None else fh.get_tensor(name)
                     state[k] = tensor.to(dtype=dtype, copy=copy)
         except (SafetensorError, OSError, ValueError) as exc:
             raise FarmError(f"weights file {str(f)!r} is not a readable .safetensors file: {exc}") from None
     return state
+
+
+def read_decoder_state(
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder], expected: dict[str, tuple[int, ...]], device: str,
+    dtype: Any,
+) -> dict[str, Any]:
+    """The decoder's tensors (diffusers names) from the spec's weights, read straight onto `device` in
+    `dtype`; every other tensor of the files is left unread. Raises FarmError where they do not fit."""
+    return read_planned(plan_decoder_read(spec, cls, expected), device, dtype)
+
+
+class ReadAhead:
+    """A read of the decoder's tensors (`read_planned`) running on a thread of its own: taken once
+    (`take`), its tensors dropped when they are not taken; `seconds` is the read's, once it finished."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+        self.seconds: float | None = None
+        self._state: dict[str, Any] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(read,), name="farm-weights-read", daemon=True)
+        self._thread.start()
+
+    def _run(self, read: Callable[[], dict[str, Any]]) -> None:
+        started = time.perf_counter()
+        try:
+            self._state = read()
+        except BaseException as exc:  # raised again by `take`, in the thread that builds the decoder
+            self._error = exc
+        finally:
+            self.seconds = time.perf_counter() - started
+
+    def take(self) -> dict[str, Any]:
+        """The tensors read (waiting for the read to finish), or the read's error raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        state, self._state = self._state, None
+        assert state is not None
+        return state
+
+    def finish(self) -> None:
+        """Wait for the read, and drop what it read unless it was taken."""
+        self._thread.join()
+        self._state = None
+
+
+@contextlib.contextmanager
+def reading_ahead(
+    spec: DecoderSpec, cls: type[DiffusersVideoDecoder], expected: dict[str, tuple[int, ...]] | None,
+    device: str, dtype: Any,
+) -> Iterator[ReadAhead | None]:  # fmt: skip
+    """The decoder's tensors `expected` being read onto `device` on a thread (`ReadAhead`) for the block,
+    or None when nothing is `expected` yet (the model must be built first to know its tensors). Which
+    tensors, and whether they fit, is settled first, on the calling thread (`plan_decoder_read`: a
+    mismatch raises here); the thread imports nothing, so no import of it runs beside the block's. The
+    read has finished when the block ends, its tensors dropped unless the block took them."""
+    if expected is None:
+        yield None
+        return
+    # here, not on the thread: an import of diffusers' converters (or of safetensors) beside the block's
+    # imports could deadlock on their module locks
+    import safetensors  # noqa: F401
+
+    plan = plan_decoder_read(spec, cls, expected)
+    ahead = ReadAhead(lambda: read_planned(plan, device, dtype))
+    try:
+        yield ahead
+    finally:
+        ahead.finish()

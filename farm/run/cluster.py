@@ -19,13 +19,13 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from distributed import Client
 
 from farm import logs
-from farm.config import joins_running_cluster as joins_running_cluster
 from farm.config import scheduler_to_join
 from farm.errors import FarmError
 from farm.run import backends
@@ -185,7 +185,7 @@ def _connected(
         cluster = start_cluster(choice, stack, hint="or connect to a running cluster with --scheduler",
                                 decoder=decoder, memory_limit=memory_limit, host="127.0.0.1",
                                 dashboard_address="127.0.0.1:0")  # fmt: skip
-        stack.callback(cluster.close)
+        stack.callback(_close_timed, cluster)
         client = Client(cluster)
         stack.callback(client.close)
         set_up_workers(cluster, client, choice, io_workers=io_workers, memory_limit=memory_limit)
@@ -200,6 +200,13 @@ def _connected(
             ignored_from.append(signal.signal(signal.SIGINT, signal.SIG_IGN))  # the cleanup short
         raise
         raise
+
+
+def _close_timed(cluster: Any) -> None:
+    """Close the local `cluster` (its workers' processes ended), logging the seconds it took (`farm -v`)."""
+    started = time.perf_counter()
+    cluster.close()
+    logs.LOGGER.debug("closed the local cluster in %.2f s", time.perf_counter() - started)
 
 
 def workers_info(client: Client, timeout: float | None = None) -> dict[str, dict[str, Any]]:

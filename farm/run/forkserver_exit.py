@@ -29,5 +29,6 @@ def end_with(command_pid: int) -> None:
 
 
 _command = os.environ.pop(SERVER_MARK, "")
-if _command.isdigit():
+IN_SERVER = _command.isdigit()  # this process is the worker forkserver of a farm command
+if IN_SERVER:
     end_with(int(_command))

@@ -30,6 +30,7 @@ import dask.config
 import numpy as np
 
 from farm import keys, logs
+from farm.config import joins_running_cluster
 from farm.dashboard.monitor import dashboard_link
 from farm.dashboard.monitor import install as install_monitor
 from farm.dashboard.thumbnails import ShotThumbnails, middle_batch
@@ -54,7 +55,6 @@ from farm.planning.tiling import ShotPlan, assign_round_robin
 from farm.run.cluster import (
     check_worker_paths,
     connect,
-    joins_running_cluster,
     planned_cluster_size,
     planned_gpu_memory,
     smallest_gpu_memory,

@@ -8,8 +8,9 @@ has imported Dask again itself. A command that will start a local cluster (`farm
 forkserver starts beside the command and imports `WORKER_MODULES` while the command sets up; the local
 cluster's Nannies then fork their workers from it (``distributed.worker.multiprocessing-method:
 forkserver``, `forked_local_workers`), each worker finding those modules imported, and several
-workers share one import instead of each running it at once. A worker's warm-up (`farm.worker.warmup`)
-then goes straight to its CUDA context and its decoder.
+workers share one import instead of each running it at once. A GPU worker forks once torch is imported:
+its warm-up (`farm.worker.warmup`) creates its CUDA context and reads its decoder's weights onto the GPU
+while it imports diffusers' model code (`farm.run.forkserver_imports`).
 
 The forkserver never touches a GPU: importing torch makes no CUDA context, and the server checks CUDA's
 availability through NVML (``PYTORCH_NVML_BASED_CUDA_CHECK``), so each forked worker makes its own
@@ -31,18 +32,19 @@ from pathlib import Path
 import dask.config
 import yaml
 
-from farm import config
+from farm import config, logs
 from farm.run.forkserver_exit import SERVER_MARK
 
 # What the forkserver imports, in order: what ends the server with the command, Dask's worker machinery,
-# torch, diffusers' shared model code, farm's decoder adapters and the warm-up preload. A module that fails
-# to import is skipped (the forked worker imports it, and its decode raises in words).
+# torch, diffusers' model code where the workers are CPU workers (`farm.run.forkserver_imports`), farm's
+# decoder registry and the warm-up preload. A module that fails to import is skipped (the forked worker
+# imports it, and its decode raises in words).
 WORKER_MODULES = (
     "farm.run.forkserver_exit",
     "distributed",
     "torch",
-    "diffusers.models.modeling_utils",
-    "farm.decoders.diffusers_vae",
+    "farm.run.forkserver_imports",
+    "farm.decoders",
     "farm.worker.warmup",
 )
 START_METHOD = "forkserver"
@@ -51,6 +53,7 @@ START_METHOD = "forkserver"
 NVML_CHECK = "PYTORCH_NVML_BASED_CUDA_CHECK"
 
 _started = False  # this process started the forkserver with WORKER_MODULES
+_started_at: float | None = None  # the seconds since this process's start when it did (`started_at`)
 
 
 def forked_local_workers(*, joins: bool) -> dict[str, str]:
@@ -69,7 +72,7 @@ def start_worker_imports() -> bool:
     """Start the forkserver importing `WORKER_MODULES`, unless ``farm.fork-workers`` is off, this platform
     has no forkserver, or it already runs; True when local workers can fork from it. Returns at once: the
     imports run in the server's own process."""
-    global _started
+    global _started, _started_at
     if not config.get("fork-workers") or not sys.platform.startswith("linux"):
         return False
     if START_METHOD not in multiprocessing.get_all_start_methods():
@@ -84,7 +87,14 @@ def start_worker_imports() -> bool:
     with _environment({NVML_CHECK: "1", SERVER_MARK: str(os.getpid())}):  # the server's alone
         forkserver.ensure_running()
     _started = True
+    _started_at = logs.process_age_s()
     return True
+
+
+def started_at() -> float | None:
+    """Seconds from this process's start to its starting the forkserver (None: it started none, or the
+    platform does not tell), for `farm -v render`."""
+    return _started_at
 
 
 @contextlib.contextmanager

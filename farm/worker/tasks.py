@@ -221,12 +221,13 @@ def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, f
     """Load this worker's decoder for `spec_json` (kept for every later decode of it in this process)
     while the render still sets up. Returns the seconds the worker spent getting there: its warm-up's
     imports, CUDA context and decoder preloaded from the render's hint (`farm.worker.warmup`, where it
-    ran), the decoder's imports and build, and this task's own wait (a warm-up still at work, or a
-    decoder already loaded: near zero)."""
+    ran), the decoder's imports and build (its steps: the model, the weights read), and this task's own
+    wait (a warm-up still at work, or a decoder already loaded: near zero)."""
     from farm.worker import warmup  # torch: the driver imports this module for its task functions
 
     started = time.perf_counter()
     from farm.decoders import decoder_timings, load_decoder, spec_from_json  # timed: the decoder's imports
+    from farm.decoders.diffusers_vae import build_steps
 
     imported = time.perf_counter()
     warmup.wait_for_warm_up()  # the decoder it builds from the render's hint, if any, is this one
@@ -240,6 +241,7 @@ def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, f
         "import farm.decoders": imported - started,
         "decoder ready": loaded - started,
         **({"decoder build": build} if build is not None else {}),
+        **build_steps(),
     }
 
 

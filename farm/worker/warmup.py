@@ -27,8 +27,9 @@ from typing import Any
 
 import dask.config
 
-# What a decode needs first, in import order: torch, diffusers' shared model code (the bulk of its
-# import), and farm's decoder adapters.
+# What a decode needs, in import order: torch, diffusers' shared model code (the bulk of its import), and
+# farm's decoder adapters. The decoder a render names is built after torch: its weights are read onto
+# the device while its build imports the rest (`farm.decoders.weights.reading_ahead`).
 MODULES = ("torch", "diffusers.models.modeling_utils", "farm.decoders.diffusers_vae")
 # The dask setting naming the decoder a render's own cluster preloads: {"spec": the worker spec's JSON, as
 # the render's tasks give it, "compile": its compile mode}. Set while the cluster starts (its workers'
@@ -56,16 +57,12 @@ def start() -> threading.Thread | None:
 
 
 def warm_up() -> None:
-    """Import `MODULES`, create the CUDA context when this process has a GPU, then build the decoder
-    `DECODER_HINT` names, if any; each step timed."""
+    """Import torch, create the CUDA context when this process has a GPU, build the decoder
+    `DECODER_HINT` names, if any, then import the rest of `MODULES` (those its build has not); each step
+    timed."""
     try:
-        for name in MODULES:
-            started = time.perf_counter()
-            try:
-                importlib.import_module(name)
-            except Exception:  # the decode that needs it raises the real error, with its context
-                return
-            _timings[f"import {name}"] = time.perf_counter() - started
+        if not _imported(MODULES[0]):
+            return
         import torch
 
         if torch.cuda.is_available():
@@ -75,8 +72,23 @@ def warm_up() -> None:
         hint = dask.config.get(DECODER_HINT, None)
         if isinstance(hint, dict) and isinstance(hint.get("spec"), dict):
             preload_decoder(hint["spec"], hint.get("compile", False))
+        for name in MODULES[1:]:
+            if not _imported(name):
+                break
     finally:
         _done.set()
+
+
+def _imported(name: str) -> bool:
+    """Import `name`, timed; False when it fails (the decode that needs it raises the real error, with
+    its context)."""
+    started = time.perf_counter()
+    try:
+        importlib.import_module(name)
+    except Exception:
+        return False
+    _timings[f"import {name}"] = time.perf_counter() - started
+    return True
 
 
 def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> None:

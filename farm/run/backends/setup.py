@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import threading
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ import dask
 from distributed import Client
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from farm import config
+from farm import config, logs
 from farm.planning.schedule import IO_WORKER_THREADS
 from farm.run.backends import ClusterChoice
 from farm.run.machine import cpu_count
@@ -167,10 +166,5 @@ class QuickExitPlugin(WorkerPlugin):
 
 
 def _exit_now() -> None:
-    import sys
-
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(0)
+    logs.end_process(0)

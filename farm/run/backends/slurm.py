@@ -279,7 +279,7 @@ def run_in_allocation(argv: list[str]) -> int:
         with Client(runner) as client:
             client.wait_for_workers(runner.n_workers, timeout=WAIT_FOR_JOBS_S)
         # the farm command as a process of its own: the CLI is a layer above this one
-        command = [sys.executable, "-m", "farm.cli", *argv, "--scheduler", str(runner.scheduler_address)]
+        command = [sys.executable, "-m", "farm", *argv, "--scheduler", str(runner.scheduler_address)]
         return subprocess.run(command).returncode
 
 
