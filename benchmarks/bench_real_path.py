@@ -179,6 +179,9 @@ def main() -> None:
                         help="the plain script's dtype (default bfloat16; float32 with --device cpu)")
     parser.add_argument("--spawned-too", action="store_true",
                         help="the cold one-shot rows also with Dask's spawned workers (fork-workers off)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
+                        help="the cold one-shot rows also with this environment variable set (repeatable: "
+                        "one row per variant)")  # fmt: skip
     parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
     parser.add_argument("--device", default="cuda",
                         help="the plain script's device (cpu, with --parts one: a check of the script on a "
@@ -254,6 +257,12 @@ def main() -> None:
                 record(f"farm render (own cluster, spawned workers), one shot #{rep + 1}",
                        run(farm_cmd("-v", "render", str(job1), "--out", str(work / f"spawned1-{rep}")),
                            logs / f"spawned1-{rep}.log", 300, env={"DASK_FARM__FORK_WORKERS": "false"}),
+                       farm=True)  # fmt: skip
+            for k, variant in enumerate(args.variant):
+                name, _, value = variant.partition("=")
+                record(f"farm render (own cluster, {variant}), one shot #{rep + 1}",
+                       run(farm_cmd("-v", "render", str(job1), "--out", str(work / f"variant{k}-1-{rep}")),
+                           logs / f"variant{k}-1-{rep}.log", 300, env={name: value}),
                        farm=True)  # fmt: skip
 
     if "warm" in parts:

@@ -171,7 +171,7 @@ for call in "${calls[@]}"; do
             tests/test_ipc.py tests/test_launch_pacing.py::test_a_paced_decode_waits_and_gives_the_unpaced_frames \
             tests/test_transport.py::test_a_gpu_piece_sent_by_value_after_its_ready_event_arrives_whole \
             tests/test_transport.py::test_side_streams_go_before_the_decode_stream \
-            tests/test_worker_forkserver.py::test_the_servers_gpu_check_leaves_cuda_to_the_forked_workers
+            tests/test_worker_forkserver.py::test_the_servers_imports_leave_cuda_to_the_forked_workers
         # temporal context, two temporal tiles, each up to the whole shot; the cheap ones first
         halo context-cosmos-bf16 45 context --decoder "$(sz cosmos cosmos-tiny)" --dtype "$BF" \
             --shape "$(sz 16,60,104 16,4,4)" --contexts "$(sz 4,8,12,15 4,15)"  # ~25 s

@@ -140,31 +140,20 @@ def test_imported_elsewhere_the_module_changes_nothing():
     assert (plain.returncode, plain.stdout) == (0, "False\n"), plain
 
 
-def test_the_server_leaves_diffusers_to_gpu_workers():
-    """GPU workers import diffusers' model code on their warm-up, beside their weights' read; CPU workers
-    share the server's import."""
+def test_the_server_imports_diffusers_for_every_worker():
+    """The server imports diffusers' model code once for all the workers it forks, GPU workers too."""
     code = ("import sys, json; from farm.run.forkserver_imports import import_decoder_code as imp; "
-            "gpu = imp(gpus=True); heavy = 'diffusers' in sys.modules; "
-            "print(json.dumps([gpu, heavy, imp(gpus=False)]))")
+            "print(json.dumps(['diffusers' in sys.modules, imp()]))")  # fmt: skip
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == [[], False, list(DECODER_MODULES)]
+    assert json.loads(run.stdout) == [False, list(DECODER_MODULES)]
 
 
-def test_the_servers_gpu_check_needs_a_cuda_build_and_a_visible_device(monkeypatch):
-    from farm.run.forkserver_imports import gpus_visible
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert gpus_visible() is False
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert gpus_visible() is (detect_gpus() > 0)
-
-
-# The server's GPU check, then a fork whose child uses CUDA, as a forked worker does.
+# The server's imports under its NVML check, then a fork whose child uses CUDA, as a forked worker does.
 FORKED_CUDA = """
 import os, sys, torch
-from farm.run.forkserver_imports import gpus_visible
-print(gpus_visible(), flush=True)
+from farm.run.forkserver_imports import import_decoder_code
+print(len(import_decoder_code()) == 2 and torch.cuda.is_available(), flush=True)
 pid = os.fork()
 if pid == 0:
     try:
@@ -178,6 +167,8 @@ print(os.waitpid(pid, 0)[1] == 0)
 
 
 @pytest.mark.skipif(not detect_gpus(), reason="needs a GPU (runs on the device machine)")
-def test_the_servers_gpu_check_leaves_cuda_to_the_forked_workers():
-    run = subprocess.run([sys.executable, "-c", FORKED_CUDA], capture_output=True, text=True, timeout=120)
+def test_the_servers_imports_leave_cuda_to_the_forked_workers():
+    environment = {**os.environ, worker_forkserver.NVML_CHECK: "1"}
+    run = subprocess.run([sys.executable, "-c", FORKED_CUDA], capture_output=True, text=True, timeout=120,
+                         env=environment)  # fmt: skip
     assert run.stdout.split() == ["True", "True"], (run.stdout, run.stderr)

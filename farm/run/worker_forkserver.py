@@ -8,9 +8,9 @@ has imported Dask again itself. A command that will start a local cluster (`farm
 forkserver starts beside the command and imports `WORKER_MODULES` while the command sets up; the local
 cluster's Nannies then fork their workers from it (``distributed.worker.multiprocessing-method:
 forkserver``, `forked_local_workers`), each worker finding those modules imported, and several
-workers share one import instead of each running it at once. A GPU worker forks once torch is imported:
-its warm-up (`farm.worker.warmup`) creates its CUDA context and reads its decoder's weights onto the GPU
-while it imports diffusers' model code (`farm.run.forkserver_imports`).
+workers share one import instead of each running it at once, diffusers' model code included
+(`farm.run.forkserver_imports`). A worker's warm-up (`farm.worker.warmup`) then creates its CUDA context
+and builds its decoder, reading the weights onto the GPU beside the model's build.
 
 The forkserver never touches a GPU: importing torch makes no CUDA context, and the server checks CUDA's
 availability through NVML (``PYTORCH_NVML_BASED_CUDA_CHECK``), so each forked worker makes its own
@@ -36,7 +36,7 @@ from farm import config, logs
 from farm.run.forkserver_exit import SERVER_MARK
 
 # What the forkserver imports, in order: what ends the server with the command, Dask's worker machinery,
-# torch, diffusers' model code where the workers are CPU workers (`farm.run.forkserver_imports`), farm's
+# torch, diffusers' model code (`farm.run.forkserver_imports`), farm's
 # decoder registry and the warm-up preload. A module that fails to import is skipped (the forked worker
 # imports it, and its decode raises in words).
 WORKER_MODULES = (

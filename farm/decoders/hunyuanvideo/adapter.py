@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from farm.decoders.base import DecoderSpec
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
-from farm.decoders.hunyuanvideo import chunked_attention, groupnorm_rounds, whole_frame
+from farm.decoders.hunyuanvideo import chunked_attention, chunked_upsample, groupnorm_rounds, whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
 
 if TYPE_CHECKING:
@@ -139,6 +139,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         decoder.model.use_framewise_decoding = False  # farm tiles and chunks in time itself
         decoder.model.use_tiling = False
         chunked_attention.install(decoder.model)  # torch's masked SDPA is wrong past 2^32 scores
+        chunked_upsample.install(decoder.model)  # one interpolation past 2^32 elements gave NaN
         assert isinstance(decoder, HunyuanVideoDecoder)
         return decoder
 
