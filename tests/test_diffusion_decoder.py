@@ -227,9 +227,12 @@ def test_decode_steps_go_into_a_new_jobs_spec(tmp_path):
                decode_steps=2)
 
 
-def test_a_24gib_plan_of_a_1080p_shot_keeps_the_fits_worst_error_in_hand(tmp_path, capsys, monkeypatch):
-    """At its fitted peak a 1x1x2 plan of this shot ran out of a 24 GiB budget on an H200: tiles are planned
-    at the fit raised by its worst error, which leaves that grid out."""
+def test_a_24gib_plan_of_a_1080p_shot_keeps_the_fits_error_and_fragmentation_in_hand(
+    tmp_path, capsys, monkeypatch
+):
+    """At its fitted peak a 1x1x2 plan of this shot ran out of a 24 GiB budget on an H200, and a 1x1x4 plan at
+    the fit raised by its worst error ran out on an H100 (fragmentation under the cap): tiles are planned at
+    the fit raised by both, which leaves those grids out."""
     from farm.cli import main
 
     job = tmp_path / "job.zarr"
@@ -240,8 +243,8 @@ def test_a_24gib_plan_of_a_1080p_shot_keeps_the_fits_worst_error_in_hand(tmp_pat
     with monkeypatch.context() as patched:
         patched.setattr(LTX2DiffusionDecoder, "memory_fit_error", {})
         fitted = LTX2DiffusionDecoder.peak_bytes(spec, pixels) - weights
-    assert raised == pytest.approx(1.13 * fitted, rel=1e-6)
+    assert raised == pytest.approx(1.27 * fitted, rel=1e-6)
     capsys.readouterr()
     assert main(["plan", str(job), "--gpu-memory", "24GiB", "--workers", "1"]) == 0
     grid = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("shot shot000"))
-    assert "tiles 1x1x2 " not in grid and "tiles 1x1x1 " not in grid, grid
+    assert not any(f"tiles {g} " in grid for g in ("1x1x1", "1x1x2", "1x1x4")), grid
