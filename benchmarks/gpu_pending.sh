@@ -61,6 +61,19 @@ fi
 
 sz() { if [ "$dry" = 1 ]; then echo "$2"; else echo "$1"; fi; }  # sz GPU_VALUE CPU_VALUE
 
+# GIB NAME: whether the GPU has GIB GiB (always on a CPU check); else the step NAME is skipped, said in the
+# index (HunyuanVideo 1.5's untiled references of 61 frames and more ran out of an H100's 80 GB)
+has_gib() {
+    local need=$1 name=$2 total
+    [ "$dry" = 1 ] && return 0
+    total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+    if [ -n "$total" ] && [ "$total" -ge $((need * 1024)) ]; then return 0; fi
+    if [ -z "${STEPS:-}" ] || [[ ",$STEPS," == *",$name,"* ]]; then
+        echo "== $name skipped: needs a GPU of ${need} GiB (this one: ${total:-?} MiB)" >> "$RES/index.txt"
+    fi
+    return 1
+}
+
 pack() {  # the call's folder into $OUT (two files)
     tar -czf "$OUT/$call.tar.gz" -C "$RESULTS" "$call"
     cp "$RES/index.txt" "$OUT/$call-index.txt"
@@ -135,7 +148,7 @@ for call in "${calls[@]}"; do
         # halos, 1x2x2 tiles, no overlap: whole decode + each halo's tiles (1.2-2.6x the whole)
         halo halo-cogvideox-bf16 90 halo --decoder "$(sz cogvideox cogvideox-tiny)" --dtype "$BF" \
             --shape "$(sz 13,60,90 3,24,24)" --halos "$(sz 4,8,12,16 4,8)"  # ~45 s: 49x480x720, 315 TFLOP
-        halo halo-hunyuanvideo15-bf16 120 halo --decoder "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" --dtype "$BF" \
+        has_gib 100 halo-hunyuanvideo15-bf16 && halo halo-hunyuanvideo15-bf16 120 halo --decoder "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" --dtype "$BF" \
             --shape "$(sz 16,30,52 3,16,16)" --halos "$(sz 4,6,8,12 4,6)" --dtype-noise  # ~80 s: 61x480x832, 610 TFLOP
         halo halo-mochi-bf16 90 halo --decoder "$(sz mochi mochi-tiny)" --dtype "$BF" \
             --shape "$(sz 7,60,106 3,24,24)" --halos "$(sz 4,8,12,16 4,8)"  # ~40 s: 37x480x848, 270 TFLOP
@@ -146,7 +159,7 @@ for call in "${calls[@]}"; do
         # decode beside diffusers: one untimed call, then 3 alternated timed calls a side
         decode decode-cogvideox 75 "$(sz cogvideox cogvideox-tiny)" "$(sz 13,60,90 5,8,8)"  # ~35 s: 49x480x720
         decode decode-mochi 75 "$(sz mochi mochi-tiny)" "$(sz 14,60,106 3,8,8)"  # ~40 s: 79x480x848, 540 TFLOP
-        decode decode-hunyuanvideo15 150 "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" "$(sz 31,30,53 3,8,8)"  # ~90 s: 121x480x848, 1240 TFLOP
+        has_gib 100 decode-hunyuanvideo15 && decode decode-hunyuanvideo15 150 "$(sz hunyuanvideo15 hunyuanvideo15-tiny)" "$(sz 31,30,53 3,8,8)"  # ~90 s: 121x480x848, 1240 TFLOP
         # last (HunyuanVideo has decoded to NaN in bf16 here before): its tiles with the whole shot's GroupNorm
         # statistics, one round per GroupNorm (the same as `halo_calls.sh rounds`); ~100 s: 61x480x832, 2 halos
         step rounds-hunyuan-bf16 150 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
