@@ -372,8 +372,8 @@ class DiffusersVideoDecoder:
         parameters, with no second copy; none may be left on the meta device.
 
         For a named config the tensors are read on a thread while the model is built (`W.reading_ahead`):
-        building imports diffusers' model code, which is seconds a worker forked before that import
-        (`farm.run.worker_forkserver`) would otherwise spend before its first weight is read."""
+        building imports the family's model module of diffusers (seconds on a fresh worker, even with
+        diffusers' shared code imported by `farm.run.worker_forkserver`), which the read then runs beside."""
         import torch
 
         _build_steps.clear()

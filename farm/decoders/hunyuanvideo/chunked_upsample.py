@@ -4,7 +4,7 @@ diffusers' ``HunyuanVideoUpsampleCausal3D`` interpolates a block's first frame a
 ``F.interpolate`` call each and concatenates them. Decoding a 16x60x104 latent (a 61x480x832 shot) whole in
 bfloat16 on an H100 (torch 2.11), the second up block's upsampler took finite activations (largest 8.4)
 and handed its convolution NaN: one tensor of 256 x 61 x 480 x 832 = 6.2e9 elements, past 2^32, so every
-frame that decode wrote was NaN. `ChunkedUpsample` computes the same tensor channel by channel, each call
+frame that decode wrote was NaN. `upsample_causal` computes the same tensor channel by channel, each call
 under `MAX_ELEMENTS_PER_CALL` output elements, written into one preallocated output (nearest-neighbour
 interpolation treats every channel alone: the result is the same, bit for bit).
 """
