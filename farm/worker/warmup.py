@@ -27,6 +27,8 @@ from typing import Any
 
 import dask.config
 
+from farm.worker.diffusers_imports import import_without_unused_packages
+
 # What a decode needs, in import order: torch, diffusers' shared model code (the bulk of its import), and
 # farm's decoder adapters. The decoder a render names is built after torch: its weights are read onto
 # the device while its build imports the rest (`farm.decoders.weights.reading_ahead`).
@@ -64,6 +66,8 @@ def warm_up() -> None:
         if not _imported(MODULES[0]):
             return
         import torch
+
+        import_without_unused_packages()  # before the decoder's build imports diffusers' model code
 
         if torch.cuda.is_available():
             started = time.perf_counter()

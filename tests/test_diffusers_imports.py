@@ -1,0 +1,70 @@
+"""A decode worker imports diffusers' model code as if transformers and peft were not installed
+(`farm.worker.diffusers_imports`): the class imports without them, and decodes the same bytes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+from farm.worker.diffusers_imports import UNUSED_PACKAGES
+
+# a fresh interpreter: told (or not) that transformers and peft are absent, it imports the LTX-2 class,
+# decodes a seeded tiny latent and says which of the unused packages' modules it imported
+DECODE = """
+import hashlib, json, sys
+from farm.worker.diffusers_imports import import_without_unused_packages
+told = import_without_unused_packages() if sys.argv[1] == "lean" else False
+import torch
+from diffusers import AutoencoderKLLTX2Video
+from farm.decoders import spec_from_json
+config = spec_from_json({"family": "ltx2", "config": "ltx2-tiny", "weights": {"random_seed": 3}}).config
+torch.manual_seed(3)
+vae = AutoencoderKLLTX2Video(**config).eval()
+latent = torch.randn(1, config["latent_channels"], 3, 4, 6, generator=torch.Generator().manual_seed(4))
+with torch.no_grad():
+    frames = vae.decode(latent).sample
+imported = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("transformers", "peft")})
+registry = "transformers.models.auto" in sys.modules
+digest = hashlib.sha256(frames.numpy().tobytes()).hexdigest()
+print(json.dumps([told, imported, registry, list(frames.shape), digest]))
+"""
+
+
+def _decode(mode: str) -> list:
+    run = subprocess.run([sys.executable, "-c", DECODE, mode], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_a_decode_worker_imports_the_vae_without_transformers_registry_and_decodes_the_same_bytes():
+    told, imported, registry, shape, digest = _decode("lean")
+    assert told is True
+    assert not registry  # transformers' model registry, the bulk of its import, stays out
+    assert "peft" not in imported
+    plain_told, plain_imported, plain_registry, plain_shape, plain_digest = _decode("plain")
+    assert plain_told is False
+    if importlib.util.find_spec("transformers") is not None:  # installed: imported as installed
+        assert plain_registry, plain_imported
+    if importlib.util.find_spec("peft") is not None:
+        assert "peft" in plain_imported
+    assert (shape, digest) == (plain_shape, plain_digest)
+
+
+def test_once_diffusers_model_code_is_imported_nothing_changes():
+    code = ("import json, diffusers.models.modeling_utils; from diffusers.utils import import_utils as u; "
+            "from farm.worker.diffusers_imports import import_without_unused_packages as f; "
+            "asked = lambda: [u.is_transformers_available(), u.is_peft_available()]; before = asked(); "
+            "print(json.dumps([f(), before == asked()]))")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout) == [False, True]
+
+
+def test_the_packages_it_hides_are_the_ones_diffusers_asks_about():
+    import diffusers.utils.import_utils as import_utils
+
+    for name in UNUSED_PACKAGES:
+        assert isinstance(getattr(import_utils, f"_{name}_available"), bool), name
+        assert callable(getattr(import_utils, f"is_{name}_available")), name
