@@ -68,3 +68,30 @@ def test_the_packages_it_hides_are_the_ones_diffusers_asks_about():
     for name in UNUSED_PACKAGES:
         assert isinstance(getattr(import_utils, f"_{name}_available"), bool), name
         assert callable(getattr(import_utils, f"is_{name}_available")), name
+
+
+# the worker forkserver's imports, then the LTX-2 class as a forked worker's build imports it; afterwards
+# transformers imports as installed
+SERVER = """
+import importlib.util, json, sys
+from farm.run.forkserver_imports import DECODER_MODULES, import_decoder_code
+done = import_decoder_code()
+from diffusers import AutoencoderKLLTX2Video
+hidden = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("transformers", "peft")})
+finders = [type(f).__name__ for f in sys.meta_path]
+after = None
+if importlib.util.find_spec("transformers") is not None:
+    import transformers.models.auto
+    after = "transformers.models.auto" in sys.modules
+print(json.dumps([done == list(DECODER_MODULES), hidden, "_Hidden" in finders, after]))
+"""
+
+
+def test_the_forkserver_imports_diffusers_model_code_with_neither_package():
+    run = subprocess.run([sys.executable, "-c", SERVER], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    all_done, imported, finder_left, after = json.loads(run.stdout.splitlines()[-1])
+    assert all_done
+    assert imported == []  # not even transformers' package: diffusers' outright import of it found it absent
+    assert not finder_left
+    assert after in (None, True)  # the block over, transformers imports as installed

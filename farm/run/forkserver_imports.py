@@ -20,7 +20,7 @@ import contextlib
 import importlib
 
 from farm.run.forkserver_exit import IN_SERVER
-from farm.worker.diffusers_imports import import_without_unused_packages
+from farm.worker.diffusers_imports import hiding_unused_packages
 from farm.worker.warmup import MODULES
 
 # what a worker's warm-up imports after torch: diffusers' shared model code, the bulk of its import, and
@@ -31,12 +31,12 @@ DECODER_MODULES = MODULES[1:]
 def import_decoder_code() -> list[str]:
     """Import `DECODER_MODULES`, diffusers' model code without transformers' and peft's
     (`farm.worker.diffusers_imports`); the modules imported."""
-    import_without_unused_packages()
     done = []
-    for name in DECODER_MODULES:
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-            done.append(name)
+    with hiding_unused_packages():
+        for name in DECODER_MODULES:
+            with contextlib.suppress(Exception):
+                importlib.import_module(name)
+                done.append(name)
     return done
 
 
