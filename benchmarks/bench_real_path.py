@@ -176,7 +176,8 @@ def main() -> None:
     parser.add_argument("--single-file", action="store_true", help="also the original-layout file")
     parser.add_argument("--model", default="AutoencoderKLLTX2Video")
     parser.add_argument("--plain-dtype", default=None,
-                        help="the plain script's dtype (default bfloat16; float32 with --device cpu)")
+                        help="the dtype both sides decode in (the job's and the plain script's; "
+                             "default bfloat16, float32 with --device cpu)")
     parser.add_argument("--spawned-too", action="store_true",
                         help="the cold one-shot rows also with Dask's spawned workers (fork-workers off)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
@@ -216,8 +217,9 @@ def main() -> None:
     save_weights(
         args.decoder, vae, single if args.single_file and "single" in parts else None, logs / "save.log"
     )
+    dtype = args.plain_dtype or ("float32" if args.device == "cpu" else "bfloat16")  # both sides decode in it
     shape = ["--frames", str(args.frames), "--height", str(args.height), "--width", str(args.width),
-             "--decoder", args.decoder]  # fmt: skip
+             "--decoder", args.decoder, "--dtype", dtype]  # fmt: skip
     job1 = work / "job1.zarr"
     run(farm_cmd("synth", str(job1), "--weights", str(vae), *shape, "--overwrite"), logs / "synth1.log", 300)
     latents1 = export_latents(job1, work / "latents1")
@@ -231,7 +233,7 @@ def main() -> None:
         "--device",
         args.device,
         "--dtype",
-        args.plain_dtype or ("float32" if args.device == "cpu" else "bfloat16"),
+        dtype,
     ]
 
     if "load" in parts:  # the decoder ready on the GPU: diffusers' from_pretrained against farm's load
