@@ -372,8 +372,8 @@ class DiffusersVideoDecoder:
         parameters, with no second copy; none may be left on the meta device.
 
         For a named config the tensors are read on a thread while the model is built (`W.reading_ahead`):
-        building imports the family's model module of diffusers (seconds on a fresh worker, even with
-        diffusers' shared code imported by `farm.run.worker_forkserver`), which the read then runs beside."""
+        building imports the family's model module of diffusers (what a worker forked from
+        `farm.run.worker_forkserver` has left to import), which the read then runs beside."""
         import torch
 
         _build_steps.clear()

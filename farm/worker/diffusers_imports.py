@@ -63,17 +63,17 @@ class _Hidden(importlib.abc.MetaPathFinder):
 
 
 @contextlib.contextmanager
-def hiding_unused_packages() -> Iterator[bool]:
+def hiding_unused_packages() -> Iterator[None]:
     """For the block, `UNUSED_PACKAGES` are absent to diffusers and to any import not done before
-    (`import_without_unused_packages`, then an import finder ahead of the others); yields whether they
-    are. A module imported in the block that tried them keeps its fallback; afterwards they import as
-    installed."""
+    (`import_without_unused_packages`, then an import finder ahead of the others), unless diffusers'
+    model code was imported before it. A module imported in the block that tried them keeps its fallback;
+    afterwards they import as installed."""
     if not import_without_unused_packages():
-        yield False
+        yield
         return
     finder = _Hidden()
     sys.meta_path.insert(0, finder)
     try:
-        yield True
+        yield
     finally:
         sys.meta_path.remove(finder)
