@@ -183,11 +183,18 @@ def seamless_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         grid = "×".join(str(t) for t in r["grid"])
         blend = "no blend" if not any(r["overlap"]) else f"overlap {max(r['overlap'])}"
         shot = "×".join(str(s) for s in r["shape"])
+        # float16: the frames as written, in levels of 255 (the band and worst pixel where measured)
+        written = number(r["psnr_float16_db"])
+        if "band_psnr_float16_db" in r:
+            written += f" / {number(r['band_psnr_float16_db'])}"
+        worst = f"{number(r['worst_levels'], 0)} levels"
+        if "worst_float16_levels" in r:
+            worst += f" (float16 {number(r['worst_float16_levels'])})"
         yield (
             f"| {r['decoder']} {dtype_name(r['dtype'])}, {shot} | {r['gpu_memory']} | "
             f"{grid}, halo {r['halo']}, {blend} | "
             f"{number(r['redundancy'], 2)}× | {number(r['psnr_db'])} / {number(r['band_psnr_db'])} dB "
-            f"(float16 {number(r['psnr_float16_db'])} dB) | {number(r['worst_levels'], 0)} levels | "
+            f"(float16 {written} dB) | {worst} | "
             f"{number(r['nvidia_smi_peak_gib'])} GiB | {number(r['whole_render_s'])} / "
             f"{number(r['tiled_render_s'])} s |"
         )

@@ -3,8 +3,8 @@
 # device calls on nvidia-h200 that each end inside 8 minutes (CALL_BUDGET_S). Run from the project root on
 # the device, with the staged site carried (.gpu-site.tar.xz):
 #
-#   bash benchmarks/gpu_pending.sh call1  # LTX-2.5 diffusion decoder 1080p through `farm render --gpu-memory
-#                                         # 24GiB`; halo with the whole-frame pass: Wan 2.1 720p (bf16);
+#   bash benchmarks/gpu_pending.sh call1  # LTX-2.5 diffusion decoder and LTX-2 1080p through `farm render
+#                                         # --gpu-memory 24GiB`; halo with the whole-frame pass: Wan 2.1 720p (bf16);
 #                                         # MiniMax-H3 and Cosmos decode beside diffusers; HunyuanVideo 480p
 #                                         # halo with the whole-frame pass (bf16)
 #   bash benchmarks/gpu_pending.sh call2  # the halo of cogvideox, mochi, hunyuanvideo15, cosmos, minimax-h3 (bf16,
@@ -132,6 +132,12 @@ for call in "${calls[@]}"; do
             --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
             --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 280 600)" \
             --work "$SCRATCH/seamless" --out-json "$RES/seamless-diffusion-1080p.json"
+        rm -rf "$SCRATCH/seamless"
+        # ~150 s: LTX-2's 1080p row again, for its seam band and worst pixel on the float16 frames as written
+        step seamless-ltx2-1080p 250 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2 ltx2-tiny)" \
+            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
+            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
+            --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx2-1080p.json"
         rm -rf "$SCRATCH/seamless"
         # ~110 s: whole decode 640 TFLOP (~5 s), float32 whole, 3 halos at 1.3-1.8x
         halo wf-wan-720p-bf16 200 halo --decoder "$(sz wan wan-tiny)" --dtype "$BF" --shape "$(sz 21,90,160 3,24,24)" \

@@ -195,3 +195,8 @@ def test_seamless_render_row(tmp_path) -> None:
         and cells[6] == "23.7 GiB"
         and cells[7] == "40.0 / 46.0 s"
     )
+
+    # the float16 band and worst pixel, where the benchmark measured them
+    path.write_text(json.dumps({**result, "band_psnr_float16_db": 52.04, "worst_float16_levels": 3.27}))
+    cells = table_line(script("fold_gpu_results").fold([path]), "ltx2-diffusion bf16")
+    assert cells[4] == "51.2 / 50.0 dB (float16 53.3 / 52.0 dB)" and cells[5] == "5 levels (float16 3.3)"
