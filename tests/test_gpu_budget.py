@@ -14,7 +14,7 @@ import pytest
 from farm.config import parse_size
 from farm.errors import FarmError
 from farm.planning.options import PlanOptions
-from farm.worker.gpu_budget import hold_gpu_memory, memory_fraction
+from farm.worker.gpu_budget import allocator_cap, hold_gpu_memory, memory_fraction, outside_allocator_bytes
 from tests.helpers import farm
 
 GIB = 2**30
@@ -40,6 +40,16 @@ def test_the_budget_comes_from_farm_gpu_memory_when_not_given():
 def test_a_budget_holds_a_share_of_the_device_and_nothing_without_a_gpu():
     assert memory_fraction(24 * GIB, 96 * GIB) == 0.25
     assert memory_fraction(200 * GIB, 96 * GIB) == 1.0
+    # the budget is the GPU's memory as nvidia-smi counts it: what the process holds beside torch's
+    # allocator (its CUDA context, loaded kernels) comes off the allocator's cap
+    context = 600 * 2**20
+    assert outside_allocator_bytes(used=context + 10 * GIB, reserved=10 * GIB) == context
+    assert outside_allocator_bytes(used=5 * GIB, reserved=6 * GIB) == 0  # never below nothing
+    assert allocator_cap(24 * GIB, context, 141 * GIB) == 24 * GIB - context
+    assert allocator_cap(200 * GIB, context, 141 * GIB) == 141 * GIB  # at most the device
+    with pytest.raises(FarmError, match="leaves nothing for decoding") as refused:
+        allocator_cap(512 * 2**20, context, 141 * GIB)
+    assert "512.0 MiB" in str(refused.value) and "600.0 MiB" in str(refused.value)
     import torch
 
     if not torch.cuda.is_available():

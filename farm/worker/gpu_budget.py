@@ -3,18 +3,27 @@
 A plan made for a 24 GiB GPU must fail on an H200 where it would fail on the 24 GiB GPU, not pass
 because 141 GiB were there: torch's caching allocator is capped at the budget's fraction of the device,
 and an allocation beyond it raises torch's out-of-memory error in the tile's task.
+
+The budget is the GPU's memory as nvidia-smi counts it, so the cap leaves out what the process holds
+beside torch's allocator: its CUDA context, kernels loaded as they are first used, a transport's buffers.
+That is measured each time a task holds the budget, as the device's memory in use less what torch's
+allocator has reserved (a worker owns its GPU, as dask-cuda starts one per GPU; on a GPU shared with other
+work their memory counts too, so the cap errs low), and the cap only ever comes down.
 """
 
 from __future__ import annotations
 
 from farm import config
+from farm.decoders.base import human_bytes
+from farm.errors import FarmError
 
-_held: dict[int, int] = {}  # device index -> the budget its allocator is held to
+_held: dict[int, tuple[int, int]] = {}  # device index -> (the budget, the memory outside the allocator)
 
 
 def hold_gpu_memory(budget: int | None = None) -> int | None:
     """Cap this process' current CUDA device at `budget` bytes (default: farm.gpu-memory as this task
-    sees it). Returns the cap in bytes, or None (no budget, no GPU, or a budget above the device's)."""
+    sees it), less what it holds outside torch's allocator. Returns the allocator's cap in bytes, or None
+    (no budget, no GPU, or a budget above the device's)."""
     budget = config.byte_size("gpu-memory") if budget is None else budget
     if not budget:
         return None
@@ -23,12 +32,35 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
     if not torch.cuda.is_available():
         return None
     device = torch.cuda.current_device()
-    if _held.get(device) == budget:
-        return budget
-    fraction = memory_fraction(budget, torch.cuda.get_device_properties(device).total_memory)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
-    _held[device] = budget
-    return budget if fraction < 1.0 else None
+    free, total = torch.cuda.mem_get_info(device)  # makes the CUDA context first, if there was none
+    outside = outside_allocator_bytes(total - free, torch.cuda.memory_reserved(device))
+    held_budget, held_outside = _held.get(device, (None, 0))
+    if held_budget == budget:
+        outside = max(outside, held_outside)
+        if outside == held_outside:
+            return allocator_cap(budget, outside, total)
+    cap = allocator_cap(budget, outside, total)
+    torch.cuda.set_per_process_memory_fraction(memory_fraction(cap, total), device)
+    _held[device] = (budget, outside)
+    return cap if cap < total else None
+
+
+def outside_allocator_bytes(used: int, reserved: int) -> int:
+    """Device memory in use beyond what torch's caching allocator has reserved."""
+    return max(0, used - reserved)
+
+
+def allocator_cap(budget: int, outside: int, total: int) -> int:
+    """What torch's allocator may hold for a `budget` when `outside` bytes of it are held beside it, on a
+    device of `total` bytes (at most all of it). Raises FarmError when nothing would be left."""
+    cap = budget - outside
+    if cap <= 0:
+        raise FarmError(
+            f"the GPU-memory budget ({human_bytes(budget)}, --gpu-memory or farm.gpu-memory) leaves nothing "
+            f"for decoding: this worker already holds {human_bytes(outside)} of its GPU outside torch's "
+            "allocator (its CUDA context and loaded kernels); give a budget above that"
+        )
+    return min(cap, total)
 
 
 def memory_fraction(budget: int, total: int) -> float:
