@@ -89,3 +89,53 @@ def test_a_budget_that_is_not_a_size_is_one_line(job_1080p):
     done = farm("plan", str(job_1080p), "--gpu-memory", "big")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--gpu-memory 'big' is not a memory size" in done.stderr
+
+
+class FakeCuda:
+    """torch.cuda's few calls `hold_gpu_memory` makes, for one device of `total` bytes whose memory in use
+    and reserved by torch's allocator the test sets (the real cap needs a GPU: bench_seamless.py)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.used, self.reserved, self.fractions = total, 0, 0, []
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        return self.total - self.used, self.total
+
+    def memory_reserved(self, device: int) -> int:
+        return self.reserved
+
+    def set_per_process_memory_fraction(self, fraction: float, device: int) -> None:
+        self.fractions.append(fraction)
+
+
+def test_the_cap_leaves_out_what_the_process_holds_beside_the_allocator_and_only_comes_down(monkeypatch):
+    import torch
+
+    from farm.worker import gpu_budget
+
+    fake = FakeCuda(total=96 * GIB)
+    for name in ("is_available", "current_device", "mem_get_info", "memory_reserved",
+                 "set_per_process_memory_fraction"):  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(gpu_budget, "_held", {})
+    context = GIB // 2
+    fake.used = context  # a fresh worker: its CUDA context only
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context
+    assert fake.fractions == [(24 * GIB - context) / (96 * GIB)]
+    fake.used, fake.reserved = context + 10 * GIB, 10 * GIB  # decoding: the allocator's memory is its own
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context and len(fake.fractions) == 1  # nothing to change
+    fake.used += GIB // 4  # kernels loaded on first use, beside the allocator: the cap comes down
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context - GIB // 4
+    assert fake.fractions[-1] == (24 * GIB - context - GIB // 4) / (96 * GIB)
+    fake.used -= GIB // 4  # and does not go back up
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context - GIB // 4 and len(fake.fractions) == 2
+    assert hold_gpu_memory(48 * GIB) == 48 * GIB - context  # another budget is held afresh
+    assert hold_gpu_memory(200 * GIB) is None and fake.fractions[-1] == 1.0  # over the device: all of it
+    with pytest.raises(FarmError, match="leaves nothing for decoding"):
+        hold_gpu_memory(GIB // 4)
