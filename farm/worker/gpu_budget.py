@@ -36,12 +36,11 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
     outside = outside_allocator_bytes(total - free, torch.cuda.memory_reserved(device))
     held_budget, held_outside = _held.get(device, (None, 0))
     if held_budget == budget:
-        outside = max(outside, held_outside)
-        if outside == held_outside:
-            return allocator_cap(budget, outside, total)
+        outside = max(outside, held_outside)  # the cap only comes down
     cap = allocator_cap(budget, outside, total)
-    torch.cuda.set_per_process_memory_fraction(memory_fraction(cap, total), device)
-    _held[device] = (budget, outside)
+    if _held.get(device) != (budget, outside):
+        torch.cuda.set_per_process_memory_fraction(memory_fraction(cap, total), device)
+        _held[device] = (budget, outside)
     return cap if cap < total else None
 
 
