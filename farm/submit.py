@@ -105,7 +105,8 @@ def _check_script(script: str | os.PathLike) -> Path:
 
 
 def _publish(client: Client, submission: str, record: dict[str, Any]) -> None:
-    for key, value in record.items():
+    # one key at a time, "state" last: a reader that sees a submission ended finds its exit code and end
+    for key, value in sorted(record.items(), key=lambda item: item[0] == "state"):
         with contextlib.suppress(Exception):
             client.set_metadata(["farm", "submissions", submission, key], value)
 
