@@ -161,6 +161,53 @@ decoder = decoder_class(spec).load(spec, "cuda")
 torch.cuda.synchronize()
 print(json.dumps({"imports": i - t, "load": time.perf_counter() - i}))
 """
+# A GPU worker's decoder build, step by step, as a worker forked from farm's worker forkserver makes it
+# (the server's imports, then the CUDA context, then the build), in a fresh process. "farm": the build as
+# the worker runs it, its weights read ahead beside it, profiled on the building thread; "split": the
+# class's import, the meta build and the read one after the other. Run with ``-X importtime``.
+PROFILE_BUILD = """
+import cProfile, io, json, pstats, sys, time
+t = time.perf_counter()
+import torch
+from farm.run.forkserver_imports import import_decoder_code
+import_decoder_code()
+steps = {"server imports": time.perf_counter() - t}
+dev = "cuda" if torch.cuda.is_available() else "cpu"  # a CPU run checks the script
+t = time.perf_counter()
+torch.empty(1, device=dev)
+steps["cuda context"] = time.perf_counter() - t
+from farm.decoders import decoder_class, diffusers_vae
+from farm.decoders import weights as W
+from farm.store.job import open_job
+spec = open_job(sys.argv[1]).spec
+cls = decoder_class(spec)
+print("CLASS IMPORT STARTS", file=sys.stderr, flush=True)
+if sys.argv[2] == "farm":
+    profile = cProfile.Profile()
+    t = time.perf_counter()
+    profile.enable()
+    model = cls.build_from_weights(spec, dev)
+    profile.disable()
+    torch.cuda.synchronize() if dev == "cuda" else None
+    steps["build"] = time.perf_counter() - t
+    steps.update(diffusers_vae._build_steps)
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(30)
+    print(text.getvalue(), file=sys.stderr)
+else:
+    t = time.perf_counter()
+    cls.model_class()
+    steps["class import"] = time.perf_counter() - t
+    t = time.perf_counter()
+    model = cls.meta_model(spec.config)
+    steps["meta build"] = time.perf_counter() - t
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    t = time.perf_counter()
+    state = W.read_decoder_state(spec, cls, expected, dev, getattr(torch, spec.dtype))
+    torch.cuda.synchronize() if dev == "cuda" else None
+    steps["weights read alone"] = time.perf_counter() - t
+print(json.dumps({k: round(v, 3) for k, v in steps.items()}))
+"""
 
 
 def main() -> None:
@@ -183,7 +230,8 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE",
                         help="the cold one-shot rows also with this environment variable set (repeatable: "
                         "one row per variant)")  # fmt: skip
-    parser.add_argument("--parts", default="imports,load,one,warm,batch,single")
+    parser.add_argument("--parts", default="imports,load,one,warm,batch,single",
+                        help="rows to run; also 'profile' (a GPU worker's decoder build, step by step)")
     parser.add_argument("--device", default="cuda",
                         help="the plain script's device (cpu, with --parts one: a check of the script on a "
                         "CPU; the load rows need a GPU)")  # fmt: skip
@@ -243,6 +291,12 @@ def main() -> None:
                    run(diffusers_load, logs / f"load-d-{rep}.log", 300))
             record(f"load: farm decoder from the folder #{rep + 1}",
                    run([sys.executable, "-c", LOAD_FARM, str(job1)], logs / f"load-f-{rep}.log", 300))
+
+    if "profile" in parts:  # where a GPU worker's decoder build spends its seconds
+        for rep in range(args.reps):
+            for mode in ("farm", "split"):
+                cmd = [sys.executable, "-X", "importtime", "-c", PROFILE_BUILD, str(job1), mode]
+                record(f"profile: worker build, {mode} #{rep + 1}", run(cmd, logs / f"profile-{mode}-{rep}.log", 300))
 
     if "one" in parts:
         for rep in range(args.reps):

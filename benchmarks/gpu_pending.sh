@@ -139,6 +139,15 @@ for call in "${calls[@]}"; do
             --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
             --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx2-1080p.json"
         rm -rf "$SCRATCH/seamless"
+        # ~150 s: LTX-2.3's 1080p row again, for its seam band and worst pixel on the float16 frames as written
+        step seamless-ltx23-1080p 250 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2.3 ltx2.3-tiny)" \
+            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
+            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
+            --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx23-1080p.json"
+        rm -rf "$SCRATCH/seamless"
+        # ~90 s: the diffusion decoder's tiles and its whole bf16 decode, each measured from a float32 decode
+        halo halo-diffusion-noise 150 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
+            --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)" --dtype-noise
         # ~110 s: whole decode 640 TFLOP (~5 s), float32 whole, 3 halos at 1.3-1.8x
         halo wf-wan-720p-bf16 200 halo --decoder "$(sz wan wan-tiny)" --dtype "$BF" --shape "$(sz 21,90,160 3,24,24)" \
             --halos "$(sz 4,8,12 4,8)" --whole-frame --dtype-noise
@@ -174,8 +183,23 @@ for call in "${calls[@]}"; do
         step rounds-hunyuan-bf16 150 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
             --dtype "$BF" --device "$DEV" --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 6,8)" \
             --out-json "$RES/rounds-hunyuan-bf16.json"
+        # ~120 s: the same tiles and the whole bf16 decode, each measured from a float32 decode (17 frames:
+        # the float32 decode of 61 needs about twice the bf16 one's 59 GiB)
+        step rounds-hunyuan-noise 180 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
+            --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8 8)" --dtype-noise \
+            --out-json "$RES/rounds-hunyuan-noise.json"
         ;;
     call3)
+        # ~140 s: LTX-2 weights saved (39 s); a GPU worker's decoder build step by step (the server's imports,
+        # CUDA context, class import, meta build, weights read), twice each way, under -X importtime
+        step cold-profile 200 "$PY" benchmarks/bench_real_path.py --out "$SCRATCH/profile" --parts profile --reps 2 \
+            --batch 0 --decoder "$(sz ltx2 ltx2-tiny)" --frames "$(sz 121 17)" --height "$(sz 704 128)" \
+            --width "$(sz 1216 192)" --device "$DEV"
+        mkdir -p "$RES/profile"
+        cp "$SCRATCH"/profile/real_path.json "$RES/profile/" 2>/dev/null
+        cp -r "$SCRATCH"/profile/logs "$RES/profile/" 2>/dev/null
+        rm -rf "$SCRATCH/profile"
+        pack
         # ~320 s: LTX-2 weights (4.6 GB) saved (39 s) and a 704p shot synthesised, then 5 cold one-shot runs of
         # each side, alternated (21-31 s a run; --spawned-too adds Dask's spawned workers, 31-35 s a run)
         step cold-start 420 "$PY" benchmarks/bench_real_path.py --out "$SCRATCH/real-path" --parts one --reps 5 \

@@ -39,7 +39,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-from measure_halo import FLOOR, compare, load_random, reaches_floor, seam_band  # noqa: E402
+from measure_halo import (  # noqa: E402
+    FLOOR,
+    against_float32,
+    compare,
+    float32_reference,
+    float32_words,
+    load_random,
+    reaches_floor,
+    seam_band,
+)
 
 from farm.decoders.hunyuanvideo import groupnorm_rounds as rounds  # noqa: E402
 from farm.decoders.hunyuanvideo.whole_frame import rest_of_decoder, whole_frame_part  # noqa: E402
@@ -121,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--halos", default="6", help="spatial halos to sweep")
     parser.add_argument("--contexts", default=None, help="temporal contexts to sweep (default: the config's)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype-noise", action="store_true",
+                        help="also decode the shot whole in float32: the dtype's own noise, and each "
+                        "row's tiles and whole decode measured from it")
     parser.add_argument("--out-json", default=None)
     args = parser.parse_args(argv)
     shape = tuple(int(x) for x in args.shape.split(","))
@@ -144,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     whole_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     print(f"{args.decoder} {args.dtype} latent {tuple(latent.shape)} -> {tuple(whole.shape)}: whole decode "
           f"{whole_s:.1f} s" + (f", peak {whole_peak:.0f} MiB" if cuda else ""), flush=True)  # fmt: skip
+    reference = None
+    if args.dtype_noise and args.dtype != "float32":  # the dtype's own noise, and the tiles' beside it
+        reference = float32_reference(args.decoder, args.seed, args.device, latent)
+        noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
+        print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
+              f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
     with torch.inference_mode():
         mid = whole_frame_part(decoder.model, decoder.decoder_input(latent))
     rows = []
@@ -160,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             row = {"halo": halo, "context": geometry.context, **compare(tiled, whole, band),
                    "redundancy": round(plan.redundancy, 3), **cost, "seconds": round(seconds, 2)}  # fmt: skip
             row["floor"] = reaches_floor(row, args.dtype)
+            if reference is not None:
+                row["float32"] = against_float32(tiled, whole, reference, band)
             del tiled
             mid_only = compare(decode_mid_only(decoder, mid, plan), whole, band)
             row["mid_block_only"] = mid_only
@@ -171,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['redundancy']}x, carried "
                   f"{cost['carried_mib']} MiB per tile"
                   + (f", round peak {cost['round_peak_mib']} MiB" if cuda else "")
-                  + f", {seconds:.1f} s", flush=True)  # fmt: skip
+                  + f", {seconds:.1f} s" + float32_words(row.get("float32")), flush=True)  # fmt: skip
     if args.out_json:
         device = torch.cuda.get_device_name() if cuda else platform.processor() or "cpu"
         result = {"decoder": args.decoder, "dtype": args.dtype, "shape": list(shape),

@@ -155,6 +155,41 @@ def reaches_floor(row: dict, dtype: str, noise_db: float | None = None) -> bool:
     return row["band_psnr_db"] >= band and row["worst_levels"] <= worst
 
 
+def float32_reference(name: str, seed: int, device: str, latent):
+    """The named config's whole decode of `latent` in float32 (TF32 off: float32 means float32), the
+    reference that a lower dtype's decodes, whole or tiled, are measured from."""
+    import torch
+
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        exact = load_random(name, seed, "float32", device)
+        reference = exact.decode(latent, origin=(0, 0, 0)).float()
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    del exact
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return reference
+
+
+def against_float32(tiled, whole, reference, band) -> dict:
+    """How far the tiled and the whole decode each are from the float32 reference, over the clip and the
+    seam band: tiles that add nothing to the dtype's own noise are as close to it as the whole decode
+    (`as_close`: the tiled band within 0.5 dB of the whole's)."""
+    t, w = compare(tiled, reference, band), compare(whole, reference, band)
+    return {"tiled": t, "whole": w, "as_close": t["band_psnr_db"] >= w["band_psnr_db"] - 0.5}
+
+
+def float32_words(f32: dict | None) -> str:
+    if f32 is None:
+        return ""
+    t, w = f32["tiled"], f32["whole"]
+    return (f"; from float32: tiled {t['psnr_db']:.1f} / band {t['band_psnr_db']:.1f} dB (worst "
+            f"{t['worst_levels']:.0f}), whole {w['psnr_db']:.1f} / {w['band_psnr_db']:.1f} dB (worst "
+            f"{w['worst_levels']:.0f}){' as close' if f32['as_close'] else ''}")  # fmt: skip
+
+
 def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
     import torch
 
@@ -171,15 +206,14 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
           f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
     rows = []
     noise_db = None
+    reference = None
     if args.dtype != "float32" and args.dtype_noise:  # the dtype's own noise: its whole decode vs float32's
-        exact = load_random(args.decoder, args.seed, "float32", args.device)
-        reference = exact.decode(latent, origin=(0, 0, 0)).float()
+        reference = float32_reference(args.decoder, args.seed, args.device, latent)
         noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
         rows.append({"value": "whole vs float32", **noise, "floor": None})
         noise_db = noise["psnr_db"]
         print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
               f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
-        del exact, reference
     for value in values:
         decoder.geometry = geometry_for(base, value)
         plan = plan_shot("probe", latent.shape, decoder.geometry, grid)
@@ -189,10 +223,12 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
                "redundancy": round(plan.redundancy, 3),
                "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
         row["floor"] = reaches_floor(row, args.dtype, noise_db)
+        if reference is not None:
+            row["float32"] = against_float32(tiled, whole, reference, seam_band(plan, tiled.device))
         rows.append(row)
         print(f"  {args.mode} {value:>3}: PSNR {row['psnr_db']:.1f} dB, band {row['band_psnr_db']:.1f} dB, "
               f"worst {row['worst_levels']:.0f} levels, redundancy {row['redundancy']}, "
-              f"{'floor' if row['floor'] else '-'}", flush=True)  # fmt: skip
+              f"{'floor' if row['floor'] else '-'}" + float32_words(row.get("float32")), flush=True)  # fmt: skip
         del tiled
         if args.stop and row["floor"]:
             break

@@ -20,7 +20,7 @@ import contextlib
 import importlib
 
 from farm.run.forkserver_exit import IN_SERVER
-from farm.worker.diffusers_imports import hiding_unused_packages
+from farm.worker.diffusers_imports import defer_package_inits, hiding_unused_packages
 from farm.worker.warmup import MODULES
 
 # what a worker's warm-up imports after torch: diffusers' shared model code, the bulk of its import, and
@@ -30,7 +30,9 @@ DECODER_MODULES = MODULES[1:]
 
 def import_decoder_code() -> list[str]:
     """Import `DECODER_MODULES`, diffusers' model code without transformers' and peft's
-    (`farm.worker.diffusers_imports`); the modules imported."""
+    (`farm.worker.diffusers_imports`), its packages of every model of a kind left for the names asked of
+    them (`defer_package_inits`); the modules imported."""
+    defer_package_inits()
     done = []
     with hiding_unused_packages():
         for name in DECODER_MODULES:

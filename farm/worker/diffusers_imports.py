@@ -15,6 +15,15 @@ base class, with a fallback when that fails): the worker forkserver, which impor
 worker, finds the two packages absent while it does (`hiding_unused_packages`), another 0.45 s of the
 2.2 s that import took on the same CPU.
 
+diffusers' ``autoencoders``, ``unets`` and ``transformers`` packages each import every model of their kind
+in their ``__init__``: the module of one video VAE class imports the three of them (its module imports the
+shared VAE code, which imports a UNet block module, which imports two transformer modules), and with them
+a hundred model modules and what they import where it is installed (scipy's statistics, torchvision,
+cupy's test helpers and pytest). On an H100 node that was 3.5-4.3 s of a GPU worker's way to its first
+decode, against 0.1 s for the modules the class uses. A decode worker imports those packages without
+running their ``__init__`` (`defer_package_inits`): a module inside one imports as usual, and the first
+name asked of the package itself that is not yet on it runs its ``__init__`` then.
+
 Only farm's decode workers do this: the worker forkserver (`farm.run.forkserver_imports`) and a
 worker's warm-up (`farm.worker.warmup`). A user's own process (the pipeline hook, `farm ingest`) imports
 diffusers as installed.
@@ -24,13 +33,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib.abc
+import importlib.machinery
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
 MODEL_CODE = "diffusers.models.modeling_utils"  # the first of diffusers' modules that asks
 UNUSED_PACKAGES = ("transformers", "peft")  # what a decode worker's diffusers is told is absent
+# diffusers' packages whose __init__ imports every model of its kind
+EAGER_PACKAGES = ("diffusers.models.autoencoders", "diffusers.models.unets", "diffusers.models.transformers")
 
 
 def import_without_unused_packages() -> bool:
@@ -77,3 +90,50 @@ def hiding_unused_packages() -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(finder)
+
+
+class _InitOnFirstName(importlib.abc.Loader):
+    """Loads a package as `loader` would, but runs its ``__init__`` only when a name not yet on the package
+    is first asked for (its submodules set themselves on it as they import)."""
+
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self._loader = loader
+        self._lock = threading.Lock()  # a warm-up and a task may ask at once: the __init__ runs once
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        def __getattr__(name: str) -> Any:
+            if name.startswith("__"):  # the import system's own questions leave the __init__ unrun
+                raise AttributeError(name)
+            with self._lock:
+                if module.__dict__.get("__getattr__") is __getattr__:
+                    del module.__dict__["__getattr__"]
+                    self._loader.exec_module(module)
+            return getattr(module, name)
+
+        module.__dict__["__getattr__"] = __getattr__
+
+
+class _DeferredPackages(importlib.abc.MetaPathFinder):
+    """An import finder that gives `EAGER_PACKAGES` the loader `_InitOnFirstName`."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> Any:
+        if fullname not in EAGER_PACKAGES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return spec
+        spec.loader = _InitOnFirstName(spec.loader)
+        return spec
+
+
+def defer_package_inits() -> bool:
+    """From now on in this process, `EAGER_PACKAGES` not yet imported import without running their
+    ``__init__`` until a name on them is asked for; True when none was imported yet (all deferred)."""
+    if not any(isinstance(f, _DeferredPackages) for f in sys.meta_path):
+        sys.meta_path.insert(0, _DeferredPackages())
+    return not any(name in sys.modules for name in EAGER_PACKAGES)

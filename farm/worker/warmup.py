@@ -27,7 +27,7 @@ from typing import Any
 
 import dask.config
 
-from farm.worker.diffusers_imports import import_without_unused_packages
+from farm.worker.diffusers_imports import defer_package_inits, import_without_unused_packages
 
 # What a decode needs, in import order: torch, diffusers' shared model code (the bulk of its import), and
 # farm's decoder adapters. The decoder a render names is built after torch: its weights are read onto
@@ -68,6 +68,7 @@ def warm_up() -> None:
         import torch
 
         import_without_unused_packages()  # before the decoder's build imports diffusers' model code
+        defer_package_inits()  # the build imports its class's module, not every model of its kind
 
         if torch.cuda.is_available():
             started = time.perf_counter()
