@@ -296,7 +296,8 @@ def main() -> None:
         for rep in range(args.reps):
             for mode in ("farm", "split"):
                 cmd = [sys.executable, "-X", "importtime", "-c", PROFILE_BUILD, str(job1), mode]
-                record(f"profile: worker build, {mode} #{rep + 1}", run(cmd, logs / f"profile-{mode}-{rep}.log", 300))
+                log = logs / f"profile-{mode}-{rep}.log"
+                record(f"profile: worker build, {mode} #{rep + 1}", run(cmd, log, 300))
 
     if "one" in parts:
         for rep in range(args.reps):

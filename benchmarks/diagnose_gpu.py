@@ -3,7 +3,8 @@
     fork     whether importing diffusers' model code and farm's decoders in a parent leaves CUDA usable in a
              forked child (farm's worker forkserver could then import them before forking GPU workers)
     peaks    a decoder's peak allocated and reserved device memory per decode call shape, beside the
-             planner's model (`peak_bytes`)
+             planner's model (`peak_bytes`), and the memory the process holds outside torch's allocator
+             (CUDA context, kernels loaded on first use) before and after each call
     nonfinite  the first modules of a whole decode whose outputs are not finite (forward hooks)
 
 Usage (from the repository root, on a GPU):
@@ -74,9 +75,21 @@ def latent(spec, cls, fhw):
     return torch.from_numpy(smooth_latent(np.random.default_rng(0), (channels, *fhw)))
 
 
+def outside_gib() -> float:
+    """The device's memory in use beyond what torch's allocator has reserved (`farm.worker.gpu_budget`)."""
+    import torch
+
+    from farm.worker.gpu_budget import outside_allocator_bytes
+
+    free, total = torch.cuda.mem_get_info()
+    return round(outside_allocator_bytes(total - free, torch.cuda.memory_reserved()) / 2**30, 3)
+
+
 def peaks(name: str, dtype: str, shapes: list[tuple[int, int, int]]) -> None:
     import torch
 
+    torch.empty(1, device="cuda")
+    print(json.dumps({"check": "peaks", "outside_after_context_gib": outside_gib()}), flush=True)
     spec, cls, decoder = load(name, dtype, "cuda")
     geometry = cls.geometry_for_spec(spec)
     for fhw in shapes:
@@ -85,6 +98,7 @@ def peaks(name: str, dtype: str, shapes: list[tuple[int, int, int]]) -> None:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
+        outside_before = outside_gib()
         started = time.perf_counter()
         pixels = decoder.decode(z, origin=(0, 0, 0))
         torch.cuda.synchronize()
@@ -95,7 +109,8 @@ def peaks(name: str, dtype: str, shapes: list[tuple[int, int, int]]) -> None:
         print(json.dumps({"check": "peaks", "decoder": name, "latent": fhw, "pixels": out,
                           "allocated_peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
                           "reserved_peak_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
-                          "before_gib": round(base / 2**30, 2),
+                          "before_gib": round(base / 2**30, 2), "outside_before_gib": outside_before,
+                          "outside_after_gib": outside_gib(),
                           "predicted_gib": round(cls.peak_bytes(spec, pix) / 2**30, 2),
                           "seconds": round(seconds, 2)}), flush=True)  # fmt: skip
 

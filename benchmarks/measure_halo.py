@@ -226,9 +226,10 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
         if reference is not None:
             row["float32"] = against_float32(tiled, whole, reference, seam_band(plan, tiled.device))
         rows.append(row)
+        words = float32_words(row.get("float32"))
         print(f"  {args.mode} {value:>3}: PSNR {row['psnr_db']:.1f} dB, band {row['band_psnr_db']:.1f} dB, "
               f"worst {row['worst_levels']:.0f} levels, redundancy {row['redundancy']}, "
-              f"{'floor' if row['floor'] else '-'}" + float32_words(row.get("float32")), flush=True)  # fmt: skip
+              f"{'floor' if row['floor'] else '-'}{words}", flush=True)  # fmt: skip
         del tiled
         if args.stop and row["floor"]:
             break

@@ -30,8 +30,9 @@ with torch.no_grad():
 imported = sorted({m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("transformers", "peft")})
 registry = "transformers.models.auto" in sys.modules
 digest = hashlib.sha256(frames.numpy().tobytes()).hexdigest()
+# models of the three kinds that the class does not use
 others = ["diffusers.models.autoencoders.autoencoder_kl_wan", "diffusers.models.unets.unet_2d_condition",
-          "diffusers.models.transformers.transformer_flux"]  # models of the three kinds the class does not use
+          "diffusers.models.transformers.transformer_flux"]
 print(json.dumps([told, imported, registry, list(frames.shape), digest, deferred,
                   [m for m in others if m in sys.modules]]))
 """

@@ -1,4 +1,5 @@
-"""diffusers' model code imported in a decode worker without transformers' and peft's.
+"""diffusers' model code imported in a decode worker without transformers', peft's and scipy's, and without
+the models a decode does not use.
 
 When transformers and peft are installed (as they are wherever a diffusers video pipeline runs: its text
 encoders are transformers models), diffusers' model modules import transformers' registry of models, its
@@ -10,9 +11,13 @@ through a transformers model and is no video VAE). So before a decode worker imp
 code, it tells diffusers that transformers and peft are absent (what ``is_transformers_available()`` and
 ``is_peft_available()`` return), a configuration diffusers supports: both are optional to it.
 
+The same holds for scipy: a VAE class's module imports diffusers' single-file loading, which imports its
+schedulers, which import ``scipy.stats`` where scipy is installed (1.3 s of a GPU worker's class import on
+an H100 node); a decode uses no scheduler, and scipy is optional to diffusers too.
+
 diffusers' shared model code also tries ``import transformers`` outright (for its quantization config's
 base class, with a fallback when that fails): the worker forkserver, which imports that code for every
-worker, finds the two packages absent while it does (`hiding_unused_packages`), another 0.45 s of the
+worker, finds those packages absent while it does (`hiding_unused_packages`), another 0.45 s of the
 2.2 s that import took on the same CPU.
 
 diffusers' ``autoencoders``, ``unets`` and ``transformers`` packages each import every model of their kind
@@ -41,7 +46,7 @@ from types import ModuleType
 from typing import Any
 
 MODEL_CODE = "diffusers.models.modeling_utils"  # the first of diffusers' modules that asks
-UNUSED_PACKAGES = ("transformers", "peft")  # what a decode worker's diffusers is told is absent
+UNUSED_PACKAGES = ("transformers", "peft", "scipy")  # what a decode worker's diffusers is told is absent
 # diffusers' packages whose __init__ imports every model of its kind
 EAGER_PACKAGES = ("diffusers.models.autoencoders", "diffusers.models.unets", "diffusers.models.transformers")
 
