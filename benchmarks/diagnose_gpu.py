@@ -56,13 +56,25 @@ def fork_check() -> None:
     print(json.dumps({"check": "fork", **parent, **child}), flush=True)
 
 
-def load(name: str, dtype: str, device: str):
+def load(name: str, dtype: str, device: str, init_on_device: bool = False):
+    """The named config's decoder with RANDOM weights; `init_on_device`: initialised on `device` (seconds
+    on a GPU, where the CPU's initialisation of a released config takes minutes)."""
     from farm.decoders import decoder_class
     from farm.inputs.synthetic import synth_spec
 
     spec = synth_spec(name, seed=0, dtype=dtype)
     cls = decoder_class(spec)
-    return spec, cls, cls.load(spec, device)
+    if not init_on_device:
+        return spec, cls, cls.load(spec, device)
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = cls.model_class()(**spec.config).eval()
+    cls._fix_compression_ratios(model, spec)
+    decoder = cls.from_model(spec, model, device)
+    torch.cuda.empty_cache()
+    return spec, cls, decoder
 
 
 def latent(spec, cls, fhw):
@@ -85,12 +97,13 @@ def outside_gib() -> float:
     return round(outside_allocator_bytes(total - free, torch.cuda.memory_reserved()) / 2**30, 3)
 
 
-def peaks(name: str, dtype: str, shapes: list[tuple[int, int, int]]) -> None:
+def peaks(name: str, dtype: str, shapes: list[tuple[int, int, int]], init_on_device: bool = False) -> None:
     import torch
 
     torch.empty(1, device="cuda")
     print(json.dumps({"check": "peaks", "outside_after_context_gib": outside_gib()}), flush=True)
-    spec, cls, decoder = load(name, dtype, "cuda")
+    spec, cls, decoder = load(name, dtype, "cuda", init_on_device)
+    print(json.dumps({"check": "peaks", "outside_after_load_gib": outside_gib()}), flush=True)
     geometry = cls.geometry_for_spec(spec)
     for fhw in shapes:
         z = latent(spec, cls, fhw)
@@ -164,6 +177,7 @@ def main() -> None:
     p.add_argument("--decoder", required=True)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--shapes", nargs="+", type=fhw, required=True)
+    p.add_argument("--init-on-device", action="store_true", help="initialise the random weights on the GPU")
     n = sub.add_parser("nonfinite")
     n.add_argument("--decoder", required=True)
     n.add_argument("--dtype", default="bfloat16")
@@ -173,7 +187,7 @@ def main() -> None:
     if args.check == "fork":
         fork_check()
     elif args.check == "peaks":
-        peaks(args.decoder, args.dtype, args.shapes)
+        peaks(args.decoder, args.dtype, args.shapes, args.init_on_device)
     else:
         nonfinite(args.decoder, args.dtype, args.shape, args.limit)
 
