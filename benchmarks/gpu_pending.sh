@@ -145,6 +145,19 @@ for call in "${calls[@]}"; do
             --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
             --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx23-1080p.json"
         rm -rf "$SCRATCH/seamless"
+        # ~120 s: Wan 2.1 at 720p through `farm render --gpu-memory 24GiB` (its mid block run whole, halo 8)
+        step seamless-wan-720p 200 "$PY" benchmarks/bench_seamless.py --decoder "$(sz wan wan-tiny)" \
+            --dtype "$BF" --frames "$(sz 81 9)" --height "$(sz 720 192)" --width "$(sz 1280 256)" \
+            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 190 600)" \
+            --work "$SCRATCH/seamless" --out-json "$RES/seamless-wan-720p.json"
+        rm -rf "$SCRATCH/seamless"
+        # ~250 s, on a GPU of 120 GiB or more (the untiled reference): LTX-2 4K at --gpu-memory 48GiB again, for
+        # its seam band on the float16 frames and its peak with the allocator's cap less the worker's context
+        has_gib 120 seamless-ltx2-4k && step seamless-ltx2-4k 300 "$PY" benchmarks/bench_seamless.py \
+            --decoder "$(sz ltx2 ltx2-tiny)" --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 2176 256)" \
+            --width "$(sz 3840 384)" --gpu-memory "$(sz 48GiB 2GiB)" --tiles "$(sz auto 1,2,2)" \
+            --timeout "$(sz 290 600)" --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx2-4k.json"
+        rm -rf "$SCRATCH/seamless"
         # ~90 s: the diffusion decoder's tiles and its whole bf16 decode, each measured from a float32 decode
         halo halo-diffusion-noise 150 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
             --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)" --dtype-noise
