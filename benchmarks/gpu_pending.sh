@@ -113,6 +113,16 @@ decode() {  # decode NAME SECONDS DECODER SHAPE: bench_family_decode.py (bf16 on
         --dtype "$(sz bfloat16 float32)" --device "$DEV" --reps "$(sz 3 1)" --out-json "$RES/$name.json"
 }
 
+# NAME SECONDS DECODER FRAMES HEIGHT WIDTH BUDGET: bench_seamless.py, a shot through `farm render --gpu-memory
+# BUDGET` (the planner's tiles; 1x2x2 on a CPU) beside the same shot untiled
+seamless() {
+    local name=$1 limit=$2
+    step "$name" "$limit" "$PY" benchmarks/bench_seamless.py --decoder "$3" --dtype "$BF" --frames "$4" \
+        --height "$5" --width "$6" --gpu-memory "$7" --tiles "$(sz auto 1,2,2)" \
+        --timeout "$(sz $((limit - 20)) 600)" --work "$SCRATCH/seamless" --out-json "$RES/$name.json"
+    rm -rf "$SCRATCH/seamless"
+}
+
 BF=$(sz bfloat16 float32)
 call_started=0  # the first call's budget counts from the script's start (the site's unpacking included)
 for call in "${calls[@]}"; do
@@ -128,36 +138,21 @@ for call in "${calls[@]}"; do
     case "$call" in
     call1)
         # ~200 s: synth, plan, two renders of 121x1088x1920 (the decoder about 10 s a decode), frames compared
-        step seamless-diffusion-1080p 300 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" \
-            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
-            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 280 600)" \
-            --work "$SCRATCH/seamless" --out-json "$RES/seamless-diffusion-1080p.json"
-        rm -rf "$SCRATCH/seamless"
-        # ~150 s: LTX-2's 1080p row again, for its seam band and worst pixel on the float16 frames as written
-        step seamless-ltx2-1080p 250 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2 ltx2-tiny)" \
-            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
-            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
-            --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx2-1080p.json"
-        rm -rf "$SCRATCH/seamless"
-        # ~150 s: LTX-2.3's 1080p row again, for its seam band and worst pixel on the float16 frames as written
-        step seamless-ltx23-1080p 250 "$PY" benchmarks/bench_seamless.py --decoder "$(sz ltx2.3 ltx2.3-tiny)" \
-            --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 1088 192)" --width "$(sz 1920 256)" \
-            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 230 600)" \
-            --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx23-1080p.json"
-        rm -rf "$SCRATCH/seamless"
-        # ~120 s: Wan 2.1 at 720p through `farm render --gpu-memory 24GiB` (its mid block run whole, halo 8)
-        step seamless-wan-720p 200 "$PY" benchmarks/bench_seamless.py --decoder "$(sz wan wan-tiny)" \
-            --dtype "$BF" --frames "$(sz 81 9)" --height "$(sz 720 192)" --width "$(sz 1280 256)" \
-            --gpu-memory "$(sz 24GiB 1GiB)" --tiles "$(sz auto 1,2,2)" --timeout "$(sz 190 600)" \
-            --work "$SCRATCH/seamless" --out-json "$RES/seamless-wan-720p.json"
-        rm -rf "$SCRATCH/seamless"
+        seamless seamless-diffusion-1080p 300 "$(sz ltx2-diffusion ltx2-diffusion-tiny)" "$(sz 121 17)" \
+            "$(sz 1088 192)" "$(sz 1920 256)" "$(sz 24GiB 1GiB)"
+        # ~150 s each: LTX-2's and LTX-2.3's 1080p rows again, for the seam band and worst pixel on the float16
+        # frames as written
+        seamless seamless-ltx2-1080p 250 "$(sz ltx2 ltx2-tiny)" "$(sz 121 17)" "$(sz 1088 192)" "$(sz 1920 256)" \
+            "$(sz 24GiB 1GiB)"
+        seamless seamless-ltx23-1080p 250 "$(sz ltx2.3 ltx2.3-tiny)" "$(sz 121 17)" "$(sz 1088 192)" \
+            "$(sz 1920 256)" "$(sz 24GiB 1GiB)"
+        # ~120 s: Wan 2.1 at 720p (its mid block run whole, halo 8)
+        seamless seamless-wan-720p 200 "$(sz wan wan-tiny)" "$(sz 81 9)" "$(sz 720 192)" "$(sz 1280 256)" \
+            "$(sz 24GiB 1GiB)"
         # ~250 s, on a GPU of 120 GiB or more (the untiled reference): LTX-2 4K at --gpu-memory 48GiB again, for
         # its seam band on the float16 frames and its peak with the allocator's cap less the worker's context
-        has_gib 120 seamless-ltx2-4k && step seamless-ltx2-4k 300 "$PY" benchmarks/bench_seamless.py \
-            --decoder "$(sz ltx2 ltx2-tiny)" --dtype "$BF" --frames "$(sz 121 17)" --height "$(sz 2176 256)" \
-            --width "$(sz 3840 384)" --gpu-memory "$(sz 48GiB 2GiB)" --tiles "$(sz auto 1,2,2)" \
-            --timeout "$(sz 290 600)" --work "$SCRATCH/seamless" --out-json "$RES/seamless-ltx2-4k.json"
-        rm -rf "$SCRATCH/seamless"
+        has_gib 120 seamless-ltx2-4k && seamless seamless-ltx2-4k 300 "$(sz ltx2 ltx2-tiny)" "$(sz 121 17)" \
+            "$(sz 2176 256)" "$(sz 3840 384)" "$(sz 48GiB 2GiB)"
         # ~90 s: the diffusion decoder's tiles and its whole bf16 decode, each measured from a float32 decode
         halo halo-diffusion-noise 150 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
             --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)" --dtype-noise
