@@ -79,7 +79,10 @@ ran_before = [name for name in EAGER_PACKAGES if "__getattr__" not in vars(sys.m
 from diffusers.models.autoencoders import AutoencoderKLWan
 from diffusers.models.transformers import Transformer2DModel
 import diffusers.models.unets as unets
-asked = [AutoencoderKLWan.__name__, Transformer2DModel.__name__, unets.UNet2DConditionModel.__name__]
+star = {}
+exec("from diffusers.models.unets import *", star)
+asked = [AutoencoderKLWan.__name__, Transformer2DModel.__name__, star["UNet2DConditionModel"].__name__,
+         unets.UNet2DConditionModel.__name__]
 ran_after = [name for name in EAGER_PACKAGES if "__getattr__" not in vars(sys.modules[name])]
 try:
     unets.NoSuchModel
@@ -97,7 +100,7 @@ def test_a_deferred_package_gives_every_name_its_init_defines_when_asked():
     assert deferred is True
     assert "AutoencoderKLLTX2Video" in classes and "AutoencoderKLWan" in classes and len(classes) >= 10
     assert ran_before == []  # the classes' own modules imported, no package's __init__ ran
-    assert asked == ["AutoencoderKLWan", "Transformer2DModel", "UNet2DConditionModel"]
+    assert asked == ["AutoencoderKLWan", "Transformer2DModel", "UNet2DConditionModel", "UNet2DConditionModel"]
     assert ran_after == list(EAGER_PACKAGES)
     assert missing is not None and "NoSuchModel" in missing
 

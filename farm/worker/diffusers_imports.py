@@ -110,8 +110,8 @@ class _InitOnFirstName(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         def __getattr__(name: str) -> Any:
-            if name.startswith("__"):  # the import system's own questions leave the __init__ unrun
-                raise AttributeError(name)
+            if name.startswith("__") and name != "__all__":  # the import system's and inspect's own
+                raise AttributeError(name)  # questions leave the __init__ unrun; a star import runs it
             with self._lock:
                 if module.__dict__.get("__getattr__") is __getattr__:
                     del module.__dict__["__getattr__"]
