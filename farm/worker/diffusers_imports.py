@@ -105,6 +105,9 @@ class _InitOnFirstName(importlib.abc.Loader):
         self._loader = loader
         self._lock = threading.Lock()  # a warm-up and a task may ask at once: the __init__ runs once
 
+    def __getattr__(self, name: str) -> Any:  # the real loader's other answers (is_package, get_data, …)
+        return getattr(self._loader, name)
+
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
