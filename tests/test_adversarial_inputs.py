@@ -1,9 +1,10 @@
 """Inputs are verified where they are read: weights and latents changed after a render checked them,
 a latent chunk missing from the store, latent files that expand beyond what they store or claim.
 
-A change "during a render" is made deterministically: a Dask scheduler preload (`swap_on_first_task`)
-replaces the file when the render's first task reaches the scheduler, after the render checked and
-hashed its inputs and before any worker read them.
+A change "during a render" is made deterministically by a Dask scheduler preload (`swap_in_render`),
+after the render checked and hashed its inputs and before any worker read them: weights as the render's
+scheduler starts (a worker of the render's own cluster builds its decoder as it starts, before any task),
+latents when the render's first task reaches the scheduler.
 """
 
 from __future__ import annotations
@@ -28,13 +29,19 @@ TILES = PlanOptions(tiles=(1, 1, 1), batch_frames=8)
 NOWHERE = "tcp://127.0.0.1:9"  # no scheduler: whatever gets as far as a cluster fails to connect
 
 
-def swap_on_first_task(tmp_path: Path, replacement: Path, target: Path) -> dict[str, str]:
+def swap_in_render(tmp_path: Path, replacement: Path, target: Path, at_start: bool = False) -> dict[str, str]:
     """The environment for a `farm` command whose (local) scheduler replaces `target` by a copy of
-    `replacement` when the render's first task reaches it: a scheduler preload, Dask's own hook."""
+    `replacement` when the render's first task reaches it, or `at_start`, as the scheduler starts (after
+    the render checked its inputs: its cluster starts after that): a scheduler preload, Dask's own hook."""
     script = tmp_path / "swap_preload.py"
     script.write_text(f'''
 import os, shutil
 from distributed.diagnostics.plugin import SchedulerPlugin
+
+
+def swap():
+    shutil.copyfile({str(replacement)!r}, {str(target)!r} + ".new")
+    os.replace({str(target)!r} + ".new", {str(target)!r})
 
 
 class Swap(SchedulerPlugin):
@@ -44,12 +51,14 @@ class Swap(SchedulerPlugin):
     def transition(self, key, start, finish, *args, **kwargs):
         if not self.swapped:
             self.swapped = True
-            shutil.copyfile({str(replacement)!r}, {str(target)!r} + ".new")
-            os.replace({str(target)!r} + ".new", {str(target)!r})
+            swap()
 
 
 def dask_setup(scheduler):
-    scheduler.add_plugin(Swap())
+    if {at_start!r}:
+        swap()
+    else:
+        scheduler.add_plugin(Swap())
 ''')
     return {"DASK_DISTRIBUTED__SCHEDULER__PRELOAD": json.dumps([str(script)])}
 
@@ -71,7 +80,7 @@ def test_weights_replaced_after_the_render_checked_them_are_not_loaded(tmp_path)
     job = tmp_path / "job.zarr"
     synth(job, decoder="ltx2-tiny", shots=1, frames=17, height=64, width=64, weights=str(weights))
     out = tmp_path / "out"
-    env = swap_on_first_task(tmp_path, other, weights)
+    env = swap_in_render(tmp_path, other, weights, at_start=True)
     result = farm("render", str(job), "--out", str(out), "--workers", "1", "--no-video", env=env)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
@@ -108,7 +117,7 @@ def test_latents_rewritten_after_the_render_hashed_them_fail_their_shot(tmp_path
     original = tmp_path / "shot000-chunk"
     shutil.copyfile(chunk, original)
     out = tmp_path / "out"
-    env = swap_on_first_task(tmp_path, job / "shot001" / "latent" / "c" / "0" / "0" / "0" / "0", chunk)
+    env = swap_in_render(tmp_path, job / "shot001" / "latent" / "c" / "0" / "0" / "0" / "0", chunk)
     result = farm("render", str(job), "--out", str(out), "--workers", "1", "--no-video", env=env)
     os.replace(original, chunk)  # put back: OUT must not hold shot001's frames as shot000's
     assert result.returncode == 1, result.stdout + result.stderr
