@@ -122,6 +122,11 @@ def halo_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
             notes.append("whole-frame pass")
         if noise is not None:
             notes.append(f"{dtype_name(r['dtype'])} itself {number(noise['psnr_db'])} dB from float32")
+            least = next((row for row in sweep if row["value"] == r["least"] and "float32" in row), None)
+            if least is not None:  # the tiles measured from float32 too (`--dtype-noise`)
+                tiled, whole = least["float32"]["tiled"], least["float32"]["whole"]
+                notes.append(f"its tiles at {least['value']} {number(tiled['band_psnr_db'])} dB from it over "
+                             f"the seams, the whole decode {number(whole['band_psnr_db'])}")  # fmt: skip
         outside = [row for row in sweep if row["value"] not in HALO_COLUMNS]
         if outside:
             notes.append("; ".join(f"halo {row['value']}: {band_worst(row)}" for row in outside))

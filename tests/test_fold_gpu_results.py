@@ -96,6 +96,34 @@ def test_halo_sweep_folds_into_the_halo_table_row(call_archive) -> None:
     assert "From (in row order): `call2/halo-ltx2-tiny.json`." in text
 
 
+def test_the_tiles_and_the_whole_decode_measured_from_float32_fold_beside_the_dtype_noise(tmp_path) -> None:
+    call = tmp_path / "call1"
+    call.mkdir()
+    out = call / "halo-noise.json"
+    args = ["halo", "--decoder", "ltx2-tiny", "--dtype", "bfloat16", "--shape", "3,8,8", "--halos", "2,7",
+            "--dtype-noise", "--out-json", str(out)]  # fmt: skip
+    assert script("measure_halo").main(args) == 0
+    result = json.loads(out.read_text())
+    noise, *sweep = result["rows"]
+    assert noise["value"] == "whole vs float32"
+    for row in sweep:  # each row's tiles and the whole decode, each from the float32 decode
+        tiled, whole = row["float32"]["tiled"], row["float32"]["whole"]
+        assert whole["psnr_db"] == pytest.approx(noise["psnr_db"])
+        assert row["float32"]["as_close"] == (tiled["band_psnr_db"] >= whole["band_psnr_db"] - 0.5)
+    exact = next(row for row in sweep if row["value"] == 7)  # ltx2-tiny's halo of 7 is exact: the tiles are
+    assert exact["float32"]["as_close"]  # as close to float32 as the whole decode
+    assert not next(row for row in sweep if row["value"] == 2)["float32"]["as_close"]
+    (call / "index.txt").write_text("# call1 on cpu\n")
+    archive = tmp_path / "call1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(call, arcname="call1")
+    text = script("fold_gpu_results").fold([archive])
+    label = table_line(text, "ltx2-tiny bf16")[0]
+    tiled = exact["float32"]["tiled"]["band_psnr_db"]
+    assert result["least"] == 7
+    assert f"its tiles at 7 {tiled:.1f} dB from it over the seams" in label, label
+
+
 def test_family_decode_folds_into_the_decoders_table(call_archive) -> None:
     archive, _, decode = call_archive
     text = script("fold_gpu_results").fold([archive])
