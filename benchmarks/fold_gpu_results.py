@@ -9,7 +9,9 @@ read from one result file (the files named under the table, in row order):
 * ``measure_halo.py context`` → fidelity.md, the temporal context table and its sentence;
 * ``bench_seamless.py`` → fidelity.md, "Through `farm render`, as users run it";
 * ``bench_family_decode.py`` → decoders.md, "Decode time per family";
-* ``bench_real_path.py`` (``real_path.json``) → performance.md, "The real path" (cold one shot, alternated).
+* ``bench_real_path.py`` (``real_path.json``) → performance.md, "The real path" (cold one shot, alternated);
+* ``measure_groupnorm_rounds.py`` → fidelity.md, "Statistics rounds" (with ``--dtype-noise``, the tiles and
+  the whole decode from float32).
 
 A step that was skipped or failed (its ``index.txt`` line, or a result with NaN) is listed first; no row
 is printed for what is not there.
@@ -205,6 +207,30 @@ def seamless_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
         )
 
 
+def rounds_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
+    yield ("| config, dtype, shot, grid | halo | PSNR clip / seam band | worst pixel | mid block shared "
+           "alone: band / worst | work | carried per tile | a round's peak | from float32, band: tiles / "
+           "whole |")  # fmt: skip
+    yield "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    for _, r in items:
+        shot, _ = adapter_facts(r["decoder"], r["shape"])
+        grid = "×".join(str(t) for t in r["grid"])
+        for row in r["rows"]:
+            mid = row["mid_block_only"]
+            peak = row.get("round_peak_mib")
+            f32 = row.get("float32")
+            against = "" if f32 is None else (f"{number(f32['tiled']['band_psnr_db'])} / "
+                                              f"{number(f32['whole']['band_psnr_db'])} dB")  # fmt: skip
+            yield (
+                f"| {r['decoder']} {dtype_name(r['dtype'])} {shot}, {grid} | {row['halo']} | "
+                f"{number(row['psnr_db'])} / {number(row['band_psnr_db'])} dB | "
+                f"{number(row['worst_levels'], 0)} levels | "
+                f"{number(mid['band_psnr_db'])} dB / {number(mid['worst_levels'], 0)} | "
+                f"{number(row['redundancy'], 2)}× | {number(row['carried_mib'] / 1024)} GiB | "
+                f"{'–' if peak is None else number(peak / 1024) + ' GiB'} | {against} |"
+            )
+
+
 def decode_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
     yield (
         "| config | dtype | latent → pixels | farm s | diffusers `vae.decode` s | farm / diffusers | "
@@ -273,7 +299,7 @@ def cold_rows(items: list[tuple[str, dict[str, Any]]]) -> Iterator[str]:
 def fold(paths: list[Path]) -> str:
     results, index = read_results(paths)
     kinds: dict[str, list[tuple[str, dict[str, Any]]]] = {
-        k: [] for k in ("halo", "context", "seamless", "decode", "cold")
+        k: [] for k in ("halo", "context", "seamless", "decode", "cold", "rounds")
     }
     problems = [line.strip() for line in index if "skipped" in line or re.search(r"rc [1-9]", line)]
     for name, r in results:
@@ -282,6 +308,11 @@ def fold(paths: list[Path]) -> str:
             bad = [str(row["value"]) for row in r["rows"] if has_nan(row)]
             if bad:
                 problems.append(f"{name}: NaN at {', '.join(bad)} (no figure: the decode overflowed)")
+        elif "whole_seconds" in r and isinstance(r.get("rows"), list):  # measure_groupnorm_rounds.py
+            kinds["rounds"].append((name, r))
+            bad = [str(row["halo"]) for row in r["rows"] if has_nan(row)]
+            if bad:
+                problems.append(f"{name}: NaN at halo {', '.join(bad)} (no figure: the decode overflowed)")
         elif "tiled_render_s" in r:
             kinds["seamless"].append((name, r))
         elif "farm_over_diffusers" in r:
@@ -292,6 +323,7 @@ def fold(paths: list[Path]) -> str:
         ("halo", "docs/fidelity.md, Halo: tiles equal to the untiled decode (table rows)", halo_rows),
         ("context", "docs/fidelity.md, temporal context (table rows, then the sentence form)", context_rows),
         ("seamless", "docs/fidelity.md, Through `farm render`, as users run it (table rows)", seamless_rows),
+        ("rounds", "docs/fidelity.md, Statistics rounds (table rows)", rounds_rows),
         ("decode", "docs/decoders.md, Decode time per family (table)", decode_rows),
         (
             "cold",

@@ -124,6 +124,21 @@ def test_the_tiles_and_the_whole_decode_measured_from_float32_fold_beside_the_dt
     assert f"its tiles at 7 {tiled:.1f} dB from it over the seams" in label, label
 
 
+def test_statistics_rounds_fold_into_their_table_with_the_float32_figures(tmp_path) -> None:
+    out = tmp_path / "rounds-hunyuan-noise.json"
+    args = ["--decoder", "hunyuanvideo-tiny", "--dtype", "bfloat16", "--shape", "3,24,24", "--halos", "8",
+            "--dtype-noise", "--out-json", str(out)]  # fmt: skip
+    assert script("measure_groupnorm_rounds").main(args) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    text = script("fold_gpu_results").fold([out])
+    cells = table_line(text, "hunyuanvideo-tiny bf16")
+    assert cells[0] == "hunyuanvideo-tiny bf16 9×192×192, 1×2×2" and cells[1] == "8"
+    assert cells[2] == f"{row['psnr_db']:.1f} / {row['band_psnr_db']:.1f} dB"
+    tiled, whole = row["float32"]["tiled"]["band_psnr_db"], row["float32"]["whole"]["band_psnr_db"]
+    assert cells[-1] == f"{tiled:.1f} / {whole:.1f} dB"
+    assert "From (in row order): `rounds-hunyuan-noise.json`." in text
+
+
 def test_family_decode_folds_into_the_decoders_table(call_archive) -> None:
     archive, _, decode = call_archive
     text = script("fold_gpu_results").fold([archive])
@@ -140,7 +155,7 @@ def test_skipped_and_failed_steps_come_first(call_archive, tmp_path) -> None:
     first = text.split("\n## ")[0]
     assert "decode-mochi skipped: 12 s left" in first and "halo-mochi-bf16: rc 124" in first
     assert "halo-ltx2-tiny: rc 0" not in first
-    assert "No results of: context, seamless, cold." in text
+    assert "No results of: context, seamless, rounds, cold." in text
 
 
 def test_nan_rows_are_listed_not_folded_as_figures(tmp_path) -> None:
