@@ -137,6 +137,10 @@ for call in "${calls[@]}"; do
     # renders as seamless_calls.sh's steps took.
     case "$call" in
     call1)
+        # ~60 s, on a GPU only: what LTX-2.3's 1080p tile (the 24GiB plan's) loads beside torch's allocator in its
+        # first decode, after the budget's cap was set (its render peaked 0.08 GiB over the budget)
+        [ "$dry" = 1 ] || step outside-ltx23-tile 90 "$PY" benchmarks/diagnose_gpu.py peaks --decoder ltx2.3 \
+            --init-on-device --shapes 16,34,42 16,34,42
         # ~200 s: synth, plan, two renders of 121x1088x1920 (the decoder about 10 s a decode), frames compared
         seamless seamless-diffusion-1080p 300 "$(sz ltx2-diffusion ltx2-diffusion-tiny)" "$(sz 121 17)" \
             "$(sz 1088 192)" "$(sz 1920 256)" "$(sz 24GiB 1GiB)"
