@@ -43,6 +43,7 @@ from measure_halo import (  # noqa: E402
     FLOOR,
     against_float32,
     compare,
+    dtype_noise,
     float32_reference,
     float32_words,
     load_random,
@@ -159,9 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     reference = None
     if args.dtype_noise and args.dtype != "float32":  # the dtype's own noise, and the tiles' beside it
         reference = float32_reference(args.decoder, args.seed, args.device, latent)
-        noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
-        print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
-              f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
+        dtype_noise(whole, reference, args.dtype)
     with torch.inference_mode():
         mid = whole_frame_part(decoder.model, decoder.decoder_input(latent))
     rows = []

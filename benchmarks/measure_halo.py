@@ -173,6 +173,16 @@ def float32_reference(name: str, seed: int, device: str, latent):
     return reference
 
 
+def dtype_noise(whole, reference, dtype: str) -> dict:
+    """The whole decode against the float32 reference over the clip (the dtype's own noise), said."""
+    import torch
+
+    noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
+    print(f"  {dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
+          f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
+    return noise
+
+
 def against_float32(tiled, whole, reference, band) -> dict:
     """How far the tiled and the whole decode each are from the float32 reference, over the clip and the
     seam band: tiles that add nothing to the dtype's own noise are as close to it as the whole decode
@@ -209,22 +219,21 @@ def sweep(args, values: list[int], grid: TileGrid, geometry_for) -> list[dict]:
     reference = None
     if args.dtype != "float32" and args.dtype_noise:  # the dtype's own noise: its whole decode vs float32's
         reference = float32_reference(args.decoder, args.seed, args.device, latent)
-        noise = compare(whole, reference, torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device))
+        noise = dtype_noise(whole, reference, args.dtype)
         rows.append({"value": "whole vs float32", **noise, "floor": None})
         noise_db = noise["psnr_db"]
-        print(f"  {args.dtype} whole vs float32 whole: PSNR {noise['psnr_db']:.1f} dB, worst "
-              f"{noise['worst_levels']:.0f} levels (the dtype's own noise)", flush=True)  # fmt: skip
     for value in values:
         decoder.geometry = geometry_for(base, value)
         plan = plan_shot("probe", latent.shape, decoder.geometry, grid)
         started = time.perf_counter()
         tiled = decode_plan(decoder, latent, plan, args.whole_frame)
-        row = {"value": value, **compare(tiled, whole, seam_band(plan, tiled.device)),
+        band = seam_band(plan, tiled.device)
+        row = {"value": value, **compare(tiled, whole, band),
                "redundancy": round(plan.redundancy, 3),
                "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
         row["floor"] = reaches_floor(row, args.dtype, noise_db)
         if reference is not None:
-            row["float32"] = against_float32(tiled, whole, reference, seam_band(plan, tiled.device))
+            row["float32"] = against_float32(tiled, whole, reference, band)
         rows.append(row)
         words = float32_words(row.get("float32"))
         print(f"  {args.mode} {value:>3}: PSNR {row['psnr_db']:.1f} dB, band {row['band_psnr_db']:.1f} dB, "
