@@ -14,10 +14,18 @@ import pytest
 from farm.config import parse_size
 from farm.errors import FarmError
 from farm.planning.options import PlanOptions
-from farm.worker.gpu_budget import allocator_cap, hold_gpu_memory, memory_fraction, outside_allocator_bytes
+from farm.worker.gpu_budget import (
+    FIRST_USE_ALLOWANCE,
+    allocator_cap,
+    hold_gpu_memory,
+    load_within_budget,
+    memory_fraction,
+    outside_allocator_bytes,
+)
 from tests.helpers import farm
 
 GIB = 2**30
+TINY_SPEC = {"family": "ltx2", "config": "ltx2-tiny", "dtype": "float32", "weights": {"random_seed": 0}}
 
 
 def test_sizes_parse_as_dask_writes_them_and_nonsense_is_refused_by_name():
@@ -114,28 +122,57 @@ class FakeCuda:
         self.fractions.append(fraction)
 
 
-def test_the_cap_leaves_out_what_the_process_holds_beside_the_allocator_and_only_comes_down(monkeypatch):
+def fake_cuda(monkeypatch, total: int) -> FakeCuda:
     import torch
 
     from farm.worker import gpu_budget
 
-    fake = FakeCuda(total=96 * GIB)
+    fake = FakeCuda(total)
     for name in ("is_available", "current_device", "mem_get_info", "memory_reserved",
                  "set_per_process_memory_fraction"):  # fmt: skip
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
     monkeypatch.setattr(gpu_budget, "_held", {})
+    return fake
+
+
+def test_the_cap_leaves_out_what_the_process_holds_beside_the_allocator_and_only_comes_down(monkeypatch):
+    fake = fake_cuda(monkeypatch, total=96 * GIB)
     context = GIB // 2
+    kept = context + FIRST_USE_ALLOWANCE  # beside the cap: the context, and the first decode's kernels
     fake.used = context  # a fresh worker: its CUDA context only
-    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context
-    assert fake.fractions == [(24 * GIB - context) / (96 * GIB)]
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - kept
+    assert fake.fractions == [(24 * GIB - kept) / (96 * GIB)]
     fake.used, fake.reserved = context + 10 * GIB, 10 * GIB  # decoding: the allocator's memory is its own
-    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context and len(fake.fractions) == 1  # nothing to change
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - kept and len(fake.fractions) == 1  # nothing to change
     fake.used += GIB // 4  # kernels loaded on first use, beside the allocator: the cap comes down
-    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context - GIB // 4
-    assert fake.fractions[-1] == (24 * GIB - context - GIB // 4) / (96 * GIB)
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - kept - GIB // 4
+    assert fake.fractions[-1] == (24 * GIB - kept - GIB // 4) / (96 * GIB)
     fake.used -= GIB // 4  # and does not go back up
-    assert hold_gpu_memory(24 * GIB) == 24 * GIB - context - GIB // 4 and len(fake.fractions) == 2
-    assert hold_gpu_memory(48 * GIB) == 48 * GIB - context  # another budget is held afresh
+    assert hold_gpu_memory(24 * GIB) == 24 * GIB - kept - GIB // 4 and len(fake.fractions) == 2
+    assert hold_gpu_memory(48 * GIB) == 48 * GIB - kept  # another budget is held afresh
     assert hold_gpu_memory(200 * GIB) is None and fake.fractions[-1] == 1.0  # over the device: all of it
     with pytest.raises(FarmError, match="leaves nothing for decoding"):
-        hold_gpu_memory(GIB // 4)
+        hold_gpu_memory(GIB // 2)
+
+
+def test_what_loading_the_weights_loads_beside_the_allocator_is_held_before_the_first_decode(monkeypatch):
+    from farm.decoders import load_decoder
+    from farm.worker import gpu_budget
+
+    fake = fake_cuda(monkeypatch, total=96 * GIB)
+    context, load_kernels = GIB // 2, 92 * 2**20
+    fake.used = context
+
+    def load_with_kernels(*args, **kwargs):  # the real tiny decoder, and the kernels its load would load
+        decoder = load_decoder(*args, **kwargs)
+        fake.used += load_kernels
+        return decoder
+
+    monkeypatch.setattr(gpu_budget, "load_decoder", load_with_kernels)
+    monkeypatch.setattr(gpu_budget, "worker_device", lambda: "cpu")  # the decoder itself: this CPU's
+    with dask.config.set({"farm.gpu-memory": "24GiB"}):
+        decoder = load_within_budget(TINY_SPEC)
+    assert decoder is load_decoder(TINY_SPEC)
+    caps = [fraction * 96 * GIB for fraction in fake.fractions]
+    kept = context + FIRST_USE_ALLOWANCE
+    assert caps == [24 * GIB - kept, 24 * GIB - kept - load_kernels]

@@ -8,14 +8,29 @@ The budget is the GPU's memory as nvidia-smi counts it, so the cap leaves out wh
 beside torch's allocator: its CUDA context, kernels loaded as they are first used, a transport's buffers.
 That is measured each time a task holds the budget, as the device's memory in use less what torch's
 allocator has reserved (a worker owns its GPU, as dask-cuda starts one per GPU; on a GPU shared with other
-work their memory counts too, so the cap errs low), and the cap only ever comes down.
+work their memory counts too, so the cap errs low), and the cap only ever comes down. A task holds it
+again once its decoder is on the device (loading the weights loads kernels too), and the cap keeps
+`FIRST_USE_ALLOWANCE` for the kernels a decode loads the first time it runs, after the cap was set.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from farm import config
+from farm.decoders import load_decoder
 from farm.decoders.base import human_bytes
 from farm.errors import FarmError
+from farm.worker.device import worker_device
+
+if TYPE_CHECKING:
+    from farm.decoders.base import VideoDecoder
+
+# Kept beside the allocator's cap for what a worker's first decode loads outside it (its kernels, as they
+# are first used). LTX-2.3's 1080p tile of a 24GiB plan loads 12 MiB in its first decode on an H100, its
+# weights' load 92 MiB before it (`benchmarks/diagnose_gpu.py peaks --init-on-device`); the load's is
+# measured once the decoder is on the device (`load_within_budget`), the decode's is not until it ran.
+FIRST_USE_ALLOWANCE = 128 * 2**20
 
 _held: dict[int, tuple[int, int]] = {}  # device index -> (the budget, the memory outside the allocator)
 
@@ -37,11 +52,21 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
     held_budget, held_outside = _held.get(device, (None, 0))
     if held_budget == budget:
         outside = max(outside, held_outside)  # the cap only comes down
-    cap = allocator_cap(budget, outside, total)
+    cap = allocator_cap(budget, outside + FIRST_USE_ALLOWANCE, total)
     if _held.get(device) != (budget, outside):
         torch.cuda.set_per_process_memory_fraction(memory_fraction(cap, total), device)
         _held[device] = (budget, outside)
     return cap if cap < total else None
+
+
+def load_within_budget(spec_json: dict[str, Any], compile: bool | str = False) -> VideoDecoder:
+    """The task's decoder on this worker's device (`farm.decoders.load_decoder`), the budget held before
+    (the weights' memory is the allocator's, and capped) and again after (what loading them loaded
+    beside the allocator)."""
+    hold_gpu_memory()
+    decoder = load_decoder(spec_json, worker_device(), compile=compile)
+    hold_gpu_memory()
+    return decoder
 
 
 def outside_allocator_bytes(used: int, reserved: int) -> int:

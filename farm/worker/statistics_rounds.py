@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from farm.decoders import load_decoder
 from farm.decoders.hunyuanvideo.groupnorm_rounds import combine
 from farm.worker.device import worker_device
-from farm.worker.gpu_budget import hold_gpu_memory
-from farm.worker.tasks import load_decoder, on_decode_thread, shared_block
+from farm.worker.gpu_budget import load_within_budget
+from farm.worker.tasks import on_decode_thread, shared_block
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +31,7 @@ def first_round(
     spec_json: dict, shared: torch.Tensor, tile: Tile, own: Any, compile: bool | str = False
 ) -> dict[str, Any]:
     """The tile's block of the whole-frame pass `shared`, ready for the first GroupNorm."""
-    hold_gpu_memory()
-    decoder = load_decoder(spec_json, worker_device(), compile=compile)
+    decoder = load_within_budget(spec_json, compile=compile)
     carried, sums = on_decode_thread(decoder.statistics_start, shared_block(shared, tile), own)
     return {CARRIED: carried, SUMS: sums}
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from dask.sizeof import sizeof
 
-from farm.decoders import load_decoder
 from farm.decoders.sound import load_sound_decoder, samples_for_frames
 from farm.errors import FarmError, FarmRuntimeError
 from farm.media import beneath
@@ -39,7 +38,7 @@ from farm.store.output_kinds import batch_record
 from farm.store.ownership import check_folders_not_links
 from farm.worker.cuda_streams import READY_EVENT, side_stream
 from farm.worker.device import worker_device
-from farm.worker.gpu_budget import hold_gpu_memory
+from farm.worker.gpu_budget import load_within_budget
 from farm.worker.ipc import Piece, SharedPiece, open_piece, share
 
 if TYPE_CHECKING:
@@ -226,14 +225,13 @@ def prepare_decoder(spec_json: dict, compile: bool | str = False) -> dict[str, f
     from farm.worker import warmup  # torch: the driver imports this module for its task functions
 
     started = time.perf_counter()
-    from farm.decoders import decoder_timings, load_decoder, spec_from_json  # timed: the decoder's imports
+    from farm.decoders import decoder_timings, spec_from_json  # timed: the decoder's imports
     from farm.decoders.diffusers_vae import build_steps
 
     imported = time.perf_counter()
     warmup.wait_for_warm_up()  # the decoder it builds from the render's hint, if any, is this one
     device = worker_device()
-    hold_gpu_memory()
-    load_decoder(spec_json, device, compile=compile)
+    load_within_budget(spec_json, compile=compile)
     loaded = time.perf_counter()
     build = decoder_timings()["load_s"].get(f"{spec_from_json(spec_json).describe()} on {device}")
     return {
@@ -283,8 +281,7 @@ def decode_tile(
     `decoded`: the tile's block already decoded (pixels ``[3, F, H, W]``, context and halo included), by
     its shot's GroupNorm rounds (`farm.worker.statistics_rounds`); the tile only cuts it."""
     check_visible(job_path, "job store")
-    hold_gpu_memory()  # a worker that joined after the render started is held too
-    loaded = load_decoder(spec_json, worker_device(), compile=compile)
+    loaded = load_within_budget(spec_json, compile=compile)  # a worker that joined late is held too
     decoder: VideoDecoder | FromWholeFrame = loaded
     if shared is not None:
         decoder = FromWholeFrame(loaded)
@@ -367,8 +364,7 @@ def whole_frame_pass(
     frames its tiles decode, every row and column): what each tile of those frames decodes the rest of
     the decoder from (`decode_tile`'s ``shared``)."""
     check_visible(job_path, "job store")
-    hold_gpu_memory()
-    decoder = load_decoder(spec_json, worker_device(), compile=compile)
+    decoder = load_within_budget(spec_json, compile=compile)
     latent = read_region(job_path, shot, region, chunks)
     return on_decode_thread(decoder.whole_frame, latent)
 

@@ -111,6 +111,7 @@ def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> N
     try:
         hold_gpu_memory()
         build(spec_json, worker_device(), compile=compile, on_built=timed)
+        hold_gpu_memory()  # and what loading the weights loaded beside the allocator
     except Exception:  # weights changed, a spec this worker cannot build: its task says so, in words
         return
 
