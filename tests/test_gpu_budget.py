@@ -104,7 +104,7 @@ class FakeCuda:
     and reserved by torch's allocator the test sets (the real cap needs a GPU: bench_seamless.py)."""
 
     def __init__(self, total: int) -> None:
-        self.total, self.used, self.reserved, self.fractions = total, 0, 0, []
+        self.total, self.used, self.reserved, self.fractions, self.settings = total, 0, 0, [], []
 
     def is_available(self) -> bool:
         return True
@@ -121,6 +121,9 @@ class FakeCuda:
     def set_per_process_memory_fraction(self, fraction: float, device: int) -> None:
         self.fractions.append(fraction)
 
+    def set_allocator_settings(self, settings: str) -> None:
+        self.settings.append(settings)
+
 
 def fake_cuda(monkeypatch, total: int) -> FakeCuda:
     import torch
@@ -131,8 +134,23 @@ def fake_cuda(monkeypatch, total: int) -> FakeCuda:
     for name in ("is_available", "current_device", "mem_get_info", "memory_reserved",
                  "set_per_process_memory_fraction"):  # fmt: skip
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", fake.set_allocator_settings)
     monkeypatch.setattr(gpu_budget, "_held", {})
+    for name in gpu_budget.ALLOCATOR_SETTINGS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     return fake
+
+
+def test_under_a_budget_segments_grow_in_place_unless_the_worker_has_allocator_settings_of_its_own(monkeypatch):
+    fake = fake_cuda(monkeypatch, total=96 * GIB)
+    assert hold_gpu_memory(24 * GIB) is not None
+    assert fake.settings == ["expandable_segments:True"]  # before the weights or any decode allocate
+    fake.settings.clear()
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")  # e.g. no pidfd_getfd here
+    assert hold_gpu_memory(24 * GIB) is not None and fake.settings == []
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    with dask.config.set({"farm.gpu-memory": None}):
+        assert hold_gpu_memory() is None and fake.settings == []  # no budget, no cap: as torch starts
 
 
 def test_the_cap_leaves_out_what_the_process_holds_beside_the_allocator_and_only_comes_down(monkeypatch):

@@ -11,10 +11,16 @@ allocator has reserved (a worker owns its GPU, as dask-cuda starts one per GPU; 
 work their memory counts too, so the cap errs low), and the cap only ever comes down. A task holds it
 again once its decoder is on the device (loading the weights loads kernels too), and the cap keeps
 `FIRST_USE_ALLOWANCE` for the kernels a decode loads the first time it runs, after the cap was set.
+
+Under a budget the allocator also grows its segments in place (torch's expandable segments), since the
+cap counts what it reserves: with fixed segments, the LTX-2.5 diffusion decoder's 1080p tile of a
+24GiB plan ran out with 3.2 GiB reserved but unallocated between them. Set by farm unless the worker was
+started with allocator settings of its own (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALLOC_CONF), which stand.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from farm import config
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
 # weights' load 92 MiB before it (`benchmarks/diagnose_gpu.py peaks --init-on-device`); the load's is
 # measured once the decoder is on the device (`load_within_budget`), the decode's is not until it ran.
 FIRST_USE_ALLOWANCE = 128 * 2**20
+ALLOCATOR_SETTINGS_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch's; either is read
 
 _held: dict[int, tuple[int, int]] = {}  # device index -> (the budget, the memory outside the allocator)
 
@@ -46,6 +53,7 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
 
     if not torch.cuda.is_available():
         return None
+    expand_segments()
     device = torch.cuda.current_device()
     free, total = torch.cuda.mem_get_info(device)  # makes the CUDA context first, if there was none
     outside = outside_allocator_bytes(total - free, torch.cuda.memory_reserved(device))
@@ -57,6 +65,19 @@ def hold_gpu_memory(budget: int | None = None) -> int | None:
         torch.cuda.set_per_process_memory_fraction(memory_fraction(cap, total), device)
         _held[device] = (budget, outside)
     return cap if cap < total else None
+
+
+def expand_segments() -> bool:
+    """Let torch's allocator in this process grow its segments in place from now on (segments it holds
+    already stay as they are), unless the process was started with allocator settings of its own. True
+    when it does. Pieces shared with other processes by CUDA IPC (`farm.worker.ipc`) then come from such
+    segments, which torch shares through their file descriptors."""
+    if any(os.environ.get(name) for name in ALLOCATOR_SETTINGS_VARIABLES):
+        return False
+    import torch
+
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    return True
 
 
 def load_within_budget(spec_json: dict[str, Any], compile: bool | str = False) -> VideoDecoder:
