@@ -160,6 +160,9 @@ for call in "${calls[@]}"; do
         # ~90 s: the diffusion decoder's tiles and its whole bf16 decode, each measured from a float32 decode
         halo halo-diffusion-noise 150 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
             --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)" --dtype-noise
+        # ~70 s: the same shot in float32 (TF32 off), tiles against the whole decode: the halo's own reach
+        halo halo-diffusion-f32 120 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype float32 \
+            --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)"
         # ~110 s: whole decode 640 TFLOP (~5 s), float32 whole, 3 halos at 1.3-1.8x
         halo wf-wan-720p-bf16 200 halo --decoder "$(sz wan wan-tiny)" --dtype "$BF" --shape "$(sz 21,90,160 3,24,24)" \
             --halos "$(sz 4,8,12 4,8)" --whole-frame --dtype-noise
@@ -200,6 +203,10 @@ for call in "${calls[@]}"; do
         step rounds-hunyuan-noise 180 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
             --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8 8)" --dtype-noise \
             --out-json "$RES/rounds-hunyuan-noise.json"
+        # ~40 s: the same tiles and rounds in float32 (TF32 off) against the float32 decode: the tiling's own error
+        step rounds-hunyuan-f32 90 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
+            --dtype float32 --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12 8)" \
+            --out-json "$RES/rounds-hunyuan-f32.json"
         ;;
     call3)
         # ~140 s: LTX-2 weights saved (39 s); a GPU worker's decoder build step by step (the server's imports,
