@@ -79,8 +79,11 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     # 39.5 / 46.4 / 48.4 / 48.5 dB over the band (worst 58 / 24 / 8 / 6 / 6 levels): from 8 it stays where
     # bfloat16's own noise keeps LTX-Video (48.4 dB from float32); ltx2-diffusion-tiny float32 on a CPU is
     # exact from 2 (72.8 dB). Its neighbourhood attention is local: the halo alone is exact.
+    # In float32 (TF32 off, 33x704x1216, 1x2x2, an H100) the released config's tiles are 57.5 dB from the
+    # whole decode over the seam band at 8 and 77.0 at 12, the float32 floor; bf16's own noise (48.7 dB from
+    # float32) hides 8's shortfall, so bf16 keeps 8 (docs/fidelity.md).
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
-        "ltx2-diffusion": {"bfloat16": 8}, "ltx2-diffusion-tiny": {"float32": 2},
+        "ltx2-diffusion": {"bfloat16": 8, "float32": 12}, "ltx2-diffusion-tiny": {"float32": 2},
     }  # fmt: skip
     halo_exact: ClassVar[frozenset[str]] = frozenset({"ltx2-diffusion", "ltx2-diffusion-tiny"})
     # Peak above the weights per output pixel-frame at 2-byte dtypes (the tiny config's estimate), and one
