@@ -141,7 +141,7 @@ def fake_cuda(monkeypatch, total: int) -> FakeCuda:
     return fake
 
 
-def test_under_a_budget_segments_grow_in_place_unless_the_worker_has_allocator_settings_of_its_own(monkeypatch):
+def test_under_a_budget_segments_grow_in_place_unless_the_worker_has_allocator_settings(monkeypatch):
     fake = fake_cuda(monkeypatch, total=96 * GIB)
     assert hold_gpu_memory(24 * GIB) is not None
     assert fake.settings == ["expandable_segments:True"]  # before the weights or any decode allocate
