@@ -134,18 +134,25 @@ def fake_cuda(monkeypatch, total: int) -> FakeCuda:
     for name in ("is_available", "current_device", "mem_get_info", "memory_reserved",
                  "set_per_process_memory_fraction"):  # fmt: skip
         monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
-    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", fake.set_allocator_settings)
+    settings = fake.set_allocator_settings
+    monkeypatch.setattr(torch.cuda.memory, "_set_allocator_settings", settings)
+    monkeypatch.setattr(torch._C, "_accelerator_setAllocatorSettings", settings, raising=False)
     monkeypatch.setattr(gpu_budget, "_held", {})
+    monkeypatch.setattr(gpu_budget, "_expanding", False)
     for name in gpu_budget.ALLOCATOR_SETTINGS_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     return fake
 
 
 def test_under_a_budget_segments_grow_in_place_unless_the_worker_has_allocator_settings(monkeypatch):
+    from farm.worker import gpu_budget
+
     fake = fake_cuda(monkeypatch, total=96 * GIB)
     assert hold_gpu_memory(24 * GIB) is not None
     assert fake.settings == ["expandable_segments:True"]  # before the weights or any decode allocate
+    assert hold_gpu_memory(24 * GIB) is not None and fake.settings == ["expandable_segments:True"]  # once
     fake.settings.clear()
+    monkeypatch.setattr(gpu_budget, "_expanding", False)
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")  # e.g. no pidfd_getfd here
     assert hold_gpu_memory(24 * GIB) is not None and fake.settings == []
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")

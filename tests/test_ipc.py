@@ -110,17 +110,22 @@ def test_a_blend_takes_a_piece_shared_from_its_own_process_as_the_tensor() -> No
     assert _blended([first, here]) == _blended(_pieces("cpu"))
 
 
-def _share_from_child(results, done) -> None:
+def _share_from_child(results, done, budget: int | None = None) -> None:
+    if budget:  # a worker held to --gpu-memory: its allocator's segments grow in place (expandable segments)
+        from farm.worker.gpu_budget import hold_gpu_memory
+
+        hold_gpu_memory(budget)
     pieces = ready_marked(lambda: dict(enumerate(_pieces("cuda"))))
     results.put(pickle.dumps(share_piece(pieces, 1)))
     done.get(timeout=120)  # the piece stays alive in this process until the parent has blended it
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a GPU (runs on the device machine)")
-def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes() -> None:
+@pytest.mark.parametrize("budget", [None, 8 * 2**30])
+def test_a_blend_of_a_piece_shared_by_another_process_gives_the_same_bytes(budget) -> None:
     ctx = mp.get_context("spawn")
     results, done = ctx.Queue(), ctx.Queue()
-    child = ctx.Process(target=_share_from_child, args=(results, done))
+    child = ctx.Process(target=_share_from_child, args=(results, done, budget))
     child.start()
     try:
         shared = pickle.loads(results.get(timeout=120))

@@ -40,6 +40,7 @@ FIRST_USE_ALLOWANCE = 128 * 2**20
 ALLOCATOR_SETTINGS_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch's; either is read
 
 _held: dict[int, tuple[int, int]] = {}  # device index -> (the budget, the memory outside the allocator)
+_expanding = False  # whether this process's allocator was told to grow its segments in place
 
 
 def hold_gpu_memory(budget: int | None = None) -> int | None:
@@ -72,11 +73,16 @@ def expand_segments() -> bool:
     already stay as they are), unless the process was started with allocator settings of its own. True
     when it does. Pieces shared with other processes by CUDA IPC (`farm.worker.ipc`) then come from such
     segments, which torch shares through their file descriptors."""
+    global _expanding
     if any(os.environ.get(name) for name in ALLOCATOR_SETTINGS_VARIABLES):
         return False
-    import torch
+    if not _expanding:
+        import torch
 
-    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        # torch.cuda.memory._set_allocator_settings warns that it is deprecated from torch 2.12 for this one
+        setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+        (setter or torch.cuda.memory._set_allocator_settings)("expandable_segments:True")
+        _expanding = True
     return True
 
 
