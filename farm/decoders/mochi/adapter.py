@@ -40,9 +40,12 @@ class MochiDecoder(DiffusersVideoDecoder):
     # 45.3 latent frames back in the released decoder (not measured) and 10.7 in mochi-tiny, whose 2-tile
     # split of 40 latent frames reaches the float32 floor from 10 frames of context (89 dB over the seam
     # band, float rounding of single values beyond; `benchmarks/measure_halo.py context`, RANDOM weights,
-    # a CPU; 8: 60.4 dB).
+    # a CPU; 8: 60.4 dB). The released decoder in bf16 (2 tiles of a 96x4x4 latent, RANDOM weights, an H100):
+    # 32.7 / 43.2 / 50.8 dB over the seam band at 8 / 12 / 16 frames (worst 40 / 15 / 3 levels).
     temporal_context: ClassVar[dict[str, tuple[int, int]]] = {"mochi": (46, 0), "mochi-tiny": (11, 0)}
-    measured_context: ClassVar[dict[str, dict[str, tuple[int, int]]]] = {"mochi-tiny": {"float32": (10, 0)}}
+    measured_context: ClassVar[dict[str, dict[str, tuple[int, int]]]] = {
+        "mochi": {"bfloat16": (16, 0)}, "mochi-tiny": {"float32": (10, 0)},
+    }  # fmt: skip
 
     # Halo (`benchmarks/measure_halo.py halo`, RANDOM weights): mochi-tiny float32 on a CPU, a 2x2 split of
     # 3x24x24 latents, 38.3 dB over the seam band at 2, 45.0 at 4, 46.3 at 6, 48.9 at 8, 51.3 at 10. mochi
