@@ -11,6 +11,11 @@ layers', not the widths'), decoded in float32 on the CPU the way workers decode 
 
 Cutting a recorded value (the mutation that once took `ltx2`'s context from 22 frames to 2 unnoticed)
 fails here. Random weights make activations larger and seams wider than trained weights do.
+
+CogVideoX's and Mochi's bf16 contexts (8 and 16) are measured on the released configs
+(docs/fidelity.md); narrow models of their depth land at the floor's edge there (CogVideoX at 8: 57.5 dB
+and a pixel 8.8 levels off; Mochi at 16 on a 4x4 latent: 49.2 dB), so only their float32 receptive fields
+are held here.
 """
 
 from __future__ import annotations
@@ -24,21 +29,28 @@ import torch
 
 from farm.decoders import decoder_class
 from farm.decoders.base import DecoderSpec
+from farm.decoders.cogvideox import CogVideoXDecoder
 from farm.decoders.ltx2 import LTX2_3, LTX2_RELEASED, LTX2Decoder
+from farm.decoders.mochi import MochiDecoder
 from farm.planning.tiling import TileGrid, plan_shot
 from farm.worker.tasks import decode_block, drop_context
 
 BF16_FLOOR = (50.0, 8.0)  # dB over the seam band, worst pixel in levels
 FP32_FLOOR = (70.0, 8.0)
-NARROW = {  # the released depth, a few channels
-    "ltx2": {**LTX2_RELEASED, "latent_channels": 8, "decoder_block_out_channels": [8, 16, 32]},
-    "ltx2.3": {**LTX2_3, "latent_channels": 8, "decoder_block_out_channels": [8, 16, 16, 32]},
+NARROW = {  # the released depth, a few channels: family, config
+    "ltx2": ("ltx2", {**LTX2_RELEASED, "latent_channels": 8, "decoder_block_out_channels": [8, 16, 32]}),
+    "ltx2.3": ("ltx2", {**LTX2_3, "latent_channels": 8, "decoder_block_out_channels": [8, 16, 16, 32]}),
+    # the released layers per block (3 and 3/3/4/6/3), narrow blocks
+    "cogvideox": ("cogvideox", {"block_out_channels": [8, 16, 16, 32], "latent_channels": 4,
+                                "norm_num_groups": 4}),
+    "mochi": ("mochi", {"decoder_block_out_channels": [32] * 4, "encoder_block_out_channels": [32] * 4}),
 }
 
 
 def narrow_decoder(name: str):
     torch.manual_seed(0)
-    spec = DecoderSpec("ltx2", None, NARROW[name], {"random_seed": 0}, "float32")
+    family, config = NARROW[name]
+    spec = DecoderSpec(family, None, config, {"random_seed": 0}, "float32")
     cls = decoder_class(spec)
     return cls.load(spec, "cpu")
 
@@ -91,6 +103,9 @@ def test_the_recorded_halo_reaches_the_floor_at_the_released_depth(name, dtype, 
     ("ltx2", LTX2Decoder.temporal_context["ltx2"], FP32_FLOOR),
     ("ltx2.3", LTX2Decoder.measured_context["ltx2.3"]["bfloat16"], BF16_FLOOR),
     ("ltx2.3", LTX2Decoder.temporal_context["ltx2.3"], FP32_FLOOR),
+    # their convolutions' counted reach, which float32 decodes (bf16's measured 8 and 16: docs/fidelity.md)
+    ("cogvideox", CogVideoXDecoder.temporal_context["cogvideox"], FP32_FLOOR),
+    ("mochi", MochiDecoder.temporal_context["mochi"], FP32_FLOOR),
 ])  # fmt: skip
 def test_the_recorded_context_reaches_the_floor_at_the_released_depth(name, context, floor):
     decoder = narrow_decoder(name)
