@@ -21,7 +21,8 @@ started with allocator settings of its own (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_ALL
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from farm import config
 from farm.decoders import load_decoder
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 FIRST_USE_ALLOWANCE = 128 * 2**20
 ALLOCATOR_SETTINGS_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch's; either is read
 
+T = TypeVar("T")
 _held: dict[int, tuple[int, int]] = {}  # device index -> (the budget, the memory outside the allocator)
 _expanding = False  # whether this process's allocator was told to grow its segments in place
 
@@ -86,14 +88,19 @@ def expand_segments() -> bool:
     return True
 
 
+def built_within_budget(build: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`build(*args, **kwargs)` (a decoder put on this worker's device), the budget held before (the
+    weights' memory is the allocator's, and capped) and again after (what loading them loaded beside the
+    allocator)."""
+    hold_gpu_memory()
+    built = build(*args, **kwargs)
+    hold_gpu_memory()
+    return built
+
+
 def load_within_budget(spec_json: dict[str, Any], compile: bool | str = False) -> VideoDecoder:
-    """The task's decoder on this worker's device (`farm.decoders.load_decoder`), the budget held before
-    (the weights' memory is the allocator's, and capped) and again after (what loading them loaded
-    beside the allocator)."""
-    hold_gpu_memory()
-    decoder = load_decoder(spec_json, worker_device(), compile=compile)
-    hold_gpu_memory()
-    return decoder
+    """The task's decoder on this worker's device (`farm.decoders.load_decoder`), within the budget."""
+    return built_within_budget(load_decoder, spec_json, worker_device(), compile=compile)
 
 
 def outside_allocator_bytes(used: int, reserved: int) -> int:

@@ -101,7 +101,7 @@ def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> N
     (`farm.worker.tasks.prepare_decoder`: the GPU-memory budget held first), marked as preloaded."""
     from farm.decoders import preload_decoder as build
     from farm.worker.device import worker_device
-    from farm.worker.gpu_budget import hold_gpu_memory
+    from farm.worker.gpu_budget import built_within_budget
 
     started = time.perf_counter()
 
@@ -109,9 +109,7 @@ def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> N
         _timings["decoder preloaded"] = time.perf_counter() - started
 
     try:
-        hold_gpu_memory()
-        build(spec_json, worker_device(), compile=compile, on_built=timed)
-        hold_gpu_memory()  # and what loading the weights loaded beside the allocator
+        built_within_budget(build, spec_json, worker_device(), compile=compile, on_built=timed)
     except Exception:  # weights changed, a spec this worker cannot build: its task says so, in words
         return
 
