@@ -98,7 +98,7 @@ def _imported(name: str) -> bool:
 
 def preload_decoder(spec_json: dict[str, Any], compile: bool | str = False) -> None:
     """Build the decoder for `spec_json` on this worker's device, as a task would
-    (`farm.worker.tasks.prepare_decoder`: the GPU-memory budget held first), marked as preloaded."""
+    (`farm.worker.tasks.prepare_decoder`: the GPU-memory budget held around it), marked as preloaded."""
     from farm.decoders import preload_decoder as build
     from farm.worker.device import worker_device
     from farm.worker.gpu_budget import built_within_budget
