@@ -75,6 +75,27 @@ def test_queries_of_a_run_of_frames_see_the_whole_grids_windows():
         na_triton.neighborhood_attention(q[:, :4], k[:, :3], v[:, :3], kernel)
 
 
+@inner
+def test_a_spatial_tile_laid_on_the_shots_lattice_gets_the_shots_bits():
+    """A tile cut from a grid at a row and column off the query tiles' lattice, told its place
+    (`grid_origin`): its queries away from the cut get the whole grid's outputs bit for bit (their keys in
+    the same runs), and every query still its own window's. Without it they differ in the last bits."""
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 4, 13, 14, 2, 16, generator=gen) for _ in range(3))
+    kernel, tile = (3, 3, 3), (2, 4, 4)
+    whole = na_triton.neighborhood_attention(q, k, v, kernel, block_q=32, block_k=16, tile=tile)
+    r, c = 3, 5  # neither a multiple of the tile's 4
+    crop = [x[:, :, r:, c:] for x in (q, k, v)]
+    got = na_triton.neighborhood_attention(*crop, kernel, block_q=32, block_k=16, tile=tile,
+                                           grid_origin=(r, c))
+    # from the lattice's first whole tile of queries on (a cut one's keys start at the cut)
+    i, j = -r % tile[1], -c % tile[2]
+    assert torch.equal(got[:, :, i:, j:], whole[:, :, r + i :, c + j :])
+    assert torch.allclose(got, windowed_reference(*crop, kernel), atol=2e-6)
+    unaligned = na_triton.neighborhood_attention(*crop, kernel, block_q=32, block_k=16, tile=tile)
+    assert not torch.equal(unaligned[:, :, i:, j:], whole[:, :, r + i :, c + j :])
+
+
 def test_query_tiles_hold_the_fewest_keys_per_query():
     assert na_triton.query_tile((121, 176, 304), (11, 11, 11), 128) == (4, 4, 8)
     assert na_triton.query_tile((3, 4, 3), (3, 3, 3), 32) in {(1, 4, 8), (2, 4, 4), (2, 2, 8)}

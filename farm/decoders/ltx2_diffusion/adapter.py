@@ -251,7 +251,8 @@ def decode_with_noise(
 
     tokens = tokens or chunked.CHUNK_TOKENS
     decoder = model.decoder
-    context = chunked.context(decoder, z, tokens)
+    context = chunked.context(decoder, z, tokens, origin[1:])
     shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
              context.shape[3] * decoder.patch_size)  # fmt: skip
-    return chunked.denoise(decoder, context, noise(shape, origin), steps, tokens)
+    at = chunked.scaled(origin[1:], context.shape[2] // z.shape[3], context.shape[3] // z.shape[4])
+    return chunked.denoise(decoder, context, noise(shape, origin), steps, tokens, at)

@@ -30,14 +30,16 @@ from farm.decoders.ltx2_diffusion.neighborhood_attention import neighborhood_att
 # Tokens a run of frames holds (its key frames hold up to a window more): bounds the temporaries.
 CHUNK_TOKENS = 1 << 21
 # Fewest frames a run holds, whatever the frame size: a run's keys reach a window's half beyond it on
-# each side, so short runs re-project most of their keys.
+# each side, so short runs re-project most of their keys. Runs are whole multiples of it, so they start on
+# the attention kernel's lattice of query tiles (at most 8 frames deep) in a spatial tile as in the shot.
 MIN_CHUNK_FRAMES = 8
 # Tokens of one SwiGLU call: its two hidden-width tensors are the largest temporaries of a block.
 MLP_TOKENS = 1 << 19
 
 
 def chunk_frames(frames: int, height: int, width: int, tokens: int = CHUNK_TOKENS) -> int:
-    return max(1, min(frames, max(MIN_CHUNK_FRAMES, tokens // (height * width))))
+    size = max(MIN_CHUNK_FRAMES, tokens // (height * width))
+    return max(1, min(frames, size - size % MIN_CHUNK_FRAMES))
 
 
 def runs(frames: int, size: int) -> list[tuple[int, int]]:
@@ -54,36 +56,41 @@ def key_frames(t0: int, t1: int, frames: int, kernel_t: int) -> tuple[int, int]:
     return window_start(t0, frames, k), window_start(t1 - 1, frames, k) + k
 
 
-def rotate(attn: Any, x: torch.Tensor, first_frame: int) -> torch.Tensor:
+def rotate(attn: Any, x: torch.Tensor, first_frame: int, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:
     """diffusers' 3-D rotary embedding of `x` ``[B, T, H, W, heads, d]`` whose frames start at
-    `first_frame` of the grid (diffusers' own forward numbers a tensor's frames from 0)."""
+    `first_frame` of the grid and whose rows and columns at `origin` of the shot's (diffusers' own forward
+    numbers a tensor's positions from 0). Scores depend on the positions' differences alone; the shot's
+    positions give a spatial tile the rotated values, and so the rounding, of the untiled decode."""
     rope = attn.rope
     dim_t, dim_h, _ = rope.rope_dim_split
     frames, height, width = x.shape[1:4]
     device = x.device
     inv_t, inv_h, inv_w = (rope._inv_freqs(dim, device) for dim in rope.rope_dim_split)
     pos_t = torch.arange(first_frame, first_frame + frames, dtype=torch.float32, device=device)
-    pos_h = torch.arange(height, dtype=torch.float32, device=device)
-    pos_w = torch.arange(width, dtype=torch.float32, device=device)
+    pos_h = torch.arange(origin[0], origin[0] + height, dtype=torch.float32, device=device)
+    pos_w = torch.arange(origin[1], origin[1] + width, dtype=torch.float32, device=device)
     return torch.cat([rope._rotate_axis(x[..., :dim_t], pos_t, inv_t, axis=1),
                       rope._rotate_axis(x[..., dim_t : dim_t + dim_h], pos_h, inv_h, axis=2),
                       rope._rotate_axis(x[..., dim_t + dim_h :], pos_w, inv_w, axis=3)], dim=-1)  # fmt: skip
 
 
-def attend(attn: Any, h: torch.Tensor, first_key_frame: int, q_offset: int, q_frames: int) -> torch.Tensor:
+def attend(attn: Any, h: torch.Tensor, first_key_frame: int, q_offset: int, q_frames: int,
+           origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
     """`attn`'s output (after its out projection) for frames ``q_offset + [0, q_frames)`` of `h`, the
-    normalised input of the key frames that start at `first_key_frame` of the grid."""
+    normalised input of the key frames that start at `first_key_frame` of the grid, its first row and
+    column at `origin` of the shot's grid."""
     batch, frames, height, width, _ = h.shape
     shape = (batch, -1, height, width, attn.heads, attn.head_dim)
     fused = na_triton.usable_on(h.device)
     hq = h[:, q_offset : q_offset + q_frames] if fused else h
     query = rotate(attn, attn.norm_q(attn.to_q(hq).view(shape)) * attn.scale,
-                   first_key_frame + (q_offset if fused else 0))  # fmt: skip
-    key = rotate(attn, attn.norm_k(attn.to_k(h).view(shape)), first_key_frame)
+                   first_key_frame + (q_offset if fused else 0), origin)  # fmt: skip
+    key = rotate(attn, attn.norm_k(attn.to_k(h).view(shape)), first_key_frame, origin)
     value = attn.to_v(h).view(shape)
     kernel = tuple(attn.kernel_size)
     if fused:
-        out = na_triton.neighborhood_attention(query, key, value, kernel, scale=1.0, q_frame_offset=q_offset)
+        out = na_triton.neighborhood_attention(query, key, value, kernel, scale=1.0, q_frame_offset=q_offset,
+                                               grid_origin=origin)  # fmt: skip
     else:
         out = blocked_attention(query, key, value, kernel, scale=1.0)[:, q_offset : q_offset + q_frames]
     del query, key, value
@@ -91,8 +98,9 @@ def attend(attn: Any, h: torch.Tensor, first_key_frame: int, q_offset: int, q_fr
 
 
 def add_attention(attn: Any, x: torch.Tensor, prenorm: Callable[[torch.Tensor], torch.Tensor],
-                  tokens: int) -> None:  # fmt: skip
-    """``x += attn(prenorm(x))`` in place, a run of frames at a time."""
+                  tokens: int, origin: tuple[int, int] = (0, 0)) -> None:  # fmt: skip
+    """``x += attn(prenorm(x))`` in place, a run of frames at a time; `x`'s first row and column lie at
+    `origin` of the shot's grid."""
     frames, height, width = x.shape[1:4]
     if any(n < k for n, k in zip((frames, height, width), attn.kernel_size, strict=True)):
         raise ValueError(  # diffusers' refusal, word for word (`LTX2VideoVaeNeighborhoodAttention.forward`)
@@ -103,7 +111,7 @@ def add_attention(attn: Any, x: torch.Tensor, prenorm: Callable[[torch.Tensor], 
     keys = [key_frames(a, b, frames, attn.kernel_size[0]) for a, b in spans]
     pending: list[tuple[int, int, torch.Tensor]] = []
     for i, ((t0, t1), (k0, k1)) in enumerate(zip(spans, keys, strict=True)):
-        delta = attend(attn, prenorm(x[:, k0:k1]), k0, t0 - k0, t1 - t0)
+        delta = attend(attn, prenorm(x[:, k0:k1]), k0, t0 - k0, t1 - t0, origin)
         pending.append((t0, t1, delta))
         next_k0 = keys[i + 1][0] if i + 1 < len(spans) else frames
         while pending and pending[0][1] <= next_k0:  # no later run reads these frames' old values
@@ -126,24 +134,28 @@ def swiglu(mlp: Any, h: torch.Tensor) -> torch.Tensor:
     return mlp.w_down(gate)
 
 
-def na_block(block: Any, x: torch.Tensor, tokens: int) -> torch.Tensor:
+def na_block(block: Any, x: torch.Tensor, tokens: int, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:
     """diffusers' `LTX2VideoVaeNABlock.forward`, in place on `x`."""
-    add_attention(block.attn, x, block.norm1, tokens)
+    add_attention(block.attn, x, block.norm1, tokens, origin)
     add_pointwise(x, lambda a, b: swiglu(block.mlp, block.norm2(x[:, a:b])), MLP_TOKENS)
     return x
 
 
 def diffusion_block(block: Any, x: torch.Tensor, context: torch.Tensor, modulation: tuple[torch.Tensor, ...],
-                    tokens: int) -> torch.Tensor:  # fmt: skip
+                    tokens: int, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
     """diffusers' `LTX2VideoVaeDiffusionNABlock.forward`, in place on `x`."""
     table = block.scale_shift_table
     mods = [modulation[i] + table[i].view(1, 1, 1, 1, -1) for i in range(block.num_mod_params)]
     scale_msa, shift_msa, _, scale_mlp, shift_mlp, _, _ = mods
     add_pointwise(x, lambda a, b: block.context_proj(context[:, a:b]), tokens)
-    add_attention(block.attn, x, lambda h: block.norm1(h) * (1 + scale_msa) + shift_msa, tokens)
+    add_attention(block.attn, x, lambda h: block.norm1(h) * (1 + scale_msa) + shift_msa, tokens, origin)
     add_pointwise(x, lambda a, b: swiglu(block.mlp, block.norm2(x[:, a:b]) * (1 + scale_mlp) + shift_mlp),
                   MLP_TOKENS)  # fmt: skip
     return x
+
+
+def scaled(origin: tuple[int, int], sh: int, sw: int) -> tuple[int, int]:
+    return origin[0] * sh, origin[1] * sw
 
 
 def upsample(up: Any, x: torch.Tensor, drop_leading_frame: bool, tokens: int) -> torch.Tensor:
@@ -160,16 +172,19 @@ def upsample(up: Any, x: torch.Tensor, drop_leading_frame: bool, tokens: int) ->
     return out[:, 1:] if st == 2 and drop_leading_frame else out
 
 
-def context(decoder: Any, z: torch.Tensor, tokens: int = CHUNK_TOKENS) -> torch.Tensor:
-    """`forward_stage_4(forward_stages_1_to_3(z))`: the latent ``[B, C, T, H, W]`` to stage 5's context."""
+def context(decoder: Any, z: torch.Tensor, tokens: int = CHUNK_TOKENS, origin: tuple[int, int] = (0, 0)
+            ) -> torch.Tensor:  # fmt: skip
+    """`forward_stage_4(forward_stages_1_to_3(z))`: the latent ``[B, C, T, H, W]`` to stage 5's context;
+    `origin`: the latent's first row and column in the shot's latent."""
     pad = decoder.trailing_pad_latent_frames
     if pad > 0:
         z = torch.cat([z, z[:, :, -1:].expand(-1, -1, pad, -1, -1)], dim=2)
     x = decoder.conv_in(z.permute(0, 2, 3, 4, 1))
     last = len(decoder.det_stages) - 1
     for stage, (blocks, up) in enumerate(zip(decoder.det_stages, decoder.upsamples, strict=True)):
+        at = scaled(origin, x.shape[2] // z.shape[3], x.shape[3] // z.shape[4])
         for block in blocks:
-            x = na_block(block, x, tokens)
+            x = na_block(block, x, tokens, at)
         x = upsample(up, x, True, tokens)
         if stage == last and pad > 0:
             x = x[:, : -pad * decoder.temporal_compression_ratio]
@@ -177,8 +192,9 @@ def context(decoder: Any, z: torch.Tensor, tokens: int = CHUNK_TOKENS) -> torch.
 
 
 def diffusion_step(decoder: Any, ctx: torch.Tensor, x_t: torch.Tensor, timestep: torch.Tensor,
-                   tokens: int = CHUNK_TOKENS) -> torch.Tensor:  # fmt: skip
-    """`forward_diffusion_step`: the model's prediction ``[B, C, F, H, W]``."""
+                   tokens: int = CHUNK_TOKENS, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
+    """`forward_diffusion_step`: the model's prediction ``[B, C, F, H, W]``; `origin`: the context's first
+    row and column in the shot's context grid."""
     from diffusers.models.autoencoders.ltx2_diffusion_decoder import _patchify, _unpatchify
 
     t_emb = decoder.t_embedder(
@@ -191,7 +207,7 @@ def diffusion_step(decoder: Any, ctx: torch.Tensor, x_t: torch.Tensor, timestep:
     modulation = decoder.shared_adaln(t_emb)
     x = decoder.conv_in_x_t(_patchify(x_t, decoder.patch_size).permute(0, 2, 3, 4, 1))
     for block in decoder.diff_blocks:
-        x = diffusion_block(block, x, ctx, modulation, tokens)
+        x = diffusion_block(block, x, ctx, modulation, tokens, origin)
     batch, frames, height, width, _ = x.shape
     out = torch.empty((batch, frames, height, width, decoder.conv_out.out_features), dtype=x.dtype,
                       device=x.device)  # fmt: skip
@@ -202,16 +218,16 @@ def diffusion_step(decoder: Any, ctx: torch.Tensor, x_t: torch.Tensor, timestep:
 
 
 def denoise(decoder: Any, ctx: torch.Tensor, x_t: torch.Tensor, steps: int,
-            tokens: int = CHUNK_TOKENS) -> torch.Tensor:  # fmt: skip
-    """`LTX2VideoDiffusionDecoder3d.denoise` with `diffusion_step`."""
+            tokens: int = CHUNK_TOKENS, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
+    """`LTX2VideoDiffusionDecoder3d.denoise` with `diffusion_step`; `origin` as `diffusion_step`'s."""
     batch = ctx.shape[0]
     timesteps = torch.linspace(1.0, 1.0 / steps, steps, device=ctx.device, dtype=torch.float32)
     if steps == 1 and decoder.model_output_type == "x0":
-        return diffusion_step(decoder, ctx, x_t, timesteps[:1].expand(batch), tokens)
+        return diffusion_step(decoder, ctx, x_t, timesteps[:1].expand(batch), tokens, origin)
     for i in range(steps):
         t_now = timesteps[i].expand(batch)
         t_next = timesteps[i + 1] if i + 1 < steps else torch.zeros_like(t_now)
-        model_out = diffusion_step(decoder, ctx, x_t, t_now, tokens).float()
+        model_out = diffusion_step(decoder, ctx, x_t, t_now, tokens, origin).float()
         x_f = x_t.float()
         if decoder.model_output_type == "x0":
             model_out = (x_f - model_out) / t_now.view(-1, *([1] * (x_t.ndim - 1)))

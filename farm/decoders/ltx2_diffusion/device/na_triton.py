@@ -84,7 +84,7 @@ def _kernel() -> Any:
         skb, skt, skh, skw, skn,
         svb, svt, svh, svw, svn,
         sob, sot, soh, sow, son,
-        heads, q_frames, q_offset, frames, height, width, scale,
+        heads, q_frames, q_offset, frames, height, width, scale, shift_h, shift_w,
         KT: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
         BT: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
         D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -94,21 +94,22 @@ def _kernel() -> Any:
         bn = tl.program_id(1)  # offsets along t and b in int64: a stage-5 grid passes 2**31 elements
         b = bn // heads
         n = bn % heads
-        tiles_h = (height + BH - 1) // BH
-        tiles_w = (width + BW - 1) // BW
+        tiles_h = (height + shift_h + BH - 1) // BH
+        tiles_w = (width + shift_w + BW - 1) // BW
         t0 = (tile // (tiles_h * tiles_w)) * BT + q_offset  # in the key grid's frames
-        h0 = ((tile // tiles_w) % tiles_h) * BH
-        w0 = (tile % tiles_w) * BW
+        h0 = ((tile // tiles_w) % tiles_h) * BH - shift_h  # the first tiles may start before the grid
+        w0 = (tile % tiles_w) * BW - shift_w
 
         qi = tl.arange(0, BLOCK_Q)
         qt = t0 + qi // (BH * BW)
         qh = h0 + (qi // BW) % BH
         qw = w0 + qi % BW
-        q_valid = (qi < BT * BH * BW) & (qt < q_offset + q_frames) & (qh < height) & (qw < width)
-        # windows of the queries (padded queries take the last real one's)
+        q_valid = ((qi < BT * BH * BW) & (qt < q_offset + q_frames) & (qh >= 0) & (qh < height)
+                   & (qw >= 0) & (qw < width))  # fmt: skip
+        # windows of the queries (padded queries take the nearest real one's)
         qt = tl.minimum(qt, q_offset + q_frames - 1)
-        qh = tl.minimum(qh, height - 1)
-        qw = tl.minimum(qw, width - 1)
+        qh = tl.maximum(tl.minimum(qh, height - 1), 0)
+        qw = tl.maximum(tl.minimum(qw, width - 1), 0)
         st = tl.minimum(tl.maximum(qt - KT // 2, 0), frames - KT)
         sh = tl.minimum(tl.maximum(qh - KH // 2, 0), height - KH)
         sw = tl.minimum(tl.maximum(qw - KW // 2, 0), width - KW)
@@ -183,6 +184,7 @@ def neighborhood_attention(
     *,
     scale: float | None = None,
     q_frame_offset: int = 0,
+    grid_origin: tuple[int, int] = (0, 0),
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
     tile: tuple[int, int, int] | None = None,
@@ -190,7 +192,11 @@ def neighborhood_attention(
     num_stages: int = 2,
 ) -> torch.Tensor:
     """Attention of every query to its window: ``[B, T, H, W, heads, d]`` in and out. `key` and `value`
-    may hold more frames than `query`: the queries are then frames ``q_frame_offset + [0, T)`` of theirs."""
+    may hold more frames than `query`: the queries are then frames ``q_frame_offset + [0, T)`` of theirs.
+
+    `grid_origin`: the row and column of the grid's first query in a larger grid it was cut from (a spatial
+    tile's place in the shot). The kernel's tiles of queries are laid on that larger grid's lattice, so a
+    query away from the cut sees its keys in the same runs, and gets the same bits, as in the larger grid."""
     batch, q_frames, height, width, heads, dim = query.shape
     frames = key.shape[1]
     if key.shape != value.shape or key.shape[0] != batch or key.shape[2:] != query.shape[2:]:
@@ -202,12 +208,14 @@ def neighborhood_attention(
     tile = tile or query_tile((q_frames, height, width), (kt, kh, kw), block_q)
     query, key, value = (x if x.stride(-1) == 1 else x.contiguous() for x in (query, key, value))
     out = torch.empty(query.shape, dtype=query.dtype, device=query.device)
-    tiles = math.prod(-(-n // b) for n, b in zip((q_frames, height, width), tile, strict=True))
+    shift_h, shift_w = grid_origin[0] % tile[1], grid_origin[1] % tile[2]
+    lattice = (q_frames, height + shift_h, width + shift_w)
+    tiles = math.prod(-(-n // b) for n, b in zip(lattice, tile, strict=True))
     _kernel()[(tiles, batch * heads)](
         query, key, value, out,
         *query.stride()[:5], *key.stride()[:5], *value.stride()[:5], *out.stride()[:5],
         heads, q_frames, q_frame_offset, frames, height, width,
-        float(dim**-0.5 if scale is None else scale),
+        float(dim**-0.5 if scale is None else scale), shift_h, shift_w,
         KT=kt, KH=kh, KW=kw, BT=tile[0], BH=tile[1], BW=tile[2],
         D=dim, BLOCK_D=max(16, 1 << (dim - 1).bit_length()), BLOCK_Q=block_q, BLOCK_K=block_k,
         IEEE=query.dtype == torch.float32, num_warps=num_warps, num_stages=num_stages,
