@@ -6,7 +6,9 @@ pointwise over tokens, so it runs on one run of frames at a time (the SwiGLU's h
 float32 copies, the upsamplers' pixel shuffles). The attention of a run of frames ``[t0, t1)`` reads the
 keys of its windows, frames ``[s(t0), s(t1 - 1) + k)``: their Q/K/V are projected for those frames alone
 (rotary positions are the frames' places in the whole grid, so the scores are the whole grid's), and its
-output is added to the residual stream once no later run reads those frames' old values.
+output is added to the residual stream once no later run reads those frames' old values. A spatial tile is
+told its place in the shot (`origin`): its rotary positions and the attention kernel's tiles of queries are
+then the shot's, so it rounds as the untiled decode does wherever its inputs are the untiled decode's.
 
 Attention: `farm.decoders.ltx2_diffusion.device.na_triton` (one fused kernel, queries of the run against the
 key frames) where Triton runs; elsewhere the blocked SDPA path
