@@ -157,6 +157,7 @@ def diffusion_block(block: Any, x: torch.Tensor, context: torch.Tensor, modulati
 
 
 def scaled(origin: tuple[int, int], sh: int, sw: int) -> tuple[int, int]:
+    """A row and column at a grid `sh` and `sw` times as fine (the upsamplers' strides multiply)."""
     return origin[0] * sh, origin[1] * sw
 
 
