@@ -161,6 +161,7 @@ def test_runs_add_their_residual_after_every_reader():
     assert chunked.runs(17, 8) == [(0, 8), (8, 16), (16, 17)]
     assert chunked.chunk_frames(121, 272, 480) == 16 and chunked.chunk_frames(121, 544, 960) == 8
     assert chunked.chunk_frames(5, 4, 4) == 5
+    assert chunked.chunk_frames(121, 200, 304) == 32  # 34 would fit: runs start on the kernel's lattice
 
 
 def test_decode_equals_diffusers_flex_attention_with_the_same_noise():
