@@ -99,7 +99,6 @@ def _kernel() -> Any:
         t0 = (tile // (tiles_h * tiles_w)) * BT + q_offset  # in the key grid's frames
         h0 = ((tile // tiles_w) % tiles_h) * BH - shift_h  # the first tiles may start before the grid
         w0 = (tile % tiles_w) * BW - shift_w
-
         qi = tl.arange(0, BLOCK_Q)
         qt = t0 + qi // (BH * BW)
         qh = h0 + (qi // BW) % BH
