@@ -3,8 +3,9 @@
 A small diffusion model: four deterministic stages of neighbourhood attention upsample the latent into a
 context volume; stage 5 denoises patchified pixels from noise, conditioned on that context, in
 ``decode_steps`` steps (the config's ``decoder_num_inference_steps``, 1 as LTX-2.5 ships, unless the spec
-says otherwise). farm decodes each tile as a whole clip (all five stages on the tile's latents) and
-blends the overlaps, as for the convolutional decoders.
+says otherwise). farm decodes each tile as a whole clip (all five stages on the tile's latents and its
+halo, which it discards, as for the convolutional decoders; its neighbourhood attention is local, so no
+blend), told its place in the shot for its noise, rotary positions and attention lattice.
 
 Noise: diffusers draws the stage-5 noise from a generator, per tile in its own tiling. Here every pixel's
 noise is a hash of ``decode_noise_seed`` (spec field, default 0) and its position in the shot (colour
