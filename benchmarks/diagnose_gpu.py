@@ -1,4 +1,4 @@
-"""GPU diagnostics behind three pending figures, each a subcommand printing JSON lines:
+"""GPU diagnostics behind figures of the docs, each a subcommand printing JSON lines:
 
     fork     whether importing diffusers' model code and farm's decoders in a parent leaves CUDA usable in a
              forked child (farm's worker forkserver could then import them before forking GPU workers)
@@ -6,12 +6,17 @@
              planner's model (`peak_bytes`), and the memory the process holds outside torch's allocator
              (CUDA context, kernels loaded on first use) before and after each call
     nonfinite  the first modules of a whole decode whose outputs are not finite (forward hooks)
+    crop-bits  the share of a crop's outputs whose bits differ from the whole's where the crop holds an
+             output's inputs whole, in bf16: a 3-D convolution (cuDNN default, deterministic, off), a
+             linear layer over a slice of rows, and the fused neighbourhood attention of a crop off the
+             query tiles' lattice, told its place (`grid_origin`) or not
 
 Usage (from the repository root, on a GPU):
 
     python benchmarks/diagnose_gpu.py fork
     python benchmarks/diagnose_gpu.py peaks --decoder ltx2-diffusion --shapes 16,34,23 16,34,31
     python benchmarks/diagnose_gpu.py nonfinite --decoder hunyuanvideo --shape 16,60,104
+    python benchmarks/diagnose_gpu.py crop-bits
 """
 
 from __future__ import annotations
@@ -162,6 +167,51 @@ def nonfinite(name: str, dtype: str, fhw: tuple[int, int, int], limit: int) -> N
                       "first": found}), flush=True)  # fmt: skip
 
 
+def unequal(a, b) -> float:
+    return float((a != b).float().mean())
+
+
+def crop_bits() -> None:
+    import torch
+
+    from farm.decoders.ltx2_diffusion.device import na_triton as na
+
+    bf16, gen = torch.bfloat16, torch.Generator(device="cuda").manual_seed(0)
+    for cudnn in ("default", "deterministic", "off"):
+        torch.backends.cudnn.enabled = cudnn != "off"
+        torch.backends.cudnn.deterministic = cudnn == "deterministic"
+        for channels, (f, h, w) in ((512, (5, 60, 104)), (256, (9, 120, 208)), (128, (17, 240, 416))):
+            conv = torch.nn.Conv3d(channels, channels, 3).to("cuda", bf16)
+            x = torch.randn(1, channels, f, h, w, device="cuda", dtype=bf16, generator=gen)
+            with torch.inference_mode():
+                whole, crop = conv(x), conv(x[..., : h // 2 + 2, : w // 2 + 2])
+            share = unequal(whole[..., : h // 2, : w // 2], crop)
+            print(json.dumps({"op": "conv3d", "cudnn": cudnn, "channels": channels, "shape": [f, h, w],
+                              "unequal": share}), flush=True)  # fmt: skip
+    torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic = True, False
+    sizes = ((512, 1536, 400_000), (1024, 1024, 100_000), (2048, 512, 60_000), (128, 384, 2_000_000))
+    for cin, cout, rows in sizes:
+        linear = torch.nn.Linear(cin, cout).to("cuda", bf16)
+        x = torch.randn(rows, cin, device="cuda", dtype=bf16, generator=gen)
+        with torch.inference_mode():
+            whole = linear(x)
+            for a, b in ((0, rows // 2), (rows // 4, rows // 4 + rows // 3), (7, rows - 13)):
+                print(json.dumps({"op": "linear", "in": cin, "out": cout, "rows": rows, "slice": [a, b],
+                                  "unequal": unequal(whole[a:b], linear(x[a:b]))}), flush=True)  # fmt: skip
+    q, k, v = (torch.randn(1, 5, 96, 160, 4, 64, device="cuda", dtype=bf16, generator=gen) for _ in range(3))
+    kernel = (3, 3, 3)
+    whole = na.neighborhood_attention(q, k, v, kernel)
+    tile = na.query_tile((5, 96, 160), kernel, na.BLOCK_Q)
+    r, c = 35, 67  # off the lattice of the query tiles
+    i, j = -r % tile[1] + 2, -c % tile[2] + 2  # from the lattice's first whole tile, past the cut's windows
+    qc, kc, vc = (x[:, :, r:, c:] for x in (q, k, v))
+    for origin in ((0, 0), (r, c)):
+        crop = na.neighborhood_attention(qc, kc, vc, kernel, grid_origin=origin)
+        share = unequal(whole[:, :, r + i :, c + j :], crop[:, :, i:, j:])
+        print(json.dumps({"op": "neighbourhood attention", "query_tile": tile, "crop_at": [r, c],
+                          "grid_origin": origin, "unequal": share}), flush=True)  # fmt: skip
+
+
 def fhw(text: str) -> tuple[int, int, int]:
     f, h, w = (int(x) for x in text.split(","))
     return f, h, w
@@ -183,9 +233,12 @@ def main() -> None:
     n.add_argument("--dtype", default="bfloat16")
     n.add_argument("--shape", type=fhw, required=True)
     n.add_argument("--limit", type=int, default=8)
+    sub.add_parser("crop-bits")
     args = parser.parse_args()
     if args.check == "fork":
         fork_check()
+    elif args.check == "crop-bits":
+        crop_bits()
     elif args.check == "peaks":
         peaks(args.decoder, args.dtype, args.shapes, args.init_on_device)
     else:

@@ -22,6 +22,8 @@ Usage (from the repository root; RANDOM weights):
         --halos 0 --contexts 2,4,8
     python benchmarks/measure_groupnorm_rounds.py --decoder hunyuanvideo --dtype bfloat16 --device cuda \\
         --shape 16,60,104 --halos 8,12
+    python benchmarks/measure_groupnorm_rounds.py --decoder hunyuanvideo --dtype bfloat16 --device cuda \\
+        --shape 5,60,104 --halos 8,12 --one-tile
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype-noise", action="store_true",
                         help="also decode the shot whole in float32: the dtype's own noise, and each "
                         "row's tiles and whole decode measured from it")
+    parser.add_argument("--one-tile", action="store_true",
+                        help="also run the rounds over the whole shot as one tile (the tiles' arithmetic of "
+                        "the statistics, no cut) and measure each row's tiles from it")
     parser.add_argument("--out-json", default=None)
     args = parser.parse_args(argv)
     shape = tuple(int(x) for x in args.shape.split(","))
@@ -163,6 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         dtype_noise(whole, reference, args.dtype)
     with torch.inference_mode():
         mid = whole_frame_part(decoder.model, decoder.decoder_input(latent))
+    one_tile = None
+    if args.one_tile:
+        one_plan = plan_shot("probe", latent.shape, replace(base, halo=0), TileGrid((1, 1, 1), (0, 0, 0)))
+        one_tile = decode_in_rounds(decoder, mid, one_plan, cuda)[0]
+        band = seam_band(plan_shot("probe", latent.shape, base, grid), whole.device)
+        print(f"  the rounds over one tile, from the whole decode: {compare(one_tile, whole, band)}",
+              flush=True)  # fmt: skip
     rows = []
     contexts = [None] if args.contexts is None else [int(x) for x in args.contexts.split(",")]
     for halo in (int(x) for x in args.halos.split(",")):
@@ -179,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             row["floor"] = reaches_floor(row, args.dtype)
             if reference is not None:
                 row["float32"] = against_float32(tiled, whole, reference, band)
+            if one_tile is not None:
+                row["from_one_tile"] = compare(tiled, one_tile, band)
+                print(f"  halo {halo}: from the rounds over one tile {row['from_one_tile']}", flush=True)
             del tiled
             mid_only = compare(decode_mid_only(decoder, mid, plan), whole, band)
             row["mid_block_only"] = mid_only
