@@ -207,6 +207,13 @@ for call in "${calls[@]}"; do
         step rounds-hunyuan-f32 90 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
             --dtype float32 --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12 8)" \
             --out-json "$RES/rounds-hunyuan-f32.json"
+        # ~40 s: the bf16 tiles against the rounds run over the whole shot as one tile (the statistics' arithmetic
+        # without the cut)
+        step rounds-hunyuan-one-tile 90 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
+            --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12 8)" --one-tile \
+            --out-json "$RES/rounds-hunyuan-one-tile.json"
+        # ~20 s: which bf16 operations give a crop the whole's bits (convolution, linear, the attention kernel)
+        [ "$dry" = 1 ] || step crop-bits 60 "$PY" benchmarks/diagnose_gpu.py crop-bits
         ;;
     call3)
         # ~140 s: LTX-2 weights saved (39 s); a GPU worker's decoder build step by step (the server's imports,
