@@ -10,6 +10,10 @@
              output's inputs whole, in bf16: a 3-D convolution (cuDNN default, deterministic, off), a
              linear layer over a slice of rows, and the fused neighbourhood attention of a crop off the
              query tiles' lattice, told its place (`grid_origin`) or not
+    tile-bits  where a HunyuanVideo tile's bits part from the rounds over the whole shot as one tile: the
+             top-left tile of a 1x2x2 grid with its halo, both given the whole's statistics, every module's
+             output compared over the tile's interior (latent rows and columns further than `--reach` from
+             its cut, so untouched by the cut through the up blocks' receptive field)
 
 Usage (from the repository root, on a GPU):
 
@@ -17,6 +21,7 @@ Usage (from the repository root, on a GPU):
     python benchmarks/diagnose_gpu.py peaks --decoder ltx2-diffusion --shapes 16,34,23 16,34,31
     python benchmarks/diagnose_gpu.py nonfinite --decoder hunyuanvideo --shape 16,60,104
     python benchmarks/diagnose_gpu.py crop-bits
+    python benchmarks/diagnose_gpu.py tile-bits --decoder hunyuanvideo --shape 5,60,104 --halo 16
 """
 
 from __future__ import annotations
@@ -212,6 +217,79 @@ def crop_bits() -> None:
                           "grid_origin": origin, "unequal": share}), flush=True)  # fmt: skip
 
 
+def tile_bits(
+    name: str, dtype: str, fhw: tuple[int, int, int], halo: int, reach: int, device: str, lattice: bool
+) -> None:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from measure_halo import load_random
+
+    from farm.decoders.hunyuanvideo import groupnorm_rounds as rounds
+    from farm.decoders.hunyuanvideo.whole_frame import whole_frame_part
+    from farm.decoders.lattice_conv import uninstall
+
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = dtype != "float32"
+    decoder = load_random(name, 0, dtype, device)
+    model = decoder.model
+    f, h, w = fhw
+    gen = torch.Generator().manual_seed(1)
+    latent = torch.randn(decoder.latent_channels, f, h, w, generator=gen).to(device)
+    rows, cols = h // 2 + halo, w // 2 + halo  # the top-left tile's decoded block
+    keep = (max(1, min(h // 2, rows - reach)), max(1, min(w // 2, cols - reach)))  # its interior, compared
+    if not lattice:
+        print(json.dumps({"convolutions taken off the lattice": uninstall(model)}), flush=True)
+    names = {m: n for n, m in model.named_modules()}
+    state = {"phase": "whole", "calls": {}}
+    kept: dict[tuple[str, int], torch.Tensor] = {}
+
+    def crop(x: torch.Tensor, block_hw: tuple[int, int]) -> torch.Tensor:
+        sh, sw = x.shape[-2] // block_hw[0], x.shape[-1] // block_hw[1]
+        return x[..., : keep[0] * sh, : keep[1] * sw]
+
+    def report(what: str, whole: torch.Tensor, tile: torch.Tensor) -> None:
+        differ = whole != tile
+        rows_differing = differ.flatten(0, -3).any(0).any(-1).float()
+        print(json.dumps({"where": what, "shape": list(tile.shape), "unequal": float(differ.float().mean()),
+                          "max_abs": float((whole.float() - tile.float()).abs().max()),
+                          "rows_differing": float(rows_differing.mean())}), flush=True)  # fmt: skip
+
+    def hook(module, inputs, output) -> None:
+        if not isinstance(output, torch.Tensor) or output.dim() != 5:
+            return
+        key = names.get(module, type(module).__name__)
+        calls = state["calls"].setdefault(state["phase"], {})
+        k = calls[key] = calls.get(key, -1) + 1
+        if state["phase"] == "whole":
+            kept[(key, k)] = crop(output, (h, w)).clone()
+        else:
+            report(f"{key}#{k}", kept.pop((key, k)), crop(output, (rows, cols)))
+
+    with torch.inference_mode():
+        mid = whole_frame_part(model, decoder.decoder_input(latent))
+        for _ in range(2):  # the whole shot's rounds as one tile, timed (the second: warm)
+            torch.cuda.synchronize() if device.startswith("cuda") else None
+            started = time.perf_counter()
+            pixels = rounds.decode_alone(model, mid)
+            torch.cuda.synchronize() if device.startswith("cuda") else None
+            print(json.dumps({"whole_rounds_seconds": round(time.perf_counter() - started, 3)}), flush=True)
+        del pixels
+        whole = rounds.start(mid, ((0, f), (0, h), (0, w)))
+        tile = rounds.start(mid[..., :rows, :cols], ((0, f), (0, h // 2), (0, w // 2)))
+        handles = [m.register_forward_hook(hook) for m in model.decoder.modules()]
+        for site in rounds.sites(model):
+            assert isinstance(whole, rounds.Carried) and isinstance(tile, rounds.Carried)
+            report(f"input of {site}", crop(whole.x, (h, w)), crop(tile.x, (rows, cols)))
+            stats = rounds.combine([rounds.partial_sums(model, whole)])
+            state["phase"] = "whole"
+            whole = rounds.advance(model, whole, stats)
+            state["phase"] = "tile"
+            tile = rounds.advance(model, tile, stats)
+        for handle in handles:
+            handle.remove()
+        report("pixels", crop(whole, (h, w)), crop(tile, (rows, cols)))  # type: ignore[arg-type]
+
+
 def fhw(text: str) -> tuple[int, int, int]:
     f, h, w = (int(x) for x in text.split(","))
     return f, h, w
@@ -234,11 +312,23 @@ def main() -> None:
     n.add_argument("--shape", type=fhw, required=True)
     n.add_argument("--limit", type=int, default=8)
     sub.add_parser("crop-bits")
+    t = sub.add_parser("tile-bits")
+    t.add_argument("--decoder", default="hunyuanvideo")
+    t.add_argument("--dtype", default="bfloat16")
+    t.add_argument("--shape", type=fhw, required=True)
+    t.add_argument("--halo", type=int, default=16)
+    t.add_argument("--reach", type=int, default=14, help="latent rows and columns left out beside the cut")
+    t.add_argument("--device", default="cuda")
+    t.add_argument("--no-lattice", action="store_true", help="convolutions as cuDNN picks for each shape, "
+                   "not on the shot's lattice (farm.decoders.lattice_conv)")
     args = parser.parse_args()
     if args.check == "fork":
         fork_check()
     elif args.check == "crop-bits":
         crop_bits()
+    elif args.check == "tile-bits":
+        lattice = not args.no_lattice
+        tile_bits(args.decoder, args.dtype, args.shape, args.halo, args.reach, args.device, lattice)
     elif args.check == "peaks":
         peaks(args.decoder, args.dtype, args.shapes, args.init_on_device)
     else:

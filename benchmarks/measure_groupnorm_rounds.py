@@ -79,7 +79,8 @@ def decode_in_rounds(decoder, mid, plan: ShotPlan, cuda: bool) -> tuple[object, 
     model = decoder.model
     tiles = list(plan.tiles)
     blocks = [(slice(None), slice(None), *t.decode_slices()) for t in tiles]
-    carried = [rounds.start(mid[b], own) for b, own in zip(blocks, own_blocks(plan), strict=True)]
+    carried = [rounds.start(mid[b], own, t.decode_origin()[1:])
+               for b, own, t in zip(blocks, own_blocks(plan), tiles, strict=True)]  # fmt: skip
     n_rounds = len(rounds.sites(model))
     carried_bytes = peak = 0
     with torch.inference_mode():
@@ -121,6 +122,37 @@ def decode_mid_only(decoder, mid, plan: ShotPlan):
     return full
 
 
+def decode_as_diffusers(decoder, latent, whole, reference, cuda: bool) -> dict:
+    """The shot through diffusers' own ``vae.decode`` (framewise decoding off; the middle block's masked
+    attention in blocks of rows): its seconds and peak, and farm's untiled decode `whole` measured from it
+    (and both from the float32 `reference`, if given)."""
+    import torch
+
+    clip = torch.zeros(whole.shape[1:], dtype=torch.bool, device=whole.device)
+    with torch.inference_mode():
+        z = decoder.decoder_input(latent)
+        for _ in range(2):  # the second call timed: kernels loaded, cuDNN's choices made
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            started = time.perf_counter()
+            theirs = decoder.unit_pixels(decoder.model.decode(z, return_dict=False)[0][0]).float()
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    row = {"seconds": round(seconds, 2), "peak_mib": peak,
+           "farm_from_diffusers": compare(whole, theirs, clip)}  # fmt: skip
+    if reference is not None:
+        row["diffusers_from_float32"] = compare(theirs, reference, clip)
+        row["farm_from_float32"] = compare(whole, reference, clip)
+    print(f"  diffusers' vae.decode: {row['seconds']} s" + (f", peak {peak:.0f} MiB" if cuda else "")
+          + f"; farm's untiled decode from it {row['farm_from_diffusers']}"
+          + (f"; from float32: diffusers {row['diffusers_from_float32']}, farm {row['farm_from_float32']}"
+             if reference is not None else ""), flush=True)  # fmt: skip
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -139,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one-tile", action="store_true",
                         help="also run the rounds over the whole shot as one tile (the tiles' arithmetic of "
                         "the statistics, no cut) and measure each row's tiles from it")
+    parser.add_argument("--against-diffusers", action="store_true",
+                        help="also decode the shot with diffusers' own forward (``vae.decode``, its "
+                        "GroupNorms as torch computes them, convolutions as cuDNN picks): its time and peak, "
+                        "and how far farm's untiled decode is from it (from float32: --dtype-noise)")
     parser.add_argument("--out-json", default=None)
     args = parser.parse_args(argv)
     shape = tuple(int(x) for x in args.shape.split(","))
@@ -154,11 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed + 1)
     latent = torch.as_tensor(rng.standard_normal((decoder.latent_channels, *shape)), dtype=torch.float32)
     latent = latent.to(args.device)
-    started = time.perf_counter()
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    whole = decoder.decode(latent, origin=(0, 0, 0)).float()
-    whole_s = time.perf_counter() - started
+    for _ in range(2):  # the second call timed: kernels loaded, cuDNN's choices made
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        whole = decoder.decode(latent, origin=(0, 0, 0)).float()
+        if cuda:
+            torch.cuda.synchronize()
+        whole_s = time.perf_counter() - started
     whole_peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     print(f"{args.decoder} {args.dtype} latent {tuple(latent.shape)} -> {tuple(whole.shape)}: whole decode "
           f"{whole_s:.1f} s" + (f", peak {whole_peak:.0f} MiB" if cuda else ""), flush=True)  # fmt: skip
@@ -166,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dtype_noise and args.dtype != "float32":  # the dtype's own noise, and the tiles' beside it
         reference = float32_reference(args.decoder, args.seed, args.device, latent)
         dtype_noise(whole, reference, args.dtype)
+    diffusers_row = None
+    if args.against_diffusers:
+        diffusers_row = decode_as_diffusers(decoder, latent, whole, reference, cuda)
     with torch.inference_mode():
         mid = whole_frame_part(decoder.model, decoder.decoder_input(latent))
     one_tile = None
@@ -211,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         result = {"decoder": args.decoder, "dtype": args.dtype, "shape": list(shape),
                   "grid": list(grid.tiles), "weights": f"RANDOM (seed {args.seed})", "device": device,
                   "torch": torch.__version__, "date": str(date.today()), "whole_seconds": round(whole_s, 2),
-                  "whole_peak_mib": whole_peak, "rows": rows}  # fmt: skip
+                  "whole_peak_mib": whole_peak, "diffusers": diffusers_row, "rows": rows}  # fmt: skip
         Path(args.out_json).write_text(json.dumps(result, indent=1))
     return 0
 

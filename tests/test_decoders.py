@@ -233,7 +233,12 @@ def test_weights_saved_then_loaded_equal_the_source(tmp_path, name, form):
             assert torch.equal(value, decoder.model.state_dict()[key]), key
     z = torch.from_numpy(smooth_latent(np.random.default_rng(3), (decoder.latent_channels, 2, 2, 2)))
     expected = plain_decode(name, source, z)
-    torch.testing.assert_close(decoder.decode(z, origin=(0, 0, 0)), expected, atol=0, rtol=0)
+    decoded = decoder.decode(z, origin=(0, 0, 0))
+    # the same bits as the source model's decode in farm's arithmetic (HunyuanVideo's is its tiles', not
+    # diffusers' forward), and diffusers' own decode to float rounding
+    from_source = cls.from_model(spec, source, "cpu").decode(z, origin=(0, 0, 0))
+    torch.testing.assert_close(decoded, from_source, atol=0, rtol=0)
+    torch.testing.assert_close(decoded, expected, atol=1e-5, rtol=0)
 
 
 def test_weights_of_another_model_are_refused(tmp_path):

@@ -219,9 +219,11 @@ class VideoDecoder(Protocol):
         """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
         ...
 
-    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
-        """A tile's block of `whole_frame`'s output and its own latent block → its carried state and its
-        sums for the first round's statistics."""
+    def statistics_start(
+        self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[Any, torch.Tensor]:
+        """A tile's block of `whole_frame`'s output, its own latent block and the block's first latent
+        frame, row and column in the shot → its carried state and its sums for the first round."""
         ...
 
     def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:

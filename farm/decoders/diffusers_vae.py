@@ -672,9 +672,12 @@ class DiffusersVideoDecoder:
         """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
         return 0
 
-    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
-        """A tile's block of `whole_frame`'s output and its own latent block (tile-local) → what it carries
-        to the first round, and its sums for that round's statistics."""
+    def statistics_start(
+        self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[Any, torch.Tensor]:
+        """A tile's block of `whole_frame`'s output, its own latent block (tile-local) and the block's
+        first latent frame, row and column in the shot (None: the shot's start) → what it carries to the
+        first round, and its sums for that round's statistics."""
         raise FarmError(f"the {self.family} decoder shares no statistics")
 
     def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:

@@ -32,7 +32,9 @@ def first_round(
 ) -> dict[str, Any]:
     """The tile's block of the whole-frame pass `shared`, ready for the first GroupNorm."""
     decoder = load_within_budget(spec_json, compile=compile)
-    carried, sums = on_decode_thread(decoder.statistics_start, shared_block(shared, tile), own)
+    carried, sums = on_decode_thread(
+        decoder.statistics_start, shared_block(shared, tile), own, tile.decode_origin()
+    )
     return {CARRIED: carried, SUMS: sums}
 
 

@@ -33,6 +33,7 @@ from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.hunyuanvideo import chunked_attention, chunked_upsample, groupnorm_rounds, whole_frame
 from farm.decoders.hunyuanvideo.configs import HUNYUANVIDEO_TINY
+from farm.decoders.lattice_conv import install as install_lattice
 
 if TYPE_CHECKING:
     import torch
@@ -85,14 +86,14 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # 2x2 of a 3x24x24 latent) hunyuanvideo-tiny reaches 44.9 / 63.1 / 88.5 dB over the band at 4 / 6 / 8
     # (worst 18 / 2 / 1 levels): the float32 floor at 8 (docs/fidelity.md). The released config in float32
     # (TF32 off, 2x2 of a 5x60x104 latent, an H100) with the rounds: 68.3 dB over the seam band at 8, 81.7 at
-    # 12, the floor; in bf16 both give 46.2 dB (the dtype's own noise), so bf16 keeps 8.
+    # 12, the floor. In bf16, against the untiled decode in the same arithmetic (the rounds over one block,
+    # convolutions on the shot's lattice; the same H100): 49.6 dB at 8 (worst 8 levels), 68.6 at 12 (worst
+    # 1), the same bits at 16.
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
-        "hunyuanvideo": {"bfloat16": 8, "float32": 12}, "hunyuanvideo-tiny": {"float32": 8},
+        "hunyuanvideo": {"bfloat16": 12, "float32": 12}, "hunyuanvideo-tiny": {"float32": 8},
     }  # fmt: skip
-    # configs whose rounds are measured to reach the floor: no blend where their rounds run. The released
-    # config in bf16 (2x2 of a 5x60x104 latent, halo 8, an H100) puts its tiles as close to its float32 decode
-    # as its whole bf16 decode is (45.8 against 45.5 dB over the seam band; tiled against whole 46.2 dB):
-    # bf16's own noise, which a blend cannot lower (docs/fidelity.md)
+    # configs whose rounds are measured to reach the floor: no blend where their rounds run (the released
+    # config in bf16 at halo 12: 68.6 dB over the seam band, above)
     exact_with_statistics: ClassVar[frozenset[str]] = frozenset({"hunyuanvideo-tiny", "hunyuanvideo"})
     # one decode's seconds per config, what `cost_model` scales by (docs/performance.md#memory)
     decode_seconds_measured: ClassVar[dict[str, tuple[str, tuple[int, int, int], float]]] = {
@@ -145,6 +146,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         decoder.model.use_tiling = False
         chunked_attention.install(decoder.model)  # torch's masked SDPA is wrong past 2^32 scores
         chunked_upsample.install(decoder.model)  # one interpolation past 2^32 elements gave NaN
+        install_lattice(decoder.model)  # the rounds' convolutions on the shot's lattice: a tile's bits
         assert isinstance(decoder, HunyuanVideoDecoder)
         return decoder
 
@@ -170,11 +172,25 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         full = cls._full_config(config)
         return len(full["block_out_channels"]) * (full["layers_per_block"] + 1) * 2 + 1
 
-    def statistics_start(self, shared: torch.Tensor, own: Any) -> tuple[Any, torch.Tensor]:
+    def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        """``vae.decode`` (framewise decoding off) in the arithmetic of tiles that share the shot's
+        statistics: the middle block as `whole_frame` runs it, then the rounds over this one block, each
+        GroupNorm over all of it (`groupnorm_rounds.decode_alone`), its convolutions on the shot's
+        lattice. Equal to ``vae.decode`` to float rounding; the same bits as a tile's, where the tile's
+        halo covers the up blocks' reach."""
+        rows_cols = (0, 0) if origin is None else (origin[1], origin[2])
+        shared = whole_frame.whole_frame_part(self.model, z)
+        return groupnorm_rounds.decode_alone(self.model, shared, rows_cols)
+
+    def statistics_start(
+        self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
+    ) -> tuple[Any, torch.Tensor]:
         import torch
 
+        rows_cols = (0, 0) if origin is None else (origin[1], origin[2])
         with self._lock, torch.inference_mode():
-            carried = groupnorm_rounds.start(shared.to(device=self.device, dtype=self.torch_dtype)[None], own)
+            z = shared.to(device=self.device, dtype=self.torch_dtype)[None]
+            carried = groupnorm_rounds.start(z, own, rows_cols)
             return carried, groupnorm_rounds.partial_sums(self.model, carried)
 
     def statistics_round(self, carried: Any, stats: torch.Tensor) -> tuple[Any, torch.Tensor | None]:

@@ -19,12 +19,19 @@ whole shot's statistics take one round across the tiles per GroupNorm, in order:
 The sites are ``norm1`` and ``norm2`` of every up-block resnet and ``conv_norm_out`` (the released
 config: 4 blocks x 3 resnets x 2 + 1 = 25 rounds). A tile's own pixels then equal the whole decode's as
 far as its halo and context cover the up blocks' reach (causal in time: context before only).
+
+Bit for bit: the untiled decode runs the same arithmetic (`decode_alone`: the rounds over one block that
+owns everything), and every round's convolutions run on the shot's lattice (`farm.decoders.lattice_conv`,
+placed by the block's `origin`), so that in bf16 too a tile's own pixels are the untiled decode's beyond
+the halo's reach, not only to the dtype's noise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
+
+from farm.decoders.lattice_conv import placed
 
 if TYPE_CHECKING:
     import torch
@@ -46,13 +53,15 @@ class Site:
 @dataclass
 class Carried:
     """A tile between rounds: the input of GroupNorm `site` and the residual its resnet adds back; the
-    tile's `own` latent block (tile-local) of its decoded block of `block_fhw` latent."""
+    tile's `own` latent block (tile-local) of its decoded block of `block_fhw` latent, whose first latent
+    row and column in the shot are `origin`."""
 
     site: int
     x: torch.Tensor
     residual: torch.Tensor | None
     own: OwnBlock
     block_fhw: tuple[int, ...]
+    origin: tuple[int, int] = (0, 0)
 
 
 def sites(model: Any) -> list[Site]:
@@ -72,10 +81,27 @@ def norm_at(model: Any, site: Site) -> Any:
     return resnet.norm1 if site.norm == 1 else resnet.norm2
 
 
-def start(shared: torch.Tensor, own: OwnBlock) -> Carried:
-    """A tile's block (halo and context included) of the middle block's output ``[1, C, f, h, w]``."""
+def start(shared: torch.Tensor, own: OwnBlock, origin: tuple[int, int] = (0, 0)) -> Carried:
+    """A tile's block (halo and context included) of the middle block's output ``[1, C, f, h, w]``, its
+    first latent row and column in the shot `origin`."""
     x = shared.contiguous()
-    return Carried(0, x, x, own, tuple(x.shape[2:]))
+    return Carried(0, x, x, own, tuple(x.shape[2:]), (int(origin[0]), int(origin[1])))
+
+
+def everything(shared: torch.Tensor) -> OwnBlock:
+    """The own block of a decode that owns all it decodes (the untiled decode, a tile decoded alone)."""
+    f, h, w = shared.shape[2:]
+    return (0, f), (0, h), (0, w)
+
+
+def decode_alone(model: Any, shared: torch.Tensor, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:
+    """The rounds over one block that owns all of itself: the middle block's output ``[1, C, f, h, w]`` →
+    pixels ``[1, 3, F, H, W]`` in [-1, 1], each GroupNorm over the whole block, as ``vae.decode`` takes
+    them, in the arithmetic of the tiles that share a shot's statistics."""
+    carried: Carried | torch.Tensor = start(shared, everything(shared), origin)
+    while isinstance(carried, Carried):
+        carried = advance(model, carried, combine([partial_sums(model, carried)]))
+    return carried
 
 
 def own_at_layer(
@@ -128,18 +154,28 @@ def normalized(norm: Any, x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
 
     b, c = x.shape[:2]
     g = norm.num_groups
-    mean = stats[:, 0].to(device=x.device, dtype=torch.float32).view(1, g, 1)
-    scale = torch.rsqrt(stats[:, 1] + norm.eps).to(device=x.device, dtype=torch.float32).view(1, g, 1)
-    y = (x.float().reshape(b, g, -1) - mean).mul_(scale).view(x.shape)
-    if norm.affine:
-        shape = (1, c) + (1,) * (x.dim() - 2)
-        y = y.mul_(norm.weight.float().view(shape)).add_(norm.bias.float().view(shape))
-    return y.to(x.dtype)
+    group = (1, g, 1, 1, 1)  # against a frame of [b, C, h, w] seen as [b, G, C/G, h, w]
+    mean = stats[:, 0].to(device=x.device, dtype=torch.float32).view(group)
+    scale = torch.rsqrt(stats[:, 1] + norm.eps).to(device=x.device, dtype=torch.float32).view(group)
+    affine = [p.float().view(1, c, 1, 1) for p in (norm.weight, norm.bias)] if norm.affine else None
+    out = torch.empty_like(x)
+    for t in range(x.shape[2]):  # a frame at a time: the float32 copy stays small (elementwise: same bits)
+        frame = x[:, :, t]
+        y = (frame.float().reshape(b, g, c // g, *frame.shape[2:]) - mean).mul_(scale).reshape(frame.shape)
+        if affine is not None:
+            y = y.mul_(affine[0]).add_(affine[1])
+        out[:, :, t] = y
+    return out
 
 
 def advance(model: Any, carried: Carried, stats: torch.Tensor) -> Carried | torch.Tensor:
     """Normalise GroupNorm `carried.site`'s input with the shot's `stats` and run to the next GroupNorm;
     after the last, the tile's pixels ``[1, 3, F, H, W]`` in [-1, 1] (as `whole_frame.rest_of_decoder`)."""
+    with placed(carried.origin, (carried.block_fhw[1], carried.block_fhw[2])):
+        return _advance(model, carried, stats)
+
+
+def _advance(model: Any, carried: Carried, stats: torch.Tensor) -> Carried | torch.Tensor:
     decoder = model.decoder
     order = sites(model)
     site = order[carried.site]
