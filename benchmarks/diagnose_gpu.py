@@ -319,6 +319,8 @@ def main() -> None:
     t.add_argument("--halo", type=int, default=16)
     t.add_argument("--reach", type=int, default=14, help="latent rows and columns left out beside the cut")
     t.add_argument("--device", default="cuda")
+    t.add_argument("--block", type=int, default=None, help="the lattice's block, latent rows and columns "
+                   "(default: farm.decoders.lattice_conv.BLOCK)")
     t.add_argument("--no-lattice", action="store_true", help="convolutions as cuDNN picks for each shape, "
                    "not on the shot's lattice (farm.decoders.lattice_conv)")
     args = parser.parse_args()
@@ -328,6 +330,10 @@ def main() -> None:
         crop_bits()
     elif args.check == "tile-bits":
         lattice = not args.no_lattice
+        if args.block:
+            from farm.decoders import lattice_conv
+
+            lattice_conv.BLOCK = args.block
         tile_bits(args.decoder, args.dtype, args.shape, args.halo, args.reach, args.device, lattice)
     elif args.check == "peaks":
         peaks(args.decoder, args.dtype, args.shapes, args.init_on_device)

@@ -38,16 +38,18 @@ class Place:
 
     origin: tuple[int, int]
     size: tuple[int, int]
-    block: int = BLOCK
+    block: int
 
 
 _PLACE: contextvars.ContextVar[Place | None] = contextvars.ContextVar("farm_lattice_place", default=None)
 
 
 @contextlib.contextmanager
-def placed(origin: tuple[int, int], size: tuple[int, int], block: int = BLOCK) -> Iterator[None]:
-    """Convolutions of installed models run on the shot's lattice while inside (this thread's context)."""
-    token = _PLACE.set(Place((int(origin[0]), int(origin[1])), (int(size[0]), int(size[1])), int(block)))
+def placed(origin: tuple[int, int], size: tuple[int, int], block: int | None = None) -> Iterator[None]:
+    """Convolutions of installed models run on the shot's lattice of `block` (default `BLOCK`) latent rows
+    and columns while inside (this thread's context)."""
+    place = Place((int(origin[0]), int(origin[1])), (int(size[0]), int(size[1])), int(block or BLOCK))
+    token = _PLACE.set(place)
     try:
         yield
     finally:
