@@ -137,3 +137,33 @@ def test_a_resumed_render_runs_the_rounds_again_for_the_batches_left(tmp_path, s
     whole = read_frames(Output(tmp_path / "whole"), "s").astype(np.float64)
     tiled = read_frames(Output(tmp_path / "tiled"), "s").astype(np.float64)
     assert np.abs(tiled - whole).max() <= 1.0
+
+
+def test_a_worker_carrying_several_tiles_between_rounds_is_counted_before_the_render():
+    """A worker holds the carried activations of all its tiles of a shot between rounds: the released
+    config's 1x2x2 tiles of a 33x480x832 shot fit a budget on four workers that one worker, carrying the
+    other three tiles, does not; `check_fits` refuses the one-worker plan before any decode, saying what
+    would help."""
+    from dataclasses import replace
+
+    from farm.errors import FarmError
+    from farm.planning.budgets import check_fits, tile_peak_bytes, worker_peak_bytes
+    from farm.planning.tiling import assign_round_robin
+
+    spec = replace(synth_spec("hunyuanvideo"), dtype="bfloat16")
+    cls = decoder_class(spec)
+    geo = cls.geometry_for_spec(spec)
+    plan = plan_shot("s", (16, 9, 60, 104), geo, TileGrid((1, 2, 2), (0, 0, 0)))
+    assert takes_statistics_rounds(plan) and geo.halo == 12
+    alone, spread = assign_round_robin([plan], 1)[0], assign_round_robin([plan], 4)[0]
+    tile = spread.tiles[0]
+    carried = cls.statistics_carried_bytes(spec, int(np.prod(geo.pixel_shape(tile.decoded_fhw))))
+    assert tile.decoded_fhw == (9, 42, 64)  # halo 12 on the inner sides
+    assert carried == (256 + 128) * 2 * 33 * 336 * 512  # channels, bf16 bytes, decoded pixel-frames
+    peak = tile_peak_bytes(cls, spec, tile, plan.chunk)
+    assert worker_peak_bytes(cls, spec, spread, tile) == peak
+    assert worker_peak_bytes(cls, spec, alone, alone.tiles[0]) > peak + 2 * carried
+    budget = peak + carried
+    check_fits([spread], spec, budget)
+    with pytest.raises(FarmError, match="more workers"):
+        check_fits([alone], spec, budget)

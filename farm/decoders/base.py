@@ -219,6 +219,12 @@ class VideoDecoder(Protocol):
         """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
         ...
 
+    @classmethod
+    def statistics_carried_bytes(cls, spec: DecoderSpec, pixel_frames: int) -> int:
+        """Device memory a tile of `pixel_frames` decoded pixel-frames holds between rounds (its worker
+        holds every one of its tiles' at once); 0 for a decoder without rounds."""
+        ...
+
     def statistics_start(
         self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
     ) -> tuple[Any, torch.Tensor]:

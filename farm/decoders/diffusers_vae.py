@@ -672,6 +672,11 @@ class DiffusersVideoDecoder:
         """The rounds a shot's tiles take when they share its statistics: one per GroupNorm."""
         return 0
 
+    @classmethod
+    def statistics_carried_bytes(cls, spec: DecoderSpec, pixel_frames: int) -> int:
+        """Device memory a tile of `pixel_frames` decoded pixel-frames holds between rounds."""
+        return 0
+
     def statistics_start(
         self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
     ) -> tuple[Any, torch.Tensor]:

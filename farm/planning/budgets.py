@@ -3,6 +3,7 @@ default window (decoded tiles in flight) and the warnings when a plan may not fi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 from farm.decoders import DecoderSpec, decoder_class
 from farm.decoders.base import VideoDecoder, human_bytes
 from farm.errors import FarmError
-from farm.planning.tiling import ChunkSize, Geometry, ShotPlan, Tile, plan_chunks
+from farm.planning.tiling import ChunkSize, Geometry, ShotPlan, Tile, plan_chunks, takes_statistics_rounds
 
 if TYPE_CHECKING:
     from farm.media.settings import VideoSettings
@@ -87,23 +88,47 @@ def memory_warning(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int 
 
 
 def check_fits(plans: Sequence[ShotPlan], spec: DecoderSpec, gpu_bytes: int | None) -> None:
-    """Refuse, before any decode, a plan whose largest tile is estimated to need more memory than any
-    worker has: the smallest worker GPU's whole memory, or on CPU workers this machine's whole RAM."""
+    """Refuse, before any decode, a plan whose largest tile (with what its worker's other tiles carry
+    between statistics rounds, `worker_peak_bytes`) is estimated to need more memory than any worker has:
+    the smallest worker GPU's whole memory, or on CPU workers this machine's whole RAM."""
     if not plans:
         return
     cls = decoder_class(spec)
-    need, shot = max((tile_peak_bytes(cls, spec, t, p.chunk), p.shot) for p in plans for t in p.tiles)
+    need, shot, alone = max(
+        (worker_peak_bytes(cls, spec, p, t), p.shot, tile_peak_bytes(cls, spec, t, p.chunk))
+        for p in plans for t in p.tiles
+    )  # fmt: skip
     capacity: int | None
     if gpu_bytes:
         capacity, what = gpu_bytes, "GPU memory, more than the smallest worker GPU has"
     else:
         capacity, what = host_memory_bytes(), "memory, more than this machine has"
+    if capacity and need > capacity and alone <= capacity:
+        raise FarmError(
+            f"shot {shot!r}: a tile, beside what its worker's other tiles carry between the GroupNorm rounds "
+            f"their shot's tiles share, is estimated to need {human_bytes(need)} of {what} "
+            f"({human_bytes(capacity)}); give the render more workers (each carries only its own tiles) or "
+            "more GPU memory, or split frames too with --tiles F,H,W (tiles then decode alone, with a blend)"
+        )
     if capacity and need > capacity:
         raise FarmError(
             f"shot {shot!r}: a tile is estimated to need {human_bytes(need)} of {what} "
             f"({human_bytes(capacity)}); split it with --tiles F,H,W or bound each decode call with "
             "--chunk F,H,W (farm plan shows the tiles)"
         )
+
+
+def worker_peak_bytes(cls: type[VideoDecoder], spec: DecoderSpec, plan: ShotPlan, tile: Tile) -> int:
+    """Estimated peak device memory of `tile`'s worker while decoding it: its `tile_peak_bytes`, plus,
+    where the plan's tiles share the shot's statistics in rounds, what the worker's other tiles of the
+    shot carry between rounds meanwhile (all of a shot's tiles advance round by round together)."""
+    peak = tile_peak_bytes(cls, spec, tile, plan.chunk)
+    if cls.shares_statistics(spec.config) and takes_statistics_rounds(plan):
+        geometry = cls.geometry_for_spec(spec)
+        others = [t for t in plan.tiles if t.worker == tile.worker and t.index != tile.index]
+        peak += sum(cls.statistics_carried_bytes(spec, math.prod(geometry.pixel_shape(t.decoded_fhw)))
+                    for t in others)  # fmt: skip
+    return peak
 
 
 def host_memory_bytes() -> int | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from farm.decoders.base import DecoderSpec
+from farm.decoders.base import DecoderSpec, dtype_bytes
 from farm.decoders.diffusers_vae import DiffusersVideoDecoder
 from farm.decoders.geometry import Geometry
 from farm.decoders.hunyuanvideo import chunked_attention, chunked_upsample, groupnorm_rounds, whole_frame
@@ -68,11 +68,10 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     # figure (a 129x720x1280 shot decoded whole would need ~400 GB: tile it).
     bytes_per_pixel_frame: ClassVar[float] = 3420.0
     # Fitted to measured CPU decodes (`tools/measure_families.py --fit`; the fit and its range:
-    # docs/performance.md#memory): a fixed part, bytes per pixel-frame, and torch's native CPU
-    # convolution where the full-resolution layers' inputs are small.
+    # docs/performance.md#memory): a fixed part and bytes per pixel-frame (the convolutions run in blocks
+    # on the shot's lattice, each call's input small).
     memory_measured: ClassVar[dict[str, dict[str, Any]]] = {
-        "hunyuanvideo-tiny": {"const_bytes": 12563491.8, "bytes_per_pixel": 362.6,
-                              "native_conv": [[16, 1537.5], [8, 705.9]]},
+        "hunyuanvideo-tiny": {"const_bytes": 72932185.1, "bytes_per_pixel": 318.5},
     }  # fmt: skip
     # Seam-band PSNR on the worse axis (`measure_seams.py spatial`, RANDOM weights): hunyuanvideo-tiny 23.4 dB
     # at overlap 4, 23.7 at 5, 24.6 at 6; hunyuanvideo (the real architecture, float32 CPU) 21.8 at 4 and 5,
@@ -116,13 +115,6 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     @classmethod
     def _width_ratio(cls, config: dict[str, Any]) -> float:
         return cls._full_config(config)["block_out_channels"][0] / 128
-
-    @classmethod
-    def cpu_native_conv_channels(cls, config: dict[str, Any]) -> tuple[int, ...]:
-        """The last up block's resnets (its output width) and the upsampler before it (the previous
-        block's width) convolve at full resolution."""
-        widths = cls._full_config(config)["block_out_channels"]
-        return (widths[1], widths[0]) if len(widths) > 1 else (widths[0],)
 
     @classmethod
     def memory_terms(cls, spec: DecoderSpec) -> dict[str, Any]:
@@ -181,6 +173,15 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         rows_cols = (0, 0) if origin is None else (origin[1], origin[2])
         shared = whole_frame.whole_frame_part(self.model, z)
         return groupnorm_rounds.decode_alone(self.model, shared, rows_cols)
+
+    @classmethod
+    def statistics_carried_bytes(cls, spec: DecoderSpec, pixel_frames: int) -> int:
+        """At most the last up block's input (its first resnet's residual) beside that resnet's output, at
+        full resolution: 256 + 128 channels in the released config (measured on an H100 in bf16: 1.77 GiB
+        carried by a tile of 2.48 M decoded pixel-frames, 767 bytes each)."""
+        channels = cls._full_config(spec.config)["block_out_channels"]
+        width = channels[1] if len(channels) > 1 else channels[0]
+        return (width + channels[0]) * dtype_bytes(spec.dtype) * pixel_frames
 
     def statistics_start(
         self, shared: torch.Tensor, own: Any, origin: tuple[int, int, int] | None = None
