@@ -198,20 +198,25 @@ for call in "${calls[@]}"; do
         step rounds-hunyuan-bf16 150 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
             --dtype "$BF" --device "$DEV" --shape "$(sz 16,60,104 3,24,24)" --halos "$(sz 8,12 6,8)" \
             --out-json "$RES/rounds-hunyuan-bf16.json"
-        # ~120 s: the same tiles and the whole bf16 decode, each measured from a float32 decode (17 frames:
-        # the float32 decode of 61 needs about twice the bf16 one's 59 GiB)
+        # ~70 s: the same tiles and the untiled decode, each measured from a float32 decode, beside diffusers'
+        # own vae.decode (17 frames: the float32 decode of 61 needs about twice the bf16 one's 59 GiB)
         step rounds-hunyuan-noise 180 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
-            --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8 8)" --dtype-noise \
-            --out-json "$RES/rounds-hunyuan-noise.json"
+            --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12,16 8)" --dtype-noise \
+            --against-diffusers --out-json "$RES/rounds-hunyuan-noise.json"
         # ~40 s: the same tiles and rounds in float32 (TF32 off) against the float32 decode: the tiling's own error
         step rounds-hunyuan-f32 90 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
             --dtype float32 --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12 8)" \
             --out-json "$RES/rounds-hunyuan-f32.json"
-        # ~40 s: the bf16 tiles against the rounds run over the whole shot as one tile (the statistics' arithmetic
-        # without the cut)
-        step rounds-hunyuan-one-tile 90 "$PY" benchmarks/measure_groupnorm_rounds.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
-            --dtype "$BF" --device "$DEV" --shape "$(sz 5,60,104 3,24,24)" --halos "$(sz 8,12 8)" --one-tile \
-            --out-json "$RES/rounds-hunyuan-one-tile.json"
+        # ~50 s: a 1x2x2 render of 33x480x832 through `farm render` (the rounds, no blend) beside the same shot
+        # untiled (one worker carries the four tiles between rounds: 48 GiB)
+        step seamless-hunyuan-480p 150 "$PY" benchmarks/bench_seamless.py --decoder "$(sz hunyuanvideo hunyuanvideo-tiny)" \
+            --dtype "$BF" --frames "$(sz 33 9)" --height "$(sz 480 128)" --width "$(sz 832 128)" \
+            --gpu-memory "$(sz 48GiB 2GiB)" --tiles 1,2,2 --timeout 130 --work "$SCRATCH/seamless" \
+            --out-json "$RES/seamless-hunyuan-480p.json"
+        rm -rf "$SCRATCH/seamless"
+        # ~30 s: where a tile's bits part from the untiled decode's, every module of the rounds compared
+        [ "$dry" = 1 ] || step tile-bits-hunyuan 60 "$PY" benchmarks/diagnose_gpu.py tile-bits --decoder hunyuanvideo \
+            --shape 5,60,104 --halo 16
         # ~20 s: which bf16 operations give a crop the whole's bits (convolution, linear, the attention kernel)
         [ "$dry" = 1 ] || step crop-bits 60 "$PY" benchmarks/diagnose_gpu.py crop-bits
         ;;

@@ -9,7 +9,8 @@ every output frame depends a little on every latent frame of the tile, later one
 farm decodes each tile in one pass. diffusers' ``vae.decode`` instead splits more than 4 latent frames
 into its own overlapping temporal tiles (``use_framewise_decoding`` is on by default) and blends them;
 farm turns that off (its own temporal tiles and chunks replace it), so a single-tile farm decode equals
-``vae.decode`` with ``use_framewise_decoding = False``, and equals the default for up to 4 latent frames.
+``vae.decode`` with ``use_framewise_decoding = False`` (to float rounding: it runs in the arithmetic of
+the statistics rounds below, `run_decoder`), and the default for up to 4 latent frames.
 
 Those GroupNorm statistics, and the middle block's attention over every position of a tile (causally
 masked in time), make a tile's pixels differ slightly from a whole-shot decode everywhere, not only near
