@@ -4,11 +4,12 @@ A plan's tiles (spatial and temporal, each with its halo and context) decode Hun
 `farm.decoders.hunyuanvideo.groupnorm_rounds` does: the middle block once over the whole shot, then one
 round per GroupNorm of the up blocks and head, every tile summing its own region (float64), one
 reduction giving the shot's statistics, every tile continuing from its carried activation. Compared with
-the same shot decoded whole (``vae.decode``, framewise decoding off) and, for reference, with the tiles
-decoding from the shared middle block alone (their up blocks' GroupNorms over the tile).
-The whole decode is farm's loaded model, whose middle-block attention runs its causal mask in blocks of
-query rows (`farm.decoders.hunyuanvideo.chunked_attention`, exact): diffusers' one SDPA call over the
-whole shot passes 2^32 mask elements at 16x60x104, where torch's efficient kernel is wrong
+the same shot decoded whole as farm decodes it untiled (the same rounds over one block, convolutions on the
+shot's lattice: `HunyuanVideoDecoder.run_decoder`) and, for reference, with the tiles decoding from the
+shared middle block alone (their up blocks' GroupNorms over the tile). `--against-diffusers` adds
+diffusers' own ``vae.decode`` (framewise decoding off), its middle-block attention with the causal mask in
+blocks of query rows (`farm.decoders.hunyuanvideo.chunked_attention`, exact): diffusers' one SDPA call over
+the whole shot passes 2^32 mask elements at 16x60x104, where torch's efficient kernel is wrong
 (pytorch/pytorch#187227; NaN on an H200).
 
 Per row: PSNR over the clip and over the seam band (16 pixels / 8 frames either side), worst pixel (uint8
