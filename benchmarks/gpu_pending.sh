@@ -8,7 +8,9 @@
 #                                         # MiniMax-H3 and Cosmos decode beside diffusers; HunyuanVideo 480p
 #                                         # halo with the whole-frame pass (bf16)
 #   bash benchmarks/gpu_pending.sh call2  # the halo of cogvideox, mochi, hunyuanvideo15, cosmos, minimax-h3 (bf16,
-#                                         # released configs); cogvideox, mochi, hunyuanvideo15 decode beside diffusers
+#                                         # released configs); cogvideox, mochi, hunyuanvideo15 decode beside diffusers;
+#                                         # HunyuanVideo's statistics rounds (bf16, float32, beside vae.decode), its
+#                                         # 1x2x2 render, the bits of a tile and of a crop
 #   bash benchmarks/gpu_pending.sh call3  # cold start: `farm render` beside the plain script, alternated 5x each;
 #                                         # the tests that need a GPU (pytest staged: EXTRA="pytest hypothesis …");
 #                                         # the temporal context of hunyuanvideo15, cosmos, cogvideox, mochi (bf16)
