@@ -14,7 +14,7 @@ import torch
 
 from farm.decoders import decoder_class
 from farm.decoders.hunyuanvideo import groupnorm_rounds
-from farm.decoders.lattice_conv import install, lattice_conv3d, placed, uninstall
+from farm.decoders.lattice_conv import Place, install, lattice_conv3d, placed, uninstall
 from farm.inputs.synthetic import synth_spec
 from farm.planning.tiling import TileGrid, own_blocks, plan_shot
 
@@ -43,13 +43,7 @@ def test_a_layer_whose_size_is_not_a_multiple_of_the_block_runs_unplaced():
     conv = torch.nn.Conv3d(2, 2, 3, padding=0)
     x = torch.randn(1, 2, 3, 13, 13)
     with torch.no_grad():
-        assert lattice_conv3d(conv, x, conv.weight, conv.bias, placed_at((0, 0), (4, 4))) is None
-
-
-def placed_at(origin, size):
-    from farm.decoders.lattice_conv import Place
-
-    return Place(origin, size, 4)
+        assert lattice_conv3d(conv, x, conv.weight, conv.bias, Place((0, 0), (4, 4), 4)) is None
 
 
 def test_a_crop_on_the_lattice_has_the_whole_convolutions_bits():

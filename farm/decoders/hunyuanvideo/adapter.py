@@ -171,7 +171,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
         GroupNorm over all of it (`groupnorm_rounds.decode_alone`), its convolutions on the shot's
         lattice. Equal to ``vae.decode`` to float rounding; the same bits as a tile's, where the tile's
         halo covers the up blocks' reach."""
-        rows_cols = (0, 0) if origin is None else (origin[1], origin[2])
+        rows_cols = _rows_cols(origin)
         shared = whole_frame.whole_frame_part(self.model, z)
         return groupnorm_rounds.decode_alone(self.model, shared, rows_cols)
 
@@ -189,7 +189,7 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
     ) -> tuple[Any, torch.Tensor]:
         import torch
 
-        rows_cols = (0, 0) if origin is None else (origin[1], origin[2])
+        rows_cols = _rows_cols(origin)
         with self._lock, torch.inference_mode():
             z = shared.to(device=self.device, dtype=self.torch_dtype)[None]
             carried = groupnorm_rounds.start(z, own, rows_cols)
@@ -209,3 +209,8 @@ class HunyuanVideoDecoder(DiffusersVideoDecoder):
 
     def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         return whole_frame.rest_of_decoder(self.model, shared)
+
+
+def _rows_cols(origin: tuple[int, int, int] | None) -> tuple[int, int]:
+    """A decode's first latent row and column in its shot (None: the shot's start)."""
+    return (0, 0) if origin is None else (origin[1], origin[2])
