@@ -15,7 +15,12 @@ import torch
 import farm
 from farm.decoders import load_decoder
 from farm.decoders.ltx2_diffusion import adapter as ltx2_diffusion
-from farm.decoders.ltx2_diffusion.adapter import LTX2DiffusionDecoder, decode_with_noise
+from farm.decoders.ltx2_diffusion.adapter import (
+    LTX2DiffusionDecoder,
+    decode_with_noise,
+    spatial_reach,
+    whole_frame_stages,
+)
 from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
 from farm.decoders.ltx2_diffusion.neighborhood_attention import (
     axis_blocks,
@@ -175,6 +180,39 @@ def test_decode_equals_diffusers_flex_attention_with_the_same_noise():
     assert torch.allclose(got, want, atol=1e-5)
     with pytest.raises(FarmError, match="needs the tile origin"):
         decoder.decode(z)
+
+
+def test_a_tile_from_the_whole_frame_pass_is_the_whole_decode_once_its_halo_spans_the_rest():
+    """Stages 1 and 2 run once over the whole frame; the rest of the decoder from their output is the
+    decode, bit for bit, and a tile decoding the rest from its block equals the whole decode's pixels once
+    its halo spans the reach counted from the layers after the pass (not before)."""
+    decoder = load_decoder(SPEC)
+    z = torch.randn(8, 3, 6, 8, generator=torch.Generator().manual_seed(1))
+    whole = decoder.decode(z, (0, 0, 0))
+    shared = decoder.whole_frame(z)
+    assert shared.shape == (16 * 2 * 2, 3 + 2, 6, 8)  # stage 2's 16 channels at twice the rows and columns
+    assert torch.equal(decoder.decode_shared(shared, (0, 0, 0)), whole)
+    full = LTX2DiffusionDecoder._full_config(decoder.spec.config)
+    reach = spatial_reach(full, whole_frame_stages(full))
+    assert reach == 1
+    errors = []
+    for halo in (0, reach):  # the tile: rows [0, 3), columns [4, 8), decoded with `halo` on its inner sides
+        rows, first = 3 + halo, 4 - halo
+        tile = decoder.decode_shared(shared[:, :, :rows, first:], (0, 0, first))
+        own = tile[:, :, : 3 * 32, halo * 32 :]
+        errors.append(float((own - whole[:, :, : 3 * 32, 4 * 32 :]).abs().max()))
+    assert errors[0] > 1e-2 and errors[1] < 1e-5, errors
+
+
+def test_the_reach_is_counted_from_the_released_layers():
+    """4 blocks of 7x7 windows at the latent's grid (3 rows each), 6 of 7x7 at twice it, 4 and 2 of 5x5 at
+    twice and four times it, 8 of 11x11 at eight times it: 12 + 9 + 4 + 1 + 5 rows. The whole-frame pass
+    runs stages 1 and 2; the released bf16 halo spans what is left."""
+    full = LTX2DiffusionDecoder._full_config({})
+    assert spatial_reach(full) == 31
+    assert whole_frame_stages(full) == 2 and spatial_reach(full, 2) == 10
+    halo = LTX2DiffusionDecoder.spatial_halo["ltx2-diffusion"]
+    assert halo["bfloat16"] >= 10 and halo["float32"] >= 10
 
 
 def test_noise_is_a_function_of_the_pixel_position(monkeypatch):

@@ -1,7 +1,8 @@
 """The decoders' part that sees the whole frame, run once over the whole frame, and the rest per tile.
 
 Wan's and HunyuanVideo's middle blocks see the whole frame (self-attention at latent resolution), which
-no halo reaches. Their ``conv_in`` and middle block run once over a shot's whole frame (`whole_frame`)
+no halo reaches; the LTX-2.5 diffusion decoder's first two stages reach 21 latent units, which its tiles
+then need not span. Their ``conv_in`` and middle block run once over a shot's whole frame (`whole_frame`)
 and each tile decodes the rest from its block of that output (`decode_shared`): on the whole frame the
 two parts are the decoder (float32 noise). Renders share Wan's pass (`shares_whole_frame`):
 `farm.run.whole_frame` groups a plan's tiles by the frames they decode, one pass per group. The rendered
@@ -22,6 +23,7 @@ from farm.inputs.synthetic import synth_spec
 from farm.media.settings import VideoSettings
 from farm.planning.plan_table import describe_plans
 from farm.planning.tiling import ChunkSize, TileGrid, plan_shot, whole_frame_groups
+from farm.run.whole_frame import whole_frame_group_of
 from farm.store.frames import read_frames
 from farm.store.job import create_job, write_shot
 from farm.store.output import Output
@@ -66,6 +68,21 @@ def test_a_tile_decodes_its_block_of_the_pass_in_chunks_as_from_its_latent():
     from_pass = decode_block(FromWholeFrame(decoder), block, chunk)
     from_latent = decode_block(decoder, z, chunk)
     assert torch.allclose(from_pass, from_latent, rtol=0, atol=1e-4)
+
+
+def test_diffusion_decoder_tiles_take_the_pass_only_when_they_decode_in_one_call():
+    """The diffusion decoder's pass holds the frames diffusers pads a clip's end with: a plan that chunks
+    its tiles decodes them from their latent (no pass), and `farm plan` says which."""
+    spec = synth_spec("ltx2-diffusion-tiny")
+    geometry = decoder_class(spec).geometry_for_spec(spec)
+    shape = (8, 3, 24, 24)
+    whole_tiles = plan_shot("s", shape, geometry, TileGrid((1, 2, 2)))
+    chunked = plan_shot("s", shape, geometry, TileGrid((1, 2, 2)), chunk=ChunkSize(None, 8, 8))
+    groups = whole_frame_group_of([whole_tiles, chunked], spec.to_json())
+    assert sorted(groups) == [(0, k) for k in range(4)]
+    shared = "part that sees the whole frame runs once over it"
+    assert shared in describe_plans([whole_tiles], spec, 2)
+    assert shared not in describe_plans([chunked], spec, 2)
 
 
 def test_a_decoder_without_a_whole_frame_part_shares_none():

@@ -203,6 +203,12 @@ class VideoDecoder(Protocol):
         ...
 
     @classmethod
+    def whole_frame_in_one_call(cls, config: dict[str, Any]) -> bool:
+        """Whether a tile decodes from the whole-frame pass only in one call (no chunks of it): plans that
+        chunk tiles then decode them from their latent, without the pass. Default: no."""
+        ...
+
+    @classmethod
     def shares_statistics(cls, config: dict[str, Any]) -> bool:
         """Whether tiles sharing the whole-frame pass also take the whole shot's GroupNorm statistics, one
         round across the tiles per GroupNorm (`statistics_start`, `statistics_round`). Default: no."""

@@ -656,6 +656,12 @@ class DiffusersVideoDecoder:
         return False
 
     @classmethod
+    def whole_frame_in_one_call(cls, config: dict[str, Any]) -> bool:
+        """Whether a tile decodes from the whole-frame pass only in one call (no temporal or spatial chunks
+        of it): plans that chunk tiles then decode them from their latent, without the pass."""
+        return False
+
+    @classmethod
     def shares_statistics(cls, config: dict[str, Any]) -> bool:
         """Whether tiles of this config take the whole shot's GroupNorm statistics after the whole-frame
         pass, one round across the tiles per GroupNorm (`statistics_start`, `statistics_round`)."""

@@ -34,7 +34,10 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
         elif rounds:
             seams = statistics_note(plan, rounds, cls.statistics_exact(spec.config))
         else:
-            seams = seam_note(plan, cls.halo_is_exact(spec.config), cls.shares_whole_frame(spec.config))
+            shared = cls.shares_whole_frame(spec.config) and not (
+                cls.whole_frame_in_one_call(spec.config) and any(plan.chunk.limits())
+            )
+            seams = seam_note(plan, cls.halo_is_exact(spec.config), shared)
         if seams:
             lines.append(f"  {seams}")
         lines.append(

@@ -1,10 +1,11 @@
 """The whole-frame passes a render's tiles decode from, for decoders with a part that sees the whole frame.
 
-Such a decoder (`DiffusersVideoDecoder.shares_whole_frame`: Wan) runs that part once over
-the frames a group of spatial tiles decodes and the whole frame (``("whole-frame", render, shot, first,
-stop)``, on a decode worker), and each tile of the group decodes the rest from its block of that output
-(`farm.worker.tasks.decode_tile`'s ``shared``). A group's pass is submitted with its first decode and let
-go once its last decode is submitted: Dask keeps the result until the decodes that take it have run.
+Such a decoder (`DiffusersVideoDecoder.shares_whole_frame`: Wan, HunyuanVideo, the LTX-2.5 diffusion
+decoder) runs that part once over the frames a group of spatial tiles decodes and the whole frame
+(``("whole-frame", render, shot, first, stop)``, on a decode worker), and each tile of the group decodes
+the rest from its block of that output (`farm.worker.tasks.decode_tile`'s ``shared``). A group's pass is
+submitted with its first decode and let go once its last decode is submitted: Dask keeps the result
+until the decodes that take it have run.
 """
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ def whole_frame_group_of(plans: Sequence[ShotPlan], spec_json: dict) -> dict[tup
     """The tiles that decode from a whole-frame pass, (shot, tile) as positions in `plans` and ``plan.tiles``,
     each with its group; empty for a decoder without one. Such a tile reads no latent of its own. A
     decoder that also shares the shot's GroupNorm statistics shares the pass only where its rounds run
-    (`takes_statistics_rounds`): elsewhere its tiles decode whole, as the pass alone loses to the blend."""
+    (`takes_statistics_rounds`): elsewhere its tiles decode whole, as the pass alone loses to the blend. One
+    whose tiles take the pass in one call only (`whole_frame_in_one_call`) shares none in a plan that chunks
+    its tiles."""
     spec = spec_from_json(spec_json)
     cls = decoder_class(spec)
     group_of: dict[tuple[int, int], Group] = {}
     if cls.shares_whole_frame(spec.config):
         for p, plan in enumerate(plans):
             if cls.shares_statistics(spec.config) and not takes_statistics_rounds(plan):
+                continue
+            if cls.whole_frame_in_one_call(spec.config) and any(plan.chunk.limits()):
                 continue
             for span, tiles in whole_frame_groups(plan).items():
                 group_of.update({(p, k): (p, span) for k in tiles})

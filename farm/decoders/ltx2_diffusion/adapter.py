@@ -28,6 +28,7 @@ temporaries. The model's own processors are the SDPA blocks too, for callers of 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,6 +51,7 @@ from farm.errors import FarmError
 if TYPE_CHECKING:
     import torch
 
+_NEEDS_ORIGIN = "the ltx2-diffusion decoder draws its noise per pixel position: decode needs the tile origin"
 # Noise values drawn at once (float64, with int64 hash temporaries of the same count).
 NOISE_ELEMENTS = 1 << 25
 
@@ -84,7 +86,7 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     # whole decode over the seam band at 8 and 77.0 at 12, the float32 floor; bf16's own noise (48.7 dB from
     # float32) hides 8's shortfall, so bf16 keeps 8 (docs/fidelity.md).
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
-        "ltx2-diffusion": {"bfloat16": 8, "float32": 12}, "ltx2-diffusion-tiny": {"float32": 2},
+        "ltx2-diffusion": {"bfloat16": 10, "float32": 12}, "ltx2-diffusion-tiny": {"float32": 2},
     }  # fmt: skip
     halo_exact: ClassVar[frozenset[str]] = frozenset({"ltx2-diffusion", "ltx2-diffusion-tiny"})
     # Peak above the weights per output pixel-frame at 2-byte dtypes (the tiny config's estimate), and one
@@ -200,11 +202,49 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
             out[0, :, a:b] = position_noise(seed, coords, self.device)
         return out
 
+    # ---- the stages that see the whole frame ---------------------------------------------------------
+    # Every stage's windows reach across a tile's cut, 31 latent units in all for the released config
+    # (`spatial_reach`); a bf16 tile keeps the untiled decode's bits only where no difference from its cut
+    # reaches it, and a last bit's difference does not fade in bf16 as it does in float32. The stages before
+    # the first temporal upsampler (`whole_frame_stages`: 1 and 2 as released, 21 of the 31 units) run at the
+    # latent's frames and at most twice its rows and columns, so they run once over the whole frame; each
+    # tile decodes the rest (10 units) from its block of their output.
+
+    @classmethod
+    def shares_whole_frame(cls, config: dict[str, Any]) -> bool:
+        return True
+
+    @classmethod
+    def whole_frame_in_one_call(cls, config: dict[str, Any]) -> bool:
+        """The pass's output holds the frames diffusers pads a clip's end with, which a temporal chunk of a
+        tile would not take: a tile decodes from it in one call."""
+        return True
+
+    def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
+        from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
+
+        full = self._full_config(self.spec.config)
+        stages = whole_frame_stages(full)
+        x = chunked.early_stages(self.model.decoder, z, stages)
+        return chunked.to_latent_grid(x, x.shape[2] // z.shape[3], x.shape[3] // z.shape[4])
+
+    def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
+        from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
+
+        if origin is None:
+            raise FarmError(_NEEDS_ORIGIN)
+        full = self._full_config(self.spec.config)
+        stages = whole_frame_stages(full)
+        before = full["decoder_upsample_strides"][: stages - 1]
+        sh, sw = (math.prod(s[axis] for s in before) for axis in (1, 2))
+        decoder = self.model.decoder
+        x = chunked.from_latent_grid(shared, sh, sw)
+        context = chunked.late_stages(decoder, x, stages, shared.shape[3:], chunked.CHUNK_TOKENS, origin[1:])
+        return denoise_context(decoder, context, self.noise, origin, self.decode_steps(), shared.shape[3:])
+
     def run_decoder(self, z: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         if origin is None:
-            raise FarmError(
-                "the ltx2-diffusion decoder draws its noise per pixel position: decode needs the tile origin"
-            )
+            raise FarmError(_NEEDS_ORIGIN)
         try:
             return decode_with_noise(self.model, z, self.noise, origin, self.decode_steps())
         except ValueError as exc:  # diffusers refuses grids smaller than a neighbourhood window
@@ -240,6 +280,27 @@ def min_latent_block(full: dict[str, Any]) -> tuple[int, int, int]:
     return tuple(next(n for n in range(1, 1024) if fits(axis, n)) for axis in range(3))  # type: ignore[return-value]
 
 
+def whole_frame_stages(full: dict[str, Any]) -> int:
+    """The stages whose blocks see the latent's frames (those before the first upsampler that doubles the
+    frames): the part a shot's spatial tiles share, run once over the whole frame."""
+    strides = full["decoder_upsample_strides"]
+    return next((i + 1 for i, s in enumerate(strides) if s[0] > 1), len(strides))
+
+
+def spatial_reach(full: dict[str, Any], first_stage: int = 0) -> int:
+    """Latent rows (or columns) across which a difference at a tile's cut reaches its pixels, counted from
+    the layers of stage `first_stage` on: every block's window reaches half its width at its stage's grid,
+    which is finer than the latent's by the strides before it (stage 5 by the decoder's pixels per patch)."""
+    strides = full["decoder_upsample_strides"]
+    depths = full["decoder_stage_depths"]
+    kernels = [*full["decoder_stage_kernels"], full["decoder_stage5_kernel"]]
+    reach = 0.0
+    for stage in range(first_stage, len(kernels)):
+        scale = math.prod(s[1] for s in strides[: min(stage, len(strides))])  # stage 5: the context's grid
+        reach += depths[stage] * (kernels[stage][1] // 2) / scale
+    return math.ceil(reach)
+
+
 def decode_with_noise(
     model: Any, z: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int,
     tokens: int | None = None,
@@ -251,9 +312,19 @@ def decode_with_noise(
     )
 
     tokens = tokens or chunked.CHUNK_TOKENS
-    decoder = model.decoder
-    context = chunked.context(decoder, z, tokens, origin[1:])
-    shape = (z.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
+    context = chunked.context(model.decoder, z, tokens, origin[1:])
+    return denoise_context(model.decoder, context, noise, origin, steps, z.shape[3:], tokens)
+
+
+def denoise_context(
+    decoder: Any, context: torch.Tensor, noise: Any, origin: tuple[int, int, int], steps: int,
+    latent_hw: Sequence[int], tokens: int | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """Stage 5 from its `context` (of a latent block of `latent_hw` rows and columns at `origin`)."""
+    from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
+
+    tokens = tokens or chunked.CHUNK_TOKENS
+    shape = (context.shape[0], decoder.out_channels, context.shape[1], context.shape[2] * decoder.patch_size,
              context.shape[3] * decoder.patch_size)  # fmt: skip
-    at = chunked.scaled(origin[1:], context.shape[2] // z.shape[3], context.shape[3] // z.shape[4])
+    at = chunked.scaled(origin[1:], context.shape[2] // latent_hw[0], context.shape[3] // latent_hw[1])
     return chunked.denoise(decoder, context, noise(shape, origin), steps, tokens, at)

@@ -20,7 +20,7 @@ the windowed definition; the decode equals diffusers' within float summation ord
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -179,16 +179,40 @@ def context(decoder: Any, z: torch.Tensor, tokens: int = CHUNK_TOKENS, origin: t
             ) -> torch.Tensor:  # fmt: skip
     """`forward_stage_4(forward_stages_1_to_3(z))`: the latent ``[B, C, T, H, W]`` to stage 5's context;
     `origin`: the latent's first row and column in the shot's latent."""
+    x = early_stages(decoder, z, len(decoder.det_stages), tokens, origin)
+    return late_stages(decoder, x, len(decoder.det_stages), z.shape[3:], tokens, origin)
+
+
+def early_stages(decoder: Any, z: torch.Tensor, stages: int, tokens: int = CHUNK_TOKENS,
+                 origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
+    """The latent ``[B, C, T, H, W]`` (its trailing frames padded, as diffusers does) through ``conv_in``
+    and the blocks of the first `stages` stages, each stage but the last followed by its upsampler:
+    channels last ``[B, T', H', W', C']``."""
     pad = decoder.trailing_pad_latent_frames
     if pad > 0:
         z = torch.cat([z, z[:, :, -1:].expand(-1, -1, pad, -1, -1)], dim=2)
     x = decoder.conv_in(z.permute(0, 2, 3, 4, 1))
-    last = len(decoder.det_stages) - 1
-    for stage, (blocks, up) in enumerate(zip(decoder.det_stages, decoder.upsamples, strict=True)):
+    for stage in range(stages):
+        if stage:
+            x = upsample(decoder.upsamples[stage - 1], x, True, tokens)
         at = scaled(origin, x.shape[2] // z.shape[3], x.shape[3] // z.shape[4])
-        for block in blocks:
+        for block in decoder.det_stages[stage]:
             x = na_block(block, x, tokens, at)
-        x = upsample(up, x, True, tokens)
+    return x
+
+
+def late_stages(decoder: Any, x: torch.Tensor, stages: int, latent_hw: Sequence[int],
+                tokens: int = CHUNK_TOKENS, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:  # fmt: skip
+    """`early_stages`' output after its first `stages` stages → stage 5's context (the trailing pad
+    dropped); `latent_hw`: the latent's rows and columns, `origin` its first row and column in the shot's."""
+    pad = decoder.trailing_pad_latent_frames
+    last = len(decoder.det_stages) - 1
+    for stage in range(stages - 1, len(decoder.det_stages)):
+        if stage >= stages:
+            at = scaled(origin, x.shape[2] // latent_hw[0], x.shape[3] // latent_hw[1])
+            for block in decoder.det_stages[stage]:
+                x = na_block(block, x, tokens, at)
+        x = upsample(decoder.upsamples[stage], x, True, tokens)
         if stage == last and pad > 0:
             x = x[:, : -pad * decoder.temporal_compression_ratio]
     return x
@@ -236,3 +260,19 @@ def denoise(decoder: Any, ctx: torch.Tensor, x_t: torch.Tensor, steps: int,
             model_out = (x_f - model_out) / t_now.view(-1, *([1] * (x_t.ndim - 1)))
         x_t = (x_f - (t_now - t_next).view(-1, *([1] * (x_t.ndim - 1))) * model_out).to(x_t.dtype)
     return x_t
+
+
+def to_latent_grid(x: torch.Tensor, sh: int, sw: int) -> torch.Tensor:
+    """Channels-last ``[B, T, h*sh, w*sw, C]`` → ``[B, C*sh*sw, T, h, w]``: each latent position's
+    ``sh x sw`` finer positions as channels, so the tensor is indexed (cropped, sliced) like the latent."""
+    batch, frames, height, width, channels = x.shape
+    x = x.reshape(batch, frames, height // sh, sh, width // sw, sw, channels)
+    x = x.permute(0, 6, 3, 5, 1, 2, 4)
+    return x.reshape(batch, channels * sh * sw, frames, height // sh, width // sw)
+
+
+def from_latent_grid(x: torch.Tensor, sh: int, sw: int) -> torch.Tensor:
+    """`to_latent_grid`'s inverse."""
+    batch, packed, frames, height, width = x.shape
+    x = x.reshape(batch, packed // (sh * sw), sh, sw, frames, height, width)
+    return x.permute(0, 4, 5, 2, 6, 3, 1).reshape(batch, frames, height * sh, width * sw, packed // (sh * sw))
