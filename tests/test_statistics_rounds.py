@@ -167,3 +167,25 @@ def test_a_worker_carrying_several_tiles_between_rounds_is_counted_before_the_re
     check_fits([spread], spec, budget)
     with pytest.raises(FarmError, match="more workers"):
         check_fits([alone], spec, budget)
+
+
+def test_auto_tiles_count_what_a_worker_carries_between_rounds_and_take_no_blend(tmp_path):
+    """The planner's own grids: on two workers under 32 GiB the released config's 33x480x832 shot splits
+    height or width with no overlap (its rounds reach the dtype's noise), each worker's tile and what its
+    other tile carries within the budget; on one worker, which would carry them all, no grid fits and the
+    refusal says what would help (`check_fits` would have refused the plan before any decode)."""
+    from dataclasses import replace
+
+    from farm.errors import FarmError
+    from farm.planning.budgets import check_fits
+
+    spec = replace(synth_spec("hunyuanvideo"), dtype="bfloat16")
+    job = tmp_path / "job.zarr"
+    create_job(job, spec)
+    write_shot(job, "s", np.zeros((16, 9, 60, 104), np.float32), fps=24.0)
+    budget = farm.PlanOptions(worker_memory=32 * 2**30)
+    (plan,) = plan_job(open_job(job), budget, 2)
+    assert plan.grid.tiles[0] == 1 and plan.grid.overlap == (0, 0, 0) and takes_statistics_rounds(plan)
+    check_fits([plan], spec, 32 * 2**30)
+    with pytest.raises(FarmError, match="more workers hold less each"):
+        plan_job(open_job(job), budget, 1)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -189,6 +189,46 @@ def _call_peak(memory: MemoryModel, latent_fhw: Sequence[int], geometry: Geometr
     return max(memory.peak_bytes(geometry.pixel_shape(c.decoded_fhw)) for c in calls)
 
 
+@dataclass(frozen=True)
+class SharedRounds:
+    """A decoder whose spatial tiles share the shot's GroupNorm statistics, one round across them per
+    GroupNorm, where a grid splits neither frames nor chunks a tile (`takes_statistics_rounds`): such
+    grids need no blend where the rounds are `exact`, and a worker holds what each of its other tiles of
+    the shot carries between rounds (`carried_bytes` of a tile's decoded pixel-frames) beside the tile it
+    decodes; tiles go round-robin over `workers`."""
+
+    exact: bool
+    carried_bytes: Callable[[int], int]
+    workers: int
+
+
+def shared_rounds_for(spec: Any | None, n_workers: int) -> SharedRounds | None:
+    """`SharedRounds` for a decoder spec whose tiles share its statistics; None for any other."""
+    if spec is None:
+        return None
+    cls = decoder_class(spec)
+    if not cls.shares_statistics(spec.config):
+        return None
+    carried = lambda pixel_frames: cls.statistics_carried_bytes(spec, pixel_frames)  # noqa: E731
+    return SharedRounds(cls.statistics_exact(spec.config), carried, n_workers)
+
+
+def _axis_options(
+    size: int, axis: int, overlap: int, geometry: Geometry, max_per_axis: int
+) -> dict[int, tuple[int, list[int]]]:
+    """Tile counts along one axis → (overlap, tile lengths), for the counts the decoder can take."""
+    options = {}
+    most = min(max_per_axis, size) if geometry.splits(axis) else 1
+    for count in range(1, most + 1):
+        o = _fit_overlap(size, count, overlap)
+        if o is None:
+            continue
+        lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal, geometry=geometry)
+        if lens is not None and min(lens) >= geometry.min_block[axis]:  # too small for the decoder
+            options[count] = (o, lens)
+    return options
+
+
 def candidates(
     latent_shape: Sequence[int],
     geometry: Geometry,
@@ -200,8 +240,11 @@ def candidates(
     chunk: ChunkSize = ChunkSize(),
     max_per_axis: int = MAX_PER_AXIS,
     max_tiles: int = MAX_TILES,
+    rounds: SharedRounds | None = None,
 ) -> list[Candidate]:
-    """Every grid for a shot shape that fits memory, sorted by tile count then grid (deterministic)."""
+    """Every grid for a shot shape that fits memory, sorted by tile count then grid (deterministic).
+    With `rounds`, a grid whose tiles share the shot's statistics counts what its worker's other tiles
+    carry between rounds, and takes no spatial overlap where the rounds are exact."""
     _, f, h, w = (int(x) for x in latent_shape)
     sizes = (f, h, w)
     out = []
@@ -214,21 +257,16 @@ def candidates(
             known[fhw] = (_decode_seconds(fhw, geometry, chunk, cost), peak)
         return known[fhw]
 
-    per_axis: list[dict[int, tuple[int, list[int]]]] = []
-    for axis, size in enumerate(sizes):
-        options = {}
-        most = min(max_per_axis, size) if geometry.splits(axis) else 1
-        for count in range(1, most + 1):
-            o = _fit_overlap(size, count, int(min_overlap[axis]))
-            if o is None:
-                continue
-            lens = _axis_sizes(size, count, o, temporal=axis == 0, causal=geometry.causal, geometry=geometry)
-            if lens is not None and min(lens) >= geometry.min_block[axis]:  # too small for the decoder
-                options[count] = (o, lens)
-        per_axis.append(options)
+    per_axis = [_axis_options(size, axis, int(min_overlap[axis]), geometry, max_per_axis)
+                for axis, size in enumerate(sizes)]  # fmt: skip
+    with_rounds = rounds is not None and not any(chunk.limits())
+    exact_axes = per_axis
+    if with_rounds and rounds is not None and rounds.exact:  # tiles of one temporal tile need no blend
+        exact_axes = [per_axis[0], *(_axis_options(sizes[a], a, 0, geometry, max_per_axis) for a in (1, 2))]
     for tf, (of, lf) in per_axis[0].items():
-        for th, (oh, lh) in per_axis[1].items():
-            for tw, (ow, lw) in per_axis[2].items():
+        spatial = exact_axes if tf == 1 and with_rounds else per_axis
+        for th, (oh, lh) in spatial[1].items():
+            for tw, (ow, lw) in spatial[2].items():
                 if tf * th * tw > max_tiles:
                     continue
                 grid = TileGrid((tf, th, tw), (of, oh, ow))
@@ -245,6 +283,11 @@ def candidates(
                                 volume += a * b * c
                 except FarmError:  # the chunking does not fit these tiles
                     continue
+                if with_rounds and rounds is not None and tf == 1 and th * tw > 1:
+                    others = math.ceil(th * tw / rounds.workers) - 1
+                    shapes = [(a, b, c) for a in lf for b in lh for c in lw]
+                    largest = max(math.prod(geometry.pixel_shape(fhw)) for fhw in shapes)
+                    peak += others * rounds.carried_bytes(largest)
                 if memory_budget is not None and peak > memory_budget:
                     continue
                 out.append(Candidate(grid, tuple(seconds), peak, volume / (f * h * w)))
@@ -721,15 +764,19 @@ def choose_plans(
         shape = shapes[n]
         if n in fixed or shape in cands:
             continue
+        rounds = shared_rounds_for(spec, n_workers)
         cands[shape] = candidates(shape, geometry, cost_model, memory, budget, min_overlap=overlap,
-                                  chunk=chunk, max_per_axis=max_per_axis, max_tiles=max_tiles)  # fmt: skip
+                                  chunk=chunk, max_per_axis=max_per_axis, max_tiles=max_tiles,
+                                  rounds=rounds)  # fmt: skip
         if not cands[shape]:
             whole = memory.peak_bytes(geometry.pixel_shape(shape[1:])) if memory else 0
+            carrying = (" A worker holds what each of its tiles of a shot carries between the GroupNorm "
+                        "rounds they share: more workers hold less each.") if rounds else ""  # fmt: skip
             raise FarmError(
                 f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
                 f"a worker's memory ({(worker_memory_bytes or 0) / 2**30:.1f} GiB x {headroom}); the whole "
-                f"shot needs {whole / 2**30:.1f} GiB. Set --chunk F,H,W to decode tiles in smaller calls, "
-                "or give --tiles"
+                f"shot needs {whole / 2**30:.1f} GiB.{carrying} Set --chunk F,H,W to decode tiles in smaller "
+                "calls, or give --tiles"
             )
     base = {n: (fixed[n] if n in fixed else min(cands[shapes[n]], key=_base_key).grid) for n in names}
 
