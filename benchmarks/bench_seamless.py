@@ -8,9 +8,7 @@ is reported beside the budget, which each worker's allocator is held to.
 
 Reported: PSNR over the whole clip and over the band 16 pixels either side of each spatial seam, and the worst
 pixel in levels of 255, each on uint8 levels (as an 8-bit render writes them) and on the float16 frames as
-written; the plan. ``--reference-chunk F``: the untiled render decodes its frames in carried chunks of F
-latent frames (spatially whole), for a shot whose whole decode does not fit the GPU (a 4K LTX-2 shot
-needs about 120 GiB on one call); its own rounding then counts against the tiles.
+written; the plan.
 
     python benchmarks/bench_seamless.py --decoder ltx2 --frames 121 --height 1088 --width 1920 \\
         --gpu-memory 24GiB --out-json seamless-ltx2-1080p.json
@@ -135,10 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1920)
     parser.add_argument("--gpu-memory", default="24GiB")
     parser.add_argument("--tiles", default="auto", help="tiles of the budgeted render (default: auto)")
-    parser.add_argument("--reference-chunk", type=int, default=0, metavar="F",
-                        help="the untiled render decodes in temporal chunks of F latent frames, each from "
-                        "the causal state the last left (--chunk F,0,0 --carry): for a shot whose whole "
-                        "decode does not fit the GPU (default: one call)")  # fmt: skip
     parser.add_argument("--work", default="/tmp/farm-seamless")
     parser.add_argument("--timeout", type=float, default=240)
     parser.add_argument("--out-json", default=None)
@@ -159,9 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     _, plan_text = farm("plan", str(job), "--workers", "1", "--tiles", args.tiles, "--gpu-memory",
                         args.gpu_memory, timeout=args.timeout)  # fmt: skip
     print(plan_text, flush=True)
-    reference = ("--chunk", f"{args.reference_chunk},0,0", "--carry") if args.reference_chunk else ()
-    whole_s, _ = farm("render", str(job), "--out", str(work / "whole"), "--tiles", "1,1,1", *reference,
-                      *common, timeout=args.timeout)  # fmt: skip
+    whole_s, _ = farm("render", str(job), "--out", str(work / "whole"), "--tiles", "1,1,1", *common,
+                      timeout=args.timeout)  # fmt: skip
     with GpuMemoryPeak() as peak:
         tiled_s, tiled_log = farm("render", str(job), "--out", str(work / "tiled"), "--tiles", args.tiles,
                                   "--gpu-memory", args.gpu_memory, *common, timeout=args.timeout)  # fmt: skip
@@ -170,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     whole, tiled = frames(work / "whole", plan.shot), frames(work / "tiled", plan.shot)
     result = {
         "decoder": args.decoder, "dtype": args.dtype, "shape": [args.frames, args.height, args.width],
-        "reference_chunk": args.reference_chunk or None,
         "gpu_memory": args.gpu_memory, "grid": list(plan.grid.tiles), "overlap": list(plan.grid.overlap),
         "halo": max(max(t.halo) for t in plan.tiles), "redundancy": round(plan.redundancy, 3),
         "whole_render_s": round(whole_s, 1), "tiled_render_s": round(tiled_s, 1),
