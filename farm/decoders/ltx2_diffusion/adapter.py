@@ -3,9 +3,11 @@
 A small diffusion model: four deterministic stages of neighbourhood attention upsample the latent into a
 context volume; stage 5 denoises patchified pixels from noise, conditioned on that context, in
 ``decode_steps`` steps (the config's ``decoder_num_inference_steps``, 1 as LTX-2.5 ships, unless the spec
-says otherwise). farm decodes each tile as a whole clip (all five stages on the tile's latents and its
-halo, which it discards, as for the convolutional decoders; its neighbourhood attention is local, so no
-blend), told its place in the shot for its noise, rotary positions and attention lattice.
+says otherwise). Its neighbourhood attention is local, so a tile needs a halo and no blend; but its windows
+reach 31 latent units across a tile's cut, and in bf16 a last bit's difference there does not fade. So
+the stages that see the latent's frames (1 and 2) run once over the shot's whole frame (`whole_frame`),
+and each spatial tile decodes the rest (10 units of reach) from its block of their output with its halo,
+which it discards, told its place in the shot for its noise, rotary positions and attention lattice.
 
 Noise: diffusers draws the stage-5 noise from a generator, per tile in its own tiling. Here every pixel's
 noise is a hash of ``decode_noise_seed`` (spec field, default 0) and its position in the shot (colour
