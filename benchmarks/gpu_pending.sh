@@ -159,6 +159,9 @@ for call in "${calls[@]}"; do
         # its seam band on the float16 frames and its peak with the allocator's cap less the worker's context
         has_gib 120 seamless-ltx2-4k && seamless seamless-ltx2-4k 300 "$(sz ltx2 ltx2-tiny)" "$(sz 121 17)" \
             "$(sz 2176 256)" "$(sz 3840 384)" "$(sz 48GiB 2GiB)"
+        # ~100 s: the diffusion decoder's 1080p tiles decoding from its first two stages run over the whole frame
+        halo halo-diffusion-wf-1080p 160 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
+            --shape "$(sz 5,34,60 3,16,16)" --halos "$(sz 8,10 1)" --whole-frame
         # ~90 s: the diffusion decoder's tiles and its whole bf16 decode, each measured from a float32 decode
         halo halo-diffusion-noise 150 halo --decoder "$(sz ltx2-diffusion ltx2-diffusion-tiny)" --dtype "$BF" \
             --shape "$(sz 5,22,38 3,16,16)" --halos "$(sz 8,12 2)" --dtype-noise
