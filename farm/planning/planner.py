@@ -721,6 +721,23 @@ class _Simulation:
 # --------------------------------------------------------------------------------------------------
 
 
+def _nothing_fits(
+    shot: str, shape: Sequence[int], geometry: Geometry, memory: MemoryModel | None,
+    worker_memory_bytes: int | None, headroom: float, max_tiles: int, max_per_axis: int,
+    rounds: SharedRounds | None,
+) -> FarmError:  # fmt: skip
+    """The refusal of a shot none of whose grids fits a worker's memory."""
+    whole = memory.peak_bytes(geometry.pixel_shape(shape[1:])) if memory else 0
+    carrying = (" A worker holds what each of its tiles of a shot carries between the GroupNorm rounds they "
+                "share: more workers hold less each.") if rounds else ""  # fmt: skip
+    return FarmError(
+        f"shot {shot!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits a worker's "
+        f"memory ({(worker_memory_bytes or 0) / 2**30:.1f} GiB x {headroom}); the whole shot needs "
+        f"{whole / 2**30:.1f} GiB.{carrying} Set --chunk F,H,W to decode tiles in smaller calls, or give "
+        "--tiles"
+    )
+
+
 def choose_plans(
     shots: Mapping[str, Sequence[int]],
     geometry: Geometry,
@@ -769,15 +786,8 @@ def choose_plans(
                                   chunk=chunk, max_per_axis=max_per_axis, max_tiles=max_tiles,
                                   rounds=rounds)  # fmt: skip
         if not cands[shape]:
-            whole = memory.peak_bytes(geometry.pixel_shape(shape[1:])) if memory else 0
-            carrying = (" A worker holds what each of its tiles of a shot carries between the GroupNorm "
-                        "rounds they share: more workers hold less each.") if rounds else ""  # fmt: skip
-            raise FarmError(
-                f"shot {n!r}: no tile grid of at most {max_tiles} tiles ({max_per_axis} per axis) fits "
-                f"a worker's memory ({(worker_memory_bytes or 0) / 2**30:.1f} GiB x {headroom}); the whole "
-                f"shot needs {whole / 2**30:.1f} GiB.{carrying} Set --chunk F,H,W to decode tiles in smaller "
-                "calls, or give --tiles"
-            )
+            raise _nothing_fits(n, shape, geometry, memory, worker_memory_bytes, headroom, max_tiles,
+                                max_per_axis, rounds)  # fmt: skip
     base = {n: (fixed[n] if n in fixed else min(cands[shapes[n]], key=_base_key).grid) for n in names}
 
     free = [n for n in names if n not in fixed]
