@@ -83,10 +83,13 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     # tile sees the same): ltx2-diffusion bfloat16 at 704x1216 on an H200, 2 / 4 / 6 / 8 / 10 give 30.2 /
     # 39.5 / 46.4 / 48.4 / 48.5 dB over the band (worst 58 / 24 / 8 / 6 / 6 levels): from 8 it stays where
     # bfloat16's own noise keeps LTX-Video (48.4 dB from float32); ltx2-diffusion-tiny float32 on a CPU is
-    # exact from 2 (72.8 dB). Its neighbourhood attention is local: the halo alone is exact.
+    # exact from 2 (72.8 dB). Its neighbourhood attention is local.
     # In float32 (TF32 off, 33x704x1216, 1x2x2, an H100) the released config's tiles are 57.5 dB from the
-    # whole decode over the seam band at 8 and 77.0 at 12, the float32 floor; bf16's own noise (48.7 dB from
-    # float32) hides 8's shortfall, so bf16 keeps 8 (docs/fidelity.md).
+    # whole decode over the seam band at 8 and 77.0 at 12, the float32 floor. Alone, no bf16 halo short of
+    # the windows' reach (31) passes 49.4 dB at 1080p; decoding from the first two stages run over the whole
+    # frame, halos 8 and 10 reach 53.8 dB over the band (worst 3 levels; 33x1088x1920, an H100), and bf16
+    # records 10, the rest's counted reach: through `farm render --gpu-memory 24GiB` 59.5 dB over the band
+    # on the float16 frames (docs/fidelity.md).
     spatial_halo: ClassVar[dict[str, dict[str, int]]] = {
         "ltx2-diffusion": {"bfloat16": 10, "float32": 12}, "ltx2-diffusion-tiny": {"float32": 2},
     }  # fmt: skip
