@@ -8,7 +8,13 @@ from collections.abc import Sequence
 from farm.decoders import DecoderSpec, decoder_class
 from farm.decoders.base import human_bytes
 from farm.planning.budgets import tile_peak_bytes
-from farm.planning.tiling import AXES, ShotPlan, carried_frames, takes_statistics_rounds
+from farm.planning.tiling import (
+    AXES,
+    ShotPlan,
+    carried_frames,
+    takes_statistics_rounds,
+    takes_whole_frame_pass,
+)
 
 
 def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int) -> str:
@@ -34,9 +40,7 @@ def describe_plans(plans: Sequence[ShotPlan], spec: DecoderSpec, n_workers: int)
         elif rounds:
             seams = statistics_note(plan, rounds, cls.statistics_exact(spec.config))
         else:
-            shared = cls.shares_whole_frame(spec.config) and not (
-                cls.whole_frame_in_one_call(spec.config) and any(plan.chunk.limits())
-            )
+            shared = takes_whole_frame_pass(cls, spec.config, plan)
             seams = seam_note(plan, cls.halo_is_exact(spec.config), shared)
         if seams:
             lines.append(f"  {seams}")

@@ -259,12 +259,12 @@ def candidates(
 
     per_axis = [_axis_options(size, axis, int(min_overlap[axis]), geometry, max_per_axis)
                 for axis, size in enumerate(sizes)]  # fmt: skip
-    with_rounds = rounds is not None and not any(chunk.limits())
+    rounds = None if any(chunk.limits()) else rounds  # chunked tiles decode alone
     exact_axes = per_axis
-    if with_rounds and rounds is not None and rounds.exact:  # tiles of one temporal tile need no blend
+    if rounds is not None and rounds.exact:  # tiles of one temporal tile need no blend
         exact_axes = [per_axis[0], *(_axis_options(sizes[a], a, 0, geometry, max_per_axis) for a in (1, 2))]
     for tf, (of, lf) in per_axis[0].items():
-        spatial = exact_axes if tf == 1 and with_rounds else per_axis
+        spatial = exact_axes if tf == 1 else per_axis
         for th, (oh, lh) in spatial[1].items():
             for tw, (ow, lw) in spatial[2].items():
                 if tf * th * tw > max_tiles:
@@ -283,7 +283,7 @@ def candidates(
                                 volume += a * b * c
                 except FarmError:  # the chunking does not fit these tiles
                     continue
-                if with_rounds and rounds is not None and tf == 1 and th * tw > 1:
+                if rounds is not None and tf == 1 and th * tw > 1:
                     others = math.ceil(th * tw / rounds.workers) - 1
                     shapes = [(a, b, c) for a in lf for b in lh for c in lw]
                     largest = max(math.prod(geometry.pixel_shape(fhw)) for fhw in shapes)

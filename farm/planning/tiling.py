@@ -34,6 +34,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from farm.decoders.geometry import Geometry
 from farm.errors import FarmError
@@ -445,6 +446,18 @@ def takes_statistics_rounds(plan: ShotPlan) -> bool:
     and neither splits frames (a resumed render keeps every spatial tile of an unfinished batch, so the
     rounds see the whole shot) nor chunks a tile (one decode call per tile carries from round to round)."""
     return plan.grid.tiles[0] == 1 and not any(plan.chunk.limits()) and bool(whole_frame_groups(plan))
+
+
+def takes_whole_frame_pass(cls: Any, config: dict[str, Any], plan: ShotPlan) -> bool:
+    """Whether the plan's spatial tiles, of decoder class `cls` and `config`, decode from a whole-frame pass
+    (`shares_whole_frame`): a decoder that also shares the shot's GroupNorm statistics only where its rounds
+    run (elsewhere the pass alone loses to the blend), one whose tiles take the pass in one call only
+    (`whole_frame_in_one_call`) not where the plan chunks its tiles."""
+    if not cls.shares_whole_frame(config) or not whole_frame_groups(plan):
+        return False
+    if cls.shares_statistics(config) and not takes_statistics_rounds(plan):
+        return False
+    return not (cls.whole_frame_in_one_call(config) and any(plan.chunk.limits()))
 
 
 def own_blocks(plan: ShotPlan) -> list[tuple[tuple[int, int], ...]]:

@@ -16,7 +16,7 @@ from typing import Any
 from farm import keys
 from farm.decoders import decoder_class, spec_from_json
 from farm.planning.schedule import DecodeStep, Schedule
-from farm.planning.tiling import ShotPlan, takes_statistics_rounds, whole_frame_groups
+from farm.planning.tiling import ShotPlan, takes_whole_frame_pass, whole_frame_groups
 from farm.store.latent_chunks import LatentChunks
 from farm.worker.tasks import whole_frame_pass
 
@@ -25,20 +25,13 @@ Group = tuple[int, tuple[int, int]]  # shot (position in the plans), latent fram
 
 def whole_frame_group_of(plans: Sequence[ShotPlan], spec_json: dict) -> dict[tuple[int, int], Group]:
     """The tiles that decode from a whole-frame pass, (shot, tile) as positions in `plans` and ``plan.tiles``,
-    each with its group; empty for a decoder without one. Such a tile reads no latent of its own. A
-    decoder that also shares the shot's GroupNorm statistics shares the pass only where its rounds run
-    (`takes_statistics_rounds`): elsewhere its tiles decode whole, as the pass alone loses to the blend. One
-    whose tiles take the pass in one call only (`whole_frame_in_one_call`) shares none in a plan that chunks
-    its tiles."""
+    each with its group; empty for a decoder without one. Such a tile reads no latent of its own; which
+    plans take a pass: `takes_whole_frame_pass`."""
     spec = spec_from_json(spec_json)
     cls = decoder_class(spec)
     group_of: dict[tuple[int, int], Group] = {}
-    if cls.shares_whole_frame(spec.config):
-        for p, plan in enumerate(plans):
-            if cls.shares_statistics(spec.config) and not takes_statistics_rounds(plan):
-                continue
-            if cls.whole_frame_in_one_call(spec.config) and any(plan.chunk.limits()):
-                continue
+    for p, plan in enumerate(plans):
+        if takes_whole_frame_pass(cls, spec.config, plan):
             for span, tiles in whole_frame_groups(plan).items():
                 group_of.update({(p, k): (p, span) for k in tiles})
     return group_of

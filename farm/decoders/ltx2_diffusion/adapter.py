@@ -228,20 +228,15 @@ class LTX2DiffusionDecoder(DiffusersVideoDecoder):
     def whole_frame_part(self, z: torch.Tensor) -> torch.Tensor:
         from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
 
-        full = self._full_config(self.spec.config)
-        stages = whole_frame_stages(full)
-        x = chunked.early_stages(self.model.decoder, z, stages)
-        return chunked.to_latent_grid(x, x.shape[2] // z.shape[3], x.shape[3] // z.shape[4])
+        stages, sh, sw = whole_frame_split(self._full_config(self.spec.config))
+        return chunked.to_latent_grid(chunked.early_stages(self.model.decoder, z, stages), sh, sw)
 
     def rest_of_decoder(self, shared: torch.Tensor, origin: tuple[int, int, int] | None) -> torch.Tensor:
         from farm.decoders.ltx2_diffusion.device import ltx2_diffusion_chunked as chunked
 
         if origin is None:
             raise FarmError(_NEEDS_ORIGIN)
-        full = self._full_config(self.spec.config)
-        stages = whole_frame_stages(full)
-        before = full["decoder_upsample_strides"][: stages - 1]
-        sh, sw = (math.prod(s[axis] for s in before) for axis in (1, 2))
+        stages, sh, sw = whole_frame_split(self._full_config(self.spec.config))
         decoder = self.model.decoder
         x = chunked.from_latent_grid(shared, sh, sw)
         context = chunked.late_stages(decoder, x, stages, shared.shape[3:], chunked.CHUNK_TOKENS, origin[1:])
@@ -290,6 +285,14 @@ def whole_frame_stages(full: dict[str, Any]) -> int:
     frames): the part a shot's spatial tiles share, run once over the whole frame."""
     strides = full["decoder_upsample_strides"]
     return next((i + 1 for i, s in enumerate(strides) if s[0] > 1), len(strides))
+
+
+def whole_frame_split(full: dict[str, Any]) -> tuple[int, int, int]:
+    """`whole_frame_stages`, and how many times finer than the latent's their output's rows and columns
+    are (the strides of the upsamplers between them)."""
+    stages = whole_frame_stages(full)
+    between = full["decoder_upsample_strides"][: stages - 1]
+    return stages, math.prod(s[1] for s in between), math.prod(s[2] for s in between)
 
 
 def spatial_reach(full: dict[str, Any], first_stage: int = 0) -> int:
