@@ -155,8 +155,8 @@ for call in "${calls[@]}"; do
         # ~120 s: Wan 2.1 at 720p (its mid block run whole, halo 8)
         seamless seamless-wan-720p 200 "$(sz wan wan-tiny)" "$(sz 81 9)" "$(sz 720 192)" "$(sz 1280 256)" \
             "$(sz 24GiB 1GiB)"
-        # ~250 s, on a GPU of 120 GiB or more (the untiled reference): LTX-2 4K at --gpu-memory 48GiB again, for
-        # its seam band on the float16 frames and its peak with the allocator's cap less the worker's context
+        # ~190 s, on a GPU of 120 GiB or more (the untiled reference): LTX-2 4K at --gpu-memory 48GiB, its seam
+        # band on the float16 frames and its peak under the allocator's cap
         has_gib 120 seamless-ltx2-4k && seamless seamless-ltx2-4k 300 "$(sz ltx2 ltx2-tiny)" "$(sz 121 17)" \
             "$(sz 2176 256)" "$(sz 3840 384)" "$(sz 48GiB 2GiB)"
         # ~100 s: the diffusion decoder's 1080p tiles decoding from its first two stages run over the whole frame
