@@ -14,6 +14,12 @@
              top-left tile of a 1x2x2 grid with its halo, both given the whole's statistics, every module's
              output compared over the tile's interior (latent rows and columns further than `--reach` from
              its cut, so untouched by the cut through the up blocks' receptive field)
+    lattice-cost  what computing an LTX decoder's convolutions on the shot's lattice
+             (`farm.decoders.lattice_conv`) costs and gives: the whole shot and the left tile of its 1x1x2
+             split with its halo, each decoded in one call, with cuDNN choosing per shape and then on the
+             lattice: seconds of the second of two decodes, and the tile's own pixels against the whole's
+             (PSNR over the tile, over the 32 pixels left of its cut, over the columns beyond the halo's
+             reach; worst pixel in levels)
 
 Usage (from the repository root, on a GPU):
 
@@ -22,11 +28,13 @@ Usage (from the repository root, on a GPU):
     python benchmarks/diagnose_gpu.py nonfinite --decoder hunyuanvideo --shape 16,60,104
     python benchmarks/diagnose_gpu.py crop-bits
     python benchmarks/diagnose_gpu.py tile-bits --decoder hunyuanvideo --shape 5,60,104 --halo 16
+    python benchmarks/diagnose_gpu.py lattice-cost --decoder ltx2.3 --shape 16,34,60 --halo 12
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -290,6 +298,57 @@ def tile_bits(
         report("pixels", crop(whole, (h, w)), crop(tile, (rows, cols)))  # type: ignore[arg-type]
 
 
+def lattice_cost(name: str, dtype: str, shape: tuple[int, int, int], halo: int, device: str) -> None:
+    import math
+
+    import torch
+
+    from farm.decoders import load_decoder
+    from farm.decoders.lattice_conv import install, placed
+
+    decoder = load_decoder({"family": "ltx2", "config": name, "weights": {"random_seed": 0}, "dtype": dtype},
+                           device)  # fmt: skip
+    z = torch.randn(decoder.latent_channels, *shape, generator=torch.Generator().manual_seed(1)).to(device)
+    rows, cols = shape[1:]
+    cut, scale = cols // 2, decoder.geometry.spatial_scale
+
+    def decode(block: torch.Tensor, lattice: bool) -> tuple[torch.Tensor, float]:
+        seconds = 0.0
+        for _ in range(2):  # the second call's seconds: the first one's include cuDNN's and torch's set-up
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            with placed((0, 0), tuple(block.shape[2:])) if lattice else contextlib.nullcontext():
+                pixels = decoder.decode(block, (0, 0, 0))
+            if device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+        return pixels.float(), seconds
+
+    def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+        mse = float(((a.clamp(0, 1) - b.clamp(0, 1)) * 255).pow(2).mean())
+        return round(10 * math.log10(255**2 / mse), 1) if mse else math.inf
+
+    wholes = {}
+    for lattice in (False, True):
+        if lattice:
+            install(decoder.model)
+        whole, whole_s = decode(z, lattice)
+        tile, tile_s = decode(z[..., : cut + halo], lattice)
+        own, ref = tile[..., : cut * scale], whole[..., : cut * scale]
+        seam, beyond = slice(cut * scale - 32, cut * scale), slice(0, max(1, (cut - halo) * scale))
+        print(json.dumps({
+            "check": "lattice-cost", "decoder": name, "dtype": dtype, "shape": shape, "halo": halo,
+            "lattice": lattice, "whole_s": round(whole_s, 3), "tile_s": round(tile_s, 3),
+            "tile_psnr_db": psnr(own, ref), "seam_psnr_db": psnr(own[..., seam], ref[..., seam]),
+            "beyond_halo_psnr_db": psnr(own[..., beyond], ref[..., beyond]),
+            "worst_levels": round(float((own - ref).abs().max()) * 255, 2),
+        }), flush=True)  # fmt: skip
+        wholes[lattice] = whole
+    apart = psnr(wholes[True], wholes[False])
+    print(json.dumps({"check": "lattice-cost", "whole_lattice_against_cudnn_db": apart}), flush=True)
+
+
 def fhw(text: str) -> tuple[int, int, int]:
     f, h, w = (int(x) for x in text.split(","))
     return f, h, w
@@ -323,6 +382,12 @@ def main() -> None:
                    "(default: farm.decoders.lattice_conv.BLOCK)")
     t.add_argument("--no-lattice", action="store_true", help="convolutions as cuDNN picks for each shape, "
                    "not on the shot's lattice (farm.decoders.lattice_conv)")
+    c = sub.add_parser("lattice-cost")
+    c.add_argument("--decoder", default="ltx2.3", help="an ltx2 family config")
+    c.add_argument("--dtype", default="bfloat16")
+    c.add_argument("--shape", type=fhw, required=True)
+    c.add_argument("--halo", type=int, default=12)
+    c.add_argument("--device", default="cuda")
     args = parser.parse_args()
     if args.check == "fork":
         fork_check()
@@ -335,6 +400,8 @@ def main() -> None:
 
             lattice_conv.BLOCK = args.block
         tile_bits(args.decoder, args.dtype, args.shape, args.halo, args.reach, args.device, lattice)
+    elif args.check == "lattice-cost":
+        lattice_cost(args.decoder, args.dtype, args.shape, args.halo, args.device)
     elif args.check == "peaks":
         peaks(args.decoder, args.dtype, args.shapes, args.init_on_device)
     else:
