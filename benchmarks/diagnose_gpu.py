@@ -309,8 +309,7 @@ def lattice_cost(name: str, dtype: str, shape: tuple[int, int, int], halo: int, 
     decoder = load_decoder({"family": "ltx2", "config": name, "weights": {"random_seed": 0}, "dtype": dtype},
                            device)  # fmt: skip
     z = torch.randn(decoder.latent_channels, *shape, generator=torch.Generator().manual_seed(1)).to(device)
-    rows, cols = shape[1:]
-    cut, scale = cols // 2, decoder.geometry.spatial_scale
+    cut, scale = shape[2] // 2, decoder.geometry.spatial_scale
 
     def decode(block: torch.Tensor, lattice: bool) -> tuple[torch.Tensor, float]:
         seconds = 0.0
